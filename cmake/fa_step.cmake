@@ -1,0 +1,45 @@
+# fa_add_step(<NN> <name> MODEL <cpu sources> [KERNELS <cuda sources>] [DEPENDS <steps>]
+#             TESTS <test sources> [TEST_DEPENDS <earlier steps the tests compare with>])
+#
+# Makes, for step NN:
+#   stepNN         the step's library: its CPU model always, its kernels when CUDA is on
+#   stepNN_tests   one Catch2 executable for the step's tests
+#   ctest "stepNN cpu"   the tests tagged [cpu]: they run everywhere
+#   ctest "stepNN gpu"   the tests tagged [gpu] (CUDA builds only). With no usable GPU the
+#                        executable exits 77, which CTest reports as "Not Run", never "Passed".
+function(fa_add_step number name)
+  cmake_parse_arguments(FA "" "" "MODEL;KERNELS;DEPENDS;TESTS;TEST_DEPENDS" ${ARGN})
+  set(lib step${number})
+  set(sources ${FA_MODEL})
+  if(FA_HAVE_CUDA)
+    list(APPEND sources ${FA_KERNELS})
+  endif()
+  add_library(${lib} STATIC ${sources})
+  target_link_libraries(${lib} PUBLIC fa_common ${FA_DEPENDS})
+  fa_warnings(${lib})
+  if(FA_HAVE_CUDA)
+    # Print registers, shared memory and spills of every kernel: read them here, for free.
+    target_compile_options(${lib} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=-v -lineinfo>)
+  endif()
+  set_property(GLOBAL APPEND PROPERTY FA_STEPS ${lib})
+
+  if(BUILD_TESTING AND FA_TESTS)
+    fa_add_tests(${lib} GPU ${FA_TESTS})
+    target_link_libraries(${lib}_tests PRIVATE ${lib} ${FA_TEST_DEPENDS})
+  endif()
+endfunction()
+
+# fa_add_tests(<name> [GPU] <sources>): a test executable <name>_tests and its CTest
+# entries ("<name> cpu", and "<name> gpu" when GPU is given and CUDA is on).
+function(fa_add_tests name)
+  cmake_parse_arguments(FA "GPU" "" "" ${ARGN})
+  add_executable(${name}_tests ${FA_UNPARSED_ARGUMENTS})
+  target_link_libraries(${name}_tests PRIVATE fa_test_main fa_reference)
+  fa_warnings(${name}_tests)
+  add_test(NAME "${name} cpu" COMMAND ${name}_tests "[cpu]")
+  set_tests_properties("${name} cpu" PROPERTIES LABELS cpu)
+  if(FA_HAVE_CUDA AND FA_GPU)
+    add_test(NAME "${name} gpu" COMMAND ${name}_tests --gpu "[gpu]")
+    set_tests_properties("${name} gpu" PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
+  endif()
+endfunction()

@@ -1,0 +1,40 @@
+// CUDA error checking: every runtime call and every launch is checked, and a
+// failure throws fa::Error naming the call, the file and the line.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "common/problem.hpp"
+
+namespace fa {
+[[noreturn]] inline void cuda_fail(cudaError_t e, const char* call, const char* file, int line) {
+  throw Error(std::string("CUDA error: ") + call + " failed at " + file + ":" + std::to_string(line) + ": " +
+              cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")");
+}
+}  // namespace fa
+
+#define FA_CUDA_CHECK(call)                                        \
+  do {                                                             \
+    cudaError_t fa_err_ = (call);                                  \
+    if (fa_err_ != cudaSuccess) ::fa::cuda_fail(fa_err_, #call, __FILE__, __LINE__); \
+  } while (0)
+
+/// After every kernel launch: catches bad launch configurations at once.
+#define FA_CHECK_LAUNCH() FA_CUDA_CHECK(cudaGetLastError())
+
+namespace fa {
+/// Ceiling division, for grid sizes and tile counts.
+template <class T>
+constexpr __host__ __device__ T ceil_div(T a, T b) {
+  return (a + b - 1) / b;
+}
+
+/// Raises a kernel's dynamic shared-memory limit above the default 48 KB when needed.
+template <class Kernel>
+void set_smem_limit(Kernel kernel, std::size_t bytes) {
+  if (bytes > 48 * 1024)
+    FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+}  // namespace fa

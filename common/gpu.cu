@@ -1,0 +1,170 @@
+#include "common/gpu.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+#include "common/compare.hpp"
+#include "common/cuda_check.cuh"
+#include "common/device_buffer.cuh"
+#include "common/timer.cuh"
+
+namespace fa::gpu {
+
+bool available(std::string* why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    if (why) *why = std::string("no usable CUDA device: ") + cudaGetErrorString(e);
+    cudaGetLastError();  // clear the sticky error so later calls start clean
+    return false;
+  }
+  if (n == 0) {
+    if (why) *why = "no CUDA device present";
+    return false;
+  }
+  return true;
+}
+
+std::string describe_device() {
+  int dev = 0, driver = 0, runtime = 0;
+  cudaDeviceProp prop{};
+  FA_CUDA_CHECK(cudaGetDevice(&dev));
+  FA_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  FA_CUDA_CHECK(cudaDriverGetVersion(&driver));
+  FA_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
+  std::ostringstream s;
+  s << prop.name << " (sm_" << prop.major << prop.minor << ", " << prop.multiProcessorCount
+    << " SMs), CUDA driver API " << driver / 1000 << "." << (driver % 1000) / 10 << ", runtime "
+    << runtime / 1000 << "." << (runtime % 1000) / 10;
+  return s.str();
+}
+
+int sm_count() {
+  int dev = 0, sms = 0;
+  FA_CUDA_CHECK(cudaGetDevice(&dev));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  return sms;
+}
+
+namespace {
+
+void check_supported(const char* name, int max_d, const Problem& p) {
+  p.validate();
+  if (max_d > 0 && p.d > max_d)
+    throw Error(std::string(name) + " supports head dimensions up to d = " + std::to_string(max_d) +
+                " (got d = " + std::to_string(p.d) + ")");
+  if (p.heads() > 65535) throw Error(std::string(name) + ": B·H must be at most 65535 (one grid dimension)");
+  std::string why;
+  if (!available(&why)) throw Error(std::string(name) + " needs a GPU: " + why);
+}
+
+std::string gib(std::size_t bytes) {
+  std::ostringstream s;
+  s.precision(3);
+  s << double(bytes) / double(1ull << 30) << " GiB";
+  return s.str();
+}
+
+// Refuse, with the numbers, instead of failing inside cudaMalloc or a kernel.
+void check_memory(const char* name, std::size_t need, std::size_t workspace, const char* what) {
+  std::size_t free = 0, total = 0;
+  FA_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  if (need > free) {
+    std::string msg = std::string(name) + " needs " + gib(need) + " of device memory";
+    if (workspace) msg += std::string(" (") + gib(workspace) + " of it for " + what + ")";
+    msg += " but only " + gib(free) + " of " + gib(total) + " is free";
+    throw Error(msg);
+  }
+}
+
+DeviceBuffer<float> poisoned(std::size_t n) {
+  DeviceBuffer<float> b(n);
+  std::vector<float> h(n, poison_value());
+  b.upload(h);
+  return b;
+}
+
+}  // namespace
+
+std::size_t forward_bytes(const GpuForward& s, const Problem& p) {
+  return (4 * p.elems() + p.rows()) * sizeof(float) + s.workspace_bytes(p);
+}
+
+std::size_t backward_bytes(const GpuBackward& s, const Problem& p) {
+  return (8 * p.elems() + p.rows()) * sizeof(float) + s.workspace_bytes(p);
+}
+
+ForwardOut forward(const GpuForward& s, const Problem& p, const Qkv& in, bool softmax) {
+  check_supported(s.name, s.max_d, p);
+  const std::size_t ws_bytes = s.workspace_bytes(p);
+  check_memory(s.name, forward_bytes(s, p), ws_bytes, s.workspace_what);
+  DeviceBuffer<float> q(in.q), k(in.k), v(in.v);
+  DeviceBuffer<float> o = poisoned(p.elems());
+  DeviceBuffer<float> lse = softmax ? poisoned(p.rows()) : DeviceBuffer<float>();
+  DeviceBuffer<char> ws(ws_bytes);
+  s.run(p, FwdArgs{q.get(), k.get(), v.get(), o.get(), lse.get()}, ws.get(), nullptr);
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  return {o.download(), softmax ? lse.download() : std::vector<float>{}};
+}
+
+Grads backward(const GpuBackward& s, const Problem& p, const Qkv& in, const ForwardOut& fwd,
+               const std::vector<float>& dout) {
+  check_supported(s.name, s.max_d, p);
+  const std::size_t ws_bytes = s.workspace_bytes(p);
+  check_memory(s.name, backward_bytes(s, p), ws_bytes, s.workspace_what);
+  DeviceBuffer<float> q(in.q), k(in.k), v(in.v), o(fwd.o), lse(fwd.lse), dO(dout);
+  DeviceBuffer<float> dq = poisoned(p.elems()), dk = poisoned(p.elems()), dv = poisoned(p.elems());
+  DeviceBuffer<char> ws(ws_bytes);
+  s.run(p, BwdArgs{q.get(), k.get(), v.get(), o.get(), lse.get(), dO.get(), dq.get(), dk.get(), dv.get()},
+        ws.get(), nullptr);
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  return {dq.download(), dk.download(), dv.download()};
+}
+
+namespace {
+template <class Launch>
+Timing time_launches(Launch&& launch, int reps) {
+  L2Flusher l2;
+  EventTimer timer;
+  for (int i = 0; i < 2; ++i) launch();  // warm-up: module load, first-touch
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    l2.flush();
+    timer.start();
+    launch();
+    ms.push_back(timer.stop());
+  }
+  std::sort(ms.begin(), ms.end());
+  return {ms[ms.size() / 2], ms.front(), reps};
+}
+}  // namespace
+
+Timing time_forward(const GpuForward& s, const Problem& p, int reps) {
+  check_supported(s.name, s.max_d, p);
+  check_memory(s.name, forward_bytes(s, p), s.workspace_bytes(p), s.workspace_what);
+  const Qkv in = random_qkv(p, 7);
+  DeviceBuffer<float> q(in.q), k(in.k), v(in.v), o(p.elems()), lse(p.rows());
+  DeviceBuffer<char> ws(s.workspace_bytes(p));
+  return time_launches([&] { s.run(p, {q.get(), k.get(), v.get(), o.get(), lse.get()}, ws.get(), nullptr); },
+                       reps);
+}
+
+Timing time_backward(const GpuBackward& s, const Problem& p, int reps) {
+  check_supported(s.name, s.max_d, p);
+  check_memory(s.name, backward_bytes(s, p), s.workspace_bytes(p), s.workspace_what);
+  const Qkv in = random_qkv(p, 7);
+  // O and L need not be a real forward's for timing: the arithmetic is the same.
+  DeviceBuffer<float> q(in.q), k(in.k), v(in.v), o(in.v), dO(in.q);
+  DeviceBuffer<float> lse(std::vector<float>(p.rows(), 1.0f));
+  DeviceBuffer<float> dq(p.elems()), dk(p.elems()), dv(p.elems());
+  DeviceBuffer<char> ws(s.workspace_bytes(p));
+  return time_launches(
+      [&] {
+        s.run(p, {q.get(), k.get(), v.get(), o.get(), lse.get(), dO.get(), dq.get(), dk.get(), dv.get()}, ws.get(),
+              nullptr);
+      },
+      reps);
+}
+
+}  // namespace fa::gpu

@@ -1,0 +1,55 @@
+#include "common/problem.hpp"
+
+#include <sstream>
+
+namespace fa {
+
+std::string Problem::str() const {
+  std::ostringstream s;
+  s << "B=" << B << " H=" << H << " N=" << N << " d=" << d << (causal ? " causal" : "")
+    << " scale=" << softmax_scale();
+  return s.str();
+}
+
+void Problem::validate() const {
+  if (B < 1 || H < 1) throw Error("B and H must be at least 1 (got " + str() + ")");
+  if (N < 1) throw Error("N must be at least 1: an empty sequence has no attention (got " + str() + ")");
+  if (d < 1) throw Error("d must be at least 1 (got " + str() + ")");
+  if (scale && !(std::isfinite(*scale) && *scale > 0))
+    throw Error("the softmax scale must be a finite positive number (got " + std::to_string(*scale) + ")");
+}
+
+namespace {
+std::uint64_t splitmix64(std::uint64_t& s) {
+  std::uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
+std::vector<float> random_tensor(std::size_t n, std::uint64_t seed, float amplitude) {
+  std::vector<float> x(n);
+  std::uint64_t s = seed;
+  for (auto& e : x) {
+    // 24 random bits -> [0, 1) exactly representable in float, then [-a, a).
+    float u = float(splitmix64(s) >> 40) * (1.0f / 16777216.0f);
+    e = amplitude * (2.0f * u - 1.0f);
+  }
+  return x;
+}
+
+Qkv random_qkv(const Problem& p, std::uint64_t seed, float amplitude) {
+  return {random_tensor(p.elems(), seed * 3 + 1, amplitude),
+          random_tensor(p.elems(), seed * 3 + 2, amplitude),
+          random_tensor(p.elems(), seed * 3 + 3, amplitude)};
+}
+
+void require_finite(const std::vector<float>& x, const std::string& what) {
+  for (std::size_t i = 0; i < x.size(); ++i)
+    if (!std::isfinite(x[i]))
+      throw Error(what + " holds " + (std::isnan(x[i]) ? "NaN" : "Inf") + " at flat index " +
+                  std::to_string(i) + ": attention needs finite inputs");
+}
+
+}  // namespace fa

@@ -1,0 +1,47 @@
+// CPU model of step 02: kernels.cu's loops over counted HBM arrays.
+#include "steps/02_fused/step02.hpp"
+#include "steps/02_fused/tile_model.hpp"
+
+namespace fa::step02 {
+
+using namespace tiles;
+
+ModelForward model_forward(const Problem& p, const Qkv& in) {
+  p.validate();
+  ModelForward r;
+  Hbm Q(in.q, r.traffic), K(in.k, r.traffic), V(in.v, r.traffic), O(p.elems(), r.traffic);
+  const int N = p.N, d = p.d;
+  for (std::size_t bh = 0; bh < p.heads(); ++bh) {
+    const std::size_t head = bh * N * d;
+    for (int i = 0; i < q_blocks(N); ++i) {  // one thread block per (i, head)
+      OnChip chip(forward_on_chip(d));
+      auto Qi = chip.tile(kBr * d, "Q_i"), Kj = chip.tile(kBc * d, "K_j"), Vj = chip.tile(kBc * d, "V_j");
+      auto S = chip.tile(kBr * kBc, "S_ij"), acc = chip.tile(kBr * d, "O_i");
+      const int q0 = i * kBr;
+      load_tile(Qi, Q, head + std::size_t(q0) * d, kBr, valid_rows(N, i, kBr), d);
+      for (int j = 0; j <= last_kv_block(N, p.causal, i); ++j) {
+        const int k0 = j * kBc, kv = valid_rows(N, j, kBc);
+        load_tile(Kj, K, head + std::size_t(k0) * d, kBc, kv, d);
+        load_tile(Vj, V, head + std::size_t(k0) * d, kBc, kv, d);
+        scores(S, Qi, Kj, d, p.softmax_scale(), [&](int rr, int c, float s) {
+          const bool masked = c >= kv || (p.causal && k0 + c > q0 + rr);
+          return masked ? 0.0f : s;
+        });
+        accumulate(acc, S, Vj, d);
+      }
+      for (int rr = 0; rr < valid_rows(N, i, kBr); ++rr)
+        for (int c = 0; c < d; ++c) O.store(head + std::size_t(q0 + rr) * d + c, acc[rr * d + c]);
+    }
+  }
+  r.out.o = O.take();
+  return r;
+}
+
+Traffic traffic_forward(const Problem& p) {
+  // Per head: Q read once (N·d), K and V once per query block that needs them,
+  // O written once.
+  const std::uint64_t Nd = std::uint64_t(p.N) * p.d;
+  return {p.heads() * (Nd + 2 * kv_rows_visited(p) * p.d), p.heads() * Nd};
+}
+
+}  // namespace fa::step02

@@ -1,0 +1,25 @@
+// Step 02 — fusion without softmax: O = (scale·Q·Kᵀ)·V in one kernel.
+//
+// Adds over step 01: kernel fusion (lecture p10–20). A thread block owns B_r query
+// rows; it walks the K/V blocks of B_c rows through shared memory, computes the
+// B_r×B_c tile S_ij = scale·Q_i·K_jᵀ on chip and adds S_ij·V_j into an output
+// tile kept in registers. S never reaches device memory; only O is written.
+// Leaves for step 03: the softmax, whose row-wise normaliser needs a whole row.
+// Limits: d <= 256 (register accumulator width); causal masks S_ij = 0 for j > i
+// and skips the blocks wholly above the diagonal.
+// Note: notes/02_fused.md.
+#pragma once
+
+#include "common/hbm.hpp"
+#include "common/step_api.hpp"
+
+namespace fa::step02 {
+
+/// CPU model: the kernel's block loops over counted HBM arrays (O in out.o).
+ModelForward model_forward(const Problem& p, const Qkv& in);
+/// The note's closed-form traffic (elements).
+Traffic traffic_forward(const Problem& p);
+
+extern const GpuForward kForward;  ///< O = (scale·QKᵀ)V, fused
+
+}  // namespace fa::step02

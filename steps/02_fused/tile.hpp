@@ -1,0 +1,56 @@
+// The tile geometry shared by the fused steps (02–05) and their CPU models.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "common/hd.hpp"
+#include "common/problem.hpp"
+
+namespace fa::tiles {
+
+constexpr int kBr = 32;        ///< query rows per block (B_r)
+constexpr int kBc = 32;        ///< key/value rows per block (B_c): one per lane of a warp
+constexpr int kThreads = 256;  ///< 8 warps; warp w owns rows w, w+8, w+16, w+24 of a tile
+constexpr int kRowsPerWarp = kBr / (kThreads / 32);
+constexpr int kMaxD = 256;     ///< largest head dimension the fused kernels take
+
+/// Shared-memory row stride for a tile of width d: odd, so that 32 lanes reading
+/// 32 different rows at the same column hit 32 different banks.
+FA_HD constexpr int padded(int d) { return d | 1; }
+
+FA_HD int q_blocks(int N) { return (N + kBr - 1) / kBr; }   ///< T_r
+FA_HD int kv_blocks(int N) { return (N + kBc - 1) / kBc; }  ///< T_c
+
+/// Last K/V block query block i needs: all of them, or (causal) the one holding
+/// the diagonal of its last row. Blocks after it are skipped, not just masked.
+FA_HD int last_kv_block(int N, bool causal, int i) {
+  if (!causal) return kv_blocks(N) - 1;
+  const int last_row = ((i + 1) * kBr < N ? (i + 1) * kBr : N) - 1;
+  return last_row / kBc;
+}
+/// First query block that needs K/V block j (causal: the one holding row j·B_c).
+FA_HD int first_q_block(bool causal, int j) { return causal ? (j * kBc) / kBr : 0; }
+
+/// Rows of block `blk` (blocks of `rows` rows) that lie inside the sequence.
+FA_HD int valid_rows(int N, int blk, int rows) { return N - blk * rows < rows ? N - blk * rows : rows; }
+
+/// Σ over query blocks i of the K/V rows that block i visits: N·T_r without a
+/// mask; with the causal mask, the K/V blocks up to the diagonal.
+inline std::uint64_t kv_rows_visited(const Problem& p) {
+  std::uint64_t s = 0;
+  for (int i = 0; i < q_blocks(p.N); ++i)
+    s += std::uint64_t(std::min(p.N, (last_kv_block(p.N, p.causal, i) + 1) * kBc));
+  return s;
+}
+
+/// Σ over K/V blocks j of the query rows that visit block j (the backward's
+/// K/V-outer pass re-reads Q_i, dO_i once per such visit): N·T_c without a mask.
+inline std::uint64_t q_rows_visited(const Problem& p) {
+  std::uint64_t s = 0;
+  for (int j = 0; j < kv_blocks(p.N); ++j)
+    for (int i = first_q_block(p.causal, j); i < q_blocks(p.N); ++i) s += std::uint64_t(valid_rows(p.N, i, kBr));
+  return s;
+}
+
+}  // namespace fa::tiles

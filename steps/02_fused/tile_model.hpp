@@ -1,0 +1,55 @@
+// Host pieces of the fused steps' CPU models (02–05): the same three phases as
+// tile.cuh, over counted HBM arrays and on-chip tiles, summing in the same order.
+#pragma once
+
+#include <vector>
+
+#include "common/hbm.hpp"
+#include "steps/02_fused/tile.hpp"
+
+namespace fa::tiles {
+
+/// dst (rows×d) = the `valid` rows starting at element `base` of src; zero beyond.
+/// Only the valid rows are loaded from HBM (the kernel never reads past N).
+inline void load_tile(std::vector<float>& dst, const Hbm& src, std::size_t base, int rows, int valid, int d) {
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < d; ++c) dst[r * d + c] = r < valid ? src.load(base + std::size_t(r) * d + c) : 0.0f;
+}
+
+/// S[r][c] = mask(r, c, scale·Σ_x A[r][x]·B[c][x]), S is kBr×kBc.
+template <class Mask>
+void scores(std::vector<float>& S, const std::vector<float>& A, const std::vector<float>& B, int d, float scale,
+            Mask mask) {
+  for (int r = 0; r < kBr; ++r)
+    for (int c = 0; c < kBc; ++c) {
+      float acc = 0.0f;
+      for (int x = 0; x < d; ++x) acc += A[r * d + x] * B[c * d + x];
+      S[r * kBc + c] = mask(r, c, scale * acc);
+    }
+}
+
+/// acc (kBr×d) += S·V.
+inline void accumulate(std::vector<float>& acc, const std::vector<float>& S, const std::vector<float>& V, int d) {
+  for (int r = 0; r < kBr; ++r)
+    for (int c = 0; c < d; ++c) {
+      float a = acc[r * d + c];
+      for (int j = 0; j < kBc; ++j) a += S[r * kBc + j] * V[j * d + c];
+      acc[r * d + c] = a;
+    }
+}
+
+/// acc (kBc×d) += Sᵀ·B, S is kBr×kBc and B is kBr×d.
+inline void accumulate_t(std::vector<float>& acc, const std::vector<float>& S, const std::vector<float>& B, int d) {
+  for (int r = 0; r < kBc; ++r)
+    for (int c = 0; c < d; ++c) {
+      float a = acc[r * d + c];
+      for (int j = 0; j < kBr; ++j) a += S[j * kBc + r] * B[j * d + c];
+      acc[r * d + c] = a;
+    }
+}
+
+/// On-chip elements the fused forward kernels hold: Q_i, K_j, V_j, the S tile and
+/// the B_r×d accumulator (shared memory + registers).
+inline std::size_t forward_on_chip(int d) { return std::size_t(kBr) * d * 2 + 2 * std::size_t(kBc) * d + kBr * kBc; }
+
+}  // namespace fa::tiles

@@ -1,0 +1,43 @@
+// Step 03's block update in the CPU model, shared with step 04's model: the same
+// phases as block_update.cuh, over on-chip vectors.
+#pragma once
+
+#include <vector>
+
+#include "steps/02_fused/tile_model.hpp"
+#include "steps/03_online_softmax/online_softmax.hpp"
+#include "steps/03_online_softmax/step03.hpp"
+
+namespace fa::step03 {
+
+/// Running statistics of a query block's kBr rows.
+struct ModelStats {
+  std::vector<float> m = std::vector<float>(tiles::kBr, -INFINITY), l = std::vector<float>(tiles::kBr, 0.0f);
+};
+
+inline void model_update_block(std::vector<float>& acc, ModelStats& st, const std::vector<float>& Qi,
+                               const std::vector<float>& Kj, const std::vector<float>& Vj, std::vector<float>& S,
+                               int q0, int k0, int kv, const Problem& p, ModelOptions opt) {
+  using namespace tiles;
+  const int d = p.d;
+  const float kMasked = opt.softmax ? -INFINITY : 0.0f;
+  scores(S, Qi, Kj, d, p.softmax_scale(), [&](int r, int c, float s) {
+    const bool masked = c >= kv || (p.causal && k0 + c > q0 + r);
+    return masked ? kMasked : s;
+  });
+  if (opt.softmax) {
+    for (int r = 0; r < kBr; ++r) {
+      float mx = -INFINITY, sum = 0.0f;
+      for (int c = 0; c < kBc; ++c) mx = std::fmax(mx, S[r * kBc + c]);
+      const float m_new = std::fmax(st.m[r], mx);
+      for (int c = 0; c < kBc; ++c) sum += (S[r * kBc + c] = online::prob(S[r * kBc + c], m_new));
+      const float alpha = opt.forget_rescale ? 1.0f : online::rescale(st.m[r], m_new);
+      st.l[r] = alpha * st.l[r] + sum;
+      st.m[r] = m_new;
+      for (int c = 0; c < d; ++c) acc[r * d + c] *= alpha;
+    }
+  }
+  accumulate(acc, S, Vj, d);
+}
+
+}  // namespace fa::step03

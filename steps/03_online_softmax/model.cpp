@@ -1,0 +1,49 @@
+// CPU model of step 03: step 02's model plus the online softmax.
+#include "steps/03_online_softmax/block_update_model.hpp"
+#include "steps/03_online_softmax/step03.hpp"
+
+namespace fa::step03 {
+
+using namespace tiles;
+
+ModelForward model_forward(const Problem& p, const Qkv& in, ModelOptions opt) {
+  p.validate();
+  ModelForward r;
+  Hbm Q(in.q, r.traffic), K(in.k, r.traffic), V(in.v, r.traffic), O(p.elems(), r.traffic);
+  Hbm L(opt.softmax ? p.rows() : 0, r.traffic);
+  const int N = p.N, d = p.d;
+  for (std::size_t bh = 0; bh < p.heads(); ++bh) {
+    const std::size_t head = bh * N * d;
+    for (int i = 0; i < q_blocks(N); ++i) {
+      OnChip chip(forward_on_chip(d) + 2 * kBr);
+      auto Qi = chip.tile(kBr * d, "Q_i"), Kj = chip.tile(kBc * d, "K_j"), Vj = chip.tile(kBc * d, "V_j");
+      auto S = chip.tile(kBr * kBc, "S_ij"), acc = chip.tile(kBr * d, "O_i");
+      chip.tile(2 * kBr, "m_i, l_i");
+      ModelStats st;
+      const int q0 = i * kBr, rows = valid_rows(N, i, kBr);
+      load_tile(Qi, Q, head + std::size_t(q0) * d, kBr, rows, d);
+      for (int j = 0; j <= last_kv_block(N, p.causal, i); ++j) {
+        const int k0 = j * kBc, kv = valid_rows(N, j, kBc);
+        load_tile(Kj, K, head + std::size_t(k0) * d, kBc, kv, d);
+        load_tile(Vj, V, head + std::size_t(k0) * d, kBc, kv, d);
+        model_update_block(acc, st, Qi, Kj, Vj, S, q0, k0, kv, p, opt);
+      }
+      for (int rr = 0; rr < rows; ++rr) {
+        for (int c = 0; c < d; ++c)
+          O.store(head + std::size_t(q0 + rr) * d + c, opt.softmax ? acc[rr * d + c] / st.l[rr] : acc[rr * d + c]);
+        if (opt.softmax) L.store(bh * N + q0 + rr, online::lse(st.m[rr], st.l[rr]));
+      }
+    }
+  }
+  r.out.o = O.take();
+  if (opt.softmax) r.out.lse = L.take();
+  return r;
+}
+
+Traffic traffic_forward(const Problem& p) {
+  // Step 02's traffic plus L: N more writes per head.
+  const std::uint64_t Nd = std::uint64_t(p.N) * p.d;
+  return {p.heads() * (Nd + 2 * kv_rows_visited(p) * p.d), p.heads() * (Nd + p.N)};
+}
+
+}  // namespace fa::step03

@@ -1,0 +1,28 @@
+// Step 03 — online-softmax tiling: exact softmax attention, nothing N×N in memory.
+//
+// Adds over step 02: the softmax (lecture p21–24). Each thread block still owns
+// B_r query rows and walks the K/V blocks, but now keeps, per row, the running
+// max m and sum ℓ beside the unnormalised output O, and rescales O by e^(m − m_new)
+// whenever a block raises the max. Only O / ℓ and L = m + log ℓ are written.
+// Causal blocks wholly above the diagonal are skipped, not masked.
+// Leaves for step 04: the loop order (here Q outer, K/V inner).
+// Limits: d <= 256. Note: notes/03_online_softmax.md.
+#pragma once
+
+#include "common/hbm.hpp"
+#include "common/step_api.hpp"
+
+namespace fa::step03 {
+
+struct ModelOptions {
+  bool softmax = true;          ///< false: step 02's arithmetic (the compile-time switch of the kernel)
+  bool forget_rescale = false;  ///< the classic bug: O and ℓ not rescaled by e^(m − m_new)
+};
+
+ModelForward model_forward(const Problem& p, const Qkv& in, ModelOptions opt = {});
+Traffic traffic_forward(const Problem& p);
+
+extern const GpuForward kForward;           ///< softmax attention: O and L
+extern const GpuForward kForwardNoSoftmax;  ///< the same kernel with the softmax compiled out
+
+}  // namespace fa::step03

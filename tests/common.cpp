@@ -1,0 +1,150 @@
+// Tests of the plumbing: .npy I/O, comparison, random inputs, problem checks,
+// and (on a GPU) the host wrappers' error paths.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "common/npy.hpp"
+#include "tests/check.hpp"
+#ifdef FA_HAVE_CUDA
+#include "common/gpu.hpp"
+#endif
+
+using namespace fa;
+
+namespace {
+std::string tmp_path(const std::string& name) { return "fa_test_" + name; }
+void write_raw(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
+}
+bool exists(const std::string& path) { return std::ifstream(path).good(); }
+// A hand-made .npy with an arbitrary header dict.
+std::string npy_with_header(std::string dict, std::size_t payload_bytes) {
+  std::string h = dict;
+  while ((10 + h.size() + 1) % 64) h.push_back(' ');
+  h.push_back('\n');
+  std::string out("\x93NUMPY\x01\x00", 8);
+  out.push_back(char(h.size() & 0xff));
+  out.push_back(char(h.size() >> 8));
+  return out + h + std::string(payload_bytes, '\0');
+}
+}  // namespace
+
+TEST_CASE(".npy float32 round trip, 1-D to 4-D", "[cpu]") {
+  for (std::vector<long long> shape : {std::vector<long long>{5}, {3, 4}, {2, 3, 4}, {2, 1, 3, 5}}) {
+    std::size_t n = 1;
+    for (auto s : shape) n *= std::size_t(s);
+    const auto data = random_tensor(n, 1);
+    OutputFiles out;
+    out.add(tmp_path("rt.npy"), shape, data);
+    out.commit();
+    const NpyArray a = read_npy(tmp_path("rt.npy"));
+    CHECK(a.shape == shape);
+    CHECK(a.data == data);
+  }
+  std::remove(tmp_path("rt.npy").c_str());
+}
+
+TEST_CASE(".npy float64 is read and converted", "[cpu]") {
+  std::string f = npy_with_header("{'descr': '<f8', 'fortran_order': False, 'shape': (2, 2), }", 0);
+  const double vals[4] = {1.5, -2.25, 3.0, 1e-3};
+  f.append(reinterpret_cast<const char*>(vals), sizeof vals);
+  write_raw(tmp_path("f8.npy"), f);
+  const NpyArray a = read_npy(tmp_path("f8.npy"));
+  REQUIRE(a.data.size() == 4);
+  CHECK(a.data[1] == -2.25f);
+  CHECK(a.data[3] == float(1e-3));
+  std::remove(tmp_path("f8.npy").c_str());
+}
+
+TEST_CASE(".npy errors name the file and the problem", "[cpu]") {
+  auto message = [](const std::string& path) { return test::error_of([&] { read_npy(path); }); };
+  CHECK(message("does_not_exist.npy").find("cannot open") != std::string::npos);
+  write_raw(tmp_path("text.npy"), "hello, not numpy");
+  CHECK(message(tmp_path("text.npy")).find("not a .npy") != std::string::npos);
+  write_raw(tmp_path("i4.npy"), npy_with_header("{'descr': '<i4', 'fortran_order': False, 'shape': (2,), }", 8));
+  CHECK(message(tmp_path("i4.npy")).find("dtype '<i4'") != std::string::npos);
+  write_raw(tmp_path("fo.npy"), npy_with_header("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", 16));
+  CHECK(message(tmp_path("fo.npy")).find("Fortran") != std::string::npos);
+  write_raw(tmp_path("short.npy"), npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (4, 4), }", 12));
+  CHECK(message(tmp_path("short.npy")).find("truncated") != std::string::npos);
+  write_raw(tmp_path("5d.npy"), npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1, 1, 1, 2), }", 8));
+  CHECK(message(tmp_path("5d.npy")).find("dimensions") != std::string::npos);
+  for (auto n : {"text", "i4", "fo", "short", "5d"}) std::remove(tmp_path(std::string(n) + ".npy").c_str());
+}
+
+TEST_CASE("output files are written all or nothing", "[cpu]") {
+  OutputFiles out;
+  out.add(tmp_path("good.npy"), {2}, {1.0f, 2.0f});
+  out.add("no_such_directory/bad.npy", {2}, {1.0f, 2.0f});
+  CHECK_THROWS_AS(out.commit(), Error);
+  CHECK_FALSE(exists(tmp_path("good.npy")));
+  CHECK_FALSE(exists(tmp_path("good.npy.partial")));
+}
+
+TEST_CASE("compare finds unwritten, NaN and out-of-tolerance elements with their indices", "[cpu]") {
+  std::vector<float> want(24, 1.0f), got = want;
+  got[5] = poison_value();
+  got[7] = std::nanf("");
+  got[11] = 1.1f;
+  const auto r = compare(got, want, tol::kFp32Forward);
+  CHECK_FALSE(r.ok());
+  CHECK(r.unwritten == 1);
+  CHECK(r.nan == 1);
+  CHECK(r.bad == 1);
+  const std::string rep = r.report("x", Shape{{1, 2, 3, 4}}, tol::kFp32Forward);
+  INFO(rep);
+  CHECK(rep.find("[0, 0, 1, 1]: got <unwritten>") != std::string::npos);
+  CHECK(rep.find("[0, 0, 2, 3]") != std::string::npos);
+  CHECK(compare(want, want, tol::kBitExact).ok());
+}
+
+TEST_CASE("random inputs are deterministic and in range", "[cpu]") {
+  const auto a = random_tensor(1000, 5, 2.0f), b = random_tensor(1000, 5, 2.0f), c = random_tensor(1000, 6, 2.0f);
+  CHECK(a == b);
+  CHECK(a != c);
+  for (float x : a) CHECK((x >= -2.0f && x < 2.0f));
+}
+
+TEST_CASE("problems and inputs are validated", "[cpu]") {
+  Problem p;
+  p.N = 0;
+  CHECK_THROWS_AS(p.validate(), Error);
+  p.N = 4;
+  p.scale = -1.0f;
+  CHECK_THROWS_AS(p.validate(), Error);
+  p.scale.reset();
+  CHECK_NOTHROW(p.validate());
+  CHECK(p.softmax_scale() == 0.125f);
+  std::vector<float> x(4, 1.0f);
+  x[2] = INFINITY;
+  CHECK_THROWS_WITH(require_finite(x, "K"), "K holds Inf at flat index 2: attention needs finite inputs");
+}
+
+#ifdef FA_HAVE_CUDA
+namespace {
+void writes_nothing(const Problem&, const FwdArgs&, void*, Stream) {}
+std::size_t a_petabyte(const Problem&) { return std::size_t(1) << 50; }
+}  // namespace
+
+TEST_CASE("GPU wrappers: poisoned outputs, memory and size checks", "[gpu]") {
+  const Problem p = test::make(1, 2, 17, 8, false);
+  const Qkv in = random_qkv(p, 1);
+  SECTION("an output the kernel never writes is reported as unwritten") {
+    const GpuForward lazy{"lazy", 0, no_workspace, "", writes_nothing};
+    const ForwardOut out = gpu::forward(lazy, p, in, true);
+    const auto r = compare(out.o, std::vector<float>(p.elems(), 0.0f), tol::kFp32Forward);
+    CHECK(r.unwritten == p.elems());
+  }
+  SECTION("a problem that does not fit is refused before anything is allocated") {
+    const GpuForward greedy{"greedy", 0, a_petabyte, "a petabyte of scratch", writes_nothing};
+    const std::string e = test::error_of([&] { gpu::forward(greedy, p, in, true); });
+    INFO(e);
+    CHECK((test::contains(e, "needs") && test::contains(e, "a petabyte of scratch") && test::contains(e, "free")));
+  }
+  SECTION("an unsupported d is refused") {
+    const GpuForward small{"small", 4, no_workspace, "", writes_nothing};
+    CHECK(test::contains(test::error_of([&] { gpu::forward(small, p, in, true); }), "up to d = 4"));
+  }
+}
+#endif

@@ -1,0 +1,66 @@
+// Step 04 tests: K/V-outer order against step 03 — the same updates in the same
+// order, so bit for bit — for several group sizes, and its traffic formula.
+#include "reference/reference.hpp"
+#include "steps/02_fused/tile.hpp"
+#include "steps/03_online_softmax/step03.hpp"
+#include "steps/04_kv_outer/step04.hpp"
+#include "tests/check.hpp"
+#ifdef FA_HAVE_CUDA
+#include "common/gpu.hpp"
+#endif
+
+using namespace fa;
+using fa::test::make;
+
+TEST_CASE("step04 model equals step 03's model bit for bit, for any group size", "[cpu]") {
+  for (const Problem& p : test::sweep({1, 17, 113}, {16, 40})) {
+    const Qkv in = random_qkv(p, 51);
+    const ModelForward s3 = step03::model_forward(p, in);
+    for (int G : {1, 2, tiles::q_blocks(p.N)}) {
+      INFO(p.str() << ", G = " << G);
+      const ModelForward s4 = step04::model_forward(p, in, G);
+      FA_CHECK_CLOSE("O", s4.out.o, s3.out.o, tol::kBitExact, test::shape_o(p));
+      FA_CHECK_CLOSE("L", s4.out.lse, s3.out.lse, tol::kBitExact, test::shape_l(p));
+    }
+  }
+}
+
+TEST_CASE("step04 model's HBM traffic equals the note's formula", "[cpu]") {
+  for (const Problem& p : {make(1, 1, 1, 16, false), make(2, 3, 113, 40, true), make(1, 1, 200, 64, false),
+                           make(1, 2, 257, 8, true)})
+    for (int G : {1, 3, tiles::q_blocks(p.N)}) {
+      INFO(p.str() << ", G = " << G);
+      const Traffic m = step04::model_forward(p, random_qkv(p, 1), G).traffic, f = step04::traffic_forward(p, G);
+      CHECK(m.read == f.read);
+      CHECK(m.written == f.written);
+    }
+  // Closed form, N = 1024 = 32·T_r, G = T_r (Algorithm 1): K, V read once; Q read
+  // T_c times; O, m, ℓ read T_c − 1 times and written T_c − 1 times, then O, L once.
+  const std::uint64_t N = 1024, d = 64, T = 32;
+  const Traffic t = step04::traffic_forward(make(1, 1, 1024, 64, false), 32);
+  CHECK(t.read == 2 * N * d + N * d * T + N * (d + 2) * (T - 1));
+  CHECK(t.written == N * (d + 2) * (T - 1) + N * (d + 1));
+}
+
+TEST_CASE("step04 default group keeps the GPU busy", "[cpu]") {
+  CHECK(step04::default_group(make(1, 1, 4096, 64, false), 132) == 1);   // 128 query blocks, 1 head: G = 1
+  CHECK(step04::default_group(make(16, 16, 4096, 64, false), 132) == 64);   // 256 heads: two groups per head
+  CHECK(step04::default_group(make(1, 8, 4096, 64, false), 132) == 4);    // 33 groups of 4 per head
+}
+
+#ifdef FA_HAVE_CUDA
+TEST_CASE("step04 kernel equals step 03's kernel bit for bit", "[gpu]") {
+  for (const Problem& p : test::sweep()) {
+    INFO(p.str() << ", seed 52");
+    const Qkv in = random_qkv(p, 52);
+    const ForwardOut s3 = gpu::forward(step03::kForward, p, in, true);
+    for (const GpuForward* step : {&step04::kForward, &step04::kForwardAlgorithm1}) {
+      INFO(step->name);
+      const ForwardOut s4 = gpu::forward(*step, p, in, true);
+      FA_CHECK_CLOSE("O", s4.o, s3.o, tol::kBitExact, test::shape_o(p));
+      FA_CHECK_CLOSE("L", s4.lse, s3.lse, tol::kBitExact, test::shape_l(p));
+    }
+    FA_CHECK_CLOSE("O vs reference", s3.o, reference::forward(p, in).o, tol::kFp32Forward, test::shape_o(p));
+  }
+}
+#endif

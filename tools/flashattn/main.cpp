@@ -1,0 +1,300 @@
+// flashattn: the course's front door.
+//
+//   flashattn [tour] [--N n] [--d d] [--B b] [--H h] [--causal]   every step on one problem, one table
+//   flashattn run --step ID --q Q.npy --k K.npy --v V.npy --out O.npy [--lse L.npy]
+//                 [--causal] [--scale S] [--do dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]
+//   flashattn list                                                 the steps in this build
+//   flashattn --help
+//
+// Errors: one line on stderr, exit status 2, and no output file created or changed.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <sstream>
+
+#include "common/compare.hpp"
+#include "common/npy.hpp"
+#include "reference/reference.hpp"
+#include "tools/flashattn/steps_table.hpp"
+#ifdef FA_HAVE_CUDA
+#include "common/gpu.hpp"
+#endif
+
+namespace {
+
+using namespace fa;
+
+const char* kHelp = R"(flashattn — FlashAttention, step by step (see README.md and notes/)
+
+Usage:
+  flashattn [tour] [--B b] [--H h] [--N n] [--d d] [--causal] [--seed s]
+      Runs every step on one problem and prints one table: what each step
+      computes, its error against the fp64 reference, its time and its HBM
+      traffic. Without a CUDA device the CPU model of each step runs instead.
+  flashattn run --step ID --q Q.npy --k K.npy --v V.npy --out O.npy
+                [--lse L.npy] [--causal] [--scale S]
+                [--do dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]
+      Runs one step on your tensors (float32 or float64 .npy, C order, shape
+      [N, d], [H, N, d] or [B, H, N, d]) and writes float32 results. With --do
+      and the three gradient paths it also runs the step's backward.
+  flashattn list
+      The steps in this build, which need a GPU, which have a backward.
+
+Exit status: 0 on success, 2 on bad input (one line on stderr, nothing written).
+)";
+
+struct Args {
+  std::map<std::string, std::string> kv;
+  bool causal = false;
+};
+
+Args parse(int argc, char** argv, int first, const std::vector<std::string>& with_value) {
+  Args a;
+  for (int i = first; i < argc; ++i) {
+    const std::string k = argv[i];
+    if (k == "--causal") {
+      a.causal = true;
+      continue;
+    }
+    bool known = false;
+    for (const auto& w : with_value) known |= (k == w);
+    if (!known) throw Error("unknown option '" + k + "' (see flashattn --help)");
+    if (i + 1 >= argc) throw Error("option " + k + " needs a value");
+    a.kv[k] = argv[++i];
+  }
+  return a;
+}
+
+int to_int(const std::string& s, const std::string& what) {
+  try {
+    std::size_t used = 0;
+    const long v = std::stol(s, &used);
+    if (used == s.size() && v >= 0 && v <= 1 << 30) return int(v);
+  } catch (...) {
+  }
+  throw Error(what + " must be a non-negative integer (got '" + s + "')");
+}
+
+std::string fmt(double x, int prec = 3) {
+  std::ostringstream s;
+  s.precision(prec);
+  s << x;
+  return s.str();
+}
+
+bool have_gpu(std::string* why) {
+#ifdef FA_HAVE_CUDA
+  return gpu::available(why);
+#else
+  *why = "this build has no CUDA (nvcc was not found at configure time)";
+  return false;
+#endif
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// ---- tour -----------------------------------------------------------------------
+int tour(const Args& a) {
+  std::string why;
+  const bool gpu = have_gpu(&why);
+  Problem p;
+  p.B = a.kv.count("--B") ? to_int(a.kv.at("--B"), "--B") : 1;
+  p.H = a.kv.count("--H") ? to_int(a.kv.at("--H"), "--H") : (gpu ? 4 : 2);
+  p.N = a.kv.count("--N") ? to_int(a.kv.at("--N"), "--N") : (gpu ? 1024 : 256);
+  p.d = a.kv.count("--d") ? to_int(a.kv.at("--d"), "--d") : 64;
+  p.causal = a.causal;
+  p.validate();
+  const int seed = a.kv.count("--seed") ? to_int(a.kv.at("--seed"), "--seed") : 1;
+  const Qkv in = random_qkv(p, std::uint64_t(seed));
+  const std::vector<float> dout = random_tensor(p.elems(), std::uint64_t(seed) + 100);
+
+  std::cout << "FlashAttention, step by step — the tour\n";
+  std::cout << "problem: " << p.str() << ", inputs uniform in [-1, 1) from seed " << seed << "\n";
+#ifdef FA_HAVE_CUDA
+  if (gpu) std::cout << "GPU:     " << gpu::describe_device() << "\n";
+#endif
+  if (!gpu)
+    std::cout << "GPU:     none (" << why << ")\n"
+              << "         -> each GPU step's CPU model runs instead of its kernel: same algorithm, same tiles,\n"
+              << "            counting HBM traffic; no GPU times.\n";
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const ForwardOut ref = reference::forward(p, in);
+  const double ref_s = seconds_since(t0);
+  const std::vector<float> ref_ns = reference::forward_nosoftmax(p, in);
+  const Grads ref_g = reference::backward(p, in, dout);
+
+  std::printf("\n%-13s %-52s %-6s %11s %11s %12s %12s\n", "step", "computes", "ran on", "max |err|", "time ms",
+              "HBM MB", "scratch MB");
+  std::printf("%-13s %-52s %-6s %11s %11s %12s %12s\n", "reference", "CPU, Eigen, fp64 accumulation", "CPU", "0",
+              fmt(ref_s * 1e3).c_str(), "-", "-");
+  auto mb = [](double elems) { return fmt(elems * 4 / 1e6, 4); };
+  for (const StepEntry& s : step_table()) {
+    if (s.id == "reference") continue;
+    // Forward row (step 05's forward is step 04's: only its backward row is shown).
+    if (s.traffic_forward) {
+      std::vector<float> o;
+      std::string where = "model", time = "-", scratch = "-";
+      if (gpu) {
+        o = s.forward(p, in).o;
+        where = "GPU";
+#ifdef FA_HAVE_CUDA
+        time = fmt(gpu::time_forward(*s.gpu_forward, p, 10).median_ms);
+        scratch = mb(double(s.gpu_forward->workspace_bytes(p)) / 4);
+#endif
+      } else {
+        o = s.model(p, in).out.o;
+      }
+      const auto r = compare(o, s.softmax ? ref.o : ref_ns, tol::kFp32Forward);
+      std::printf("%-13s %-52s %-6s %11s %11s %12s %12s\n", (s.id + " forward").c_str(), s.what.c_str(), where.c_str(),
+                  fmt(r.max_abs, 2).c_str(), time.c_str(), mb(double(s.traffic_forward(p).total())).c_str(),
+                  scratch.c_str());
+    }
+    if (s.traffic_backward) {
+      std::string where = "model", time = "-", scratch = "-";
+      Grads g;
+      if (gpu) {
+        g = s.backward(p, in, ref, dout);
+        where = "GPU";
+#ifdef FA_HAVE_CUDA
+        time = fmt(gpu::time_backward(*s.gpu_backward, p, 10).median_ms);
+        scratch = mb(double(s.gpu_backward->workspace_bytes(p)) / 4);
+#endif
+      } else {
+        g = s.model_backward(p, in, ref, dout).grads;
+      }
+      double e = 0;
+      for (auto [x, y] : {std::pair{&g.dq, &ref_g.dq}, {&g.dk, &ref_g.dk}, {&g.dv, &ref_g.dv}})
+        e = std::max(e, compare(*x, *y, tol::kFp32Backward).max_abs);
+      const std::string err = fmt(e, 2);
+      std::printf("%-13s %-52s %-6s %11s %11s %12s %12s\n", (s.id + " backward").c_str(),
+                  s.id == "05" ? "dQ, dK, dV with P rebuilt on chip" : "dQ, dK, dV with P, dP, dS in memory",
+                  where.c_str(), err.c_str(), time.c_str(), mb(double(s.traffic_backward(p).total())).c_str(),
+                  scratch.c_str());
+    }
+  }
+  std::cout << "\nmax |err|: largest element-wise difference from the fp64 reference (step 02: from the\n"
+               "reference's attention without softmax). HBM MB: elements each step reads and writes in device\n"
+               "memory by its note's formula (= its CPU model's count), x 4 bytes. scratch MB: extra device memory.\n"
+               "Next: the notes in notes/, `flashattn list`, `flashattn run --help`.\n";
+  return 0;
+}
+
+// ---- list -------------------------------------------------------------------------
+int list() {
+  std::string why;
+  const bool gpu = have_gpu(&why);
+  std::printf("%-10s %-8s %-9s %-52s %s\n", "step", "needs", "backward", "computes", "note");
+  for (const auto& s : step_table())
+    std::printf("%-10s %-8s %-9s %-52s %s\n", s.id.c_str(), s.gpu ? "GPU" : "CPU", s.backward ? "yes" : "no",
+                s.what.c_str(), s.note.c_str());
+  std::cout << (gpu ? "A CUDA device is present: every step can run.\n"
+                    : "No usable CUDA device (" + why + "): only the reference runs; the tour runs the CPU models.\n");
+  return 0;
+}
+
+// ---- run --------------------------------------------------------------------------
+struct Input {
+  std::vector<long long> shape;
+  std::vector<float> data;
+};
+
+Input load(const Args& a, const std::string& opt, const char* name) {
+  if (!a.kv.count(opt)) throw Error(std::string("missing ") + opt + " (the " + name + " tensor)");
+  NpyArray x = read_npy(a.kv.at(opt));
+  if (x.shape.size() < 2) throw Error(a.kv.at(opt) + ": " + name + " must have 2 to 4 dimensions: [N, d], [H, N, d] or [B, H, N, d]");
+  return {x.shape, std::move(x.data)};
+}
+
+int run(const Args& a) {
+  if (!a.kv.count("--step")) throw Error("missing --step (see flashattn list)");
+  const StepEntry& s = find_step(a.kv.at("--step"));
+  if (!a.kv.count("--out")) throw Error("missing --out O.npy");
+  const bool want_bwd = a.kv.count("--do") || a.kv.count("--dq") || a.kv.count("--dk") || a.kv.count("--dv");
+  if (want_bwd && !(a.kv.count("--do") && a.kv.count("--dq") && a.kv.count("--dk") && a.kv.count("--dv")))
+    throw Error("the backward needs all of --do, --dq, --dk and --dv");
+  if (want_bwd && !s.backward) throw Error("step " + s.id + " has no backward (steps with one: reference, 01, 05)");
+  if (a.kv.count("--lse") && !s.softmax) throw Error("step " + s.id + " computes no softmax, so it has no log-sum-exp");
+  if (s.gpu) {
+    std::string why;
+    if (!have_gpu(&why)) throw Error("step " + s.id + " runs on the GPU: " + why);
+  }
+
+  const Input q = load(a, "--q", "Q"), k = load(a, "--k", "K"), v = load(a, "--v", "V");
+  if (k.shape != q.shape || v.shape != q.shape)
+    throw Error("Q, K and V must have the same shape (attention with N keys for N queries)");
+  Problem p;
+  const auto& sh = q.shape;
+  const std::size_t r = sh.size();
+  p.B = r == 4 ? int(sh[0]) : 1;
+  p.H = r >= 3 ? int(sh[r - 3]) : 1;
+  p.N = int(sh[r - 2]);
+  p.d = int(sh[r - 1]);
+  p.causal = a.causal;
+  if (a.kv.count("--scale")) {
+    try {
+      p.scale = std::stof(a.kv.at("--scale"));
+    } catch (...) {
+      throw Error("--scale must be a number (got '" + a.kv.at("--scale") + "')");
+    }
+  }
+  p.validate();
+  Qkv in{q.data, k.data, v.data};
+  require_finite(in.q, a.kv.at("--q"));
+  require_finite(in.k, a.kv.at("--k"));
+  require_finite(in.v, a.kv.at("--v"));
+  Input dO;
+  if (want_bwd) {
+    dO = load(a, "--do", "dO");
+    if (dO.shape != q.shape) throw Error("dO must have the shape of Q");
+    require_finite(dO.data, a.kv.at("--do"));
+  }
+
+  const ForwardOut out = s.forward(p, in);
+  std::vector<long long> lshape(sh.begin(), sh.end() - 1);
+  OutputFiles files;
+  files.add(a.kv.at("--out"), sh, out.o);
+  if (a.kv.count("--lse")) files.add(a.kv.at("--lse"), lshape, out.lse);
+  if (want_bwd) {
+    const Grads g = s.backward(p, in, out, dO.data);
+    files.add(a.kv.at("--dq"), sh, g.dq);
+    files.add(a.kv.at("--dk"), sh, g.dk);
+    files.add(a.kv.at("--dv"), sh, g.dv);
+  }
+  files.commit();
+  std::cout << "step " << s.id << ": " << p.str() << " -> " << a.kv.at("--out") << (want_bwd ? " and gradients" : "")
+            << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const std::string cmd = argc > 1 ? argv[1] : "tour";
+    if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+      std::cout << kHelp;
+      return 0;
+    }
+    const std::vector<std::string> tour_opts = {"--B", "--H", "--N", "--d", "--seed"};
+    if (cmd == "tour") return tour(parse(argc, argv, 2, tour_opts));
+    if (cmd.rfind("--", 0) == 0) return tour(parse(argc, argv, 1, tour_opts));
+    if (cmd == "list") return list();
+    if (cmd == "run") {
+      if (argc > 2 && (std::string(argv[2]) == "--help" || std::string(argv[2]) == "-h")) {
+        std::cout << kHelp;
+        return 0;
+      }
+      return run(parse(argc, argv, 2,
+                       {"--step", "--q", "--k", "--v", "--out", "--lse", "--scale", "--do", "--dq", "--dk", "--dv"}));
+    }
+    throw Error("unknown command '" + cmd + "' (commands: tour, run, list; see flashattn --help)");
+  } catch (const std::exception& e) {
+    std::cerr << "flashattn: error: " << e.what() << "\n";
+    return 2;
+  }
+}

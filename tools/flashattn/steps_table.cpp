@@ -1,0 +1,110 @@
+#include "tools/flashattn/steps_table.hpp"
+
+#include "reference/reference.hpp"
+#include "steps/01_naive/step01.hpp"
+#include "steps/02_fused/step02.hpp"
+#include "steps/03_online_softmax/step03.hpp"
+#include "steps/04_kv_outer/step04.hpp"
+#include "steps/05_backward/step05.hpp"
+#ifdef FA_HAVE_CUDA
+#include "common/gpu.hpp"
+#endif
+
+namespace fa {
+namespace {
+
+// GPU entry points exist only in CUDA builds; elsewhere the rows keep their CPU
+// models and formulas, and running the kernel says that it needs a GPU.
+#ifdef FA_HAVE_CUDA
+#define FA_GPU(x) (&(x))
+#else
+#define FA_GPU(x) nullptr
+#endif
+
+using ForwardFn = std::function<ForwardOut(const Problem&, const Qkv&)>;
+using BackwardFn = std::function<Grads(const Problem&, const Qkv&, const ForwardOut&, const std::vector<float>&)>;
+
+ForwardFn on_gpu(const GpuForward* s, bool softmax) {
+  return [s, softmax](const Problem& p, const Qkv& in) -> ForwardOut {
+#ifdef FA_HAVE_CUDA
+    return gpu::forward(*s, p, in, softmax);
+#else
+    (void)p, (void)in, (void)softmax;
+    throw Error(std::string(s ? s->name : "this step") + " needs a GPU, and this build has no CUDA");
+#endif
+  };
+}
+BackwardFn on_gpu(const GpuBackward* s) {
+  return [s](const Problem& p, const Qkv& in, const ForwardOut& f, const std::vector<float>& dout) -> Grads {
+#ifdef FA_HAVE_CUDA
+    return gpu::backward(*s, p, in, f, dout);
+#else
+    (void)p, (void)in, (void)f, (void)dout;
+    throw Error(std::string(s ? s->name : "this step") + " needs a GPU, and this build has no CUDA");
+#endif
+  };
+}
+
+/// Step 04's group size follows the GPU's SM count; without a GPU, the H200's 132.
+int sms() {
+#ifdef FA_HAVE_CUDA
+  static const int n = gpu::available() ? gpu::sm_count() : 132;
+  return n;
+#else
+  return 132;
+#endif
+}
+
+std::vector<StepEntry> make_table() {
+  std::vector<StepEntry> t;
+  t.push_back({"reference", "CPU, Eigen, fp64 accumulation: S, P, O in full", false, true,
+               [](const Problem& p, const Qkv& in) { return reference::forward(p, in); },
+               [](const Problem& p, const Qkv& in, const ForwardOut&, const std::vector<float>& dout) {
+                 return reference::backward(p, in, dout);
+               },
+               {}, {}, {}, {}, nullptr, nullptr, "notes/00_reference.md"});
+  // model: the CPU model of the same algorithm; traffic: the note's formula (the
+  // tests assert that the two agree).
+  t.push_back({"01", "naive: S and P (NxN) written to device memory", true, true,
+               on_gpu(FA_GPU(step01::kForward), true), on_gpu(FA_GPU(step01::kBackward)),
+               [](const Problem& p, const Qkv& in) { return step01::model_forward(p, in, true); },
+               step01::model_backward,
+               [](const Problem& p) { return step01::traffic_forward(p, true); }, step01::traffic_backward,
+               FA_GPU(step01::kForward), FA_GPU(step01::kBackward), "notes/01_naive.md"});
+  t.push_back({"02", "fused, no softmax: O = (scale*QK^T)V, K/V tiled", true, false,
+               on_gpu(FA_GPU(step02::kForward), false), {}, step02::model_forward, {}, step02::traffic_forward, {},
+               FA_GPU(step02::kForward), nullptr, "notes/02_fused.md"});
+  t.push_back({"03", "online softmax, Q outer: m, l, O kept on chip", true, true,
+               on_gpu(FA_GPU(step03::kForward), true), {},
+               [](const Problem& p, const Qkv& in) { return step03::model_forward(p, in); }, {},
+               step03::traffic_forward, {}, FA_GPU(step03::kForward), nullptr, "notes/03_online_softmax.md"});
+  t.push_back({"04", "K/V outer (Algorithm 1): m, l, O in device memory", true, true,
+               on_gpu(FA_GPU(step04::kForward), true), {},
+               [](const Problem& p, const Qkv& in) { return step04::model_forward(p, in, step04::default_group(p, sms())); },
+               {}, [](const Problem& p) { return step04::traffic_forward(p, step04::default_group(p, sms())); }, {},
+               FA_GPU(step04::kForward), nullptr, "notes/04_kv_outer.md"});
+  t.push_back({"05", "backward by recomputation (its forward: step 04)", true, true,
+               on_gpu(FA_GPU(step04::kForward), true), on_gpu(FA_GPU(step05::kBackward)), {},
+               step05::model_backward, {}, step05::traffic_backward, nullptr, FA_GPU(step05::kBackward), "notes/05_backward.md"});
+  return t;
+}
+
+}  // namespace
+
+const std::vector<StepEntry>& step_table() {
+  static const std::vector<StepEntry> table = make_table();
+  return table;
+}
+
+const StepEntry& find_step(const std::string& id) {
+  std::string key = id;
+  if (key.rfind("step", 0) == 0) key = key.substr(4);
+  if (key.size() == 1 && std::isdigit(static_cast<unsigned char>(key[0]))) key = "0" + key;
+  for (const auto& s : step_table())
+    if (s.id == key) return s;
+  std::string known;
+  for (const auto& s : step_table()) known += (known.empty() ? "" : ", ") + s.id;
+  throw Error("unknown step '" + id + "' (this build has: " + known + ")");
+}
+
+}  // namespace fa

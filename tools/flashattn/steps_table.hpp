@@ -1,0 +1,40 @@
+// The table of steps that drives the tour, the CLI and the bench: one row per
+// step, the same fields for every step. Adding a step means adding a row.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/hbm.hpp"
+#include "common/problem.hpp"
+#include "common/step_api.hpp"
+
+namespace fa {
+
+struct StepEntry {
+  std::string id;    ///< "reference", "01", … (what --step takes)
+  std::string what;  ///< one line: what it computes and how
+  bool gpu;          ///< needs a CUDA device
+  bool softmax;      ///< softmax attention; false: O = (scale·QKᵀ)V
+  /// Forward on host tensors: the kernel (GPU steps) or the reference.
+  std::function<ForwardOut(const Problem&, const Qkv&)> forward;
+  /// Backward on host tensors; empty when the step has none.
+  std::function<Grads(const Problem&, const Qkv&, const ForwardOut&, const std::vector<float>&)> backward;
+  /// The CPU model of the step's forward (empty for the reference).
+  std::function<ModelForward(const Problem&, const Qkv&)> model;
+  /// The CPU model of the step's backward (empty when it has none).
+  std::function<ModelBackward(const Problem&, const Qkv&, const ForwardOut&, const std::vector<float>&)> model_backward;
+  /// The note's HBM traffic of the forward (and backward) in elements.
+  std::function<Traffic(const Problem&)> traffic_forward, traffic_backward;
+  const GpuForward* gpu_forward = nullptr;    ///< for timing
+  const GpuBackward* gpu_backward = nullptr;  ///< for timing
+  std::string note;                           ///< notes/…md
+};
+
+/// Every step this build has: the reference always; the GPU steps with CUDA.
+const std::vector<StepEntry>& step_table();
+/// The step named `id` ("3", "03" and "step03" all name step 03); throws fa::Error.
+const StepEntry& find_step(const std::string& id);
+
+}  // namespace fa
