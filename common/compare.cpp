@@ -1,5 +1,6 @@
 #include "common/compare.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 

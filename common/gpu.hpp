@@ -39,7 +39,8 @@ struct Timing {
   int reps = 0;
 };
 /// Times a step on random inputs: warm-up, L2 flushed before every repeat,
-/// CUDA events around the launch only, median of `reps`.
+/// CUDA events around the launch only, median of `reps`. reps = 0: one untimed
+/// launch and nothing else (for profilers).
 Timing time_forward(const GpuForward& step, const Problem& p, int reps);
 Timing time_backward(const GpuBackward& step, const Problem& p, int reps);
 

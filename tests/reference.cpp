@@ -1,5 +1,6 @@
 // Tests of the CPU reference: against a plain triple loop, finite differences,
 // closed-form cases and huge logits.
+#include <algorithm>
 #include <cmath>
 
 #include "reference/reference.hpp"

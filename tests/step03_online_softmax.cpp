@@ -1,6 +1,7 @@
 // Step 03 tests: online softmax against step 01 and the reference; with the
 // softmax compiled out against step 02 (bit for bit); the classic forgotten
 // rescale must be caught; huge logits; the lecture's degenerate cases.
+#include <algorithm>
 #include <cmath>
 
 #include "reference/reference.hpp"

@@ -7,6 +7,7 @@
 //   flashattn --help
 //
 // Errors: one line on stderr, exit status 2, and no output file created or changed.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>

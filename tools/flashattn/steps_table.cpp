@@ -1,5 +1,7 @@
 #include "tools/flashattn/steps_table.hpp"
 
+#include <cctype>
+
 #include "reference/reference.hpp"
 #include "steps/01_naive/step01.hpp"
 #include "steps/02_fused/step02.hpp"

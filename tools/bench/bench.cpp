@@ -1,0 +1,214 @@
+// fa_bench: times every built GPU step over a sweep of shapes and writes CSV.
+//
+//   fa_bench [--N 1024,2048,...] [--d 64,128] [--causal 0,1] [--dir fwd,bwd]
+//            [--tokens 65536] [--reps 10] [--steps 01,03,...] [--csv out.csv]
+//   fa_bench --max-n [--steps ...] [--csv out.csv]
+//   fa_bench --once --steps 03 --N 4096 --d 64 --causal 0 --dir fwd   (for ncu)
+//
+// Sweep: B = 1 and H = tokens / N heads (so every N does the same number of
+// query rows; at least one head). Each point: 2 warm-up launches, then `reps`
+// launches timed with CUDA events, L2 flushed before each; the median is kept.
+// TFLOP/s by the convention 4·B·H·N²·d (halved when causal), ×2.5 for backward.
+// Peak extra device memory is the step's workspace (its N² buffers for step 01).
+// --max-n: for each step, doubles N at B = H = 1 until the step cannot hold the
+// problem in device memory (or N reaches 256k, or one launch takes over 2 s), and
+// reports the largest N that ran.
+// --once: runs each chosen step once per shape on random inputs, untimed, and
+// prints the note's traffic formula in bytes: what tools/bench/ncu_traffic.py
+// profiles with Nsight Compute to measure DRAM bytes.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/gpu.hpp"
+#include "tools/flashattn/steps_table.hpp"
+
+namespace {
+
+using namespace fa;
+
+std::vector<int> ints(const std::string& s) {
+  std::vector<int> v;
+  std::stringstream ss(s);
+  std::string t;
+  while (std::getline(ss, t, ',')) v.push_back(std::stoi(t));
+  return v;
+}
+std::vector<std::string> words(const std::string& s) {
+  std::vector<std::string> v;
+  std::stringstream ss(s);
+  std::string t;
+  while (std::getline(ss, t, ',')) v.push_back(t);
+  return v;
+}
+
+struct Row {
+  std::string step, dir;
+  Problem p;
+  double ms = 0, tflops = 0;
+  std::size_t scratch = 0, total = 0;  ///< workspace, and workspace + tensors
+  unsigned long long formula_bytes = 0;  ///< HBM bytes by the step's note (= its CPU model's count)
+  std::string status = "ok";
+};
+
+std::string device_fields() {
+  int dev = 0, driver = 0, runtime = 0;
+  cudaDeviceProp prop{};
+  cudaGetDevice(&dev);
+  cudaGetDeviceProperties(&prop, dev);
+  cudaDriverGetVersion(&driver);
+  cudaRuntimeGetVersion(&runtime);
+  std::ostringstream s;
+  s << prop.name << "," << driver / 1000 << "." << (driver % 1000) / 10 << "," << runtime / 1000 << "."
+    << (runtime % 1000) / 10;
+  return s.str();
+}
+
+void write_row(std::FILE* f, const Row& r, const std::string& dev) {
+  std::fprintf(f, "fa,%s,%s,fp32,%d,%d,%d,%d,%d,%.5f,%.3f,%zu,%s,%s,%llu,%zu\n", r.step.c_str(), r.dir.c_str(), r.p.B,
+               r.p.H, r.p.N, r.p.d, int(r.p.causal), r.ms, r.tflops, r.scratch, r.status.c_str(), dev.c_str(),
+               r.formula_bytes, r.total);
+  std::fflush(f);
+}
+
+Row measure(const StepEntry& s, const std::string& dir, const Problem& p, int reps) {
+  Row r{s.id, dir, p};
+  const bool bwd = dir == "bwd";
+  r.scratch = bwd ? s.gpu_backward->workspace_bytes(p) : s.gpu_forward->workspace_bytes(p);
+  r.total = bwd ? gpu::backward_bytes(*s.gpu_backward, p) : gpu::forward_bytes(*s.gpu_forward, p);
+  r.formula_bytes = 4ull * (bwd ? s.traffic_backward(p) : s.traffic_forward(p)).total();
+  try {
+    const gpu::Timing t = bwd ? gpu::time_backward(*s.gpu_backward, p, reps) : gpu::time_forward(*s.gpu_forward, p, reps);
+    r.ms = t.median_ms;
+    r.tflops = p.flops_forward() * (bwd ? 2.5 : 1.0) / (t.median_ms * 1e-3) / 1e12;
+  } catch (const Error& e) {
+    r.status = std::string(e.what()).find("free") != std::string::npos ? "out-of-memory" : "error";
+    std::cerr << "  " << s.id << " " << dir << " " << p.str() << ": " << e.what() << "\n";
+    cudaGetLastError();
+  }
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    std::string Ns = "1024,2048,4096,8192,16384", ds = "64,128", causals = "0,1", dirs = "fwd,bwd", steps_arg,
+                csv = "bench.csv";
+    long tokens = 65536;
+    int reps = 10;
+    bool max_n = false, once = false;
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      auto val = [&]() -> std::string {
+        if (i + 1 >= argc) throw Error(a + " needs a value");
+        return argv[++i];
+      };
+      if (a == "--N") Ns = val();
+      else if (a == "--d") ds = val();
+      else if (a == "--causal") causals = val();
+      else if (a == "--dir") dirs = val();
+      else if (a == "--tokens") tokens = std::stol(val());
+      else if (a == "--reps") reps = std::stoi(val());
+      else if (a == "--steps") steps_arg = val();
+      else if (a == "--csv") csv = val();
+      else if (a == "--max-n") max_n = true;
+      else if (a == "--once") once = true;
+      else throw Error("unknown option " + a);
+    }
+    std::string why;
+    if (!gpu::available(&why)) throw Error("fa_bench needs a GPU: " + why);
+    const std::string dev = device_fields();
+    std::FILE* f = std::fopen(csv.c_str(), "w");
+    if (!f) throw Error("cannot write " + csv);
+    std::fprintf(f, "impl,step,dir,dtype,B,H,N,d,causal,ms,tflops,scratch_bytes,status,gpu,cuda_driver_api,cuda_runtime,formula_bytes,total_bytes\n");
+    std::vector<const StepEntry*> chosen;
+    for (const auto& s : step_table()) {
+      if (!s.gpu) continue;
+      if (!steps_arg.empty()) {
+        bool want = false;
+        for (const auto& w : words(steps_arg)) want |= (&find_step(w) == &s);
+        if (!want) continue;
+      }
+      chosen.push_back(&s);
+    }
+    std::cerr << "fa_bench on " << gpu::describe_device() << " -> " << csv << "\n";
+
+    if (max_n) {
+      // Largest N each step can hold at B·H = bh_max (forward; step 05: backward).
+      for (const StepEntry* s : chosen) {
+        const std::string dir = s->gpu_forward ? "fwd" : "bwd";
+        Row last{s->id, dir, {}};
+        last.status = "none";
+        for (int N = 1024; N <= 262144; N *= 2) {
+          Problem p;
+          p.B = 1, p.H = 1, p.N = N, p.d = 64;
+          Row r = measure(*s, dir, p, 1);
+          std::cerr << "max-n " << s->id << " N=" << N << " " << r.status << " " << r.ms << " ms\n";
+          if (r.status != "ok") {
+            write_row(f, r, dev);
+            break;
+          }
+          last = r;
+          last.status = N == 262144 ? "largest-ok:sweep-end" : "largest-ok";
+          if (r.ms > 2000) {  // the next doubling would take 4x as long
+            last.status = "largest-ok:time-limit";
+            break;
+          }
+        }
+        write_row(f, last, dev);
+      }
+      std::fclose(f);
+      return 0;
+    }
+
+    const auto Nl = ints(Ns), dl = ints(ds), cl = ints(causals);
+    if (once) {
+      for (const StepEntry* s : chosen)
+        for (const auto& dir : words(dirs)) {
+          const bool bwd = dir == "bwd";
+          if ((bwd && !s->gpu_backward) || (!bwd && !s->gpu_forward)) continue;
+          for (int d : dl)
+            for (int c : cl)
+              for (int N : Nl) {
+                Problem p;
+                p.B = 1, p.H = int(std::max<long>(1, tokens / N)), p.N = N, p.d = d, p.causal = c != 0;
+                const Traffic t = bwd ? s->traffic_backward(p) : s->traffic_forward(p);
+                if (bwd) gpu::time_backward(*s->gpu_backward, p, 0);
+                else gpu::time_forward(*s->gpu_forward, p, 0);
+                std::printf("once step=%s dir=%s B=%d H=%d N=%d d=%d causal=%d formula_bytes=%llu\n", s->id.c_str(),
+                            dir.c_str(), p.B, p.H, p.N, p.d, c, (unsigned long long)(t.total() * 4));
+              }
+        }
+      return 0;
+    }
+    const auto dl_dirs = words(dirs);
+    std::size_t total = 0, done = 0;
+    for (const StepEntry* s : chosen)
+      for (const auto& dir : dl_dirs)
+        if ((dir == "fwd" && s->gpu_forward) || (dir == "bwd" && s->gpu_backward)) total += Nl.size() * dl.size() * cl.size();
+    for (const StepEntry* s : chosen)
+      for (const auto& dir : dl_dirs) {
+        if ((dir == "fwd" && !s->gpu_forward) || (dir == "bwd" && !s->gpu_backward)) continue;
+        for (int d : dl)
+          for (int c : cl)
+            for (int N : Nl) {
+              Problem p;
+              p.B = 1, p.H = int(std::max<long>(1, tokens / N)), p.N = N, p.d = d, p.causal = c != 0;
+              const Row r = measure(*s, dir, p, reps);
+              write_row(f, r, dev);
+              std::fprintf(stderr, "[%zu/%zu] step %s %s %s: %.3f ms, %.2f TFLOP/s %s\n", ++done, total, s->id.c_str(),
+                           dir.c_str(), p.str().c_str(), r.ms, r.tflops, r.status.c_str());
+            }
+      }
+    std::fclose(f);
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "fa_bench: error: " << e.what() << "\n";
+    return 2;
+  }
+}

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Plots from the bench CSVs: every step and peer on the same axes.
+
+  python3 tools/bench/plot.py --dir notes/results/h200
+
+Reads bench.csv (fa_bench), peers.csv (peers.py), traffic.csv (ncu_traffic.py)
+and maxn.csv (fa_bench --max-n) from --dir; writes PNGs there:
+  time_vs_n.png     forward and backward time vs N (d = 64, not causal)
+  tflops_vs_n.png   TFLOP/s vs N, same runs
+  hbm_vs_n.png      HBM bytes vs N, log-log: the notes' formulas and ncu's DRAM bytes
+  memory_vs_n.png   peak extra device memory vs N
+"""
+import argparse
+import csv
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def rows(path):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def label(r):
+    return f"step {r['step']}" if r["impl"] == "fa" else f"{r['impl']} {r['dtype']}"
+
+
+def series(data, d, causal, direction, key):
+    out = {}
+    for r in data:
+        if r["status"] != "ok" or int(r["d"]) != d or int(r["causal"]) != causal or r["dir"] != direction:
+            continue
+        if r["impl"] != "fa" and r["dtype"] != "fp32" and key != "scratch_bytes":
+            pass
+        out.setdefault(label(r), []).append((int(r["N"]), float(r[key])))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--d", type=int, default=64)
+    a = ap.parse_args()
+    data = rows(os.path.join(a.dir, "bench.csv")) + rows(os.path.join(a.dir, "peers.csv"))
+    gpu = data[0]["gpu"] if data else "GPU"
+    for key, fname, ylabel, logy in [("ms", "time_vs_n.png", "time (ms, median)", True),
+                                     ("tflops", "tflops_vs_n.png", "TFLOP/s (4·B·H·N²·d, ×2.5 backward)", True),
+                                     ("scratch_bytes", "memory_vs_n.png", "peak extra device memory (bytes)", True)]:
+        fig, axes = plt.subplots(1, 2, figsize=(13, 5))
+        for ax, direction in zip(axes, ["fwd", "bwd"]):
+            for name, pts in series(data, a.d, 0, direction, key).items():
+                xs, ys = zip(*pts)
+                if key == "scratch_bytes" and max(ys) == 0:
+                    continue
+                ax.plot(xs, ys, "o-" if name.startswith("step") else "s--", label=name)
+            ax.set_xscale("log", base=2)
+            if logy:
+                ax.set_yscale("log")
+            ax.set_xlabel("N (B·H·N = 65536 rows)")
+            ax.set_ylabel(ylabel)
+            ax.set_title(f"{'forward' if direction == 'fwd' else 'backward'}, d = {a.d}, not causal")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend(fontsize=7)
+        fig.suptitle(gpu)
+        fig.tight_layout()
+        fig.savefig(os.path.join(a.dir, fname), dpi=110)
+        plt.close(fig)
+
+    traffic = rows(os.path.join(a.dir, "traffic.csv"))
+    if traffic:
+        fig, ax = plt.subplots(figsize=(7, 5))
+        for step_dir in sorted({(r["step"], r["dir"]) for r in traffic}):
+            pts = sorted((int(r["N"]), int(r["formula_bytes"]), float(r["dram_read_bytes"]) + float(r["dram_write_bytes"]))
+                         for r in traffic if (r["step"], r["dir"]) == step_dir)
+            xs = [p[0] for p in pts]
+            line, = ax.plot(xs, [p[1] for p in pts], "o-", label=f"step {step_dir[0]} {step_dir[1]}: formula")
+            ax.plot(xs, [p[2] for p in pts], "x:", color=line.get_color(), label=f"step {step_dir[0]} {step_dir[1]}: ncu DRAM")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("N (d = 64)")
+        ax.set_ylabel("HBM bytes read + written")
+        ax.set_title("HBM traffic: the notes' formulas (= CPU models) vs measured DRAM bytes")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=6)
+        fig.tight_layout()
+        fig.savefig(os.path.join(a.dir, "hbm_vs_n.png"), dpi=110)
+        plt.close(fig)
+
+
+if __name__ == "__main__":
+    main()
