@@ -25,13 +25,21 @@ inline Problem make(int B, int H, int N, int d, bool causal, float scale = -1) {
 /// The shapes a step's tests sweep: N not a multiple of any tile (1, 17, 113,
 /// 1000), d from 16 to 128 (some not a power of two), several batches and heads,
 /// causal and not. FA_TEST_QUICK=1 (for compute-sanitizer runs, 10–100× slower)
-/// keeps N in {17, 113} and d in {40, 128}: still partial tiles and both paths.
+/// keeps N in {17, 113} and d in {40, 128}: still partial tiles and both paths;
+/// FA_TEST_QUICK=2 (racecheck, slower still) keeps N = 113 alone.
+/// True under FA_TEST_QUICK (sanitizer runs): fixed-shape tests keep one shape.
+inline bool quick() {
+  const char* q = std::getenv("FA_TEST_QUICK");
+  return q && (*q == '1' || *q == '2');
+}
+
 inline std::vector<Problem> sweep(std::vector<int> Ns = {1, 17, 113, 1000}, std::vector<int> ds = {16, 40, 64, 128}) {
   const char* quick = std::getenv("FA_TEST_QUICK");
-  const bool q = quick && *quick == '1';
+  const bool q = quick && (*quick == '1' || *quick == '2'), q2 = q && *quick == '2';
   std::vector<Problem> out;
   for (int N : Ns) {
     if (q && N != 17 && N != 113) continue;
+    if (q2 && N != 113) continue;
     for (int d : ds) {
       if (q && d != 40 && d != 128) continue;
       for (bool causal : {false, true}) out.push_back(N >= 1000 ? make(1, 2, N, d, causal) : make(2, 3, N, d, causal));

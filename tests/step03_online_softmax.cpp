@@ -137,6 +137,7 @@ TEST_CASE("step03 kernel with the softmax compiled out is step 02's kernel, bit 
 TEST_CASE("step03 kernel stays exact with logits of ±1e4, d up to 256", "[gpu]") {
   for (int d : {40, 128, 256})
     for (bool causal : {false, true}) {
+      if (test::quick() && (d != 128 || !causal)) continue;
       const Problem p = make(2, 2, 300, d, causal, 64.0f);
       INFO(p.str());
       const Qkv in = huge_logits(p, 49);

@@ -58,9 +58,11 @@ __device__ __forceinline__ void scores(float* S, const float* A, const float* B,
   }
 }
 
-/// acc[r][:] += Σ_j S[r][j]·V[j][:] for this thread's rows and columns. j runs in order.
-template <int kD>
-__device__ __forceinline__ void accumulate(Acc<kD>& acc, const float* S, const float* V, int d) {
+/// acc[r][:] += Σ_j S[r][j]·B[j][:] for this thread's rows r and its columns, j in
+/// order. kTransS: use Sᵀ instead, acc[r][:] += Σ_j S[j][r]·B[j][:] — the backward's
+/// dV = Pᵀ·dO and dK = dSᵀ·Q, for the rows of a B_c×d accumulator.
+template <bool kTransS = false, int kD>
+__device__ __forceinline__ void accumulate(Acc<kD>& acc, const float* S, const float* B, int d) {
   const int ld = padded(d);
 #pragma unroll
   for (int k = 0; k < kRowsPerWarp; ++k) {
@@ -70,32 +72,41 @@ __device__ __forceinline__ void accumulate(Acc<kD>& acc, const float* S, const f
       const int c = lane_id() + 32 * u;
       if (c < d) {
         float a = acc.v[k][u];
-        for (int j = 0; j < kBc; ++j) a += S[r * (kBc + 1) + j] * V[j * ld + c];
+        for (int j = 0; j < 32; ++j) a += (kTransS ? S[j * (kBc + 1) + r] : S[r * (kBc + 1) + j]) * B[j * ld + c];
         acc.v[k][u] = a;
       }
     }
   }
 }
 
-/// acc[r][:] += Σ_j S[j][r]·B[j][:]: the product with Sᵀ (the backward's dV = Pᵀ·dO,
-/// dK = dSᵀ·Q), for this thread's rows r of the B_c×d accumulator.
-template <int kD>
-__device__ __forceinline__ void accumulate_t(Acc<kD>& acc, const float* S, const float* B, int d) {
-  const int ld = padded(d);
+/// Writes this thread's cells of a tile to rows row0.. of dst (row-major, width d),
+/// skipping rows at or beyond `valid`: dst[(row0 + r)·d + c] = value(k, acc.v[k][u]).
+template <int kD, class F>
+__device__ __forceinline__ void store_tile(const Acc<kD>& acc, float* __restrict__ dst, int valid, int d, F value) {
 #pragma unroll
   for (int k = 0; k < kRowsPerWarp; ++k) {
     const int r = my_row(k);
+    if (r >= valid) continue;
 #pragma unroll
     for (int u = 0; u < kD / 32; ++u) {
       const int c = lane_id() + 32 * u;
-      if (c < d) {
-        float a = acc.v[k][u];
-        for (int j = 0; j < kBr; ++j) a += S[j * (kBc + 1) + r] * B[j * ld + c];
-        acc.v[k][u] = a;
-      }
+      if (c < d) dst[std::size_t(r) * d + c] = value(k, acc.v[k][u]);
     }
   }
 }
+
+/// Shared memory of the forward kernels (steps 02–04): Q_i, K_j, V_j, the S tile.
+struct ForwardSmem {
+  float *Qi, *Kj, *Vj, *S;
+  __device__ ForwardSmem(float* base, int d) {
+    const int ld = padded(d);
+    Qi = base;              // [kBr][ld]
+    Kj = Qi + kBr * ld;     // [kBc][ld]
+    Vj = Kj + kBc * ld;     // [kBc][ld]
+    S = Vj + kBc * ld;      // [kBr][kBc + 1]
+  }
+  static std::size_t bytes(int d) { return (std::size_t(kBr + 2 * kBc) * padded(d) + kBr * (kBc + 1)) * sizeof(float); }
+};
 
 /// Calls f(std::integral_constant<int, D>) with the smallest D in {32, 64, 128, 256}
 /// that holds d: the register arrays need a compile-time width.

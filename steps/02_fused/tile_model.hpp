@@ -28,22 +28,13 @@ void scores(std::vector<float>& S, const std::vector<float>& A, const std::vecto
     }
 }
 
-/// acc (kBr×d) += S·V.
-inline void accumulate(std::vector<float>& acc, const std::vector<float>& S, const std::vector<float>& V, int d) {
-  for (int r = 0; r < kBr; ++r)
+/// acc (32×d) += S·B; kTransS: acc += Sᵀ·B (S is kBr×kBc, B is 32×d), j in order.
+template <bool kTransS = false>
+void accumulate(std::vector<float>& acc, const std::vector<float>& S, const std::vector<float>& B, int d) {
+  for (int r = 0; r < 32; ++r)
     for (int c = 0; c < d; ++c) {
       float a = acc[r * d + c];
-      for (int j = 0; j < kBc; ++j) a += S[r * kBc + j] * V[j * d + c];
-      acc[r * d + c] = a;
-    }
-}
-
-/// acc (kBc×d) += Sᵀ·B, S is kBr×kBc and B is kBr×d.
-inline void accumulate_t(std::vector<float>& acc, const std::vector<float>& S, const std::vector<float>& B, int d) {
-  for (int r = 0; r < kBc; ++r)
-    for (int c = 0; c < d; ++c) {
-      float a = acc[r * d + c];
-      for (int j = 0; j < kBr; ++j) a += S[j * kBc + r] * B[j * d + c];
+      for (int j = 0; j < 32; ++j) a += (kTransS ? S[j * kBc + r] : S[r * kBc + j]) * B[j * d + c];
       acc[r * d + c] = a;
     }
 }

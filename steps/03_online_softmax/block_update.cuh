@@ -25,12 +25,10 @@ struct RowStats {
 /// update of (m, ℓ) and the rescaling of O, then O += P·V_j. With kSoftmax false
 /// this is step 02's update exactly: masked scores are 0 and S is used as is.
 template <int kD, bool kSoftmax>
-__device__ __forceinline__ void update_block(Acc<kD>& acc, RowStats& st, const float* Qi, const float* Kj,
-                                             const float* Vj, float* S, int q0, int k0, int kv, int N, int d,
-                                             bool causal, float scale) {
-  (void)N;
+__device__ __forceinline__ void update_block(Acc<kD>& acc, RowStats& st, const ForwardSmem& sm, int q0, int k0,
+                                             int kv, int d, bool causal, float scale) {
   constexpr float kMasked = kSoftmax ? -INFINITY : 0.0f;
-  scores(S, Qi, Kj, d, scale, [&](int r, int c, float s) {
+  scores(sm.S, sm.Qi, sm.Kj, d, scale, [&](int r, int c, float s) {
     const bool masked = c >= kv || (causal && k0 + c > q0 + r);
     return masked ? kMasked : s;
   });
@@ -40,7 +38,7 @@ __device__ __forceinline__ void update_block(Acc<kD>& acc, RowStats& st, const f
     // warp reductions, and the warp rescales exactly the rows of O it owns.
 #pragma unroll
     for (int kk = 0; kk < kRowsPerWarp; ++kk) {
-      float* row = S + my_row(kk) * (kBc + 1);
+      float* row = sm.S + my_row(kk) * (kBc + 1);
       const float s = row[lane_id()];
       const float m_new = fmaxf(st.m[kk], warp_reduce(s, MaxOp{}));
       const float p = online::prob(s, m_new);
@@ -53,7 +51,14 @@ __device__ __forceinline__ void update_block(Acc<kD>& acc, RowStats& st, const f
     }
     __syncwarp();
   }
-  accumulate(acc, S, Vj, d);
+  accumulate(acc, sm.S, sm.Vj, d);
+}
+
+/// L = m + log ℓ for this warp's rows below `valid` (lane 0 writes).
+__device__ __forceinline__ void store_lse(const RowStats& st, float* __restrict__ lse, int valid) {
+#pragma unroll
+  for (int kk = 0; kk < kRowsPerWarp; ++kk)
+    if (my_row(kk) < valid && lane_id() == 0) lse[my_row(kk)] = online::lse(st.m[kk], st.l[kk]);
 }
 
 }  // namespace fa::step03

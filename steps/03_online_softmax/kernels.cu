@@ -13,15 +13,11 @@ __global__ void __launch_bounds__(kThreads)
                           const float* __restrict__ k, const float* __restrict__ v, float* __restrict__ o,
                           float* __restrict__ lse) {
   extern __shared__ float smem[];
-  const int ld = padded(d);
-  float* Qi = smem;             // [kBr][ld]
-  float* Kj = Qi + kBr * ld;    // [kBc][ld]
-  float* Vj = Kj + kBc * ld;    // [kBc][ld]
-  float* S = Vj + kBc * ld;     // [kBr][kBc + 1]
+  const ForwardSmem sm(smem, d);
 
   const int i = blockIdx.x, q0 = i * kBr;
   const std::size_t head = std::size_t(blockIdx.y) * N * d;
-  load_tile(Qi, q + head + std::size_t(q0) * d, kBr, valid_rows(N, i, kBr), d);
+  load_tile(sm.Qi, q + head + std::size_t(q0) * d, kBr, valid_rows(N, i, kBr), d);
   Acc<kD> acc;
   acc.zero();
   RowStats st;
@@ -30,24 +26,16 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = 0; j <= last_kv_block(N, causal, i); ++j) {
     const int k0 = j * kBc, kv = valid_rows(N, j, kBc);
     __syncthreads();  // the previous block's K_j, V_j and S are no longer read
-    load_tile(Kj, k + head + std::size_t(k0) * d, kBc, kv, d);
-    load_tile(Vj, v + head + std::size_t(k0) * d, kBc, kv, d);
+    load_tile(sm.Kj, k + head + std::size_t(k0) * d, kBc, kv, d);
+    load_tile(sm.Vj, v + head + std::size_t(k0) * d, kBc, kv, d);
     __syncthreads();  // Q_i, K_j and V_j are complete
-    update_block<kD, kSoftmax>(acc, st, Qi, Kj, Vj, S, q0, k0, kv, N, d, causal, scale);
+    update_block<kD, kSoftmax>(acc, st, sm, q0, k0, kv, d, causal, scale);
   }
 
   // Epilogue: O = O / ℓ and L = m + log ℓ, the only writes to device memory.
-#pragma unroll
-  for (int kk = 0; kk < kRowsPerWarp; ++kk) {
-    const int r = my_row(kk);
-    if (q0 + r >= N) continue;
-#pragma unroll
-    for (int u = 0; u < kD / 32; ++u) {
-      const int c = lane_id() + 32 * u;
-      if (c < d) o[head + std::size_t(q0 + r) * d + c] = kSoftmax ? acc.v[kk][u] / st.l[kk] : acc.v[kk][u];
-    }
-    if (kSoftmax && lane_id() == 0) lse[std::size_t(blockIdx.y) * N + q0 + r] = online::lse(st.m[kk], st.l[kk]);
-  }
+  store_tile(acc, o + head + std::size_t(q0) * d, N - q0, d,
+             [&](int kk, float x) { return kSoftmax ? x / st.l[kk] : x; });
+  if (kSoftmax) store_lse(st, lse + std::size_t(blockIdx.y) * N + q0, N - q0);
 }
 
 template <bool kSoftmax>
@@ -55,7 +43,7 @@ void run(const Problem& p, const FwdArgs& a, void*, Stream s) {
   dispatch_d(p.d, [&](auto D) {
     constexpr int kD = decltype(D)::value;
     const auto kernel = online_softmax_kernel<kD, kSoftmax>;
-    const std::size_t smem = (std::size_t(kBr + 2 * kBc) * padded(p.d) + kBr * (kBc + 1)) * sizeof(float);
+    const std::size_t smem = ForwardSmem::bytes(p.d);
     set_smem_limit(kernel, smem);
     kernel<<<dim3(q_blocks(p.N), unsigned(p.heads())), kThreads, smem, s>>>(p.N, p.d, p.causal, p.softmax_scale(),
                                                                             a.q, a.k, a.v, a.o, a.lse);

@@ -17,11 +17,7 @@ __global__ void __launch_bounds__(kThreads)
                     const float* __restrict__ k, const float* __restrict__ v, float* __restrict__ o,
                     float* __restrict__ lse, float* __restrict__ m_hbm, float* __restrict__ l_hbm) {
   extern __shared__ float smem[];
-  const int ld = padded(d);
-  float* Qi = smem;             // [kBr][ld]
-  float* Kj = Qi + kBr * ld;    // [kBc][ld]
-  float* Vj = Kj + kBc * ld;    // [kBc][ld]
-  float* S = Vj + kBc * ld;     // [kBr][kBc + 1]
+  const ForwardSmem sm(smem, d);
 
   const int Tr = q_blocks(N);
   const int i_begin = blockIdx.x * G, i_end = min(Tr, i_begin + G);
@@ -30,14 +26,14 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = 0; j <= last_kv_block(N, causal, i_end - 1); ++j) {  // outer: K/V blocks
     const int k0 = j * kBc, kv = valid_rows(N, j, kBc);
     __syncthreads();  // the last Q_i, K_j, V_j and S are no longer read
-    load_tile(Kj, k + head + std::size_t(k0) * d, kBc, kv, d);
-    load_tile(Vj, v + head + std::size_t(k0) * d, kBc, kv, d);
+    load_tile(sm.Kj, k + head + std::size_t(k0) * d, kBc, kv, d);
+    load_tile(sm.Vj, v + head + std::size_t(k0) * d, kBc, kv, d);
 
     for (int i = i_begin; i < i_end; ++i) {  // inner: the group's query blocks reuse K_j, V_j
       if (j > last_kv_block(N, causal, i)) continue;  // above the diagonal: skipped
       const int q0 = i * kBr;
       __syncthreads();  // the previous Q_i and S are no longer read
-      load_tile(Qi, q + head + std::size_t(q0) * d, kBr, valid_rows(N, i, kBr), d);
+      load_tile(sm.Qi, q + head + std::size_t(q0) * d, kBr, valid_rows(N, i, kBr), d);
 
       // (m_i, ℓ_i, O_i): fresh at the first K/V block, else back from device memory.
       // Each thread reads exactly the rows and columns it will update and write.
@@ -60,27 +56,21 @@ __global__ void __launch_bounds__(kThreads)
         }
       }
       __syncthreads();  // Q_i (and on the first pass K_j, V_j) complete
-      step03::update_block<kD, true>(acc, st, Qi, Kj, Vj, S, q0, k0, kv, N, d, causal, scale);
+      step03::update_block<kD, true>(acc, st, sm, q0, k0, kv, d, causal, scale);
 
       // Back to device memory: normalised with L at the last block, raw otherwise.
       const bool last = j == last_kv_block(N, causal, i);
+      store_tile(acc, o + head + std::size_t(q0) * d, N - q0, d,
+                 [&](int kk, float x) { return last ? x / st.l[kk] : x; });
+      if (last) {
+        step03::store_lse(st, lse + head_rows + q0, N - q0);
+      } else {
 #pragma unroll
-      for (int kk = 0; kk < kRowsPerWarp; ++kk) {
-        const int r = my_row(kk);
-        if (q0 + r >= N) continue;
-#pragma unroll
-        for (int u = 0; u < kD / 32; ++u) {
-          const int c = lane_id() + 32 * u;
-          if (c < d) o[head + std::size_t(q0 + r) * d + c] = last ? acc.v[kk][u] / st.l[kk] : acc.v[kk][u];
-        }
-        if (lane_id() == 0) {
-          if (last) {
-            lse[head_rows + q0 + r] = online::lse(st.m[kk], st.l[kk]);
-          } else {
-            m_hbm[head_rows + q0 + r] = st.m[kk];
-            l_hbm[head_rows + q0 + r] = st.l[kk];
+        for (int kk = 0; kk < kRowsPerWarp; ++kk)
+          if (q0 + my_row(kk) < N && lane_id() == 0) {
+            m_hbm[head_rows + q0 + my_row(kk)] = st.m[kk];
+            l_hbm[head_rows + q0 + my_row(kk)] = st.l[kk];
           }
-        }
       }
     }
   }
@@ -91,7 +81,7 @@ void launch(const Problem& p, const FwdArgs& a, void* ws, Stream s, int G) {
   float* l_hbm = m_hbm + p.rows();
   dispatch_d(p.d, [&](auto D) {
     constexpr int kD = decltype(D)::value;
-    const std::size_t smem = (std::size_t(kBr + 2 * kBc) * padded(p.d) + kBr * (kBc + 1)) * sizeof(float);
+    const std::size_t smem = ForwardSmem::bytes(p.d);
     set_smem_limit(kv_outer_kernel<kD>, smem);
     const dim3 grid(ceil_div(q_blocks(p.N), G), unsigned(p.heads()));
     kv_outer_kernel<kD><<<grid, kThreads, smem, s>>>(p.N, p.d, p.causal, p.softmax_scale(), G, a.q, a.k, a.v, a.o,

@@ -77,22 +77,11 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     recompute(sm, d, scale, causal, q0, qv, k0, kv);
     __syncthreads();  // the transposed products read columns of P and dS written by every warp
-    accumulate_t(dVj, sm.P, sm.dOi, d);   // dV_j += P_ijᵀ·dO_i
-    accumulate_t(dKj, sm.dS, sm.Qi, d);   // dK_j += dS_ijᵀ·Q_i  (scaled at the end)
+    accumulate<true>(dVj, sm.P, sm.dOi, d);   // dV_j += P_ijᵀ·dO_i
+    accumulate<true>(dKj, sm.dS, sm.Qi, d);   // dK_j += dS_ijᵀ·Q_i  (scaled at the end)
   }
-#pragma unroll
-  for (int kk = 0; kk < kRowsPerWarp; ++kk) {
-    const int r = my_row(kk);
-    if (r >= kv) continue;
-#pragma unroll
-    for (int u = 0; u < kD / 32; ++u) {
-      const int c = lane_id() + 32 * u;
-      if (c < d) {
-        dk[head + std::size_t(k0 + r) * d + c] = scale * dKj.v[kk][u];
-        dv[head + std::size_t(k0 + r) * d + c] = dVj.v[kk][u];
-      }
-    }
-  }
+  store_tile(dKj, dk + head + std::size_t(k0) * d, kv, d, [&](int, float x) { return scale * x; });
+  store_tile(dVj, dv + head + std::size_t(k0) * d, kv, d, [](int, float x) { return x; });
 }
 
 /// One thread block per (query block i, head): dQ_i in registers while the K/V
@@ -123,16 +112,7 @@ __global__ void __launch_bounds__(kThreads)
     __syncwarp();                     // dQ_i's rows read only the dS rows this warp wrote
     accumulate(dQi, sm.dS, sm.Kj, d);  // dQ_i += dS_ij·K_j  (scaled at the end)
   }
-#pragma unroll
-  for (int kk = 0; kk < kRowsPerWarp; ++kk) {
-    const int r = my_row(kk);
-    if (r >= qv) continue;
-#pragma unroll
-    for (int u = 0; u < kD / 32; ++u) {
-      const int c = lane_id() + 32 * u;
-      if (c < d) dq[head + std::size_t(q0 + r) * d + c] = scale * dQi.v[kk][u];
-    }
-  }
+  store_tile(dQi, dq + head + std::size_t(q0) * d, qv, d, [&](int, float x) { return scale * x; });
 }
 
 void run(const Problem& p, const BwdArgs& a, void* ws, Stream s) {

@@ -64,8 +64,8 @@ ModelBackward model_backward(const Problem& p, const Qkv& in, const ForwardOut& 
         load_rows(Li, L, head_rows + q0, qv);
         load_rows(Di, D, head_rows + q0, qv);
         model_recompute(P, dS, Qi, dOi, Kj, Vj, Li, Di, q0, qv, k0, kv, p);
-        accumulate_t(dVj, P, dOi, d);
-        accumulate_t(dKj, dS, Qi, d);
+        accumulate<true>(dVj, P, dOi, d);
+        accumulate<true>(dKj, dS, Qi, d);
       }
       for (int r = 0; r < kv; ++r)
         for (int c = 0; c < d; ++c) {

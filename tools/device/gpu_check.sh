@@ -28,22 +28,24 @@ rc=$?
 grep -E "tests passed|tests failed|Not Run|Skipped|\*\*\*Failed|Passed" "$OUT/ctest.log"
 [ $rc -ne 0 ] && grep -B5 -A40 -E "FAILED:" "$OUT/ctest.log" | head -150
 
-step "compute-sanitizer (FA_TEST_QUICK=1)"
-export FA_TEST_QUICK=1 OUT
+step "compute-sanitizer (FA_TEST_QUICK=1; racecheck FA_TEST_QUICK=2)"
+export OUT
 # All (tool, executable) pairs at once: the sanitizers are CPU-bound, the machine has 16 cores.
 sanitize() {
   tool=$1 exe=$2 name=$(basename "$2")
   start=$SECONDS
-  timeout 200 compute-sanitizer --tool "$tool" --error-exitcode 9 "$exe" --gpu "[gpu]" >"$OUT/san-$tool-$name.log" 2>&1
+  quick=1
+  [ "$tool" = racecheck ] && quick=2
+  FA_TEST_QUICK=$quick timeout 400 compute-sanitizer --tool "$tool" --error-exitcode 9 "$exe" --gpu "[gpu]" >"$OUT/san-$tool-$name.log" 2>&1
   src=$?
   summary=$(grep -hE "ERROR SUMMARY|RACECHECK SUMMARY|All tests passed|test cases:" "$OUT/san-$tool-$name.log" | tr '\n' ' ')
   echo "$tool $name rc=$src $((SECONDS - start))s $summary"
 }
 export -f sanitize
 for tool in memcheck racecheck synccheck; do
-  for exe in "$BUILD"/tests/common_tests "$BUILD"/steps/*/step*_tests; do echo "$tool $exe"; done
+  for exe in "$BUILD"/tests/common_tests "$BUILD"/tests/cli_tests "$BUILD"/steps/*/step*_tests; do echo "$tool $exe"; done
 done | xargs -P 18 -L 1 bash -c 'sanitize "$0" "$1"' | sort | tee "$OUT/sanitizer-summary.txt"
-unset FA_TEST_QUICK
+( cd "$OUT" && tar czf sanitizer-logs.tar.gz san-*.log && rm -f san-*.log )
 
 step "tour"
 "$BUILD"/tools/flashattn/flashattn | tee "$OUT/tour.txt"

@@ -1,0 +1,184 @@
+// Tests of the flashattn program: runs on user .npy tensors, and the promise for
+// bad input — one line on stderr, exit status 2, no output file created or changed.
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "common/npy.hpp"
+#include "reference/reference.hpp"
+#include "tests/check.hpp"
+#ifdef FA_HAVE_CUDA
+#include "common/gpu.hpp"
+#endif
+
+using namespace fa;
+
+namespace {
+
+struct Result {
+  int status;
+  std::string err;
+};
+
+/// Runs flashattn with `args`, returning its exit status and its stderr.
+Result flashattn(const std::string& args) {
+  const std::string cmd = std::string(FA_FLASHATTN) + " " + args + " >cli_out.txt 2>cli_err.txt";
+  const int raw = std::system(cmd.c_str());
+  std::ifstream e("cli_err.txt");
+  std::stringstream ss;
+  ss << e.rdbuf();
+  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, ss.str()};
+}
+
+void save(const std::string& path, const std::vector<long long>& shape, const std::vector<float>& data) {
+  OutputFiles f;
+  f.add(path, shape, data);
+  f.commit();
+}
+bool exists(const std::string& p) { return std::ifstream(p).good(); }
+void remove_all(std::initializer_list<const char*> paths) {
+  for (auto p : paths) std::remove(p);
+}
+
+/// Writes cli_q/k/v.npy for problem p (shape [B,H,N,d], or [N,d] when B = H = 1).
+Qkv write_inputs(const Problem& p, std::uint64_t seed, bool two_d) {
+  const Qkv in = random_qkv(p, seed);
+  const std::vector<long long> shape =
+      two_d ? std::vector<long long>{p.N, p.d} : std::vector<long long>{p.B, p.H, p.N, p.d};
+  save("cli_q.npy", shape, in.q);
+  save("cli_k.npy", shape, in.k);
+  save("cli_v.npy", shape, in.v);
+  return in;
+}
+
+const char* kIn = "--q cli_q.npy --k cli_k.npy --v cli_v.npy";
+
+}  // namespace
+
+TEST_CASE("flashattn run computes the reference on .npy tensors, 2-D and 4-D", "[cpu]") {
+  for (bool two_d : {true, false}) {
+    const Problem p = two_d ? test::make(1, 1, 19, 8, true) : test::make(2, 3, 11, 5, false);
+    INFO(p.str());
+    const Qkv in = write_inputs(p, 3, two_d);
+    save("cli_do.npy", two_d ? std::vector<long long>{p.N, p.d} : std::vector<long long>{p.B, p.H, p.N, p.d},
+         in.v);
+    const Result r = flashattn(std::string("run --step reference ") + kIn +
+                               " --out cli_o.npy --lse cli_l.npy --do cli_do.npy --dq cli_dq.npy --dk cli_dk.npy "
+                               "--dv cli_dv.npy" + (p.causal ? " --causal" : ""));
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    const ForwardOut ref = reference::forward(p, in);
+    const NpyArray o = read_npy("cli_o.npy"), l = read_npy("cli_l.npy"), dq = read_npy("cli_dq.npy");
+    CHECK(o.shape.size() == (two_d ? 2u : 4u));
+    CHECK(l.shape.size() == (two_d ? 1u : 3u));
+    FA_CHECK_CLOSE("O", o.data, ref.o, tol::kBitExact, test::shape_o(p));
+    FA_CHECK_CLOSE("L", l.data, ref.lse, tol::kBitExact, test::shape_l(p));
+    FA_CHECK_CLOSE("dQ", dq.data, reference::backward(p, in, in.v).dq, tol::kBitExact, test::shape_o(p));
+  }
+  remove_all({"cli_q.npy", "cli_k.npy", "cli_v.npy", "cli_do.npy", "cli_o.npy", "cli_l.npy", "cli_dq.npy",
+              "cli_dk.npy", "cli_dv.npy"});
+}
+
+TEST_CASE("flashattn rejects bad input with one line, status 2, and writes nothing", "[cpu]") {
+  const Problem p = test::make(1, 1, 9, 4, false);
+  const Qkv in = write_inputs(p, 4, true);
+  save("cli_k8.npy", {p.N, 8}, random_tensor(p.N * 8, 1));
+  save("cli_empty.npy", {0, 4}, {});
+  std::vector<float> nan = in.q;
+  nan[5] = std::nanf("");
+  save("cli_nan.npy", {p.N, p.d}, nan);
+  std::ofstream("cli_text.npy") << "not numpy";
+  // An existing output file must survive a failed run untouched.
+  std::ofstream("cli_keep.npy") << "precious";
+
+  struct Case {
+    const char* args;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"run --step reference --q missing.npy --k cli_k.npy --v cli_v.npy --out cli_keep.npy", "cannot open"},
+      {"run --step reference --q cli_text.npy --k cli_k.npy --v cli_v.npy --out cli_keep.npy", "not a .npy"},
+      {"run --step reference --q cli_q.npy --k cli_k8.npy --v cli_v.npy --out cli_keep.npy", "same shape"},
+      {"run --step reference --q cli_empty.npy --k cli_empty.npy --v cli_empty.npy --out cli_keep.npy",
+       "N must be at least 1"},
+      {"run --step reference --q cli_nan.npy --k cli_k.npy --v cli_v.npy --out cli_keep.npy", "NaN"},
+      {"run --step 42 --q cli_q.npy --k cli_k.npy --v cli_v.npy --out cli_keep.npy", "unknown step"},
+      {"run --step 02 --q cli_q.npy --k cli_k.npy --v cli_v.npy --out cli_keep.npy --lse cli_l.npy", "no log-sum-exp"},
+      {"run --step 03 --q cli_q.npy --k cli_k.npy --v cli_v.npy --out cli_keep.npy --do cli_q.npy --dq a --dk b --dv c",
+       "has no backward"},
+      {"run --step reference --q cli_q.npy --k cli_k.npy --v cli_v.npy --out cli_keep.npy --do cli_q.npy",
+       "needs all of"},
+      {"run --step reference --q cli_q.npy --k cli_k.npy --v cli_v.npy --out cli_keep.npy --scale -2",
+       "finite positive"},
+      {"run --step reference --q cli_q.npy --k cli_k.npy --v cli_v.npy", "missing --out"},
+      {"frobnicate", "unknown command"},
+      {"run --step reference --bogus 1", "unknown option"},
+  };
+  for (const Case& c : cases) {
+    INFO("flashattn " << c.args);
+    const Result r = flashattn(c.args);
+    INFO("stderr: " << r.err);
+    CHECK(r.status == 2);
+    CHECK(r.err.rfind("flashattn: error: ", 0) == 0);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(test::contains(r.err, c.says));
+    std::ifstream keep("cli_keep.npy");
+    std::string content;
+    keep >> content;
+    CHECK(content == "precious");
+    CHECK_FALSE(exists("cli_l.npy"));
+  }
+  remove_all({"cli_q.npy", "cli_k.npy", "cli_v.npy", "cli_k8.npy", "cli_empty.npy", "cli_nan.npy", "cli_text.npy",
+              "cli_keep.npy", "cli_out.txt", "cli_err.txt"});
+}
+
+TEST_CASE("flashattn refuses a GPU step when there is no GPU", "[cpu]") {
+  std::string why = "built without CUDA";
+#ifdef FA_HAVE_CUDA
+  if (gpu::available(&why)) {
+    SUCCEED("a GPU is present: the [gpu] test runs the GPU steps instead");
+    return;
+  }
+#endif
+  const Problem p = test::make(1, 1, 9, 4, false);
+  write_inputs(p, 6, true);
+  const Result r = flashattn(std::string("run --step 03 ") + kIn + " --out cli_o.npy");
+  INFO(r.err);
+  CHECK(r.status == 2);
+  CHECK(test::contains(r.err, "GPU"));
+  CHECK_FALSE(exists("cli_o.npy"));
+  remove_all({"cli_q.npy", "cli_k.npy", "cli_v.npy", "cli_out.txt", "cli_err.txt"});
+}
+
+TEST_CASE("flashattn list and the tour run", "[cpu]") {
+  CHECK(flashattn("list").status == 0);
+  CHECK(flashattn("--help").status == 0);
+  const Result r = flashattn("tour --N 70 --H 2 --d 24 --causal");
+  INFO(r.err);
+  CHECK(r.status == 0);
+}
+
+#ifdef FA_HAVE_CUDA
+TEST_CASE("flashattn runs GPU steps 03 and 05 on .npy tensors", "[gpu]") {
+  const Problem p = test::make(2, 2, 37, 24, true);
+  const Qkv in = write_inputs(p, 5, false);
+  save("cli_do.npy", {p.B, p.H, p.N, p.d}, in.q);
+  Result r = flashattn(std::string("run --step 03 --causal ") + kIn + " --out cli_o.npy --lse cli_l.npy");
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  const ForwardOut ref = reference::forward(p, in);
+  FA_CHECK_CLOSE("O", read_npy("cli_o.npy").data, ref.o, tol::kFp32Forward, test::shape_o(p));
+  FA_CHECK_CLOSE("L", read_npy("cli_l.npy").data, ref.lse, tol::kFp32Forward, test::shape_l(p));
+  r = flashattn(std::string("run --step 05 --causal ") + kIn +
+                " --out cli_o.npy --do cli_do.npy --dq cli_dq.npy --dk cli_dk.npy --dv cli_dv.npy");
+  REQUIRE(r.status == 0);
+  FA_CHECK_CLOSE("dK", read_npy("cli_dk.npy").data, reference::backward(p, in, in.q).dk, tol::kFp32Backward,
+                 test::shape_o(p));
+  remove_all({"cli_q.npy", "cli_k.npy", "cli_v.npy", "cli_do.npy", "cli_o.npy", "cli_l.npy", "cli_dq.npy",
+              "cli_dk.npy", "cli_dv.npy", "cli_out.txt", "cli_err.txt"});
+}
+#endif
