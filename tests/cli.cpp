@@ -1,6 +1,8 @@
 // Tests of the flashattn program: runs on user .npy tensors, and the promise for
 // bad input — one line on stderr, exit status 2, no output file created or changed.
+#include <stdlib.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -18,6 +20,19 @@
 using namespace fa;
 
 namespace {
+
+// Every file these tests write is relative to a private directory: CTest and the
+// sanitizer script may run several copies of this executable at once.
+struct PrivateDir {
+  char path[32] = "/tmp/fa_cli_XXXXXX";
+  bool ok = mkdtemp(path) != nullptr && chdir(path) == 0;
+  ~PrivateDir() {
+    std::remove("cli_out.txt");
+    std::remove("cli_err.txt");
+    if (ok && chdir("/") == 0) rmdir(path);
+  }
+} kPrivateDir;
+const bool kInPrivateDir = kPrivateDir.ok;
 
 struct Result {
   int status;
@@ -60,6 +75,7 @@ const char* kIn = "--q cli_q.npy --k cli_k.npy --v cli_v.npy";
 }  // namespace
 
 TEST_CASE("flashattn run computes the reference on .npy tensors, 2-D and 4-D", "[cpu]") {
+  REQUIRE(kInPrivateDir);
   for (bool two_d : {true, false}) {
     const Problem p = two_d ? test::make(1, 1, 19, 8, true) : test::make(2, 3, 11, 5, false);
     INFO(p.str());
