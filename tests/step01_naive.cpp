@@ -74,6 +74,12 @@ TEST_CASE("step01 kernels match the reference and the CPU model", "[gpu]") {
     FA_CHECK_CLOSE("dQ vs reference", g.dq, gr.dq, tol::kFp32Backward, test::shape_o(p));
     FA_CHECK_CLOSE("dK vs reference", g.dk, gr.dk, tol::kFp32Backward, test::shape_o(p));
     FA_CHECK_CLOSE("dV vs reference", g.dv, gr.dv, tol::kFp32Backward, test::shape_o(p));
+    if (p.N <= 113) {
+      const Grads gm = step01::model_backward(p, in, out, dout).grads;
+      FA_CHECK_CLOSE("dQ vs model", g.dq, gm.dq, tol::kFp32Backward, test::shape_o(p));
+      FA_CHECK_CLOSE("dK vs model", g.dk, gm.dk, tol::kFp32Backward, test::shape_o(p));
+      FA_CHECK_CLOSE("dV vs model", g.dv, gm.dv, tol::kFp32Backward, test::shape_o(p));
+    }
   }
 }
 

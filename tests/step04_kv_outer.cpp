@@ -61,6 +61,11 @@ TEST_CASE("step04 kernel equals step 03's kernel bit for bit", "[gpu]") {
       FA_CHECK_CLOSE("L", s4.lse, s3.lse, tol::kBitExact, test::shape_l(p));
     }
     FA_CHECK_CLOSE("O vs reference", s3.o, reference::forward(p, in).o, tol::kFp32Forward, test::shape_o(p));
+    if (p.N <= 113) {  // and against its own CPU model, with the group size the kernel used
+      const ModelForward m = step04::model_forward(p, in, step04::default_group(p, gpu::sm_count()));
+      FA_CHECK_CLOSE("O vs model", gpu::forward(step04::kForward, p, in, true).o, m.out.o, tol::kFp32Reorder,
+                     test::shape_o(p));
+    }
   }
 }
 #endif
