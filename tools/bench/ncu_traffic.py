@@ -22,7 +22,7 @@ def main():
     ap.add_argument("--ncu", default="ncu")
     ap.add_argument("--N", default="1024,2048,4096")
     ap.add_argument("--d", default="64")
-    ap.add_argument("--tokens", default="8192")
+    ap.add_argument("--tokens", default="65536")
     a = ap.parse_args()
     jobs = [("01", "fwd"), ("02", "fwd"), ("03", "fwd"), ("04", "fwd"), ("01", "bwd"), ("05", "bwd")]
     out = open(a.csv, "w")

@@ -140,8 +140,10 @@ def table_maxn(D):
 
 
 def table_traffic(D):
-    out = [f"HBM traffic at d = 64, B = 1, H = 8192 / N: the note's formula (= the CPU model's count) and the "
-           f"DRAM bytes Nsight Compute measured (`tools/bench/ncu_traffic.py`), on {D.device}.", "",
+    tokens = int(D.traffic[0]["H"]) * int(D.traffic[0]["N"]) if D.traffic else 0
+    out = [f"HBM traffic at d = 64, B = 1, H = {tokens} / N: the note's formula (= the CPU model's count) and the "
+           f"DRAM bytes Nsight Compute measured (`tools/bench/ncu_traffic.py`), on {D.device}. "
+           f"Q, K, V and O together take {4 * tokens * 64 * 4 / 2**20:.0f} MiB.", "",
            "| step | direction | N | formula (MB) | DRAM read (MB) | DRAM write (MB) | measured / formula |",
            "|---|---|---|---|---|---|---|"]
     for r in D.traffic:
