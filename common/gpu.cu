@@ -1,5 +1,11 @@
 #include "common/gpu.hpp"
 
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <cstring>
+
 #include <algorithm>
 #include <sstream>
 
@@ -48,11 +54,17 @@ int sm_count() {
 
 namespace {
 
-void check_supported(const char* name, int max_d, const Problem& p) {
+void check_supported(const char* name, int max_d, const Problem& p, const int* only_d = nullptr) {
   p.validate();
   if (max_d > 0 && p.d > max_d)
     throw Error(std::string(name) + " supports head dimensions up to d = " + std::to_string(max_d) +
                 " (got d = " + std::to_string(p.d) + ")");
+  if (only_d) {
+    std::string list;
+    bool ok = false;
+    for (const int* x = only_d; *x; ++x) ok |= (*x == p.d), list += (list.empty() ? "" : ", ") + std::to_string(*x);
+    if (!ok) throw Error(std::string(name) + " supports d = " + list + " (got d = " + std::to_string(p.d) + ")");
+  }
   if (p.heads() > 65535) throw Error(std::string(name) + ": B·H must be at most 65535 (one grid dimension)");
   std::string why;
   if (!available(&why)) throw Error(std::string(name) + " needs a GPU: " + why);
@@ -84,10 +96,41 @@ DeviceBuffer<float> poisoned(std::size_t n) {
   return b;
 }
 
+void check_dtype(const GpuForward& s, const Problem& p) {
+  if (p.dtype == DType::fp32 && !s.run)
+    throw Error(std::string(s.name) + " computes in 16 bits: choose bf16 or fp16 (--dtype)");
+  if (p.dtype != DType::fp32 && !s.run_native)
+    throw Error(std::string(s.name) + " computes in fp32 only (got " + dtype_name(p.dtype) + ")");
+}
+
+// 16-bit tensors on the device. The poison pattern is a NaN in both formats.
+constexpr std::uint16_t kPoison16 = 0x7FDE;
+std::uint16_t to16(DType t, float x) {
+  if (t == DType::bf16) return __nv_bfloat16_raw(__float2bfloat16_rn(x)).x;
+  return __half_raw(__float2half_rn(x)).x;
+}
+float from16(DType t, std::uint16_t b) {
+  if (b == kPoison16) return poison_value();
+  if (t == DType::bf16) {
+    __nv_bfloat16_raw r;
+    r.x = b;
+    return __bfloat162float(__nv_bfloat16(r));
+  }
+  __half_raw r;
+  r.x = b;
+  return __half2float(__half(r));
+}
+DeviceBuffer<std::uint16_t> upload16(DType t, const std::vector<float>& x) {
+  std::vector<std::uint16_t> h(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) h[i] = to16(t, x[i]);
+  return DeviceBuffer<std::uint16_t>(h);
+}
+std::size_t elem_bytes(const Problem& p) { return p.dtype == DType::fp32 ? 4 : 2; }
+
 }  // namespace
 
 std::size_t forward_bytes(const GpuForward& s, const Problem& p) {
-  return (4 * p.elems() + p.rows()) * sizeof(float) + s.workspace_bytes(p);
+  return 4 * p.elems() * elem_bytes(p) + p.rows() * sizeof(float) + s.workspace_bytes(p);
 }
 
 std::size_t backward_bytes(const GpuBackward& s, const Problem& p) {
@@ -95,9 +138,22 @@ std::size_t backward_bytes(const GpuBackward& s, const Problem& p) {
 }
 
 ForwardOut forward(const GpuForward& s, const Problem& p, const Qkv& in, bool softmax) {
-  check_supported(s.name, s.max_d, p);
+  check_supported(s.name, s.max_d, p, s.only_d);
+  check_dtype(s, p);
   const std::size_t ws_bytes = s.workspace_bytes(p);
   check_memory(s.name, forward_bytes(s, p), ws_bytes, s.workspace_what);
+  if (p.dtype != DType::fp32) {  // 16 bits on the device, float32 on the host
+    DeviceBuffer<std::uint16_t> q = upload16(p.dtype, in.q), k = upload16(p.dtype, in.k), v = upload16(p.dtype, in.v);
+    DeviceBuffer<std::uint16_t> o(std::vector<std::uint16_t>(p.elems(), kPoison16));
+    DeviceBuffer<float> lse = poisoned(p.rows());
+    DeviceBuffer<char> ws(ws_bytes);
+    s.run_native(p, NativeFwdArgs{q.get(), k.get(), v.get(), o.get(), lse.get()}, ws.get(), nullptr);
+    FA_CUDA_CHECK(cudaDeviceSynchronize());
+    const std::vector<std::uint16_t> o16 = o.download();
+    ForwardOut out{std::vector<float>(p.elems()), lse.download()};
+    for (std::size_t i = 0; i < o16.size(); ++i) out.o[i] = from16(p.dtype, o16[i]);
+    return out;
+  }
   DeviceBuffer<float> q(in.q), k(in.k), v(in.v);
   DeviceBuffer<float> o = poisoned(p.elems());
   DeviceBuffer<float> lse = softmax ? poisoned(p.rows()) : DeviceBuffer<float>();
@@ -110,6 +166,7 @@ ForwardOut forward(const GpuForward& s, const Problem& p, const Qkv& in, bool so
 Grads backward(const GpuBackward& s, const Problem& p, const Qkv& in, const ForwardOut& fwd,
                const std::vector<float>& dout) {
   check_supported(s.name, s.max_d, p);
+  if (p.dtype != DType::fp32) throw Error(std::string(s.name) + " computes in fp32 only");
   const std::size_t ws_bytes = s.workspace_bytes(p);
   check_memory(s.name, backward_bytes(s, p), ws_bytes, s.workspace_what);
   DeviceBuffer<float> q(in.q), k(in.k), v(in.v), o(fwd.o), lse(fwd.lse), dO(dout);
@@ -146,9 +203,18 @@ Timing time_launches(Launch&& launch, int reps) {
 }  // namespace
 
 Timing time_forward(const GpuForward& s, const Problem& p, int reps) {
-  check_supported(s.name, s.max_d, p);
+  check_supported(s.name, s.max_d, p, s.only_d);
+  check_dtype(s, p);
   check_memory(s.name, forward_bytes(s, p), s.workspace_bytes(p), s.workspace_what);
   const Qkv in = random_qkv(p, 7);
+  if (p.dtype != DType::fp32) {
+    DeviceBuffer<std::uint16_t> q = upload16(p.dtype, in.q), k = upload16(p.dtype, in.k), v = upload16(p.dtype, in.v);
+    DeviceBuffer<std::uint16_t> o(p.elems());
+    DeviceBuffer<float> lse(p.rows());
+    DeviceBuffer<char> ws(s.workspace_bytes(p));
+    return time_launches(
+        [&] { s.run_native(p, {q.get(), k.get(), v.get(), o.get(), lse.get()}, ws.get(), nullptr); }, reps);
+  }
   DeviceBuffer<float> q(in.q), k(in.k), v(in.v), o(p.elems()), lse(p.rows());
   DeviceBuffer<char> ws(s.workspace_bytes(p));
   return time_launches([&] { s.run(p, {q.get(), k.get(), v.get(), o.get(), lse.get()}, ws.get(), nullptr); },
@@ -157,6 +223,7 @@ Timing time_forward(const GpuForward& s, const Problem& p, int reps) {
 
 Timing time_backward(const GpuBackward& s, const Problem& p, int reps) {
   check_supported(s.name, s.max_d, p);
+  if (p.dtype != DType::fp32) throw Error(std::string(s.name) + " computes in fp32 only");
   check_memory(s.name, backward_bytes(s, p), s.workspace_bytes(p), s.workspace_what);
   const Qkv in = random_qkv(p, 7);
   // O and L need not be a real forward's for timing: the arithmetic is the same.

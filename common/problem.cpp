@@ -1,5 +1,6 @@
 #include "common/problem.hpp"
 
+#include <cstring>
 #include <sstream>
 
 namespace fa {
@@ -8,7 +9,35 @@ std::string Problem::str() const {
   std::ostringstream s;
   s << "B=" << B << " H=" << H << " N=" << N << " d=" << d << (causal ? " causal" : "")
     << " scale=" << softmax_scale();
+  if (dtype != DType::fp32) s << " " << dtype_name(dtype);
   return s.str();
+}
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::bf16: return "bf16";
+    case DType::fp16: return "fp16";
+    default: return "fp32";
+  }
+}
+
+DType parse_dtype(const std::string& name) {
+  for (DType t : {DType::fp32, DType::bf16, DType::fp16})
+    if (name == dtype_name(t)) return t;
+  throw Error("unknown dtype '" + name + "' (fp32, bf16 or fp16)");
+}
+
+float round_to(DType t, float x) {
+  if (t == DType::fp16) return static_cast<float>(static_cast<_Float16>(x));
+  if (t == DType::bf16) {
+    if (std::isnan(x)) return x;
+    std::uint32_t u;
+    std::memcpy(&u, &x, 4);
+    u += 0x7FFFu + ((u >> 16) & 1u);  // round to nearest, ties to even, on the top 16 bits
+    u &= 0xFFFF0000u;
+    std::memcpy(&x, &u, 4);
+  }
+  return x;
 }
 
 void Problem::validate() const {

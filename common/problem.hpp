@@ -21,11 +21,20 @@ struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// The element type of Q, K, V and O on the device. The host interface is float32
+/// throughout; a step that computes in 16 bits rounds its inputs on the way in.
+enum class DType { fp32, bf16, fp16 };
+const char* dtype_name(DType t);
+DType parse_dtype(const std::string& name);  ///< "fp32", "bf16", "fp16"; throws fa::Error
+/// x rounded to the nearest value of type t (ties to even), returned as float.
+float round_to(DType t, float x);
+
 /// One attention problem: B batches × H heads of N queries and N keys of width d.
 struct Problem {
   int B = 1, H = 1, N = 1, d = 64;
   bool causal = false;            ///< query i attends to keys j <= i only
   std::optional<float> scale{};   ///< softmax scale; default 1/sqrt(d)
+  DType dtype = DType::fp32;      ///< element type of Q, K, V, O on the device
 
   float softmax_scale() const { return scale ? *scale : 1.0f / std::sqrt(float(d)); }
   std::size_t heads() const { return std::size_t(B) * H; }

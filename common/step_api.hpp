@@ -28,12 +28,23 @@ struct BwdArgs {
   float *dq, *dk, *dv;
 };
 
+/// Device pointers in the problem's own element type (bf16 or fp16: 2 bytes each).
+struct NativeFwdArgs {
+  const void *q, *k, *v;
+  void* o;
+  float* lse;
+};
+
 struct GpuForward {
   const char* name;                                      ///< "step01 forward"
   int max_d;                                             ///< largest head dimension supported
   std::size_t (*workspace_bytes)(const Problem&);        ///< scratch the step needs in device memory
   const char* workspace_what;                            ///< what the scratch holds, for error messages
-  void (*run)(const Problem&, const FwdArgs&, void* workspace, Stream);
+  void (*run)(const Problem&, const FwdArgs&, void* workspace, Stream);  ///< fp32 steps
+  /// 16-bit steps: run on tensors of p.dtype (null for fp32-only steps).
+  void (*run_native)(const Problem&, const NativeFwdArgs&, void* workspace, Stream) = nullptr;
+  /// Head dimensions the step takes, when it takes only some (0-terminated); empty: 1..max_d.
+  const int* only_d = nullptr;
 };
 
 struct GpuBackward {

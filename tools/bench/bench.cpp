@@ -1,6 +1,6 @@
 // fa_bench: times every built GPU step over a sweep of shapes and writes CSV.
 //
-//   fa_bench [--N 1024,2048,...] [--d 64,128] [--causal 0,1] [--dir fwd,bwd]
+//   fa_bench [--N 1024,2048,...] [--d 64,128] [--causal 0,1] [--dir fwd,bwd] [--dtype fp32|bf16|fp16]
 //            [--tokens 65536] [--reps 10] [--steps 01,03,...] [--csv out.csv]
 //   fa_bench --max-n [--steps ...] [--csv out.csv]
 //   fa_bench --once --steps 03 --N 4096 --d 64 --causal 0 --dir fwd   (for ncu)
@@ -69,7 +69,7 @@ std::string device_fields() {
 }
 
 void write_row(std::FILE* f, const Row& r, const std::string& dev) {
-  std::fprintf(f, "fa,%s,%s,fp32,%d,%d,%d,%d,%d,%.5f,%.3f,%zu,%s,%s,%llu,%zu\n", r.step.c_str(), r.dir.c_str(), r.p.B,
+  std::fprintf(f, "fa,%s,%s,%s,%d,%d,%d,%d,%d,%.5f,%.3f,%zu,%s,%s,%llu,%zu\n", r.step.c_str(), r.dir.c_str(), dtype_name(r.p.dtype), r.p.B,
                r.p.H, r.p.N, r.p.d, int(r.p.causal), r.ms, r.tflops, r.scratch, r.status.c_str(), dev.c_str(),
                r.formula_bytes, r.total);
   std::fflush(f);
@@ -101,6 +101,7 @@ int main(int argc, char** argv) {
                 csv = "bench.csv";
     long tokens = 65536;
     int reps = 10;
+    DType dtype = DType::fp32;
     bool max_n = false, once = false;
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
@@ -118,6 +119,7 @@ int main(int argc, char** argv) {
       else if (a == "--csv") csv = val();
       else if (a == "--max-n") max_n = true;
       else if (a == "--once") once = true;
+      else if (a == "--dtype") dtype = parse_dtype(val());
       else throw Error("unknown option " + a);
     }
     std::string why;
@@ -128,7 +130,7 @@ int main(int argc, char** argv) {
     std::fprintf(f, "impl,step,dir,dtype,B,H,N,d,causal,ms,tflops,scratch_bytes,status,gpu,cuda_driver_api,cuda_runtime,formula_bytes,total_bytes\n");
     std::vector<const StepEntry*> chosen;
     for (const auto& s : step_table()) {
-      if (!s.gpu) continue;
+      if (!s.gpu || (s.dtype == DType::fp32) != (dtype == DType::fp32)) continue;  // steps of this dtype
       if (!steps_arg.empty()) {
         bool want = false;
         for (const auto& w : words(steps_arg)) want |= (&find_step(w) == &s);
@@ -199,6 +201,7 @@ int main(int argc, char** argv) {
             for (int N : Nl) {
               Problem p;
               p.B = 1, p.H = int(std::max<long>(1, tokens / N)), p.N = N, p.d = d, p.causal = c != 0;
+              p.dtype = dtype;
               const Row r = measure(*s, dir, p, reps);
               write_row(f, r, dev);
               std::fprintf(stderr, "[%zu/%zu] step %s %s %s: %.3f ms, %.2f TFLOP/s %s\n", ++done, total, s->id.c_str(),

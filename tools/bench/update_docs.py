@@ -122,6 +122,34 @@ def table_bandwidth(D, step="01", d=64):
     return out
 
 
+def table_step06(D):
+    """Step 06 beside PyTorch's FlashAttention-2 and cuDNN backends, same run, same shapes."""
+    rows, peers = load(D.folder, "bench06.csv"), load(D.folder, "peers06.csv")
+    if not rows:
+        return ["(no bench06.csv yet: run tools/bench/run_all.sh)"]
+    out = [f"Forward, bf16, B = 1, H = 65536 / N, measured in one run on {D.device} (median of 10). "
+           f"Ratio: step 06's TFLOP/s over the backend's (1.0 = as fast).", "",
+           "| d | causal | N | step 06 ms | step 06 TFLOP/s | FA-2 (flash) TFLOP/s | ratio | cuDNN TFLOP/s | ratio |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["status"] != "ok":
+            continue
+        key = dict(dir="fwd", dtype="bf16", N=r["N"], d=r["d"], causal=r["causal"])
+        fl, cu = D.find(peers, impl="torch-flash", **key), D.find(peers, impl="torch-cudnn", **key)
+        t = float(r["tflops"])
+        cell = lambda x: f"{float(x['tflops']):.1f} | {t / float(x['tflops']):.2f}" if x else "— | —"
+        out.append(f"| {r['d']} | {'yes' if r['causal'] == '1' else 'no'} | {r['N']} | {fmt_ms(r['ms'])} | {t:.1f} | "
+                   f"{cell(fl)} | {cell(cu)} |")
+    return out
+
+
+def table_sass06(D):
+    path = os.path.join(D.folder, "sass06.txt")
+    if not os.path.exists(path):
+        return ["(no sass06.txt yet)"]
+    return ["```"] + open(path).read().strip().splitlines() + ["```"]
+
+
 def table_maxn(D):
     out = [f"Largest N at B = H = 1, d = 64, doubling from 1024 (`fa_bench --max-n`), on {D.device}.", "",
            "| step | direction | largest N that ran | time there (ms) | extra memory there | next N |",
@@ -200,7 +228,7 @@ TABLES = {
     "step01": lambda D: table_step(D, "01", "fwd"), "step01-bwd": lambda D: table_step(D, "01", "bwd"),
     "step02": lambda D: table_step(D, "02", "fwd"), "step03": lambda D: table_step(D, "03", "fwd"),
     "step04": lambda D: table_step(D, "04", "fwd"), "step05": lambda D: table_step(D, "05", "bwd"),
-    "figures": table_figures, "step01-bandwidth": table_bandwidth,
+    "figures": table_figures, "step06": table_step06, "sass06": table_sass06, "step01-bandwidth": table_bandwidth,
 }
 MARK = re.compile(r"(<!-- fa:table (\S+) -->\n)(.*?)(<!-- /fa:table -->)", re.S)
 

@@ -35,11 +35,12 @@ Usage:
       computes, its error against the fp64 reference, its time and its HBM
       traffic. Without a CUDA device the CPU model of each step runs instead.
   flashattn run --step ID --q Q.npy --k K.npy --v V.npy --out O.npy
-                [--lse L.npy] [--causal] [--scale S]
+                [--lse L.npy] [--causal] [--scale S] [--dtype bf16|fp16]
                 [--do dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]
       Runs one step on your tensors (float32 or float64 .npy, C order, shape
       [N, d], [H, N, d] or [B, H, N, d]) and writes float32 results. With --do
-      and the three gradient paths it also runs the step's backward.
+      and the three gradient paths it also runs the step's backward. --dtype
+      picks the 16-bit type of step 06 (default bf16); inputs are rounded to it.
   flashattn list
       The steps in this build, which need a GPU, which have a backward.
 
@@ -138,21 +139,29 @@ int tour(const Args& a) {
     if (s.id == "reference") continue;
     // Forward row (step 05's forward is step 04's: only its backward row is shown).
     if (s.traffic_forward) {
+      Problem ps = p;  // a 16-bit step runs in its own type: its error includes the rounding
+      ps.dtype = s.dtype;
+      const double elem = s.dtype == DType::fp32 ? 1.0 : 0.5;  // mb() counts 4-byte elements
       std::vector<float> o;
       std::string where = "model", time = "-", scratch = "-";
-      if (gpu) {
-        o = s.forward(p, in).o;
-        where = "GPU";
+      try {
+        if (gpu) {
+          o = s.forward(ps, in).o;
+          where = "GPU";
 #ifdef FA_HAVE_CUDA
-        time = fmt(gpu::time_forward(*s.gpu_forward, p, 10).median_ms);
-        scratch = mb(double(s.gpu_forward->workspace_bytes(p)) / 4);
+          time = fmt(gpu::time_forward(*s.gpu_forward, ps, 10).median_ms);
+          scratch = mb(double(s.gpu_forward->workspace_bytes(ps)) / 4);
 #endif
-      } else {
-        o = s.model(p, in).out.o;
+        } else {
+          o = s.model(ps, in).out.o;
+        }
+      } catch (const Error& e) {  // e.g. a d that step 06 does not take
+        std::printf("%-13s %-52s %s\n", (s.id + " forward").c_str(), s.what.c_str(), e.what());
+        continue;
       }
       const auto r = compare(o, s.softmax ? ref.o : ref_ns, tol::kFp32Forward);
       std::printf("%-13s %-52s %-6s %11s %11s %12s %12s\n", (s.id + " forward").c_str(), s.what.c_str(), where.c_str(),
-                  fmt(r.max_abs, 2).c_str(), time.c_str(), mb(double(s.traffic_forward(p).total())).c_str(),
+                  fmt(r.max_abs, 2).c_str(), time.c_str(), mb(elem * double(s.traffic_forward(ps).total())).c_str(),
                   scratch.c_str());
     }
     if (s.traffic_backward) {
@@ -179,7 +188,7 @@ int tour(const Args& a) {
     }
   }
   std::cout << "\nmax |err|: largest element-wise difference from the fp64 reference (step 02: from the\n"
-               "reference's attention without softmax). HBM MB: elements each step reads and writes in device\n"
+               "reference's attention without softmax; step 06: computed in bf16, so ~1e-3 is its rounding). HBM MB: elements each step reads and writes in device\n"
                "memory by its note's formula (= its CPU model's count), x 4 bytes. scratch MB: extra device memory.\n"
                "Next: the notes in notes/, `flashattn list`, `flashattn run --help`.\n";
   return 0;
@@ -236,6 +245,13 @@ int run(const Args& a) {
   p.N = int(sh[r - 2]);
   p.d = int(sh[r - 1]);
   p.causal = a.causal;
+  p.dtype = s.dtype;
+  if (a.kv.count("--dtype")) {
+    p.dtype = parse_dtype(a.kv.at("--dtype"));
+    if ((p.dtype == DType::fp32) != (s.dtype == DType::fp32))
+      throw Error("step " + s.id + " computes in " + (s.dtype == DType::fp32 ? "fp32" : "bf16 or fp16") +
+                  " (got --dtype " + a.kv.at("--dtype") + ")");
+  }
   if (a.kv.count("--scale")) {
     try {
       p.scale = std::stof(a.kv.at("--scale"));
@@ -291,7 +307,7 @@ int main(int argc, char** argv) {
         return 0;
       }
       return run(parse(argc, argv, 2,
-                       {"--step", "--q", "--k", "--v", "--out", "--lse", "--scale", "--do", "--dq", "--dk", "--dv"}));
+                       {"--step", "--q", "--k", "--v", "--out", "--lse", "--scale", "--dtype", "--do", "--dq", "--dk", "--dv"}));
     }
     throw Error("unknown command '" + cmd + "' (commands: tour, run, list; see flashattn --help)");
   } catch (const std::exception& e) {

@@ -8,6 +8,7 @@
 #include "steps/03_online_softmax/step03.hpp"
 #include "steps/04_kv_outer/step04.hpp"
 #include "steps/05_backward/step05.hpp"
+#include "steps/06_tensor_cores/step06.hpp"
 #ifdef FA_HAVE_CUDA
 #include "common/gpu.hpp"
 #endif
@@ -88,6 +89,9 @@ std::vector<StepEntry> make_table() {
   t.push_back({"05", "backward by recomputation (its forward: step 04)", true, true,
                on_gpu(FA_GPU(step04::kForward), true), on_gpu(FA_GPU(step05::kBackward)), {},
                step05::model_backward, {}, step05::traffic_backward, nullptr, FA_GPU(step05::kBackward), "notes/05_backward.md"});
+  t.push_back({"06", "tensor cores (mma.sync), bf16/fp16, forward", true, true, on_gpu(FA_GPU(step06::kForward), true),
+               {}, step06::model_forward, {}, step06::traffic_forward, {}, FA_GPU(step06::kForward), nullptr,
+               "notes/06_tensor_cores.md", DType::bf16});
   return t;
 }
 

@@ -30,6 +30,7 @@ struct StepEntry {
   const GpuForward* gpu_forward = nullptr;    ///< for timing
   const GpuBackward* gpu_backward = nullptr;  ///< for timing
   std::string note;                           ///< notes/…md
+  DType dtype = DType::fp32;                  ///< the type it computes in (16-bit steps: the default)
 };
 
 /// Every step this build has: the reference always; the GPU steps with CUDA.

@@ -1,0 +1,141 @@
+// CPU model of step 06: step 03's block update with 64×64 tiles and 16-bit rounding.
+#include <algorithm>
+#include <cmath>
+
+#include "steps/03_online_softmax/online_softmax.hpp"
+#include "steps/06_tensor_cores/step06.hpp"
+
+namespace fa::step06 {
+namespace {
+
+void require_lowp(const Problem& p) {
+  p.validate();
+  if (p.dtype == DType::fp32) throw Error("step06 computes in bf16 or fp16: set the problem's dtype");
+  if (p.d != 64 && p.d != 128) throw Error("step06 supports d = 64, 128 (got d = " + std::to_string(p.d) + ")");
+}
+
+std::vector<float> rounded(const std::vector<float>& x, DType t) {
+  std::vector<float> y(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) y[i] = round_to(t, x[i]);
+  return y;
+}
+
+int last_block(const Problem& p, int i) {
+  const int Tc = (p.N + kBc - 1) / kBc;
+  if (!p.causal) return Tc - 1;
+  return (std::min(p.N, (i + 1) * kBr) - 1) / kBc;
+}
+
+}  // namespace
+
+ModelForward model_forward(const Problem& p, const Qkv& in) {
+  require_lowp(p);
+  ModelForward r;
+  const DType t = p.dtype;
+  // The device holds 16-bit tensors: rounding happens once, on the way in.
+  Hbm Q(rounded(in.q, t), r.traffic), K(rounded(in.k, t), r.traffic), V(rounded(in.v, t), r.traffic);
+  Hbm O(p.elems(), r.traffic), L(p.rows(), r.traffic);
+  const int N = p.N, d = p.d;
+  const float scale = p.softmax_scale();
+  std::vector<float> s(kBc);
+  for (std::size_t bh = 0; bh < p.heads(); ++bh) {
+    const std::size_t head = bh * N * d;
+    for (int i = 0; i * kBr < N; ++i) {
+      const int q0 = i * kBr, rows = std::min(kBr, N - q0);
+      OnChip chip(std::size_t(kBr) * d * 2 + 2 * std::size_t(kBc) * d + kBr * kBc + 2 * kBr);
+      auto Qi = chip.tile(std::size_t(kBr) * d, "Q_i"), acc = chip.tile(std::size_t(kBr) * d, "O_i");
+      auto Kj = chip.tile(std::size_t(kBc) * d, "K_j"), Vj = chip.tile(std::size_t(kBc) * d, "V_j");
+      auto P = chip.tile(kBr * kBc, "P_ij"), stats = chip.tile(2 * kBr, "m_i, l_i");
+      std::vector<float> m(kBr, -INFINITY), l(kBr, 0.0f);
+      for (int rr = 0; rr < rows; ++rr)
+        for (int c = 0; c < d; ++c) Qi[rr * d + c] = Q.load(head + std::size_t(q0 + rr) * d + c);
+      for (int j = 0; j <= last_block(p, i); ++j) {
+        const int k0 = j * kBc, kv = std::min(kBc, N - k0);
+        for (int rr = 0; rr < kv; ++rr)
+          for (int c = 0; c < d; ++c) {
+            Kj[rr * d + c] = K.load(head + std::size_t(k0 + rr) * d + c);
+            Vj[rr * d + c] = V.load(head + std::size_t(k0 + rr) * d + c);
+          }
+        for (int rr = 0; rr < kBr; ++rr) {
+          float mx = -INFINITY;
+          for (int c = 0; c < kBc; ++c) {
+            float dot = 0.0f;
+            for (int x = 0; x < d; ++x) dot += Qi[rr * d + x] * (c < kv ? Kj[c * d + x] : 0.0f);
+            const bool masked = c >= kv || (p.causal && k0 + c > q0 + rr);
+            s[c] = masked ? -INFINITY : scale * dot;
+            mx = std::max(mx, s[c]);
+          }
+          const float m_new = std::max(m[rr], mx), alpha = online::rescale(m[rr], m_new);
+          float sum = 0.0f;
+          for (int c = 0; c < kBc; ++c) {
+            const float pr = online::prob(s[c], m_new);
+            sum += pr;                          // ℓ sums the fp32 probabilities...
+            P[rr * kBc + c] = round_to(t, pr);  // ...P·V uses them rounded to 16 bits
+          }
+          l[rr] = alpha * l[rr] + sum;
+          m[rr] = m_new;
+          for (int x = 0; x < d; ++x) {
+            float a = alpha * acc[rr * d + x];
+            for (int c = 0; c < kv; ++c) a += P[rr * kBc + c] * Vj[c * d + x];
+            acc[rr * d + x] = a;
+          }
+        }
+      }
+      for (int rr = 0; rr < rows; ++rr) {
+        for (int x = 0; x < d; ++x) O.store(head + std::size_t(q0 + rr) * d + x, round_to(t, acc[rr * d + x] / l[rr]));
+        L.store(bh * N + q0 + rr, online::lse(m[rr], l[rr]));
+      }
+    }
+  }
+  r.out = {O.take(), L.take()};
+  return r;
+}
+
+Traffic traffic_forward(const Problem& p) {
+  std::uint64_t kv_rows = 0;
+  for (int i = 0; i * kBr < p.N; ++i) kv_rows += std::uint64_t(std::min(p.N, (last_block(p, i) + 1) * kBc));
+  const std::uint64_t Nd = std::uint64_t(p.N) * p.d;
+  return {p.heads() * (Nd + 2 * kv_rows * p.d), p.heads() * (Nd + p.N)};
+}
+
+ForwardOut naive_lowp(const Problem& p, const Qkv& in) {
+  require_lowp(p);
+  const DType t = p.dtype;
+  const auto q = rounded(in.q, t), k = rounded(in.k, t), v = rounded(in.v, t);
+  ForwardOut out{std::vector<float>(p.elems()), std::vector<float>(p.rows())};
+  const int N = p.N, d = p.d;
+  std::vector<float> S(N);
+  for (std::size_t bh = 0; bh < p.heads(); ++bh) {
+    const std::size_t head = bh * N * d;
+    for (int i = 0; i < N; ++i) {
+      const int vis = p.causal ? i + 1 : N;
+      float m = -INFINITY, l = 0.0f;
+      for (int j = 0; j < vis; ++j) {
+        float dot = 0.0f;
+        for (int x = 0; x < d; ++x) dot += q[head + std::size_t(i) * d + x] * k[head + std::size_t(j) * d + x];
+        S[j] = round_to(t, p.softmax_scale() * dot);  // S materialized in 16 bits
+        m = std::max(m, S[j]);
+      }
+      for (int j = 0; j < vis; ++j) l += std::exp(S[j] - m);
+      for (int j = 0; j < vis; ++j) S[j] = round_to(t, std::exp(S[j] - m) / l);  // P in 16 bits
+      for (int x = 0; x < d; ++x) {
+        float o = 0.0f;
+        for (int j = 0; j < vis; ++j) o += S[j] * v[head + std::size_t(j) * d + x];
+        out.o[head + std::size_t(i) * d + x] = round_to(t, o);
+      }
+      out.lse[bh * N + i] = m + std::log(l);
+    }
+  }
+  return out;
+}
+
+double max_abs_error(const std::vector<float>& x, const std::vector<float>& ref) {
+  double e = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double di = std::fabs(double(x[i]) - double(ref[i]));
+    e = std::isnan(di) ? INFINITY : std::max(e, di);
+  }
+  return e;
+}
+
+}  // namespace fa::step06
