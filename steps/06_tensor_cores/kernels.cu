@@ -1,4 +1,7 @@
-// Step 06 kernel (version 1): the online-softmax forward on tensor cores.
+// Step 06 kernel (version 2): the online-softmax forward on tensor cores.
+// Version 2 over version 1: fragments come from shared memory by ldmatrix (one
+// instruction per four 8×8 tiles; .trans for V), and K/V tiles arrive by cp.async
+// into two buffers, so tile j+1 is in flight while tile j is multiplied.
 //
 // A thread block of 4 warps owns B_r = 64 query rows; warp w owns rows 16w..16w+15.
 // Every product is mma.sync.m16n8k16 (A 16×16 row-major, B 16×8 column-major, fp32
@@ -52,77 +55,101 @@ struct Mma<__half> {
   }
 };
 
-/// Two consecutive 16-bit elements of shared memory as one register.
-template <class T>
-__device__ __forceinline__ std::uint32_t ld2(const T* p) {
-  return *reinterpret_cast<const std::uint32_t*>(p);
-}
-/// Two 16-bit elements from different rows (the B operand of P·V, V row-major).
-template <class T>
-__device__ __forceinline__ std::uint32_t ld2_rows(const T* p0, const T* p1) {
-  const std::uint16_t lo = *reinterpret_cast<const std::uint16_t*>(p0), hi = *reinterpret_cast<const std::uint16_t*>(p1);
-  return std::uint32_t(lo) | (std::uint32_t(hi) << 16);
+/// Four 8×8 tiles of 16-bit elements from shared memory: lane l gives the address
+/// of row l % 8 of tile l / 8; lane 4g + t receives, in register i, elements
+/// (g, 2t) and (g, 2t + 1) of tile i — exactly an mma fragment. kTrans delivers
+/// each tile transposed: elements (2t, g) and (2t + 1, g).
+template <bool kTrans = false>
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const void* row_addr) {
+  const auto a = static_cast<std::uint32_t>(__cvta_generic_to_shared(row_addr));
+  if constexpr (kTrans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
 
-/// rows×kD tile from global (rows consecutive in memory) to shared memory with
-/// row stride kD + 8, 16 bytes per thread per step; rows at or past `valid` are 0.
+/// rows×kD tile from global (rows consecutive in memory) to shared memory with row
+/// stride kD + 8, 16 bytes per thread per copy, asynchronously (cp.async: no
+/// registers on the way). Rows at or past `valid` are zero-filled: a source size
+/// of 0 bytes reads nothing.
 template <class T, int kD>
-__device__ __forceinline__ void load_tile(T* dst, const T* __restrict__ src, int rows, int valid) {
+__device__ __forceinline__ void copy_tile_async(T* dst, const T* __restrict__ src, int rows, int valid) {
   constexpr int kChunks = kD / 8;  // 16-byte chunks per row
   for (int e = threadIdx.x; e < rows * kChunks; e += kThreads) {
     const int r = e / kChunks, c = (e % kChunks) * 8;
-    uint4 x = make_uint4(0, 0, 0, 0);
-    if (r < valid) x = *reinterpret_cast<const uint4*>(src + std::size_t(r) * kD + c);
-    *reinterpret_cast<uint4*>(dst + r * (kD + 8) + c) = x;
+    const auto d = static_cast<std::uint32_t>(__cvta_generic_to_shared(dst + r * (kD + 8) + c));
+    const T* g = src + std::size_t(r < valid ? r : 0) * kD + c;  // a valid address even when not read
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(g), "r"(r < valid ? 16 : 0));
   }
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+/// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 template <class T, int kD>
 __global__ void __launch_bounds__(kThreads)
     forward_kernel(int N, bool causal, float scale, const T* __restrict__ q, const T* __restrict__ k,
                    const T* __restrict__ v, T* __restrict__ o, float* __restrict__ lse) {
-  constexpr int ld = kD + 8;  // +16 bytes per row: the 8 quads of a fragment load hit 32 different banks
+  constexpr int ld = kD + 8;  // +16 bytes per row: the 8 rows of an ldmatrix tile hit 32 different banks
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* Qs = reinterpret_cast<T*>(smem_raw);  // [kBr][ld]
-  T* Ks = Qs + kBr * ld;                   // [kBc][ld]
-  T* Vs = Ks + kBc * ld;                   // [kBc][ld]
+  T* Ks = Qs + kBr * ld;                   // [2][kBc][ld]: two buffers
+  T* Vs = Ks + 2 * kBc * ld;               // [2][kBc][ld]
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int q0 = blockIdx.x * kBr, r0 = 16 * warp;  // this warp's first row in the block
   const std::size_t head = std::size_t(blockIdx.y) * N * kD;
-
-  load_tile<T, kD>(Qs, q + head + std::size_t(q0) * kD, kBr, N - q0);
-  __syncthreads();
-  // Q_i stays in registers as A fragments for the whole loop.
-  std::uint32_t qf[kD / 16][4];
-#pragma unroll
-  for (int kk = 0; kk < kD / 16; ++kk) {
-    const T* base = Qs + (r0 + g) * ld + 16 * kk + 2 * t;
-    qf[kk][0] = ld2(base);
-    qf[kk][1] = ld2(base + 8 * ld);
-    qf[kk][2] = ld2(base + 8);
-    qf[kk][3] = ld2(base + 8 * ld + 8);
-  }
+  // The row and column offsets this lane addresses in an ldmatrix_x4 whose tiles are
+  // (rows +0, cols +0), (rows +8, cols +0), (rows +0, cols +8), (rows +8, cols +8).
+  const int lrow = lane % 8 + 8 * ((lane / 8) % 2), lcol = 8 * (lane / 16);
 
   float acc[kD / 8][4] = {};  // O: rows g, g+8 × columns 8·dt + 2t, +1
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g+8
+  std::uint32_t qf[kD / 16][4];  // Q_i as A fragments, loaded once
   const int last = causal ? (min(N, q0 + kBr) - 1) / kBc : (N - 1) / kBc;
 
+  // Prologue: Q_i and the first K/V tile, one group of copies.
+  copy_tile_async<T, kD>(Qs, q + head + std::size_t(q0) * kD, kBr, N - q0);
+  copy_tile_async<T, kD>(Ks, k + head, kBc, N);
+  copy_tile_async<T, kD>(Vs, v + head, kBc, N);
+  cp_async_commit();
+
   for (int j = 0; j <= last; ++j) {
-    const int k0 = j * kBc;
-    __syncthreads();  // every warp is done with the previous K_j, V_j
-    load_tile<T, kD>(Ks, k + head + std::size_t(k0) * kD, kBc, N - k0);
-    load_tile<T, kD>(Vs, v + head + std::size_t(k0) * kD, kBc, N - k0);
-    __syncthreads();
+    const int k0 = j * kBc, buf = j % 2;
+    if (j < last) {  // start tile j+1 into the other buffer (free since the barrier ending iteration j-1)
+      const int k1 = k0 + kBc;
+      copy_tile_async<T, kD>(Ks + (1 - buf) * kBc * ld, k + head + std::size_t(k1) * kD, kBc, N - k1);
+      copy_tile_async<T, kD>(Vs + (1 - buf) * kBc * ld, v + head + std::size_t(k1) * kD, kBc, N - k1);
+      cp_async_commit();
+      cp_async_wait<1>();  // tile j (and Q) landed; tile j+1 may still be in flight
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // every thread's copies of tile j are visible to all
+    const T* Kb = Ks + buf * kBc * ld;
+    const T* Vb = Vs + buf * kBc * ld;
+    if (j == 0) {
+#pragma unroll
+      for (int kk = 0; kk < kD / 16; ++kk) ldmatrix_x4(qf[kk], Qs + (r0 + lrow) * ld + 16 * kk + lcol);
+    }
 
     // S = Q_i·K_jᵀ: 16×64 per warp, 8 n-tiles of 8 keys.
     float s[kBc / 8][4] = {};
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk)
 #pragma unroll
-      for (int nt = 0; nt < kBc / 8; ++nt) {
-        const T* kb = Ks + (8 * nt + g) * ld + 16 * kk + 2 * t;  // B[k][n] = K[n][k]: contiguous in K's row
-        Mma<T>::run(s[nt], qf[kk], ld2(kb), ld2(kb + 8));
+      for (int nt = 0; nt < kBc / 8; nt += 2) {
+        // B[k][n] = K[n][k], two n-tiles per ldmatrix: tiles (keys 8nt.., dims 16kk..), (same keys,
+        // dims +8), (keys +8, dims 16kk..), (keys +8, dims +8). Lane rows: key 8nt + lane % 8 + 8·(lane / 16).
+        std::uint32_t b[4];
+        ldmatrix_x4(b, Kb + (8 * nt + lane % 8 + 8 * (lane / 16)) * ld + 16 * kk + 8 * ((lane / 8) % 2));
+        Mma<T>::run(s[nt], qf[kk], b[0], b[1]);
+        Mma<T>::run(s[nt + 1], qf[kk], b[2], b[3]);
       }
 
     // Online softmax on the fragments: half h = 0 is row g, h = 1 is row g + 8.
@@ -166,13 +193,17 @@ __global__ void __launch_bounds__(kThreads)
       const std::uint32_t a[4] = {Mma<T>::pack(s[2 * c][0], s[2 * c][1]), Mma<T>::pack(s[2 * c][2], s[2 * c][3]),
                                   Mma<T>::pack(s[2 * c + 1][0], s[2 * c + 1][1]),
                                   Mma<T>::pack(s[2 * c + 1][2], s[2 * c + 1][3])};
-      const T* vb = Vs + (16 * c + 2 * t) * ld + g;  // B[k][n] = V[k][n]: two rows per register
 #pragma unroll
-      for (int dt = 0; dt < kD / 8; ++dt) {
-        const T* p = vb + 8 * dt;
-        Mma<T>::run(acc[dt], a, ld2_rows(p, p + ld), ld2_rows(p + 8 * ld, p + 9 * ld));
+      for (int dt = 0; dt < kD / 8; dt += 2) {
+        // B[k][n] = V[k][n], transposed by ldmatrix: tiles (keys 16c.., dims 8dt..), (keys +8, same
+        // dims), (keys 16c.., dims +8), (keys +8, dims +8). Lane rows: key 16c + lrow, column 8dt + lcol.
+        std::uint32_t b[4];
+        ldmatrix_x4<true>(b, Vb + (16 * c + lrow) * ld + 8 * dt + lcol);
+        Mma<T>::run(acc[dt], a, b[0], b[1]);
+        Mma<T>::run(acc[dt + 1], a, b[2], b[3]);
       }
     }
+    __syncthreads();  // every warp is done with buffer `buf` before iteration j+1 refills it
   }
 
   // Epilogue: O = acc / ℓ in 16 bits, L = m + log ℓ.
@@ -190,7 +221,7 @@ __global__ void __launch_bounds__(kThreads)
 
 template <class T, int kD>
 void launch(const Problem& p, const NativeFwdArgs& a, Stream s) {
-  const std::size_t smem = std::size_t(kBr + 2 * kBc) * (kD + 8) * sizeof(T);
+  const std::size_t smem = std::size_t(kBr + 4 * kBc) * (kD + 8) * sizeof(T);
   set_smem_limit(forward_kernel<T, kD>, smem);
   const dim3 grid((p.N + kBr - 1) / kBr, unsigned(p.heads()));
   forward_kernel<T, kD><<<grid, kThreads, smem, s>>>(p.N, p.causal, p.softmax_scale(), static_cast<const T*>(a.q),

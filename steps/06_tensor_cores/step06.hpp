@@ -6,10 +6,11 @@
 // accumulator fragments in registers: a row's statistics m, ℓ never leave the four
 // lanes that hold it. P goes from the S accumulators straight into the A operand
 // of the P·V product, rounded to 16 bits (the one rounding inside the algorithm).
-// This is version 1 of the step: operands reach registers by plain 32-bit loads
-// from padded shared memory, and K/V tiles are loaded synchronously.
-// Leaves for later versions (issue 7): ldmatrix, cp.async multi-stage loads, a
-// swizzled layout, exp2 with the scale folded in, the backward.
+// Version 2: fragments come from padded shared memory by ldmatrix, K/V tiles by
+// cp.async into two buffers (version 1, plain 32-bit shared loads and synchronous
+// tiles, is in git history and in the note's table).
+// Leaves for later versions (issue 7): a swizzled layout, exp2 with the scale
+// folded in, larger blocks, the backward.
 // Limits: d = 64 or 128; forward only. Note: notes/06_tensor_cores.md.
 #pragma once
 

@@ -143,6 +143,25 @@ def table_step06(D):
     return out
 
 
+def table_step06_versions(D):
+    """One row per version of step 06, each against the PyTorch backends of its own run."""
+    out = [f"Forward, bf16, not causal, B·H·N = 65536, on {D.device}; each version measured in one run "
+           f"beside PyTorch's backends (ratio: version's TFLOP/s over FlashAttention-2's).", "",
+           "| version | change | d | N | TFLOP/s | FA-2 TFLOP/s | ratio |", "|---|---|---|---|---|---|---|"]
+    versions = [("1", "mma.sync, softmax on fragments, P in registers; scalar shared loads", "_v1"),
+                ("2", "ldmatrix (.trans for V); cp.async double-buffered K/V", "")]
+    for ver, change, suffix in versions:
+        rows, peers = load(D.folder, f"bench06{suffix}.csv"), load(D.folder, f"peers06{suffix}.csv")
+        for d in ("64", "128"):
+            for N in ("4096", "16384"):
+                r = D.find(rows, N=N, d=d, causal=0)
+                fl = D.find(peers, impl="torch-flash", dir="fwd", dtype="bf16", N=N, d=d, causal=0)
+                if r and fl:
+                    out.append(f"| {ver} | {change} | {d} | {N} | {float(r['tflops']):.1f} | {float(fl['tflops']):.1f} | "
+                               f"{float(r['tflops']) / float(fl['tflops']):.2f} |")
+    return out
+
+
 def table_sass06(D):
     path = os.path.join(D.folder, "sass06.txt")
     if not os.path.exists(path):
@@ -228,7 +247,7 @@ TABLES = {
     "step01": lambda D: table_step(D, "01", "fwd"), "step01-bwd": lambda D: table_step(D, "01", "bwd"),
     "step02": lambda D: table_step(D, "02", "fwd"), "step03": lambda D: table_step(D, "03", "fwd"),
     "step04": lambda D: table_step(D, "04", "fwd"), "step05": lambda D: table_step(D, "05", "bwd"),
-    "figures": table_figures, "step06": table_step06, "sass06": table_sass06, "step01-bandwidth": table_bandwidth,
+    "figures": table_figures, "step06": table_step06, "sass06": table_sass06, "step06-versions": table_step06_versions, "step01-bandwidth": table_bandwidth,
 }
 MARK = re.compile(r"(<!-- fa:table (\S+) -->\n)(.*?)(<!-- /fa:table -->)", re.S)
 
