@@ -4,7 +4,6 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <cstring>
 
 #include <algorithm>
 #include <sstream>
@@ -96,6 +95,10 @@ DeviceBuffer<float> poisoned(std::size_t n) {
   return b;
 }
 
+void check_dtype(const GpuBackward& s, const Problem& p) {
+  if (p.dtype != DType::fp32) throw Error(std::string(s.name) + " computes in fp32 only");
+}
+
 void check_dtype(const GpuForward& s, const Problem& p) {
   if (p.dtype == DType::fp32 && !s.run)
     throw Error(std::string(s.name) + " computes in 16 bits: choose bf16 or fp16 (--dtype)");
@@ -166,7 +169,7 @@ ForwardOut forward(const GpuForward& s, const Problem& p, const Qkv& in, bool so
 Grads backward(const GpuBackward& s, const Problem& p, const Qkv& in, const ForwardOut& fwd,
                const std::vector<float>& dout) {
   check_supported(s.name, s.max_d, p);
-  if (p.dtype != DType::fp32) throw Error(std::string(s.name) + " computes in fp32 only");
+  check_dtype(s, p);
   const std::size_t ws_bytes = s.workspace_bytes(p);
   check_memory(s.name, backward_bytes(s, p), ws_bytes, s.workspace_what);
   DeviceBuffer<float> q(in.q), k(in.k), v(in.v), o(fwd.o), lse(fwd.lse), dO(dout);
@@ -223,7 +226,7 @@ Timing time_forward(const GpuForward& s, const Problem& p, int reps) {
 
 Timing time_backward(const GpuBackward& s, const Problem& p, int reps) {
   check_supported(s.name, s.max_d, p);
-  if (p.dtype != DType::fp32) throw Error(std::string(s.name) + " computes in fp32 only");
+  check_dtype(s, p);
   check_memory(s.name, backward_bytes(s, p), s.workspace_bytes(p), s.workspace_what);
   const Qkv in = random_qkv(p, 7);
   // O and L need not be a real forward's for timing: the arithmetic is the same.
