@@ -19,15 +19,16 @@ constexpr int kMaxD = 256;     ///< largest head dimension the fused kernels tak
 /// 32 different rows at the same column hit 32 different banks.
 FA_HD constexpr int padded(int d) { return d | 1; }
 
-FA_HD int q_blocks(int N) { return (N + kBr - 1) / kBr; }   ///< T_r
-FA_HD int kv_blocks(int N) { return (N + kBc - 1) / kBc; }  ///< T_c
+// The block sizes default to steps 02–05's; step 06 passes its own (64 × 64).
+FA_HD int q_blocks(int N, int br = kBr) { return (N + br - 1) / br; }   ///< T_r
+FA_HD int kv_blocks(int N, int bc = kBc) { return (N + bc - 1) / bc; }  ///< T_c
 
 /// Last K/V block query block i needs: all of them, or (causal) the one holding
 /// the diagonal of its last row. Blocks after it are skipped, not just masked.
-FA_HD int last_kv_block(int N, bool causal, int i) {
-  if (!causal) return kv_blocks(N) - 1;
-  const int last_row = ((i + 1) * kBr < N ? (i + 1) * kBr : N) - 1;
-  return last_row / kBc;
+FA_HD int last_kv_block(int N, bool causal, int i, int br = kBr, int bc = kBc) {
+  if (!causal) return kv_blocks(N, bc) - 1;
+  const int last_row = ((i + 1) * br < N ? (i + 1) * br : N) - 1;
+  return last_row / bc;
 }
 /// First query block that needs K/V block j (causal: the one holding row j·B_c).
 FA_HD int first_q_block(bool causal, int j) { return causal ? (j * kBc) / kBr : 0; }
@@ -37,10 +38,10 @@ FA_HD int valid_rows(int N, int blk, int rows) { return N - blk * rows < rows ? 
 
 /// Σ over query blocks i of the K/V rows that block i visits: N·T_r without a
 /// mask; with the causal mask, the K/V blocks up to the diagonal.
-inline std::uint64_t kv_rows_visited(const Problem& p) {
+inline std::uint64_t kv_rows_visited(const Problem& p, int br = kBr, int bc = kBc) {
   std::uint64_t s = 0;
-  for (int i = 0; i < q_blocks(p.N); ++i)
-    s += std::uint64_t(std::min(p.N, (last_kv_block(p.N, p.causal, i) + 1) * kBc));
+  for (int i = 0; i < q_blocks(p.N, br); ++i)
+    s += std::uint64_t(std::min(p.N, (last_kv_block(p.N, p.causal, i, br, bc) + 1) * bc));
   return s;
 }
 

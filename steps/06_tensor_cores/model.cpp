@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "steps/02_fused/tile.hpp"
 #include "steps/03_online_softmax/online_softmax.hpp"
 #include "steps/06_tensor_cores/step06.hpp"
 
@@ -18,12 +19,6 @@ std::vector<float> rounded(const std::vector<float>& x, DType t) {
   std::vector<float> y(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) y[i] = round_to(t, x[i]);
   return y;
-}
-
-int last_block(const Problem& p, int i) {
-  const int Tc = (p.N + kBc - 1) / kBc;
-  if (!p.causal) return Tc - 1;
-  return (std::min(p.N, (i + 1) * kBr) - 1) / kBc;
 }
 
 }  // namespace
@@ -49,7 +44,7 @@ ModelForward model_forward(const Problem& p, const Qkv& in) {
       std::vector<float> m(kBr, -INFINITY), l(kBr, 0.0f);
       for (int rr = 0; rr < rows; ++rr)
         for (int c = 0; c < d; ++c) Qi[rr * d + c] = Q.load(head + std::size_t(q0 + rr) * d + c);
-      for (int j = 0; j <= last_block(p, i); ++j) {
+      for (int j = 0; j <= tiles::last_kv_block(N, p.causal, i, kBr, kBc); ++j) {
         const int k0 = j * kBc, kv = std::min(kBc, N - k0);
         for (int rr = 0; rr < kv; ++rr)
           for (int c = 0; c < d; ++c) {
@@ -92,10 +87,9 @@ ModelForward model_forward(const Problem& p, const Qkv& in) {
 }
 
 Traffic traffic_forward(const Problem& p) {
-  std::uint64_t kv_rows = 0;
-  for (int i = 0; i * kBr < p.N; ++i) kv_rows += std::uint64_t(std::min(p.N, (last_block(p, i) + 1) * kBc));
+  // Step 03's formula with 64-row tiles: Q once, K and V once per query block that needs them.
   const std::uint64_t Nd = std::uint64_t(p.N) * p.d;
-  return {p.heads() * (Nd + 2 * kv_rows * p.d), p.heads() * (Nd + p.N)};
+  return {p.heads() * (Nd + 2 * tiles::kv_rows_visited(p, kBr, kBc) * p.d), p.heads() * (Nd + p.N)};
 }
 
 ForwardOut naive_lowp(const Problem& p, const Qkv& in) {
