@@ -75,12 +75,19 @@ void write_row(std::FILE* f, const Row& r, const std::string& dev) {
   std::fflush(f);
 }
 
+/// The note's HBM traffic in bytes: elements × the problem's element size (L, fp32
+/// in every step, is counted at that size too: N elements beside N·d).
+unsigned long long formula_bytes(const StepEntry& s, bool bwd, const Problem& p) {
+  const unsigned long long elems = (bwd ? s.traffic_backward(p) : s.traffic_forward(p)).total();
+  return elems * (p.dtype == DType::fp32 ? 4 : 2);
+}
+
 Row measure(const StepEntry& s, const std::string& dir, const Problem& p, int reps) {
   Row r{s.id, dir, p};
   const bool bwd = dir == "bwd";
   r.scratch = bwd ? s.gpu_backward->workspace_bytes(p) : s.gpu_forward->workspace_bytes(p);
   r.total = bwd ? gpu::backward_bytes(*s.gpu_backward, p) : gpu::forward_bytes(*s.gpu_forward, p);
-  r.formula_bytes = 4ull * (bwd ? s.traffic_backward(p) : s.traffic_forward(p)).total();
+  r.formula_bytes = formula_bytes(s, bwd, p);
   try {
     const gpu::Timing t = bwd ? gpu::time_backward(*s.gpu_backward, p, reps) : gpu::time_forward(*s.gpu_forward, p, reps);
     r.ms = t.median_ms;
@@ -168,40 +175,33 @@ int main(int argc, char** argv) {
       return 0;
     }
 
+    // One sweep; each point is either timed (a CSV row) or, with --once, run once untimed.
     const auto Nl = ints(Ns), dl = ints(ds), cl = ints(causals);
-    if (once) {
-      for (const StepEntry* s : chosen)
-        for (const auto& dir : words(dirs)) {
-          const bool bwd = dir == "bwd";
-          if ((bwd && !s->gpu_backward) || (!bwd && !s->gpu_forward)) continue;
-          for (int d : dl)
-            for (int c : cl)
-              for (int N : Nl) {
-                Problem p;
-                p.B = 1, p.H = int(std::max<long>(1, tokens / N)), p.N = N, p.d = d, p.causal = c != 0;
-                const Traffic t = bwd ? s->traffic_backward(p) : s->traffic_forward(p);
-                if (bwd) gpu::time_backward(*s->gpu_backward, p, 0);
-                else gpu::time_forward(*s->gpu_forward, p, 0);
-                std::printf("once step=%s dir=%s B=%d H=%d N=%d d=%d causal=%d formula_bytes=%llu\n", s->id.c_str(),
-                            dir.c_str(), p.B, p.H, p.N, p.d, c, (unsigned long long)(t.total() * 4));
-              }
-        }
-      return 0;
-    }
     const auto dl_dirs = words(dirs);
+    auto has = [](const StepEntry& s, const std::string& dir) {
+      return dir == "bwd" ? s.gpu_backward != nullptr : s.gpu_forward != nullptr;
+    };
     std::size_t total = 0, done = 0;
     for (const StepEntry* s : chosen)
       for (const auto& dir : dl_dirs)
-        if ((dir == "fwd" && s->gpu_forward) || (dir == "bwd" && s->gpu_backward)) total += Nl.size() * dl.size() * cl.size();
+        if (has(*s, dir)) total += Nl.size() * dl.size() * cl.size();
     for (const StepEntry* s : chosen)
       for (const auto& dir : dl_dirs) {
-        if ((dir == "fwd" && !s->gpu_forward) || (dir == "bwd" && !s->gpu_backward)) continue;
+        if (!has(*s, dir)) continue;
+        const bool bwd = dir == "bwd";
         for (int d : dl)
           for (int c : cl)
             for (int N : Nl) {
               Problem p;
               p.B = 1, p.H = int(std::max<long>(1, tokens / N)), p.N = N, p.d = d, p.causal = c != 0;
               p.dtype = dtype;
+              if (once) {
+                if (bwd) gpu::time_backward(*s->gpu_backward, p, 0);
+                else gpu::time_forward(*s->gpu_forward, p, 0);
+                std::printf("once step=%s dir=%s B=%d H=%d N=%d d=%d causal=%d formula_bytes=%llu\n", s->id.c_str(),
+                            dir.c_str(), p.B, p.H, p.N, p.d, c, formula_bytes(*s, bwd, p));
+                continue;
+              }
               const Row r = measure(*s, dir, p, reps);
               write_row(f, r, dev);
               std::fprintf(stderr, "[%zu/%zu] step %s %s %s: %.3f ms, %.2f TFLOP/s %s\n", ++done, total, s->id.c_str(),
