@@ -36,8 +36,6 @@ def series(data, d, causal, direction, key):
     for r in data:
         if r["status"] != "ok" or int(r["d"]) != d or int(r["causal"]) != causal or r["dir"] != direction:
             continue
-        if r["impl"] != "fa" and r["dtype"] != "fp32" and key != "scratch_bytes":
-            pass
         out.setdefault(label(r), []).append((int(r["N"]), float(r[key])))
     return {k: sorted(v) for k, v in out.items()}
 
