@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 #include "common/compare.hpp"
@@ -95,11 +96,8 @@ DeviceBuffer<float> poisoned(std::size_t n) {
   return b;
 }
 
-void check_dtype(const GpuBackward& s, const Problem& p) {
-  if (p.dtype != DType::fp32) throw Error(std::string(s.name) + " computes in fp32 only");
-}
-
-void check_dtype(const GpuForward& s, const Problem& p) {
+template <class Step>
+void check_dtype(const Step& s, const Problem& p) {
   if (p.dtype == DType::fp32 && !s.run)
     throw Error(std::string(s.name) + " computes in 16 bits: choose bf16 or fp16 (--dtype)");
   if (p.dtype != DType::fp32 && !s.run_native)
@@ -128,6 +126,12 @@ DeviceBuffer<std::uint16_t> upload16(DType t, const std::vector<float>& x) {
   for (std::size_t i = 0; i < x.size(); ++i) h[i] = to16(t, x[i]);
   return DeviceBuffer<std::uint16_t>(h);
 }
+std::vector<float> download16(DType t, const DeviceBuffer<std::uint16_t>& b) {
+  const std::vector<std::uint16_t> h = b.download();
+  std::vector<float> x(h.size());
+  for (std::size_t i = 0; i < h.size(); ++i) x[i] = from16(t, h[i]);
+  return x;
+}
 std::size_t elem_bytes(const Problem& p) { return p.dtype == DType::fp32 ? 4 : 2; }
 
 }  // namespace
@@ -137,7 +141,7 @@ std::size_t forward_bytes(const GpuForward& s, const Problem& p) {
 }
 
 std::size_t backward_bytes(const GpuBackward& s, const Problem& p) {
-  return (8 * p.elems() + p.rows()) * sizeof(float) + s.workspace_bytes(p);
+  return 8 * p.elems() * elem_bytes(p) + p.rows() * sizeof(float) + s.workspace_bytes(p);
 }
 
 ForwardOut forward(const GpuForward& s, const Problem& p, const Qkv& in, bool softmax) {
@@ -152,10 +156,7 @@ ForwardOut forward(const GpuForward& s, const Problem& p, const Qkv& in, bool so
     DeviceBuffer<char> ws(ws_bytes);
     s.run_native(p, NativeFwdArgs{q.get(), k.get(), v.get(), o.get(), lse.get()}, ws.get(), nullptr);
     FA_CUDA_CHECK(cudaDeviceSynchronize());
-    const std::vector<std::uint16_t> o16 = o.download();
-    ForwardOut out{std::vector<float>(p.elems()), lse.download()};
-    for (std::size_t i = 0; i < o16.size(); ++i) out.o[i] = from16(p.dtype, o16[i]);
-    return out;
+    return {download16(p.dtype, o), lse.download()};
   }
   DeviceBuffer<float> q(in.q), k(in.k), v(in.v);
   DeviceBuffer<float> o = poisoned(p.elems());
@@ -168,10 +169,23 @@ ForwardOut forward(const GpuForward& s, const Problem& p, const Qkv& in, bool so
 
 Grads backward(const GpuBackward& s, const Problem& p, const Qkv& in, const ForwardOut& fwd,
                const std::vector<float>& dout) {
-  check_supported(s.name, s.max_d, p);
+  check_supported(s.name, s.max_d, p, s.only_d);
   check_dtype(s, p);
   const std::size_t ws_bytes = s.workspace_bytes(p);
   check_memory(s.name, backward_bytes(s, p), ws_bytes, s.workspace_what);
+  if (p.dtype != DType::fp32) {
+    const DType t = p.dtype;
+    DeviceBuffer<std::uint16_t> q = upload16(t, in.q), k = upload16(t, in.k), v = upload16(t, in.v);
+    DeviceBuffer<std::uint16_t> o = upload16(t, fwd.o), dO = upload16(t, dout);
+    DeviceBuffer<float> lse(fwd.lse);
+    const std::vector<std::uint16_t> poison(p.elems(), kPoison16);
+    DeviceBuffer<std::uint16_t> dq(poison), dk(poison), dv(poison);
+    DeviceBuffer<char> ws(ws_bytes);
+    s.run_native(p, NativeBwdArgs{q.get(), k.get(), v.get(), o.get(), lse.get(), dO.get(), dq.get(), dk.get(), dv.get()},
+                 ws.get(), nullptr);
+    FA_CUDA_CHECK(cudaDeviceSynchronize());
+    return {download16(t, dq), download16(t, dk), download16(t, dv)};
+  }
   DeviceBuffer<float> q(in.q), k(in.k), v(in.v), o(fwd.o), lse(fwd.lse), dO(dout);
   DeviceBuffer<float> dq = poisoned(p.elems()), dk = poisoned(p.elems()), dv = poisoned(p.elems());
   DeviceBuffer<char> ws(ws_bytes);
@@ -225,11 +239,26 @@ Timing time_forward(const GpuForward& s, const Problem& p, int reps) {
 }
 
 Timing time_backward(const GpuBackward& s, const Problem& p, int reps) {
-  check_supported(s.name, s.max_d, p);
+  check_supported(s.name, s.max_d, p, s.only_d);
   check_dtype(s, p);
   check_memory(s.name, backward_bytes(s, p), s.workspace_bytes(p), s.workspace_what);
   const Qkv in = random_qkv(p, 7);
   // O and L need not be a real forward's for timing: the arithmetic is the same.
+  // (L = log N keeps P = e^(S − L) near 1/N, as a real forward's would be.)
+  if (p.dtype != DType::fp32) {
+    const DType t = p.dtype;
+    DeviceBuffer<std::uint16_t> q = upload16(t, in.q), k = upload16(t, in.k), v = upload16(t, in.v);
+    DeviceBuffer<std::uint16_t> o = upload16(t, in.v), dO = upload16(t, in.q);
+    DeviceBuffer<float> lse(std::vector<float>(p.rows(), std::log(float(p.N))));
+    DeviceBuffer<std::uint16_t> dq(p.elems()), dk(p.elems()), dv(p.elems());
+    DeviceBuffer<char> ws(s.workspace_bytes(p));
+    return time_launches(
+        [&] {
+          s.run_native(p, {q.get(), k.get(), v.get(), o.get(), lse.get(), dO.get(), dq.get(), dk.get(), dv.get()},
+                       ws.get(), nullptr);
+        },
+        reps);
+  }
   DeviceBuffer<float> q(in.q), k(in.k), v(in.v), o(in.v), dO(in.q);
   DeviceBuffer<float> lse(std::vector<float>(p.rows(), 1.0f));
   DeviceBuffer<float> dq(p.elems()), dk(p.elems()), dv(p.elems());

@@ -35,6 +35,14 @@ struct NativeFwdArgs {
   float* lse;
 };
 
+/// The same for a backward pass (L and the gradients' accumulators stay fp32).
+struct NativeBwdArgs {
+  const void *q, *k, *v, *o;
+  const float* lse;
+  const void* dout;
+  void *dq, *dk, *dv;
+};
+
 struct GpuForward {
   const char* name;                                      ///< "step01 forward"
   int max_d;                                             ///< largest head dimension supported
@@ -52,7 +60,9 @@ struct GpuBackward {
   int max_d;
   std::size_t (*workspace_bytes)(const Problem&);
   const char* workspace_what;
-  void (*run)(const Problem&, const BwdArgs&, void* workspace, Stream);
+  void (*run)(const Problem&, const BwdArgs&, void* workspace, Stream);  ///< fp32 steps
+  void (*run_native)(const Problem&, const NativeBwdArgs&, void* workspace, Stream) = nullptr;  ///< 16-bit steps
+  const int* only_d = nullptr;  ///< as GpuForward::only_d
 };
 
 inline std::size_t no_workspace(const Problem&) { return 0; }

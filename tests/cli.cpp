@@ -197,4 +197,28 @@ TEST_CASE("flashattn runs GPU steps 03 and 05 on .npy tensors", "[gpu]") {
   remove_all({"cli_q.npy", "cli_k.npy", "cli_v.npy", "cli_do.npy", "cli_o.npy", "cli_l.npy", "cli_dq.npy",
               "cli_dk.npy", "cli_dv.npy", "cli_out.txt", "cli_err.txt"});
 }
+
+TEST_CASE("flashattn runs step 06 in bf16 and fp16, forward and backward", "[gpu]") {
+  const Problem p = test::make(1, 2, 37, 64, true);
+  const Qkv in = write_inputs(p, 7, false);
+  save("cli_do.npy", {p.B, p.H, p.N, p.d}, in.q);
+  const ForwardOut ref = reference::forward(p, in);
+  const Grads ref_g = reference::backward(p, in, in.q);
+  // float32 files in, rounded to 16 bits on the way: errors of the 16-bit type.
+  for (const char* dtype : {"bf16", "fp16"}) {
+    INFO(dtype);
+    const Result r = flashattn(std::string("run --step 06 --causal --dtype ") + dtype + " " + kIn +
+                               " --out cli_o.npy --lse cli_l.npy --do cli_do.npy --dq cli_dq.npy --dk cli_dk.npy"
+                               " --dv cli_dv.npy");
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    const Tolerance t{3e-2, 3e-2, "inputs, P and outputs rounded to 16 bits"};
+    FA_CHECK_CLOSE("O", read_npy("cli_o.npy").data, ref.o, t, test::shape_o(p));
+    FA_CHECK_CLOSE("dQ", read_npy("cli_dq.npy").data, ref_g.dq, t, test::shape_o(p));
+    FA_CHECK_CLOSE("dK", read_npy("cli_dk.npy").data, ref_g.dk, t, test::shape_o(p));
+    FA_CHECK_CLOSE("dV", read_npy("cli_dv.npy").data, ref_g.dv, t, test::shape_o(p));
+  }
+  remove_all({"cli_q.npy", "cli_k.npy", "cli_v.npy", "cli_do.npy", "cli_o.npy", "cli_l.npy", "cli_dq.npy",
+              "cli_dk.npy", "cli_dv.npy", "cli_out.txt", "cli_err.txt"});
+}
 #endif

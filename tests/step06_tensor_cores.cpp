@@ -1,8 +1,9 @@
 // Step 06 tests. The rule FlashAttention's own tests use: against the fp64
-// reference, the step's error is at most twice the error of a naive computation
-// in the same 16-bit type. The CPU model (which rounds where the kernel rounds)
-// checks the algorithm and that budget without a GPU; the kernel must meet the
-// budget on the GPU and agree with its model to a few 16-bit units.
+// reference on the same (16-bit) inputs, the step's error is at most twice the
+// error of a naive computation in the same 16-bit type — three times for the
+// gradients. The CPU models (which round where the kernels round) check the
+// algorithms and that budget without a GPU; the kernels must meet the budget on
+// the GPU and agree with their models to a few 16-bit units.
 #include "reference/reference.hpp"
 #include "steps/06_tensor_cores/step06.hpp"
 #include "tests/check.hpp"
@@ -17,6 +18,34 @@ namespace {
 Problem lowp(Problem p, DType t) {
   p.dtype = t;
   return p;
+}
+
+/// Inputs already representable in p.dtype, so that the reference and the step see
+/// the same numbers and the budget measures the step's arithmetic alone.
+Qkv inputs(const Problem& p, std::uint64_t seed) { return step06::rounded_inputs(p, random_qkv(p, seed)); }
+std::vector<float> grad_out(const Problem& p, std::uint64_t seed) {
+  return step06::rounded(random_qkv(p, seed).q, p.dtype);
+}
+
+/// err(step) <= 3·err(naive same-dtype) for dQ, dK and dV, against the fp64 reference.
+/// + 1e-5: at N = 1 the exact dS is 0 and the naive one is exactly 0 too (it computes
+/// D from the same rounded dP), while fp32 sums in two orders leave ~1e-7.
+void check_grad_budget(const Problem& p, const Qkv& in, const std::vector<float>& dout, const Grads& got,
+                       const char* who) {
+  const Grads ref = reference::backward(p, in, dout), naive = step06::naive_lowp_backward(p, in, dout);
+  const std::pair<const char*, const std::vector<float>*> parts[3][3] = {
+      {{"dQ", &got.dq}, {"", &ref.dq}, {"", &naive.dq}},
+      {{"dK", &got.dk}, {"", &ref.dk}, {"", &naive.dk}},
+      {{"dV", &got.dv}, {"", &ref.dv}, {"", &naive.dv}}};
+  for (const auto& g : parts) {
+    const double e = step06::max_abs_error(*g[0].second, *g[1].second);
+    const double n = step06::max_abs_error(*g[2].second, *g[1].second);
+    INFO(who << ": max |" << g[0].first << " − ref| = " << e << " (naive " << dtype_name(p.dtype) << ": " << n << ")");
+    CHECK(e <= 3 * n + 1e-5);
+    const auto r = compare(*g[0].second, *g[1].second, Tolerance{1.0, 0.0, "finite and written"});
+    CHECK(r.nan == 0);
+    CHECK(r.unwritten == 0);
+  }
 }
 
 /// err(step) <= 2·err(naive same-dtype), for O and L, against the fp64 reference.
@@ -40,24 +69,47 @@ TEST_CASE("step06 model meets the error budget of its 16-bit type", "[cpu]") {
       if (base.N < 1000) {
         const Problem p = lowp(base, t);
         INFO(p.str() << ", seed 71");
-        const Qkv in = random_qkv(p, 71);
+        const Qkv in = inputs(p, 71);
         check_budget(p, in, step06::model_forward(p, in).out, "model");
       }
 }
 
-TEST_CASE("step06 model's HBM traffic equals the formula", "[cpu]") {
-  for (const Problem& base : {make(1, 1, 1, 64, false), make(2, 1, 130, 64, true), make(1, 2, 200, 128, false)}) {
+TEST_CASE("step06 backward model meets the gradient budget of its 16-bit type", "[cpu]") {
+  for (DType t : {DType::bf16, DType::fp16})
+    for (const Problem& base : test::sweep({1, 17, 113}, {64, 128}))
+      if (base.N < 1000 && (base.d == 64 || base.N == 113)) {
+        const Problem p = lowp(base, t);
+        INFO(p.str() << ", seeds 74, 75");
+        const Qkv in = inputs(p, 74);
+        const std::vector<float> dout = grad_out(p, 75);
+        const ForwardOut fwd = step06::model_forward(p, in).out;
+        check_grad_budget(p, in, dout, step06::model_backward(p, in, fwd, dout).grads, "model");
+      }
+}
+
+TEST_CASE("step06 models' HBM traffic equals the formulas", "[cpu]") {
+  for (const Problem& base : {make(1, 1, 1, 64, false), make(2, 1, 130, 64, true), make(1, 2, 200, 128, false),
+                              make(1, 1, 257, 128, true)}) {
     const Problem p = lowp(base, DType::bf16);
     INFO(p.str());
-    const Traffic m = step06::model_forward(p, random_qkv(p, 1)).traffic, f = step06::traffic_forward(p);
-    CHECK(m.read == f.read);
-    CHECK(m.written == f.written);
+    const Qkv in = random_qkv(p, 1);
+    const ModelForward mf = step06::model_forward(p, in);
+    const Traffic f = step06::traffic_forward(p);
+    CHECK(mf.traffic.read == f.read);
+    CHECK(mf.traffic.written == f.written);
+    const Traffic mb = step06::model_backward(p, in, mf.out, in.v).traffic, b = step06::traffic_backward(p);
+    CHECK(mb.read == b.read);
+    CHECK(mb.written == b.written);
   }
 }
 
-TEST_CASE("step06 model refuses fp32 problems", "[cpu]") {
+TEST_CASE("step06 models refuse fp32 problems and other head dimensions", "[cpu]") {
   const Problem p = make(1, 1, 8, 64, false);
-  CHECK(test::contains(test::error_of([&] { step06::model_forward(p, random_qkv(p, 1)); }), "bf16 or fp16"));
+  const Qkv in = random_qkv(p, 1);
+  CHECK(test::contains(test::error_of([&] { step06::model_forward(p, in); }), "bf16 or fp16"));
+  CHECK(test::contains(test::error_of([&] { step06::model_backward(p, in, {in.q, {}}, in.q); }), "bf16 or fp16"));
+  const Problem q = lowp(make(1, 1, 8, 96, false), DType::bf16);
+  CHECK(test::contains(test::error_of([&] { step06::model_backward(q, random_qkv(q, 1), {}, {}); }), "d = 64, 128"));
 }
 
 #ifdef FA_HAVE_CUDA
@@ -66,7 +118,7 @@ TEST_CASE("step06 kernel meets the error budget and matches its model", "[gpu]")
     for (const Problem& base : test::sweep({1, 113, 1000}, {64, 128})) {
       const Problem p = lowp(base, t);
       INFO(p.str() << ", seed 72");
-      const Qkv in = random_qkv(p, 72);
+      const Qkv in = inputs(p, 72);
       const ForwardOut out = gpu::forward(step06::kForward, p, in, true);
       check_budget(p, in, out, "kernel");
       if (p.N <= 113) {
@@ -83,17 +135,64 @@ TEST_CASE("step06 kernel at N = 4097 (one past a tile multiple)", "[gpu]") {
   for (bool causal : {false, true}) {
     const Problem p = lowp(make(1, 1, 4097, 64, causal), DType::bf16);
     INFO(p.str());
-    const Qkv in = random_qkv(p, 73);
-    check_budget(p, in, gpu::forward(step06::kForward, p, in, true), "kernel");
+    const Qkv in = inputs(p, 73);
+    const ForwardOut fwd = gpu::forward(step06::kForward, p, in, true);
+    check_budget(p, in, fwd, "kernel");
+    const std::vector<float> dout = grad_out(p, 76);
+    check_grad_budget(p, in, dout, gpu::backward(step06::kBackward, p, in, fwd, dout), "kernel");
   }
+}
+
+TEST_CASE("step06 forward versions of the note's table meet the budget", "[gpu]") {
+  for (const GpuForward& version : step06::kForwardVersions)
+    for (const Problem& base : test::sweep({113, 1000}, {64, 128})) {
+      const Problem p = lowp(base, DType::bf16);
+      INFO(version.name << ", " << p.str());
+      const Qkv in = inputs(p, 77);
+      check_budget(p, in, gpu::forward(version, p, in, true), version.name);
+    }
+}
+
+TEST_CASE("step06 backward kernel meets the gradient budget and matches its model", "[gpu]") {
+  for (DType t : {DType::bf16, DType::fp16})
+    for (const Problem& base : test::sweep({1, 113, 1000}, {64, 128})) {
+      const Problem p = lowp(base, t);
+      INFO(p.str() << ", seeds 78, 79");
+      const Qkv in = inputs(p, 78);
+      const std::vector<float> dout = grad_out(p, 79);
+      const ForwardOut fwd = gpu::forward(step06::kForward, p, in, true);
+      const Grads g = gpu::backward(step06::kBackward, p, in, fwd, dout);
+      check_grad_budget(p, in, dout, g, "kernel");
+      if (p.N <= 113) {
+        const Grads m = step06::model_backward(p, in, fwd, dout).grads;
+        const Tolerance& tl = t == DType::bf16 ? step06::kBf16Reorder : step06::kFp16Reorder;
+        FA_CHECK_CLOSE("dQ vs model", g.dq, m.dq, tl, test::shape_o(p));
+        FA_CHECK_CLOSE("dK vs model", g.dk, m.dk, tl, test::shape_o(p));
+        FA_CHECK_CLOSE("dV vs model", g.dv, m.dv, tl, test::shape_o(p));
+      }
+    }
+}
+
+TEST_CASE("step06 backward with huge logits stays finite and within budget", "[gpu]") {
+  // Scores of ±~100 after scaling: P is one-hot-like, exp must not overflow anywhere.
+  const Problem p = lowp(make(1, 2, 113, 64, true, 8.0f), DType::bf16);
+  const Qkv in = inputs(p, 80);
+  const std::vector<float> dout = grad_out(p, 81);
+  const ForwardOut fwd = gpu::forward(step06::kForward, p, in, true);
+  check_budget(p, in, fwd, "kernel");
+  check_grad_budget(p, in, dout, gpu::backward(step06::kBackward, p, in, fwd, dout), "kernel");
 }
 
 TEST_CASE("step06 refuses what it does not support", "[gpu]") {
   const Problem p = make(1, 1, 8, 64, false);
-  CHECK(test::contains(test::error_of([&] { gpu::forward(step06::kForward, p, random_qkv(p, 1), true); }),
-                       "bf16 or fp16"));
+  const Qkv in = random_qkv(p, 1);
+  const ForwardOut f{in.q, std::vector<float>(p.rows())};
+  CHECK(test::contains(test::error_of([&] { gpu::forward(step06::kForward, p, in, true); }), "bf16 or fp16"));
+  CHECK(test::contains(test::error_of([&] { gpu::backward(step06::kBackward, p, in, f, in.q); }), "bf16 or fp16"));
   const Problem q = lowp(make(1, 1, 8, 40, false), DType::bf16);
-  CHECK(test::contains(test::error_of([&] { gpu::forward(step06::kForward, q, random_qkv(q, 1), true); }),
-                       "d = 64, 128"));
+  const Qkv iq = random_qkv(q, 1);
+  const ForwardOut fq{iq.q, std::vector<float>(q.rows())};
+  CHECK(test::contains(test::error_of([&] { gpu::forward(step06::kForward, q, iq, true); }), "d = 64, 128"));
+  CHECK(test::contains(test::error_of([&] { gpu::backward(step06::kBackward, q, iq, fq, iq.q); }), "d = 64, 128"));
 }
 #endif

@@ -31,7 +31,7 @@ FA_HD int last_kv_block(int N, bool causal, int i, int br = kBr, int bc = kBc) {
   return last_row / bc;
 }
 /// First query block that needs K/V block j (causal: the one holding row j·B_c).
-FA_HD int first_q_block(bool causal, int j) { return causal ? (j * kBc) / kBr : 0; }
+FA_HD int first_q_block(bool causal, int j, int br = kBr, int bc = kBc) { return causal ? (j * bc) / br : 0; }
 
 /// Rows of block `blk` (blocks of `rows` rows) that lie inside the sequence.
 FA_HD int valid_rows(int N, int blk, int rows) { return N - blk * rows < rows ? N - blk * rows : rows; }
@@ -47,10 +47,11 @@ inline std::uint64_t kv_rows_visited(const Problem& p, int br = kBr, int bc = kB
 
 /// Σ over K/V blocks j of the query rows that visit block j (the backward's
 /// K/V-outer pass re-reads Q_i, dO_i once per such visit): N·T_c without a mask.
-inline std::uint64_t q_rows_visited(const Problem& p) {
+inline std::uint64_t q_rows_visited(const Problem& p, int br = kBr, int bc = kBc) {
   std::uint64_t s = 0;
-  for (int j = 0; j < kv_blocks(p.N); ++j)
-    for (int i = first_q_block(p.causal, j); i < q_blocks(p.N); ++i) s += std::uint64_t(valid_rows(p.N, i, kBr));
+  for (int j = 0; j < kv_blocks(p.N, bc); ++j)
+    for (int i = first_q_block(p.causal, j, br, bc); i < q_blocks(p.N, br); ++i)
+      s += std::uint64_t(valid_rows(p.N, i, br));
   return s;
 }
 

@@ -1,4 +1,5 @@
-// CPU model of step 06: step 03's block update with 64×64 tiles and 16-bit rounding.
+// CPU model of step 06's forward: step 03's block update with the kernel's tiles
+// (128 query rows × forward_bc(d) keys) and 16-bit rounding.
 #include <algorithm>
 #include <cmath>
 
@@ -7,9 +8,8 @@
 #include "steps/06_tensor_cores/step06.hpp"
 
 namespace fa::step06 {
-namespace {
 
-void require_lowp(const Problem& p) {
+void require_supported(const Problem& p) {
   p.validate();
   if (p.dtype == DType::fp32) throw Error("step06 computes in bf16 or fp16: set the problem's dtype");
   if (p.d != 64 && p.d != 128) throw Error("step06 supports d = 64, 128 (got d = " + std::to_string(p.d) + ")");
@@ -21,16 +21,18 @@ std::vector<float> rounded(const std::vector<float>& x, DType t) {
   return y;
 }
 
-}  // namespace
+Qkv rounded_inputs(const Problem& p, const Qkv& in) {
+  return {rounded(in.q, p.dtype), rounded(in.k, p.dtype), rounded(in.v, p.dtype)};
+}
 
 ModelForward model_forward(const Problem& p, const Qkv& in) {
-  require_lowp(p);
+  require_supported(p);
   ModelForward r;
   const DType t = p.dtype;
   // The device holds 16-bit tensors: rounding happens once, on the way in.
   Hbm Q(rounded(in.q, t), r.traffic), K(rounded(in.k, t), r.traffic), V(rounded(in.v, t), r.traffic);
   Hbm O(p.elems(), r.traffic), L(p.rows(), r.traffic);
-  const int N = p.N, d = p.d;
+  const int N = p.N, d = p.d, kBc = forward_bc(d);
   const float scale = p.softmax_scale();
   std::vector<float> s(kBc);
   for (std::size_t bh = 0; bh < p.heads(); ++bh) {
@@ -87,13 +89,13 @@ ModelForward model_forward(const Problem& p, const Qkv& in) {
 }
 
 Traffic traffic_forward(const Problem& p) {
-  // Step 03's formula with 64-row tiles: Q once, K and V once per query block that needs them.
+  // Step 03's formula with step 06's tiles: Q once, K and V once per query block that needs them.
   const std::uint64_t Nd = std::uint64_t(p.N) * p.d;
-  return {p.heads() * (Nd + 2 * tiles::kv_rows_visited(p, kBr, kBc) * p.d), p.heads() * (Nd + p.N)};
+  return {p.heads() * (Nd + 2 * tiles::kv_rows_visited(p, kBr, forward_bc(p.d)) * p.d), p.heads() * (Nd + p.N)};
 }
 
 ForwardOut naive_lowp(const Problem& p, const Qkv& in) {
-  require_lowp(p);
+  require_supported(p);
   const DType t = p.dtype;
   const auto q = rounded(in.q, t), k = rounded(in.k, t), v = rounded(in.v, t);
   ForwardOut out{std::vector<float>(p.elems()), std::vector<float>(p.rows())};

@@ -1,17 +1,18 @@
-// Step 06 — tensor cores: step 03's algorithm on mma.sync, FlashAttention-2 style.
+// Step 06 — tensor cores: steps 03 and 05 on mma.sync, FlashAttention-2 style.
 //
-// Adds over step 03: 16-bit inputs (bf16 or fp16) and the tensor cores. Each warp
-// owns 16 query rows of a B_r = 64 block; S = Q·Kᵀ and O += P·V are mma.sync
-// m16n8k16 products with fp32 accumulators, and the online softmax runs on the
-// accumulator fragments in registers: a row's statistics m, ℓ never leave the four
-// lanes that hold it. P goes from the S accumulators straight into the A operand
-// of the P·V product, rounded to 16 bits (the one rounding inside the algorithm).
-// Version 2: fragments come from padded shared memory by ldmatrix, K/V tiles by
-// cp.async into two buffers (version 1, plain 32-bit shared loads and synchronous
-// tiles, is in git history and in the note's table).
-// Leaves for later versions (issue 7): a swizzled layout, exp2 with the scale
-// folded in, larger blocks, the backward.
-// Limits: d = 64 or 128; forward only. Note: notes/06_tensor_cores.md.
+// Adds over steps 03–05: 16-bit inputs (bf16 or fp16) and the tensor cores.
+// Forward: each warp owns 32 query rows of a B_r = 128 block; S = Q·Kᵀ and
+// O += P·V are mma.sync m16n8k16 products with fp32 accumulators, and the online
+// softmax runs on the accumulator fragments in registers: a row's statistics m, ℓ
+// never leave the four lanes that hold it. P goes from the S accumulators straight
+// into the A operand of the P·V product, rounded to 16 bits (the one rounding
+// inside the algorithm). Fragments come from swizzled shared memory by ldmatrix,
+// K/V tiles by cp.async into two buffers, exp is exp2 with the scale folded in.
+// Backward: K/V outer (a block owns 64 keys and their dK, dV in registers), P and
+// dS rebuilt per query block on tensor cores, dQ added into an fp32 accumulator
+// with atomics (forward.cu and backward.cu say how, mma.cuh holds the pieces).
+// The versions of the note's table (v1 … v5) are in forward.cu and git history.
+// Limits: d = 64 or 128. Note: notes/06_tensor_cores.md.
 #pragma once
 
 #include "common/compare.hpp"
@@ -20,8 +21,15 @@
 
 namespace fa::step06 {
 
-constexpr int kBr = 64;  ///< query rows per thread block: 4 warps × 16
-constexpr int kBc = 64;  ///< keys per K/V block
+constexpr int kBr = 128;  ///< forward: query rows per thread block, 4 warps × 32
+/// Forward: keys per K/V block (d = 128: 32, so S and O fit in 255 registers).
+constexpr int forward_bc(int d) { return d <= 64 ? 64 : 32; }
+constexpr int kBwdKeys = 64;     ///< backward: keys per thread block, 4 warps × 16
+constexpr int kBwdQueries = 64;  ///< backward: queries per step of the inner loop
+inline constexpr int kSupportedD[] = {64, 128, 0};
+
+/// Throws fa::Error unless p is bf16 or fp16 with d = 64 or 128.
+void require_supported(const Problem& p);
 
 /// CPU model: the kernel's tiles, rounding where it rounds (inputs, P before P·V,
 /// O at the end). p.dtype is bf16 or fp16.
@@ -31,6 +39,21 @@ Traffic traffic_forward(const Problem& p);  ///< elements (×2 bytes, L ×4)
 /// The naive same-dtype computation that FlashAttention's tests measure against:
 /// inputs, S, P and O each rounded to p.dtype, sums in fp32.
 ForwardOut naive_lowp(const Problem& p, const Qkv& in);
+
+/// Backward CPU model: the kernel's blocks, rounding where it rounds (inputs, O,
+/// Pᵀ and dSᵀ before their products, the gradients at the end), dQ summed in fp32
+/// over K/V blocks in block order (the kernel's atomics add in any order).
+ModelBackward model_backward(const Problem& p, const Qkv& in, const ForwardOut& fwd, const std::vector<float>& dout);
+/// Elements moved by the three backward kernels (16-bit tensors and fp32 L, D and
+/// dQ accumulator alike counted as elements; the note gives the bytes).
+Traffic traffic_backward(const Problem& p);
+
+/// The naive same-dtype backward: S, P, dP, dS and every gradient rounded to p.dtype.
+Grads naive_lowp_backward(const Problem& p, const Qkv& in, const std::vector<float>& dout);
+
+/// Inputs as the device holds them: every element rounded to p.dtype.
+Qkv rounded_inputs(const Problem& p, const Qkv& in);
+std::vector<float> rounded(const std::vector<float>& x, DType t);
 
 /// Largest |x − ref| over all elements (the error measure of the budget rule).
 double max_abs_error(const std::vector<float>& x, const std::vector<float>& ref);
@@ -42,5 +65,9 @@ constexpr Tolerance kBf16Reorder{4e-3, 1.6e-2, "bf16 (8-bit mantissa) P and O af
 constexpr Tolerance kFp16Reorder{5e-4, 2e-3, "fp16 (11-bit mantissa) P and O after reordered fp32 sums"};
 
 extern const GpuForward kForward;
+constexpr int kForwardVersionCount = 5;
+/// The forward versions of the note's table (forward.cu lists them), for the bench.
+extern const GpuForward kForwardVersions[kForwardVersionCount];
+extern const GpuBackward kBackward;
 
 }  // namespace fa::step06

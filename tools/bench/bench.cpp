@@ -4,6 +4,7 @@
 //            [--tokens 65536] [--reps 10] [--steps 01,03,...] [--csv out.csv]
 //   fa_bench --max-n [--steps ...] [--csv out.csv]
 //   fa_bench --once --steps 03 --N 4096 --d 64 --causal 0 --dir fwd   (for ncu)
+//   fa_bench --dtype bf16 --versions ...   also times step 06's forward versions (rows 06v3, 06v4, …)
 //
 // Sweep: B = 1 and H = tokens / N heads (so every N does the same number of
 // query rows; at least one head). Each point: 2 warm-up launches, then `reps`
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "common/gpu.hpp"
+#include "steps/06_tensor_cores/step06.hpp"
 #include "tools/flashattn/steps_table.hpp"
 
 namespace {
@@ -109,7 +111,7 @@ int main(int argc, char** argv) {
     long tokens = 65536;
     int reps = 10;
     DType dtype = DType::fp32;
-    bool max_n = false, once = false;
+    bool max_n = false, once = false, versions = false;
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
       auto val = [&]() -> std::string {
@@ -126,6 +128,7 @@ int main(int argc, char** argv) {
       else if (a == "--csv") csv = val();
       else if (a == "--max-n") max_n = true;
       else if (a == "--once") once = true;
+      else if (a == "--versions") versions = true;
       else if (a == "--dtype") dtype = parse_dtype(val());
       else throw Error("unknown option " + a);
     }
@@ -144,6 +147,19 @@ int main(int argc, char** argv) {
         if (!want) continue;
       }
       chosen.push_back(&s);
+    }
+    // Step 06's forward versions (the note's table): step 06's row with another kernel.
+    std::vector<StepEntry> version_rows;
+    if (versions) {
+      if (dtype == DType::fp32) throw Error("--versions times step 06, which needs --dtype bf16 or fp16");
+      for (const GpuForward& v : step06::kForwardVersions) {
+        StepEntry e = find_step("06");
+        e.id = "06" + std::string(v.name).substr(0, std::string(v.name).find(':'));
+        e.gpu_forward = &v;
+        e.gpu_backward = nullptr;
+        version_rows.push_back(e);
+      }
+      for (const StepEntry& e : version_rows) chosen.push_back(&e);
     }
     std::cerr << "fa_bench on " << gpu::describe_device() << " -> " << csv << "\n";
 

@@ -89,9 +89,10 @@ std::vector<StepEntry> make_table() {
   t.push_back({"05", "backward by recomputation (its forward: step 04)", true, true,
                on_gpu(FA_GPU(step04::kForward), true), on_gpu(FA_GPU(step05::kBackward)), {},
                step05::model_backward, {}, step05::traffic_backward, nullptr, FA_GPU(step05::kBackward), "notes/05_backward.md"});
-  t.push_back({"06", "tensor cores (mma.sync), bf16/fp16, forward", true, true, on_gpu(FA_GPU(step06::kForward), true),
-               {}, step06::model_forward, {}, step06::traffic_forward, {}, FA_GPU(step06::kForward), nullptr,
-               "notes/06_tensor_cores.md", DType::bf16});
+  t.push_back({"06", "tensor cores (mma.sync), bf16/fp16, FA-2 style", true, true,
+               on_gpu(FA_GPU(step06::kForward), true), on_gpu(FA_GPU(step06::kBackward)), step06::model_forward,
+               step06::model_backward, step06::traffic_forward, step06::traffic_backward, FA_GPU(step06::kForward),
+               FA_GPU(step06::kBackward), "notes/06_tensor_cores.md", DType::bf16});
   return t;
 }
 

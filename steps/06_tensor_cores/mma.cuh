@@ -1,0 +1,217 @@
+// Step 06's warp-level building blocks, shared by its forward and backward
+// kernels: the mma.sync instruction, ldmatrix, cp.async, the swizzled tile layout
+// and a fast exp2. Everything here is one PTX instruction or an address formula.
+//
+// mma.sync.m16n8k16 (A 16×16 row-major, B 16×8 column-major, fp32 C 16×8): in the
+// fragments, lane = 4g + t holds
+//   A: rows g and g+8, columns 2t, 2t+1 and 2t+8, 2t+9   (4 registers of 2 halves)
+//   B: rows (k) 2t, 2t+1 and 2t+8, 2t+9, column (n) g     (2 registers)
+//   C: rows g and g+8, columns 2t, 2t+1                   (4 floats)
+// so a row of a C tile lives in the 4 lanes of a quad, and two C tiles side by
+// side (16×16) are, once rounded to 16 bits, exactly one A fragment.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace fa::step06 {
+
+/// The one instruction, per element type: D = A·B + D, fp32 accumulators.
+template <class T>
+struct Mma;
+template <>
+struct Mma<__nv_bfloat16> {
+  __device__ static void run(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  /// Two floats to one register: `lo` in the low half (the lower column index).
+  __device__ static std::uint32_t pack(float lo, float hi) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const std::uint32_t*>(&v);
+  }
+  /// Two consecutive elements (4-byte aligned) as floats.
+  __device__ static float2 load2(const __nv_bfloat16* p) {
+    return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+  }
+};
+template <>
+struct Mma<__half> {
+  __device__ static void run(float (&c)[4], const std::uint32_t (&a)[4], std::uint32_t b0, std::uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+  __device__ static std::uint32_t pack(float lo, float hi) {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const std::uint32_t*>(&v);
+  }
+  __device__ static float2 load2(const __half* p) { return __half22float2(*reinterpret_cast<const __half2*>(p)); }
+};
+
+/// Two C tiles side by side (columns 0–7 in c0, 8–15 in c1) as the A fragment of
+/// a 16-wide k chunk, rounded to 16 bits: P (or dS) going from one product into the next.
+template <class T>
+__device__ __forceinline__ void to_a(std::uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
+  a[0] = Mma<T>::pack(c0[0], c0[1]);
+  a[1] = Mma<T>::pack(c0[2], c0[3]);
+  a[2] = Mma<T>::pack(c1[0], c1[1]);
+  a[3] = Mma<T>::pack(c1[2], c1[3]);
+}
+
+/// A pointer into shared memory as a 32-bit shared-space address: what ldmatrix
+/// and cp.async take, and half the registers of a generic 64-bit pointer.
+__device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+
+/// Four 8×8 tiles of 16-bit elements from shared memory: lane l gives the address
+/// of row l % 8 of tile l / 8; lane 4g + t receives, in register i, elements
+/// (g, 2t) and (g, 2t + 1) of tile i — exactly an mma fragment. kTrans delivers
+/// each tile transposed: elements (2t, g) and (2t + 1, g).
+template <bool kTrans = false>
+__device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t a) {
+  if constexpr (kTrans)
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+  else
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
+}
+
+/// A tile of kCols 16-bit elements per row, unpadded, with its 16-byte chunks
+/// swizzled: chunk c of row r is stored at chunk c ^ (r % 8). The 8 rows an
+/// ldmatrix reads at one logical chunk land in 8 different physical chunks, i.e.
+/// in all 32 banks once — no conflicts, and no padding bytes (version 2 padded
+/// every row by 16 bytes for the same effect).
+template <int kCols>
+struct Swizzled {
+  static_assert(kCols % 64 == 0, "rows of at least 128 bytes: 8 chunks to permute");
+  /// Element offset of (row, col); col is a multiple of 8 (a chunk start) or any
+  /// column inside it.
+  __device__ __forceinline__ static int at(int row, int col) {
+    return row * kCols + ((((col >> 3) ^ row) & 7) | ((col >> 3) & ~7)) * 8 + (col & 7);
+  }
+  /// Byte offset of (row, col) for 16-bit elements: what ldmatrix adds to a tile's address.
+  __device__ __forceinline__ static std::uint32_t bytes(int row, int col) { return 2u * at(row, col); }
+};
+
+/// Async copy of a rows×kCols tile from global (rows consecutive, kCols apart) to
+/// a swizzled shared tile, 16 bytes per thread per copy, no registers on the way.
+/// Rows at or past `valid` are zero-filled: a source size of 0 bytes reads nothing.
+/// A thread copies the same chunk of every kThreads/kChunks-th row (a multiple of
+/// 8 rows apart), so its swizzled column is the same each time.
+template <int kThreads, int kCols, int kRowsT, class T>
+__device__ __forceinline__ void copy_tile_async(T* dst, const T* __restrict__ src, int valid) {
+  constexpr int kChunks = kCols / 8, kStep = kThreads / kChunks;
+  static_assert(kStep % 8 == 0 && kRowsT % kStep == 0, "whole passes over the tile, 8-row aligned");
+  const int r0 = threadIdx.x / kChunks, c = (threadIdx.x % kChunks) * 8;
+  const std::uint32_t d = smem_u32(dst + Swizzled<kCols>::at(r0, c));
+#pragma unroll
+  for (int r = r0, i = 0; i < kRowsT / kStep; r += kStep, ++i) {
+    const T* g = src + std::size_t(r < valid ? r : 0) * kCols + c;  // a valid address even when not read
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d + 2 * i * kStep * kCols), "l"(g),
+                 "r"(r < valid ? 16 : 0));
+  }
+}
+/// `n` floats (a multiple of 4, 16-byte aligned at both ends) to shared memory.
+template <int kThreads>
+__device__ __forceinline__ void copy_floats_async(float* dst, const float* __restrict__ src, int n) {
+  for (int e = 4 * threadIdx.x; e < n; e += 4 * kThreads) {
+    const std::uint32_t d = smem_u32(dst + e);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src + e));
+  }
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+/// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+/// 2^x on the special-function unit (one MUFU.EX2; 2^−∞ = 0). With the softmax
+/// scale folded into log2(e)·scale, exp(scale·s − m) becomes one FFMA and this.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Addressing in the two products below. Every ldmatrix row a lane addresses is
+// (a multiple of 8) + (its own row in an 8×8 tile), so row % 8 — the swizzle key —
+// is fixed per lane, and moving a fragment by 16 columns (k) or 8 columns (n)
+// flips chunk bits that the key's XOR does not carry into: the address of chunk
+// c0 + 2·kk is (address of chunk c0) XOR 32·kk bytes. One LOP per k step; moving
+// by rows is an immediate offset. This needs tiles that start at a multiple of
+// their row size (2·kD bytes) and first rows a0, b0 that are multiples of 8.
+
+/// The XOR addressing above assumes dynamic shared memory starts 1024-byte
+/// aligned (it does on every GPU we know; this makes "every" a checked claim).
+__device__ __forceinline__ void require_aligned_smem(const void* base) {
+  if (smem_u32(base) % 1024 != 0) __trap();
+}
+
+/// acc[mt][nt] += A·Bᵀ over kD columns, for a warp: A is kMT·16 rows of a swizzled
+/// shared tile (shared address A) starting at row a0, B is kNT·8 rows starting at
+/// row b0 (both kD columns, both row-major: B's rows are the product's columns).
+/// This is S = Q·Kᵀ in the forward, and Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ in the backward.
+template <class T, int kD, int kMT, int kNT>
+__device__ __forceinline__ void gemm_abt(float (&acc)[kMT][kNT][4], std::uint32_t A, int a0, std::uint32_t B,
+                                         int b0) {
+  using L = Swizzled<kD>;
+  constexpr std::uint32_t kRow = 2 * kD;  // bytes per row
+  const int lane = threadIdx.x % 32;
+  // ldmatrix_x4 of an A fragment: tiles (rows +0, cols +0), (+8, +0), (+0, +8), (+8, +8).
+  const std::uint32_t a = A + L::bytes(a0 + lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16));
+  // Of two B fragments (n-tiles nt, nt+1): tiles (rows +0, cols +0), (+0, +8), (+8, +0), (+8, +8).
+  const std::uint32_t b = B + L::bytes(b0 + lane % 8 + 8 * (lane / 16), 8 * ((lane / 8) % 2));
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {
+    std::uint32_t af[kMT][4];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) ldmatrix_x4(af[mt], (a ^ (32u * kk)) + 16 * kRow * mt);
+#pragma unroll
+    for (int nt = 0; nt < kNT; nt += 2) {
+      std::uint32_t bf[4];
+      ldmatrix_x4(bf, (b ^ (32u * kk)) + 8 * kRow * nt);
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        Mma<T>::run(acc[mt][nt], af[mt], bf[0], bf[1]);
+        Mma<T>::run(acc[mt][nt + 1], af[mt], bf[2], bf[3]);
+      }
+    }
+  }
+}
+
+/// acc[mt][dt] += P·V for a warp, with P already in registers as A fragments
+/// (pa[mt][c]: rows 16·mt.., k chunk c of 16) and V a swizzled shared tile of kK
+/// rows × kD columns (shared address V), read transposed by ldmatrix. This is
+/// O += P·V in the forward, and dV += Pᵀ·dO, dK += dSᵀ·Q, dQ += dS·K in the backward.
+template <class T, int kD, int kMT, int kK>
+__device__ __forceinline__ void gemm_pv(float (&acc)[kMT][kD / 8][4], const std::uint32_t (&pa)[kMT][kK / 16][4],
+                                        std::uint32_t V) {
+  using L = Swizzled<kD>;
+  constexpr std::uint32_t kRow = 2 * kD;
+  const int lane = threadIdx.x % 32;
+  // Tiles (rows +0, cols +0), (+8, +0), (+0, +8), (+8, +8): B fragments of n-tiles dt, dt+1.
+  const std::uint32_t v = V + L::bytes(lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16));
+#pragma unroll
+  for (int c = 0; c < kK / 16; ++c)
+#pragma unroll
+    for (int dt = 0; dt < kD / 8; dt += 2) {
+      std::uint32_t bf[4];
+      ldmatrix_x4<true>(bf, (v ^ (16u * dt)) + 16 * kRow * c);
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        Mma<T>::run(acc[mt][dt], pa[mt][c], bf[0], bf[1]);
+        Mma<T>::run(acc[mt][dt + 1], pa[mt][c], bf[2], bf[3]);
+      }
+    }
+}
+
+}  // namespace fa::step06

@@ -1,0 +1,167 @@
+// CPU model of step 06's backward: the three kernels of backward.cu over explicit
+// HBM arrays, with the dK/dV kernel's blocks (64 keys × 64 queries) and its
+// roundings: inputs and O in 16 bits, Pᵀ and dSᵀ rounded before their products,
+// fp32 sums, gradients rounded at the end. The per-block dQ partial sums are added
+// into the fp32 accumulator in block order (the kernel's atomics: any order).
+#include <algorithm>
+#include <cmath>
+
+#include "steps/02_fused/tile.hpp"
+#include "steps/06_tensor_cores/step06.hpp"
+
+namespace fa::step06 {
+
+ModelBackward model_backward(const Problem& p, const Qkv& in, const ForwardOut& fwd, const std::vector<float>& dout) {
+  require_supported(p);
+  ModelBackward r;
+  Traffic& tr = r.traffic;
+  const DType t = p.dtype;
+  const int N = p.N, d = p.d, kK = kBwdKeys, kQ = kBwdQueries;
+  const float scale = p.softmax_scale();
+  Hbm Q(rounded(in.q, t), tr), K(rounded(in.k, t), tr), V(rounded(in.v, t), tr);
+  Hbm O(rounded(fwd.o, t), tr), dO(rounded(dout, t), tr), L(fwd.lse, tr);
+  Hbm Lsaved(p.rows(), tr), D(p.rows(), tr);  // preprocess's outputs (the kernel keeps L·log2 e)
+  Hbm dQacc(p.elems(), tr, 0.0f), dQ(p.elems(), tr), dK(p.elems(), tr), dV(p.elems(), tr);
+
+  // Kernel 0 (a memset): the fp32 accumulator starts at zero.
+  for (std::size_t e = 0; e < p.elems(); ++e) dQacc.store(e, 0.0f);
+  // Kernel 1: D = rowsum(dO∘O) in fp32.
+  for (std::size_t row = 0; row < p.rows(); ++row) {
+    float s = 0.0f;
+    for (int c = 0; c < d; ++c) s += dO.load(row * d + c) * O.load(row * d + c);
+    D.store(row, s);
+    Lsaved.store(row, L.load(row));
+  }
+
+  // Kernel 2: K/V outer, query blocks inner.
+  for (std::size_t bh = 0; bh < p.heads(); ++bh) {
+    const std::size_t head = bh * N * d, stat = bh * N;
+    for (int j = 0; j < tiles::kv_blocks(N, kK); ++j) {
+      const int k0 = j * kK, keys = tiles::valid_rows(N, j, kK);
+      OnChip chip(std::size_t(6 * kK + 3 * kQ) * d + kK * kQ + 2 * kQ);
+      auto Kj = chip.tile(std::size_t(kK) * d, "K_j"), Vj = chip.tile(std::size_t(kK) * d, "V_j");
+      auto dKj = chip.tile(std::size_t(kK) * d, "dK_j"), dVj = chip.tile(std::size_t(kK) * d, "dV_j");
+      auto Qi = chip.tile(std::size_t(kQ) * d, "Q_i"), dOi = chip.tile(std::size_t(kQ) * d, "dO_i");
+      auto dQi = chip.tile(std::size_t(kQ) * d, "dQ_i partial"), dS = chip.tile(kK * kQ, "dS_ij (16-bit)");
+      auto Li = chip.tile(kQ, "L_i"), Di = chip.tile(kQ, "D_i");
+      chip.tile(std::size_t(2 * kK) * d, "registers of the warps' fragments");  // accounted, not modelled
+      for (int kr = 0; kr < keys; ++kr)
+        for (int c = 0; c < d; ++c) {
+          Kj[kr * d + c] = K.load(head + std::size_t(k0 + kr) * d + c);
+          Vj[kr * d + c] = V.load(head + std::size_t(k0 + kr) * d + c);
+        }
+      for (int i = tiles::first_q_block(p.causal, j, kQ, kK); i < tiles::q_blocks(N, kQ); ++i) {
+        const int q0 = i * kQ, queries = tiles::valid_rows(N, i, kQ);
+        for (int qr = 0; qr < queries; ++qr) {
+          for (int c = 0; c < d; ++c) {
+            Qi[qr * d + c] = Q.load(head + std::size_t(q0 + qr) * d + c);
+            dOi[qr * d + c] = dO.load(head + std::size_t(q0 + qr) * d + c);
+          }
+          Li[qr] = Lsaved.load(stat + q0 + qr);
+          Di[qr] = D.load(stat + q0 + qr);
+        }
+        for (int kr = 0; kr < keys; ++kr) {
+          float dv_part[256] = {}, dk_part[256] = {};  // this block's sums, added to dK_j/dV_j once
+          for (int qr = 0; qr < queries; ++qr) {
+            float s = 0.0f, dp = 0.0f;
+            for (int c = 0; c < d; ++c) s += Kj[kr * d + c] * Qi[qr * d + c], dp += Vj[kr * d + c] * dOi[qr * d + c];
+            const bool masked = p.causal && k0 + kr > q0 + qr;
+            const float pr = masked ? 0.0f : std::exp(scale * s - Li[qr]);
+            const float ds = pr * (dp - Di[qr]);
+            const float p16 = round_to(t, pr), ds16 = round_to(t, ds);
+            dS[kr * kQ + qr] = ds16;
+            for (int c = 0; c < d; ++c) dv_part[c] += p16 * dOi[qr * d + c], dk_part[c] += ds16 * Qi[qr * d + c];
+          }
+          for (int c = 0; c < d; ++c) dVj[kr * d + c] += dv_part[c], dKj[kr * d + c] += dk_part[c];
+        }
+        // dQ_i += dS·K_j: the block's partial sum, then one read-modify-write per element.
+        for (int qr = 0; qr < queries; ++qr)
+          for (int c = 0; c < d; ++c) {
+            float a = 0.0f;
+            for (int kr = 0; kr < keys; ++kr) a += dS[kr * kQ + qr] * Kj[kr * d + c];
+            const std::size_t e = head + std::size_t(q0 + qr) * d + c;
+            dQacc.store(e, dQacc.load(e) + a);
+          }
+      }
+      for (int kr = 0; kr < keys; ++kr)
+        for (int c = 0; c < d; ++c) {
+          dK.store(head + std::size_t(k0 + kr) * d + c, round_to(t, scale * dKj[kr * d + c]));
+          dV.store(head + std::size_t(k0 + kr) * d + c, round_to(t, dVj[kr * d + c]));
+        }
+    }
+  }
+  // Kernel 3: dQ = scale·accumulator in 16 bits.
+  for (std::size_t e = 0; e < p.elems(); ++e) dQ.store(e, round_to(t, scale * dQacc.load(e)));
+  r.grads = {dQ.take(), dK.take(), dV.take()};
+  return r;
+}
+
+Traffic traffic_backward(const Problem& p) {
+  const std::uint64_t N = p.N, d = p.d, Nd = N * d;
+  const std::uint64_t visits = tiles::q_rows_visited(p, kBwdQueries, kBwdKeys);  // query rows per K/V block, summed
+  Traffic t;
+  // memset + preprocess: read O, dO, L; write the accumulator's zeros, D, L·log2 e.
+  t.read += 2 * Nd + N;
+  t.written += Nd + 2 * N;
+  // dK/dV: K, V once; per visit Q_i, dO_i rows, L_i, D_i and the accumulator's read-modify-write.
+  t.read += 2 * Nd + visits * (3 * d + 2);
+  t.written += visits * d + 2 * Nd;
+  // convert: read the accumulator, write dQ.
+  t.read += Nd;
+  t.written += Nd;
+  t.read *= p.heads();
+  t.written *= p.heads();
+  return t;
+}
+
+Grads naive_lowp_backward(const Problem& p, const Qkv& in, const std::vector<float>& dout) {
+  require_supported(p);
+  const DType t = p.dtype;
+  const auto q = rounded(in.q, t), k = rounded(in.k, t), v = rounded(in.v, t), dO = rounded(dout, t);
+  const int N = p.N, d = p.d;
+  const float scale = p.softmax_scale();
+  Grads g{std::vector<float>(p.elems()), std::vector<float>(p.elems()), std::vector<float>(p.elems())};
+  std::vector<float> P(std::size_t(N) * N), dS(std::size_t(N) * N), acc(d);
+  for (std::size_t bh = 0; bh < p.heads(); ++bh) {
+    const std::size_t head = bh * N * d;
+    auto dot = [&](const std::vector<float>& a, int i, const std::vector<float>& b, int j) {
+      float s = 0.0f;
+      for (int x = 0; x < d; ++x) s += a[head + std::size_t(i) * d + x] * b[head + std::size_t(j) * d + x];
+      return s;
+    };
+    for (int i = 0; i < N; ++i) {  // every intermediate materialized in 16 bits, as a framework would
+      const int vis = p.causal ? i + 1 : N;
+      float* Pi = &P[std::size_t(i) * N];
+      float* dSi = &dS[std::size_t(i) * N];
+      float m = -INFINITY, l = 0.0f, Dsum = 0.0f;
+      for (int j = 0; j < vis; ++j) Pi[j] = round_to(t, scale * dot(q, i, k, j)), m = std::max(m, Pi[j]);
+      for (int j = 0; j < vis; ++j) l += std::exp(Pi[j] - m);
+      for (int j = 0; j < vis; ++j) Pi[j] = round_to(t, std::exp(Pi[j] - m) / l);
+      for (int j = vis; j < N; ++j) Pi[j] = 0.0f;
+      for (int j = 0; j < vis; ++j) dSi[j] = round_to(t, dot(dO, i, v, j)), Dsum += Pi[j] * dSi[j];  // dP
+      for (int j = 0; j < vis; ++j) dSi[j] = round_to(t, Pi[j] * (dSi[j] - Dsum));
+      for (int j = vis; j < N; ++j) dSi[j] = 0.0f;
+    }
+    for (int i = 0; i < N; ++i) {  // dQ = scale·dS·K
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int j = 0; j < N; ++j)
+        for (int x = 0; x < d; ++x) acc[x] += dS[std::size_t(i) * N + j] * k[head + std::size_t(j) * d + x];
+      for (int x = 0; x < d; ++x) g.dq[head + std::size_t(i) * d + x] = round_to(t, scale * acc[x]);
+    }
+    for (int j = 0; j < N; ++j) {  // dK = scale·dSᵀ·Q, dV = Pᵀ·dO
+      std::vector<float> ak(d, 0.0f), av(d, 0.0f);
+      for (int i = 0; i < N; ++i)
+        for (int x = 0; x < d; ++x) {
+          ak[x] += dS[std::size_t(i) * N + j] * q[head + std::size_t(i) * d + x];
+          av[x] += P[std::size_t(i) * N + j] * dO[head + std::size_t(i) * d + x];
+        }
+      for (int x = 0; x < d; ++x) {
+        g.dk[head + std::size_t(j) * d + x] = round_to(t, scale * ak[x]);
+        g.dv[head + std::size_t(j) * d + x] = round_to(t, av[x]);
+      }
+    }
+  }
+  return g;
+}
+
+}  // namespace fa::step06
