@@ -153,6 +153,18 @@ TEST_CASE("step06 forward versions of the note's table meet the budget", "[gpu]"
     }
 }
 
+TEST_CASE("step06 backward versions of the note's table meet the budget", "[gpu]") {
+  for (const GpuBackward& version : step06::kBackwardVersions)
+    for (const Problem& base : test::sweep({113, 1000}, {64, 128})) {
+      const Problem p = lowp(base, DType::bf16);
+      INFO(version.name << ", " << p.str());
+      const Qkv in = inputs(p, 82);
+      const std::vector<float> dout = grad_out(p, 83);
+      const ForwardOut fwd = gpu::forward(step06::kForward, p, in, true);
+      check_grad_budget(p, in, dout, gpu::backward(version, p, in, fwd, dout), version.name);
+    }
+}
+
 TEST_CASE("step06 backward kernel meets the gradient budget and matches its model", "[gpu]") {
   for (DType t : {DType::bf16, DType::fp16})
     for (const Problem& base : test::sweep({1, 113, 1000}, {64, 128})) {

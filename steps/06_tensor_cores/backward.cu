@@ -3,21 +3,25 @@
 //
 // 1. preprocess: D = rowsum(dO∘O) in fp32, and L·log2(e), both padded per head to a
 //    multiple of 64 rows so that a block's slice is one aligned cp.async run.
-// 2. dK/dV: a thread block owns K/V block j (64 keys; warp w owns keys 16w..16w+15,
-//    so dK_j and dV_j live in its registers for the whole pass) and walks the query
-//    blocks i (64 queries each; causal: from the diagonal on). Per i, with Q_i, dO_i,
-//    L_i, D_i arriving by cp.async into the other of two buffers:
+// 2. dK/dV: a thread block owns K/V block j (16 keys per warp, 4 or 8 warps; warp w
+//    owns keys 16w..16w+15, so dK_j and dV_j live in its registers for the whole
+//    pass) and walks the query blocks i (64 queries each; causal: from the diagonal
+//    on). Per i, with Q_i, dO_i, L_i, D_i arriving by cp.async into the other of two
+//    buffers:
 //      Sᵀ  = K_j·Q_iᵀ                 (the warp's 16 keys × 64 queries)
 //      Pᵀ  = 2^(Sᵀ·scale·log2 e − L_i·log2 e)
 //      dPᵀ = V_j·dO_iᵀ
 //      dSᵀ = Pᵀ∘(dPᵀ − D_i)
 //      dV_j += Pᵀ·dO_i,  dK_j += dSᵀ·Q_i          (Pᵀ, dSᵀ rounded to 16 bits)
 //      dQ_i += dS·K_j: dSᵀ goes through shared memory (a warp holds 16 keys, a row of
-//                      dQ needs all 64), and each warp adds its 16 queries × d into an
-//                      fp32 accumulator in device memory with vector atomics.
+//                      dQ needs all of the block's), and each warp adds 16 queries × d
+//                      (8 warps: × d/2) into an fp32 accumulator in device memory with
+//                      vector atomics.
 //    Every product is the forward's: gemm_abt (A·Bᵀ, both row-major in shared
 //    memory) or gemm_pv (A from registers, B read transposed by ldmatrix).
 // 3. convert: dQ = scale·accumulator, rounded to 16 bits.
+// The versions of the note's backward table (b1 … b4) are the template arguments
+// listed at the end of this file; b4 is the production kernel.
 // The atomics make dQ's last bits depend on the order blocks finish (FlashAttention-2
 // does the same; step 05 shows the deterministic alternative, a separate dQ pass).
 #include <cstdint>
@@ -30,9 +34,8 @@
 namespace fa::step06 {
 namespace {
 
-constexpr int kWarps = 4, kThreads = 32 * kWarps;
 constexpr float kLog2e = 1.4426950408889634f;
-static_assert(kBwdKeys == 16 * kWarps && kBwdQueries == 16 * kWarps, "a warp per 16 keys, and per 16 queries of dQ");
+constexpr int kQ = kBwdQueries;  // queries per step of the inner loop
 
 /// Rows per head in the padded L·log2(e) and D arrays.
 int padded_rows(int N) { return (N + kBwdQueries - 1) / kBwdQueries * kBwdQueries; }
@@ -59,12 +62,15 @@ __global__ void preprocess_kernel(int N, int Np, int rows, const T* __restrict__
   }
 }
 
-template <class T, int kD>
-__global__ void __launch_bounds__(kThreads)
+/// kWarps warps own 16 keys each (kK = 16·kWarps keys per block). kHeavyFirst: the
+/// grid is (heads, key blocks), so that with the causal mask the key blocks with
+/// the most query blocks to visit (j = 0 first) start first, in every head.
+template <class T, int kD, int kWarps, bool kHeavyFirst>
+__global__ void __launch_bounds__(32 * kWarps)
     dkdv_kernel(int N, int Np, bool causal, float scale, const T* __restrict__ q, const T* __restrict__ k,
                 const T* __restrict__ v, const T* __restrict__ dout, const float* __restrict__ l2,
                 const float* __restrict__ dsum, float* __restrict__ dq_acc, T* __restrict__ dk, T* __restrict__ dv) {
-  constexpr int kQ = kBwdQueries, kK = kBwdKeys;
+  constexpr int kK = 16 * kWarps, kThreads = 32 * kWarps;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* Ks = reinterpret_cast<T*>(smem_raw);  // [kK][kD], swizzled
   T* Vs = Ks + kK * kD;                    // [kK][kD]
@@ -76,8 +82,9 @@ __global__ void __launch_bounds__(kThreads)
 
   require_aligned_smem(smem_raw);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int j = blockIdx.x, k0 = j * kK, w0 = 16 * warp;  // this warp's first key in the block
-  const std::size_t head = std::size_t(blockIdx.y) * N * kD, stat = std::size_t(blockIdx.y) * Np;
+  const int j = kHeavyFirst ? blockIdx.y : blockIdx.x, bh = kHeavyFirst ? blockIdx.x : blockIdx.y;
+  const int k0 = j * kK, w0 = 16 * warp;  // this warp's first key in the block
+  const std::size_t head = std::size_t(bh) * N * kD, stat = std::size_t(bh) * Np;
   const float mul = scale * kLog2e;
   const int first = tiles::first_q_block(causal, j, kQ, kK), blocks = tiles::q_blocks(N, kQ);
 
@@ -150,21 +157,24 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
 
-    // dQ_i += dS·K_j for queries 16w..16w+15: dS's A fragments are dSᵀ read transposed —
-    // tiles (keys +0, queries +0), (+0, +8), (+8, +0), (+8, +8).
+    // dQ_i += dS·K_j: warp w takes queries 16·(w % 4).. and, with 8 warps, half of the
+    // columns. dS's A fragments are dSᵀ read transposed — tiles (keys +0, queries +0),
+    // (+0, +8), (+8, +0), (+8, +8).
+    constexpr int kSplit = kWarps / (kQ / 16), kN = kD / kSplit;  // column slices per query group
+    const int qr = 16 * (warp % (kQ / 16)), n0 = kN * (warp / (kQ / 16));
     std::uint32_t qa[1][kK / 16][4];
 #pragma unroll
     for (int c = 0; c < kK / 16; ++c)
-      ldmatrix_x4<true>(qa[0][c], smem_u32(dSs) + LS::bytes(16 * c + lane % 8 + 8 * (lane / 16), 16 * warp + 8 * ((lane / 8) % 2)));
-    float dq[1][kD / 8][4] = {};
-    gemm_pv<T, kD, 1, kK>(dq, qa, smem_u32(Ks));
+      ldmatrix_x4<true>(qa[0][c], smem_u32(dSs) + LS::bytes(16 * c + lane % 8 + 8 * (lane / 16), qr + 8 * ((lane / 8) % 2)));
+    float dq[1][kN / 8][4] = {};
+    gemm_pv<T, kD, 1, kK, kN>(dq, qa, smem_u32(Ks), n0);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      const int row = q0 + 16 * warp + g + 8 * h;
+      const int row = q0 + qr + g + 8 * h;
       if (row >= N) continue;
-      float* dst = dq_acc + head + std::size_t(row) * kD + 2 * t;
+      float* dst = dq_acc + head + std::size_t(row) * kD + n0 + 2 * t;
 #pragma unroll
-      for (int dt = 0; dt < kD / 8; ++dt) {
+      for (int dt = 0; dt < kN / 8; ++dt) {
 #if __CUDA_ARCH__ >= 900
         atomicAdd(reinterpret_cast<float2*>(dst + 8 * dt), make_float2(dq[0][dt][2 * h], dq[0][dt][2 * h + 1]));
 #else
@@ -210,8 +220,9 @@ Workspace carve(const Problem& p, void* ws) {
   return {base, base + p.elems(), base + p.elems() + stats};
 }
 
-template <class T, int kD>
+template <class T, int kD, int kWarps, bool kHeavyFirst>
 void launch(const Problem& p, const NativeBwdArgs& a, void* workspace, Stream s) {
+  constexpr int kK = 16 * kWarps;
   const Workspace w = carve(p, workspace);
   const int N = p.N, Np = padded_rows(N);
   const T *q = static_cast<const T*>(a.q), *k = static_cast<const T*>(a.k), *v = static_cast<const T*>(a.v);
@@ -221,11 +232,11 @@ void launch(const Problem& p, const NativeBwdArgs& a, void* workspace, Stream s)
   preprocess_kernel<T, kD><<<(rows + 7) / 8, 256, 0, s>>>(N, Np, rows, o, dout, a.lse, w.l2, w.dsum);
   FA_CHECK_LAUNCH();
 
-  const std::size_t smem = (std::size_t(2 * kBwdKeys + 4 * kBwdQueries) * kD + kBwdKeys * kBwdQueries) * sizeof(T) +
-                           4 * kBwdQueries * sizeof(float);
-  set_smem_limit(dkdv_kernel<T, kD>, smem);
-  const dim3 grid(unsigned(tiles::kv_blocks(N, kBwdKeys)), unsigned(p.heads()));
-  dkdv_kernel<T, kD><<<grid, kThreads, smem, s>>>(N, Np, p.causal, p.softmax_scale(), q, k, v, dout, w.l2, w.dsum,
+  const std::size_t smem = (std::size_t(2 * kK + 4 * kQ) * kD + kK * kQ) * sizeof(T) + 4 * kQ * sizeof(float);
+  set_smem_limit(dkdv_kernel<T, kD, kWarps, kHeavyFirst>, smem);
+  const unsigned blocks = unsigned(tiles::kv_blocks(N, kK)), heads = unsigned(p.heads());
+  const dim3 grid = kHeavyFirst ? dim3(heads, blocks) : dim3(blocks, heads);
+  dkdv_kernel<T, kD, kWarps, kHeavyFirst><<<grid, 32 * kWarps, smem, s>>>(N, Np, p.causal, p.softmax_scale(), q, k, v, dout, w.l2, w.dsum,
                                                   w.dq_acc, static_cast<T*>(a.dk), static_cast<T*>(a.dv));
   FA_CHECK_LAUNCH();
 
@@ -235,10 +246,13 @@ void launch(const Problem& p, const NativeBwdArgs& a, void* workspace, Stream s)
   FA_CHECK_LAUNCH();
 }
 
-void run_native(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) {
+template <int kWarps, bool kHeavyFirst>
+void run_version(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) {
   const bool bf16 = p.dtype == DType::bf16;
-  if (p.d == 64) bf16 ? launch<__nv_bfloat16, 64>(p, a, ws, s) : launch<__half, 64>(p, a, ws, s);
-  else bf16 ? launch<__nv_bfloat16, 128>(p, a, ws, s) : launch<__half, 128>(p, a, ws, s);
+  if (p.d == 64)
+    bf16 ? launch<__nv_bfloat16, 64, kWarps, kHeavyFirst>(p, a, ws, s) : launch<__half, 64, kWarps, kHeavyFirst>(p, a, ws, s);
+  else
+    bf16 ? launch<__nv_bfloat16, 128, kWarps, kHeavyFirst>(p, a, ws, s) : launch<__half, 128, kWarps, kHeavyFirst>(p, a, ws, s);
 }
 
 std::size_t workspace_bytes(const Problem& p) {
@@ -247,8 +261,19 @@ std::size_t workspace_bytes(const Problem& p) {
 
 }  // namespace
 
-const GpuBackward kBackward{"step06 backward", 128, workspace_bytes,
-                            "the fp32 dQ accumulator and D, L·log2 e (B·H·N·(d + 2) floats)", nullptr,
-                            run_native, kSupportedD};
+/// b4, the production backward: b3 with b1's 64-key blocks at d = 64 (3 blocks of 4
+/// warps per SM there instead of one of 8).
+void run_b4(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) {
+  static_assert(backward_keys(64) == 64 && backward_keys(128) == 128, "the CPU model uses b4's blocks");
+  p.d == 64 ? run_version<4, true>(p, a, ws, s) : run_version<8, true>(p, a, ws, s);
+}
+constexpr const char* kWorkspace = "the fp32 dQ accumulator and D, L·log2 e (B·H·N·(d + 2) floats)";
+const GpuBackward kBackward{"step06 backward", 128, workspace_bytes, kWorkspace, nullptr, run_b4, kSupportedD};
+const GpuBackward kBackwardVersions[kBackwardVersionCount] = {
+    {"b1: 64 keys per block, 4 warps", 128, workspace_bytes, kWorkspace, nullptr, run_version<4, false>, kSupportedD},
+    {"b2: 128 keys per block, 8 warps", 128, workspace_bytes, kWorkspace, nullptr, run_version<8, false>, kSupportedD},
+    {"b3: + heaviest key blocks first", 128, workspace_bytes, kWorkspace, nullptr, run_version<8, true>, kSupportedD},
+    {"b4: b3 with 64-key blocks at d = 64", 128, workspace_bytes, kWorkspace, nullptr, run_b4, kSupportedD},
+};
 
 }  // namespace fa::step06

@@ -7,13 +7,9 @@
 //   O += P·V_j              P re-used from the S accumulators as A fragments
 // while K/V block j+1 arrives by cp.async into the other of two buffers.
 //
-// The versions of the note's table are template arguments of one kernel, so each
-// can be measured beside the others:
-//   v3  swizzled shared memory instead of padded rows          (kMT = 1, kExp2 = false)
-//   v4  + exp2 with the softmax scale folded in: one FFMA + one MUFU.EX2 per score
-//   v5  + kMT = 2: 128 query rows per block, 32 per warp, so every K/V fragment
-//       loaded from shared memory feeds two mma instead of one (the production kernel)
-// (v1, plain 32-bit shared loads, and v2, padded rows, are in git history.)
+// The versions of the note's table are one kernel with different Version
+// arguments (listed at the end of this file), so each can be measured beside the
+// others. v1 (plain 32-bit shared loads) and v2 (padded rows) are in git history.
 #include <cstdint>
 
 #include "common/cuda_check.cuh"
@@ -28,11 +24,33 @@ namespace {
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
 constexpr float kLog2e = 1.4426950408889634f;
 
-template <class T, int kD, int kMT, int kBc, bool kExp2>
-__global__ void __launch_bounds__(kThreads)
+/// One version of the kernel, as compile-time choices.
+template <int kMT_, int kBc64_, int kBc128_, bool kExp2_, bool kHeavyFirst_, bool kLazySum_, int kMinBlocks64_ = 0>
+struct Version {
+  static constexpr int kMT = kMT_;  ///< 16-row mma tiles per warp: 64·kMT query rows per block
+  /// Keys per K/V block at head dimension d.
+  __host__ __device__ static constexpr int bc(int d) { return d == 64 ? kBc64_ : kBc128_; }
+  /// exp2 with the scale folded in (else expf of scaled scores, as steps 03–05).
+  static constexpr bool kExp2 = kExp2_;
+  /// The grid is (heads, query blocks) and block y takes query block T_r − 1 − y: with
+  /// the causal mask, the blocks with the most K/V blocks to visit start first, in
+  /// every head, and the short ones fill the tail.
+  static constexpr bool kHeavyFirst = kHeavyFirst_;
+  /// Each lane sums only its own probabilities of a row; the quad's partial ℓ are
+  /// added once, after the last block (they are rescaled by the same α, so this is
+  /// the same sum): two shuffles and adds per row per block saved.
+  static constexpr bool kLazySum = kLazySum_;
+  /// Thread blocks per SM that ptxas must leave room for at d = 64 (it caps the
+  /// registers at 65536 / (128·blocks)): more warps to hide latency with.
+  static constexpr int kMinBlocks64 = kMinBlocks64_;
+};
+
+template <class T, int kD, class V>
+__global__ void __launch_bounds__(kThreads, kD == 64 ? V::kMinBlocks64 : 0)
     forward_kernel(int N, bool causal, float scale, const T* __restrict__ q, const T* __restrict__ k,
                    const T* __restrict__ v, T* __restrict__ o, float* __restrict__ lse) {
-  constexpr int kRows = 16 * kMT * kWarps;  // query rows per block
+  constexpr int kMT = V::kMT, kBc = V::bc(kD), kRows = 16 * kMT * kWarps;  // query rows per block
+  constexpr bool kExp2 = V::kExp2, kHeavyFirst = V::kHeavyFirst;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* Qs = reinterpret_cast<T*>(smem_raw);  // [kRows][kD], swizzled
   T* Ks = Qs + kRows * kD;                 // [2][kBc][kD]: two buffers
@@ -40,8 +58,9 @@ __global__ void __launch_bounds__(kThreads)
 
   require_aligned_smem(smem_raw);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int q0 = blockIdx.x * kRows, r0 = 16 * kMT * warp;  // this warp's first row in the block
-  const std::size_t head = std::size_t(blockIdx.y) * N * kD;
+  const int i = kHeavyFirst ? gridDim.y - 1 - blockIdx.y : blockIdx.x, bh = kHeavyFirst ? blockIdx.x : blockIdx.y;
+  const int q0 = i * kRows, r0 = 16 * kMT * warp;  // this warp's first row in the block
+  const std::size_t head = std::size_t(bh) * N * kD;
   // Scores are multiplied by `mul` before the max; exp of (mul·s − mul·m) in base e or 2.
   const float mul = kExp2 ? scale * kLog2e : scale;
 
@@ -49,7 +68,7 @@ __global__ void __launch_bounds__(kThreads)
   float m[kMT][2], l[kMT][2];      // per m-tile, rows g and g+8 (kExp2: m is unscaled)
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
-  const int last = tiles::last_kv_block(N, causal, blockIdx.x, kRows, kBc);
+  const int last = tiles::last_kv_block(N, causal, i, kRows, kBc);
 
   // Prologue: Q_i and the first K/V tile, one group of copies.
   copy_tile_async<kThreads, kD, kRows>(Qs, q + head + std::size_t(q0) * kD, N - q0);
@@ -122,8 +141,10 @@ __global__ void __launch_bounds__(kThreads)
               sum += x;
             }
         }
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        if constexpr (!V::kLazySum) {
+          sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+          sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+        }
         l[mt][h] = alpha * l[mt][h] + sum;
         m[mt][h] = m_new;
 #pragma unroll
@@ -143,6 +164,10 @@ __global__ void __launch_bounds__(kThreads)
   for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
+      if constexpr (V::kLazySum) {  // the quad's partial sums (every lane takes part in the shuffles)
+        l[mt][h] += __shfl_xor_sync(0xffffffffu, l[mt][h], 1);
+        l[mt][h] += __shfl_xor_sync(0xffffffffu, l[mt][h], 2);
+      }
       const int row = q0 + r0 + 16 * mt + g + 8 * h;
       if (row >= N) continue;
       const float inv = 1.0f / l[mt][h];
@@ -150,45 +175,86 @@ __global__ void __launch_bounds__(kThreads)
       for (int dt = 0; dt < kD / 8; ++dt)
         *reinterpret_cast<std::uint32_t*>(o + head + std::size_t(row) * kD + 8 * dt + 2 * t) =
             Mma<T>::pack(acc[mt][dt][2 * h] * inv, acc[mt][dt][2 * h + 1] * inv);
-      if (t == 0) lse[std::size_t(blockIdx.y) * N + row] = online::lse(kExp2 ? m[mt][h] * scale : m[mt][h], l[mt][h]);
+      if (t == 0) lse[std::size_t(bh) * N + row] = online::lse(kExp2 ? m[mt][h] * scale : m[mt][h], l[mt][h]);
     }
 }
 
-template <class T, int kD, int kMT, int kBc, bool kExp2>
+template <class T, int kD, class V>
 void launch(const Problem& p, const NativeFwdArgs& a, Stream s) {
-  constexpr int kRows = 16 * kMT * kWarps;
+  constexpr int kRows = 16 * V::kMT * kWarps, kBc = V::bc(kD);
   const std::size_t smem = std::size_t(kRows + 4 * kBc) * kD * sizeof(T);
-  set_smem_limit(forward_kernel<T, kD, kMT, kBc, kExp2>, smem);
-  const dim3 grid((p.N + kRows - 1) / kRows, unsigned(p.heads()));
-  forward_kernel<T, kD, kMT, kBc, kExp2><<<grid, kThreads, smem, s>>>(
-      p.N, p.causal, p.softmax_scale(), static_cast<const T*>(a.q), static_cast<const T*>(a.k),
-      static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse);
+  set_smem_limit(forward_kernel<T, kD, V>, smem);
+  const unsigned blocks = unsigned(tiles::q_blocks(p.N, kRows)), heads = unsigned(p.heads());
+  const dim3 grid = V::kHeavyFirst ? dim3(heads, blocks) : dim3(blocks, heads);
+  forward_kernel<T, kD, V><<<grid, kThreads, smem, s>>>(p.N, p.causal, p.softmax_scale(), static_cast<const T*>(a.q),
+                                                         static_cast<const T*>(a.k), static_cast<const T*>(a.v),
+                                                         static_cast<T*>(a.o), a.lse);
   FA_CHECK_LAUNCH();
 }
 
-/// A version of the table: kMT 16-row tiles per warp, K/V blocks of kBc64 keys at
-/// d = 64 and kBc128 at d = 128, exp or exp2.
-template <int kMT, int kBc64, int kBc128, bool kExp2>
-void run_version(const Problem& p, const NativeFwdArgs& a, void*, Stream s) {
-  const bool bf16 = p.dtype == DType::bf16;
-  if (p.d == 64)
-    bf16 ? launch<__nv_bfloat16, 64, kMT, kBc64, kExp2>(p, a, s) : launch<__half, 64, kMT, kBc64, kExp2>(p, a, s);
+template <class V>
+void run(const Problem& p, const NativeFwdArgs& a, void*, Stream s) {
+  if (p.dtype == DType::bf16)
+    p.d == 64 ? launch<__nv_bfloat16, 64, V>(p, a, s) : launch<__nv_bfloat16, 128, V>(p, a, s);
   else
-    bf16 ? launch<__nv_bfloat16, 128, kMT, kBc128, kExp2>(p, a, s) : launch<__half, 128, kMT, kBc128, kExp2>(p, a, s);
+    p.d == 64 ? launch<__half, 64, V>(p, a, s) : launch<__half, 128, V>(p, a, s);
+}
+
+// The versions of the note's table. Each row changes one thing over the one above
+// (v6 and v6b are alternatives to v5 that measured slower and stay as evidence).
+//                      kMT  Bc@64 Bc@128 exp2   heavy  lazy ℓ
+using V3 = Version<     1,   64,   64,    false, false, false>;  // swizzled shared memory (v2: padded rows)
+using V4 = Version<     1,   64,   64,    true,  false, false>;  // + exp2, scale folded into one FFMA
+using V5 = Version<     2,   64,   64,    true,  false, false>;  // + 128 query rows per block, 32 per warp
+using V6 = Version<     2,   64,   32,    true,  false, false>;  // v5 with 32-key blocks at d = 128 (no spills)
+using V6b = Version<    2,   128,  32,    true,  false, false>;  // v6 with 128-key blocks at d = 64
+using V7c = Version<    1,   64,   64,    true,  true,  false>;  // v7 when causal: v4's blocks, heaviest first
+using V7n = V5;                                                   // v7 without the mask: v5
+using V8c = Version<    1,   64,   64,    true,  true,  true>;   // + ℓ summed across the quad once, at the end
+using V8n = Version<    2,   64,   64,    true,  true,  true>;
+using V9n = Version<    2,   64,   64,    true,  true,  true, 3>;  // + 3 blocks per SM at d = 64 (<= 168 registers)
+using V9c = Version<    2,   64,   64,    true,  true,  true>;     // v8 with 128-row blocks also when causal
+
+/// v7: what measured fastest in each case — 64-row blocks with the causal mask (less
+/// work wasted on diagonal blocks, twice the blocks to balance), heaviest first;
+/// 128-row blocks without it.
+void run_v7(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
+  p.causal ? run<V7c>(p, a, ws, s) : run<V7n>(p, a, ws, s);
+}
+/// v8: v7 with the lazy ℓ.
+void run_v8(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
+  p.causal ? run<V8c>(p, a, ws, s) : run<V8n>(p, a, ws, s);
+}
+/// Candidates measured against v8: more blocks per SM at d = 64; 128-row blocks when causal.
+void run_v9(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
+  p.causal ? run<V8c>(p, a, ws, s) : run<V9n>(p, a, ws, s);
+}
+
+/// v10, the production kernel: v8, except that with the causal mask at d = 128 the
+/// 128-row blocks of v9c measured faster (at d = 64, v8's 64-row blocks did).
+void run_v10(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
+  static_assert(V8c::kMT * 64 == forward_br(true, 64) && V9c::kMT * 64 == forward_br(true, 128) &&
+                    V8n::kMT * 64 == forward_br(false, 64) && V8n::kMT * 64 == forward_br(false, 128) &&
+                    V8c::bc(64) == forward_bc(64) && V9c::bc(128) == forward_bc(128) &&
+                    V8n::bc(64) == forward_bc(64) && V8n::bc(128) == forward_bc(128),
+                "the CPU model uses the production kernel's blocks");
+  p.causal && p.d == 64 ? run<V8c>(p, a, ws, s) : run<V8n>(p, a, ws, s);
 }
 
 }  // namespace
 
-static_assert(kBr == 16 * 2 * kWarps && forward_bc(64) == 64 && forward_bc(128) == 32,
-              "the production kernel is v6, and the CPU model uses its blocks");
-const GpuForward kForward{"step06 forward", 128, no_workspace, "", nullptr, run_version<2, 64, 32, true>,
-                          kSupportedD};
+const GpuForward kForward{"step06 forward", 128, no_workspace, "", nullptr, run_v10, kSupportedD};
 const GpuForward kForwardVersions[kForwardVersionCount] = {
-    {"v3: swizzled shared memory", 128, no_workspace, "", nullptr, run_version<1, 64, 64, false>, kSupportedD},
-    {"v4: + exp2, scale folded", 128, no_workspace, "", nullptr, run_version<1, 64, 64, true>, kSupportedD},
-    {"v5: + 128-row blocks", 128, no_workspace, "", nullptr, run_version<2, 64, 64, true>, kSupportedD},
-    {"v6: + 32-key blocks at d = 128", 128, no_workspace, "", nullptr, run_version<2, 64, 32, true>, kSupportedD},
-    {"v6b: 128-key blocks at d = 64", 128, no_workspace, "", nullptr, run_version<2, 128, 32, true>, kSupportedD},
+    {"v3: swizzled shared memory", 128, no_workspace, "", nullptr, run<V3>, kSupportedD},
+    {"v4: + exp2, scale folded", 128, no_workspace, "", nullptr, run<V4>, kSupportedD},
+    {"v5: + 128-row blocks", 128, no_workspace, "", nullptr, run<V5>, kSupportedD},
+    {"v6: v5 with 32-key blocks at d = 128", 128, no_workspace, "", nullptr, run<V6>, kSupportedD},
+    {"v6b: v6 with 128-key blocks at d = 64", 128, no_workspace, "", nullptr, run<V6b>, kSupportedD},
+    {"v7: 64-row blocks when causal, heaviest first", 128, no_workspace, "", nullptr, run_v7, kSupportedD},
+    {"v8: + row sums reduced once, at the end", 128, no_workspace, "", nullptr, run_v8, kSupportedD},
+    {"v9: + 3 blocks per SM at d = 64", 128, no_workspace, "", nullptr, run_v9, kSupportedD},
+    {"v9c: v8 with 128-row blocks also when causal", 128, no_workspace, "", nullptr, run<V9c>, kSupportedD},
+    {"v10: v8, but 128-row blocks when causal at d = 128", 128, no_workspace, "", nullptr, run_v10, kSupportedD},
 };
 
 }  // namespace fa::step06

@@ -190,20 +190,23 @@ __device__ __forceinline__ void gemm_abt(float (&acc)[kMT][kNT][4], std::uint32_
 
 /// acc[mt][dt] += P·V for a warp, with P already in registers as A fragments
 /// (pa[mt][c]: rows 16·mt.., k chunk c of 16) and V a swizzled shared tile of kK
-/// rows × kD columns (shared address V), read transposed by ldmatrix. This is
-/// O += P·V in the forward, and dV += Pᵀ·dO, dK += dSᵀ·Q, dQ += dS·K in the backward.
-template <class T, int kD, int kMT, int kK>
-__device__ __forceinline__ void gemm_pv(float (&acc)[kMT][kD / 8][4], const std::uint32_t (&pa)[kMT][kK / 16][4],
-                                        std::uint32_t V) {
+/// rows × kD columns (shared address V), read transposed by ldmatrix: columns
+/// [n0, n0 + kN) of the product, n0 a multiple of kN. This is O += P·V in the
+/// forward, and dV += Pᵀ·dO, dK += dSᵀ·Q, dQ += dS·K in the backward.
+template <class T, int kD, int kMT, int kK, int kN = kD>
+__device__ __forceinline__ void gemm_pv(float (&acc)[kMT][kN / 8][4], const std::uint32_t (&pa)[kMT][kK / 16][4],
+                                        std::uint32_t V, int n0 = 0) {
   using L = Swizzled<kD>;
   constexpr std::uint32_t kRow = 2 * kD;
   const int lane = threadIdx.x % 32;
   // Tiles (rows +0, cols +0), (+8, +0), (+0, +8), (+8, +8): B fragments of n-tiles dt, dt+1.
-  const std::uint32_t v = V + L::bytes(lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16));
+  // Column n0 + 8·dt is chunk n0/8 + dt; n0/8 and dt < kN/8 have no bit in common.
+  std::uint32_t v = V + L::bytes(lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16));
+  if constexpr (kN < kD) v ^= 2u * n0;
 #pragma unroll
   for (int c = 0; c < kK / 16; ++c)
 #pragma unroll
-    for (int dt = 0; dt < kD / 8; dt += 2) {
+    for (int dt = 0; dt < kN / 8; dt += 2) {
       std::uint32_t bf[4];
       ldmatrix_x4<true>(bf, (v ^ (16u * dt)) + 16 * kRow * c);
 #pragma unroll

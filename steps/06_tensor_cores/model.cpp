@@ -1,5 +1,5 @@
 // CPU model of step 06's forward: step 03's block update with the kernel's tiles
-// (128 query rows × forward_bc(d) keys) and 16-bit rounding.
+// (forward_br(causal, d) query rows × forward_bc(d) keys) and 16-bit rounding.
 #include <algorithm>
 #include <cmath>
 
@@ -32,7 +32,7 @@ ModelForward model_forward(const Problem& p, const Qkv& in) {
   // The device holds 16-bit tensors: rounding happens once, on the way in.
   Hbm Q(rounded(in.q, t), r.traffic), K(rounded(in.k, t), r.traffic), V(rounded(in.v, t), r.traffic);
   Hbm O(p.elems(), r.traffic), L(p.rows(), r.traffic);
-  const int N = p.N, d = p.d, kBc = forward_bc(d);
+  const int N = p.N, d = p.d, kBr = forward_br(p.causal, d), kBc = forward_bc(d);
   const float scale = p.softmax_scale();
   std::vector<float> s(kBc);
   for (std::size_t bh = 0; bh < p.heads(); ++bh) {
@@ -91,7 +91,8 @@ ModelForward model_forward(const Problem& p, const Qkv& in) {
 Traffic traffic_forward(const Problem& p) {
   // Step 03's formula with step 06's tiles: Q once, K and V once per query block that needs them.
   const std::uint64_t Nd = std::uint64_t(p.N) * p.d;
-  return {p.heads() * (Nd + 2 * tiles::kv_rows_visited(p, kBr, forward_bc(p.d)) * p.d), p.heads() * (Nd + p.N)};
+  return {p.heads() * (Nd + 2 * tiles::kv_rows_visited(p, forward_br(p.causal, p.d), forward_bc(p.d)) * p.d),
+          p.heads() * (Nd + p.N)};
 }
 
 ForwardOut naive_lowp(const Problem& p, const Qkv& in) {

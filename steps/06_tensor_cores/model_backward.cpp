@@ -1,5 +1,5 @@
 // CPU model of step 06's backward: the three kernels of backward.cu over explicit
-// HBM arrays, with the dK/dV kernel's blocks (64 keys × 64 queries) and its
+// HBM arrays, with the dK/dV kernel's blocks (backward_keys(d) keys × 64 queries) and its
 // roundings: inputs and O in 16 bits, Pᵀ and dSᵀ rounded before their products,
 // fp32 sums, gradients rounded at the end. The per-block dQ partial sums are added
 // into the fp32 accumulator in block order (the kernel's atomics: any order).
@@ -16,7 +16,7 @@ ModelBackward model_backward(const Problem& p, const Qkv& in, const ForwardOut& 
   ModelBackward r;
   Traffic& tr = r.traffic;
   const DType t = p.dtype;
-  const int N = p.N, d = p.d, kK = kBwdKeys, kQ = kBwdQueries;
+  const int N = p.N, d = p.d, kK = backward_keys(d), kQ = kBwdQueries;
   const float scale = p.softmax_scale();
   Hbm Q(rounded(in.q, t), tr), K(rounded(in.k, t), tr), V(rounded(in.v, t), tr);
   Hbm O(rounded(fwd.o, t), tr), dO(rounded(dout, t), tr), L(fwd.lse, tr);
@@ -98,7 +98,7 @@ ModelBackward model_backward(const Problem& p, const Qkv& in, const ForwardOut& 
 
 Traffic traffic_backward(const Problem& p) {
   const std::uint64_t N = p.N, d = p.d, Nd = N * d;
-  const std::uint64_t visits = tiles::q_rows_visited(p, kBwdQueries, kBwdKeys);  // query rows per K/V block, summed
+  const std::uint64_t visits = tiles::q_rows_visited(p, kBwdQueries, backward_keys(p.d));  // query rows per K/V block, summed
   Traffic t;
   // memset + preprocess: read O, dO, L; write the accumulator's zeros, D, L·log2 e.
   t.read += 2 * Nd + N;

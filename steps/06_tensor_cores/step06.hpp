@@ -1,17 +1,20 @@
 // Step 06 — tensor cores: steps 03 and 05 on mma.sync, FlashAttention-2 style.
 //
 // Adds over steps 03–05: 16-bit inputs (bf16 or fp16) and the tensor cores.
-// Forward: each warp owns 32 query rows of a B_r = 128 block; S = Q·Kᵀ and
+// Forward: each warp owns 32 query rows of a B_r = 128 block (16 of a 64-row block
+// at d = 64 with the causal mask); S = Q·Kᵀ and
 // O += P·V are mma.sync m16n8k16 products with fp32 accumulators, and the online
 // softmax runs on the accumulator fragments in registers: a row's statistics m, ℓ
 // never leave the four lanes that hold it. P goes from the S accumulators straight
 // into the A operand of the P·V product, rounded to 16 bits (the one rounding
 // inside the algorithm). Fragments come from swizzled shared memory by ldmatrix,
-// K/V tiles by cp.async into two buffers, exp is exp2 with the scale folded in.
-// Backward: K/V outer (a block owns 64 keys and their dK, dV in registers), P and
-// dS rebuilt per query block on tensor cores, dQ added into an fp32 accumulator
-// with atomics (forward.cu and backward.cu say how, mma.cuh holds the pieces).
-// The versions of the note's table (v1 … v5) are in forward.cu and git history.
+// K/V tiles by cp.async into two buffers, exp is exp2 with the scale folded in,
+// and with the causal mask the longest query blocks are launched first.
+// Backward: K/V outer (a block owns 64 or 128 keys and their dK, dV in registers),
+// P and dS rebuilt per query block on tensor cores, dQ added into an fp32
+// accumulator with atomics (forward.cu and backward.cu say how, mma.cuh holds the
+// pieces). The versions of the note's tables are listed at the end of forward.cu
+// (v3 … v10) and backward.cu (b1 … b4); v1 and v2 are in git history.
 // Limits: d = 64 or 128. Note: notes/06_tensor_cores.md.
 #pragma once
 
@@ -21,10 +24,13 @@
 
 namespace fa::step06 {
 
-constexpr int kBr = 128;  ///< forward: query rows per thread block, 4 warps × 32
-/// Forward: keys per K/V block (d = 128: 32, so S and O fit in 255 registers).
-constexpr int forward_bc(int d) { return d <= 64 ? 64 : 32; }
-constexpr int kBwdKeys = 64;     ///< backward: keys per thread block, 4 warps × 16
+/// Forward: query rows per thread block — 4 warps × 32, except 4 warps × 16 at d = 64
+/// with the causal mask (what measured fastest, forward.cu's v10).
+constexpr int forward_br(bool causal, int d) { return causal && d == 64 ? 64 : 128; }
+/// Forward: keys per K/V block.
+constexpr int forward_bc(int /*d*/) { return 64; }
+/// Backward: keys per thread block, a warp per 16 — 4 warps at d = 64, 8 at d = 128 (b4).
+constexpr int backward_keys(int d) { return d == 64 ? 64 : 128; }
 constexpr int kBwdQueries = 64;  ///< backward: queries per step of the inner loop
 inline constexpr int kSupportedD[] = {64, 128, 0};
 
@@ -65,9 +71,12 @@ constexpr Tolerance kBf16Reorder{4e-3, 1.6e-2, "bf16 (8-bit mantissa) P and O af
 constexpr Tolerance kFp16Reorder{5e-4, 2e-3, "fp16 (11-bit mantissa) P and O after reordered fp32 sums"};
 
 extern const GpuForward kForward;
-constexpr int kForwardVersionCount = 5;
+constexpr int kForwardVersionCount = 10;
 /// The forward versions of the note's table (forward.cu lists them), for the bench.
 extern const GpuForward kForwardVersions[kForwardVersionCount];
 extern const GpuBackward kBackward;
+constexpr int kBackwardVersionCount = 4;
+/// The backward versions of the note's table (backward.cu lists them), for the bench.
+extern const GpuBackward kBackwardVersions[kBackwardVersionCount];
 
 }  // namespace fa::step06

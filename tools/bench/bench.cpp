@@ -4,7 +4,7 @@
 //            [--tokens 65536] [--reps 10] [--steps 01,03,...] [--csv out.csv]
 //   fa_bench --max-n [--steps ...] [--csv out.csv]
 //   fa_bench --once --steps 03 --N 4096 --d 64 --causal 0 --dir fwd   (for ncu)
-//   fa_bench --dtype bf16 --versions ...   also times step 06's forward versions (rows 06v3, 06v4, …)
+//   fa_bench --dtype bf16 --versions ...   also times step 06's versions (rows 06v3, …, 06b1, …)
 //
 // Sweep: B = 1 and H = tokens / N heads (so every N does the same number of
 // query rows; at least one head). Each point: 2 warm-up launches, then `reps`
@@ -152,11 +152,15 @@ int main(int argc, char** argv) {
     std::vector<StepEntry> version_rows;
     if (versions) {
       if (dtype == DType::fp32) throw Error("--versions times step 06, which needs --dtype bf16 or fp16");
+      auto id = [](const char* name) { return "06" + std::string(name).substr(0, std::string(name).find(':')); };
       for (const GpuForward& v : step06::kForwardVersions) {
         StepEntry e = find_step("06");
-        e.id = "06" + std::string(v.name).substr(0, std::string(v.name).find(':'));
-        e.gpu_forward = &v;
-        e.gpu_backward = nullptr;
+        e.id = id(v.name), e.gpu_forward = &v, e.gpu_backward = nullptr;
+        version_rows.push_back(e);
+      }
+      for (const GpuBackward& v : step06::kBackwardVersions) {
+        StepEntry e = find_step("06");
+        e.id = id(v.name), e.gpu_forward = nullptr, e.gpu_backward = &v;
         version_rows.push_back(e);
       }
       for (const StepEntry& e : version_rows) chosen.push_back(&e);

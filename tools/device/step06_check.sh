@@ -31,7 +31,12 @@ short() { "$DEMANGLE" | sed -E 's/fa::step06::\(anonymous namespace\):://; s/__n
   done
   echo "SASS instruction counts (cuobjdump --dump-sass):"
   cuobjdump --dump-sass "$BUILD"/steps/06_tensor_cores/libstep06.a |
-    awk '/Function :/{f=$3} /HMMA/{h[f]++} /LDL|STL/{l[f]++} END{for(k in h) printf "%s: %d HMMA, %d local-memory loads/stores\n", k, h[k], l[k]+0}' |
+    awk '/Function :/{f=$3; n=0} /\/\*[0-9a-f]+\*\//{n++} /HMMA/{h[f]++; if(!(f in a)) a[f]=n; z[f]=n}
+         /LDL|STL/{l[f]++; pos[f]=pos[f] " " n}
+         END{for(k in h) { w=""; if(l[k]) { m=split(pos[k], q, " "); inside=0
+               for(i=1;i<=m;i++) if(q[i]>a[k] && q[i]<z[k]) inside++
+               w=sprintf(" (%d of them between the first and the last HMMA)", inside) }
+             printf "%s: %d HMMA, %d local-memory loads/stores%s\n", k, h[k], l[k]+0, w }}' |
     short | grep -v fp16 | sort
 } > "$R/sass06.txt" 2>&1; cat "$R/sass06.txt"
 stamp sass
@@ -40,4 +45,7 @@ nvcc --version | tail -1 >> "$R/device.txt"
 python3 -c "import torch; print('torch', torch.__version__)" >> "$R/device.txt" 2>&1
 bash tools/bench/step06_bench.sh "$R" "$BUILD"
 stamp benched
+python3 tools/bench/ncu_step06.py --bench "$BUILD/tools/bench/fa_bench" --csv "$R/ncu06.csv" 2> "$R/ncu06.log"
+tail -4 "$R/ncu06.log"
+stamp profiled
 exit $rc

@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""What Nsight Compute sees in each version of step 06 (the note's "profiler" column).
+
+  python3 tools/bench/ncu_step06.py --bench build/tools/bench/fa_bench --csv ncu06.csv
+
+Runs `fa_bench --once --versions` (one untimed launch of step 06 and of each of its
+versions, bf16, N = 4096, B·H·N = 65536) under ncu, profiling the forward kernel or
+the backward's dK/dV kernel of each, and writes one row per (version, metric).
+Metrics this ncu does not know are left out (asked with --query-metrics first), so a
+renamed metric costs a column, not the run. ncu runs with --clock-control none.
+"""
+import argparse
+import csv
+import io
+import subprocess
+import sys
+
+METRICS = {
+    "tensor_pipe_pct": "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active",
+    "warps_active_pct": "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "instructions": "smsp__inst_executed.sum",
+    "smem_ld_bank_conflicts": "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum",
+    "smem_st_bank_conflicts": "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum",
+    "smem_wavefronts": "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum",
+    "stall_barrier": "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",
+    "stall_long_scoreboard": "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
+    "stall_short_scoreboard": "smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio",
+    "stall_mio_throttle": "smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio",
+    "stall_math_pipe_throttle": "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio",
+    "stall_wait": "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio",
+    "stall_lg_throttle": "smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio",
+    "dram_read_bytes": "dram__bytes_read.sum",
+    "dram_write_bytes": "dram__bytes_write.sum",
+    "local_ld_requests": "l1tex__t_requests_pipe_lsu_mem_local_op_ld.sum",
+}
+
+
+def known_metrics(ncu):
+    r = subprocess.run([ncu, "--query-metrics", "--chip", "gh100"], capture_output=True, text=True)
+    names = {line.split()[0] for line in r.stdout.splitlines() if line.strip() and "__" in line.split()[0]}
+    keep = {k: m for k, m in METRICS.items() if m.rsplit(".", 1)[0] in names}
+    for k, m in METRICS.items():
+        if k not in keep:
+            print(f"ncu_step06: this ncu does not list {m}; column left out", file=sys.stderr)
+    return keep
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--bench", required=True)
+    ap.add_argument("--csv", default="ncu06.csv")
+    ap.add_argument("--ncu", default="ncu")
+    ap.add_argument("--N", default="4096")
+    a = ap.parse_args()
+    metrics = known_metrics(a.ncu)
+    if not metrics:
+        sys.exit("ncu_step06: no metric left to ask for")
+    out = open(a.csv, "w")
+    out.write("version,dir,N,d,causal,metric,ncu_metric,value\n")
+    for direction, d, causal in (("fwd", "64", "0"), ("fwd", "128", "0"), ("fwd", "128", "1"), ("bwd", "128", "0")):
+        kernel = "forward_kernel" if direction == "fwd" else "dkdv_kernel"
+        cmd = [a.ncu, "--clock-control", "none", "--kernel-name", f"regex:{kernel}", "--metrics",
+               ",".join(metrics.values()), "--csv", "--print-units", "base", a.bench, "--dtype", "bf16", "--once",
+               "--versions", "--steps", "06", "--dir", direction, "--N", a.N, "--d", d, "--causal", causal]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        lines = r.stdout.splitlines()
+        once = [dict(kv.split("=") for kv in l.split()[1:]) for l in lines if l.startswith("once ")]
+        table = [l for l in lines if l.startswith('"')]
+        if r.returncode != 0 or not once or not table:
+            print(f"ncu_step06 {direction} d={d}: ncu failed (rc {r.returncode})\n{r.stderr[-2000:]}", file=sys.stderr)
+            continue
+        ids = []  # profiled kernels in launch order: the i-th is the i-th `once` line's step
+        rows = list(csv.DictReader(io.StringIO("\n".join(table))))
+        for row in rows:
+            if row["ID"] not in ids:
+                ids.append(row["ID"])
+        if len(ids) != len(once):
+            print(f"ncu_step06 {direction} d={d}: {len(ids)} kernels profiled for {len(once)} launches", file=sys.stderr)
+            continue
+        by_name = {m: k for k, m in metrics.items()}
+        for row in rows:
+            step = once[ids.index(row["ID"])]["step"]
+            name = row["Metric Name"]
+            if name in by_name:
+                value = row["Metric Value"].replace(",", "")
+                out.write(f"{step},{direction},{a.N},{d},{causal},{by_name[name]},{name},{value}\n")
+        out.flush()
+        print(f"ncu_step06 {direction} d={d} causal={causal}: {len(ids)} kernels profiled", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
