@@ -122,43 +122,159 @@ def table_bandwidth(D, step="01", d=64):
     return out
 
 
-def table_step06(D):
-    """Step 06 beside PyTorch's FlashAttention-2 and cuDNN backends, same run, same shapes."""
-    rows, peers = load(D.folder, "bench06.csv"), load(D.folder, "peers06.csv")
+STEP06_FWD = [  # (version, bench file suffix, step id in it, what changed)
+    ("v1", "_v1", "06", "mma.sync m16n8k16, softmax on the fragments, P in registers; 32-bit shared loads"),
+    ("v2", "_v2", "06", "ldmatrix (.trans for V); cp.async double-buffered K/V; rows padded by 16 bytes"),
+    ("v3", "", "06v3", "XOR-swizzled shared memory instead of padded rows"),
+    ("v4", "", "06v4", "exp2 with the scale folded in: one FFMA + one MUFU.EX2 per score"),
+    ("v5", "", "06v5", "128 query rows per block, 32 per warp: each K/V fragment feeds two mma"),
+    ("v6", "", "06v6", "v5 with 32-key blocks at d = 128 (no spills)"),
+    ("v6b", "", "06v6b", "v6 with 128-key blocks at d = 64"),
+    ("v7", "", "06v7", "causal: v4's 64-row blocks, heaviest query blocks launched first"),
+    ("v8", "", "06v8", "row sums ℓ added across the quad once, after the last block"),
+    ("v9", "", "06v9", "v8 with ≥ 3 blocks per SM at d = 64 (registers capped at 168)"),
+    ("v9c", "", "06v9c", "v8 with 128-row blocks also when causal"),
+    ("v10", "", "06v10", "**production**: v8, but v9c's 128-row blocks when causal at d = 128"),
+]
+STEP06_BWD = [
+    ("b1", "06b1", "dK/dV outer, 64 keys per block (4 warps × 16), dQ by fp32 float2 atomics"),
+    ("b2", "06b2", "128 keys per block, 8 warps: Q_i, dO_i loaded and dQ atomics issued once per 128 keys"),
+    ("b3", "06b3", "key blocks with the most query blocks launched first (grid: heads × blocks)"),
+    ("b4", "06b4", "**production**: b3 with b1's 64-key blocks at d = 64"),
+]
+
+
+def ncu_facts(D, step, direction, d="128", causal="0"):
+    """A profiler cell: instructions, the two largest stall reasons, bank conflicts, local loads."""
+    rows = [r for r in load(D.folder, "ncu06.csv")
+            if r["version"] == step and r["dir"] == direction and r["d"] == d and r["causal"] == causal]
     if not rows:
-        return ["(no bench06.csv yet: run tools/bench/run_all.sh)"]
-    out = [f"Forward, bf16, B = 1, H = 65536 / N, measured in one run on {D.device} (median of 10). "
-           f"Ratio: step 06's TFLOP/s over the backend's (1.0 = as fast).", "",
-           "| d | causal | N | step 06 ms | step 06 TFLOP/s | FA-2 (flash) TFLOP/s | ratio | cuDNN TFLOP/s | ratio |",
-           "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        if r["status"] != "ok":
-            continue
-        key = dict(dir="fwd", dtype="bf16", N=r["N"], d=r["d"], causal=r["causal"])
-        fl, cu = D.find(peers, impl="torch-flash", **key), D.find(peers, impl="torch-cudnn", **key)
-        t = float(r["tflops"])
-        cell = lambda x: f"{float(x['tflops']):.1f} | {t / float(x['tflops']):.2f}" if x else "— | —"
-        out.append(f"| {r['d']} | {'yes' if r['causal'] == '1' else 'no'} | {r['N']} | {fmt_ms(r['ms'])} | {t:.1f} | "
-                   f"{cell(fl)} | {cell(cu)} |")
-    return out
+        return "—"
+    v = {r["metric"]: float(r["value"]) for r in rows}
+    stalls = sorted(((v[k], k[6:].replace("_", " ")) for k in v if k.startswith("stall_")), reverse=True)[:2]
+    out = [f"{v.get('instructions', 0) / 1e6:.0f} M instr."]
+    out += [f"{name} {x:.2f}" for x, name in stalls]
+    if "smem_wavefronts" in v and v["smem_wavefronts"]:
+        out.append(f"bank confl. {100 * (v.get('smem_ld_bank_conflicts', 0) + v.get('smem_st_bank_conflicts', 0)) / v['smem_wavefronts']:.1f} %")
+    if v.get("local_ld_requests"):
+        out.append(f"{v['local_ld_requests'] / 1e6:.2f} M local loads")
+    return ", ".join(out)
 
 
 def table_step06_versions(D):
-    """One row per version of step 06, each against the PyTorch backends of its own run."""
-    out = [f"Forward, bf16, not causal, B·H·N = 65536, on {D.device}; each version measured in one run "
-           f"beside PyTorch's backends (ratio: version's TFLOP/s over FlashAttention-2's).", "",
-           "| version | change | d | N | TFLOP/s | FA-2 TFLOP/s | ratio |", "|---|---|---|---|---|---|---|"]
-    versions = [("1", "mma.sync, softmax on fragments, P in registers; scalar shared loads", "_v1"),
-                ("2", "ldmatrix (.trans for V); cp.async double-buffered K/V", "")]
-    for ver, change, suffix in versions:
+    """One row per forward version, at N = 4096, against FlashAttention-2 of the same run."""
+    out = [f"bf16, B·H·N = 65536, N = 4096 unless noted, on {D.device}. Each cell: TFLOP/s (× PyTorch "
+           f"FlashAttention-2 of the same run). v1 and v2 were measured in earlier runs (their own FA-2 "
+           f"columns), v3–v10 side by side in one run. Profiler: Nsight Compute on one launch at d = 128, "
+           f"not causal — warp instructions, the two largest stall reasons (cycles per issued instruction), "
+           f"shared-memory bank conflicts per wavefront, local-memory (spill) loads.", "",
+           "| version | change | d = 64 | d = 128 | d = 128, N = 16384 | d = 128, causal | profiler (d = 128) |",
+           "|---|---|---|---|---|---|---|"]
+    for ver, suffix, step, change in STEP06_FWD:
         rows, peers = load(D.folder, f"bench06{suffix}.csv"), load(D.folder, f"peers06{suffix}.csv")
+
+        def cell(d, causal, N):
+            r = D.find(rows, step=step, dir="fwd", d=d, causal=causal, N=N)
+            f = D.find(peers, impl="torch-flash", dir="fwd", dtype="bf16", d=d, causal=causal, N=N)
+            if not r:
+                return "—"
+            t = float(r["tflops"])
+            return f"{t:.0f} ({t / float(f['tflops']):.2f})" if f else f"{t:.0f}"
+        out.append(f"| {ver} | {change} | {cell(64, 0, 4096)} | {cell(128, 0, 4096)} | {cell(128, 0, 16384)} | "
+                   f"{cell(128, 1, 4096)} | {ncu_facts(D, step, 'fwd') if not suffix else '—'} |")
+    return out
+
+
+def table_step06_bwd_versions(D):
+    rows, peers = load(D.folder, "bench06.csv"), load(D.folder, "peers06.csv")
+    out = [f"bf16, B·H·N = 65536, on {D.device}, one run. Each cell: TFLOP/s (× PyTorch FlashAttention-2's "
+           f"backward of the same run; FLOPs counted as 2.5 × the forward's). Profiler: the dK/dV kernel, "
+           f"d = 128, N = 4096, not causal.", "",
+           "| version | change | d = 64, N = 4096 | d = 128, N = 4096 | d = 128, N = 16384 | d = 64, causal, N = 4096 "
+           "| d = 128, causal, N = 16384 | profiler (dK/dV kernel) |",
+           "|---|---|---|---|---|---|---|---|"]
+    for ver, step, change in STEP06_BWD:
+        def cell(d, causal, N):
+            r = D.find(rows, step=step, dir="bwd", d=d, causal=causal, N=N)
+            f = D.find(peers, impl="torch-flash", dir="bwd", dtype="bf16", d=d, causal=causal, N=N)
+            if not r:
+                return "—"
+            t = float(r["tflops"])
+            return f"{t:.0f} ({t / float(f['tflops']):.2f})" if f else f"{t:.0f}"
+        out.append(f"| {ver} | {change} | {cell(64, 0, 4096)} | {cell(128, 0, 4096)} | {cell(128, 0, 16384)} | "
+                   f"{cell(64, 1, 4096)} | {cell(128, 1, 16384)} | {ncu_facts(D, step, 'bwd')} |")
+    return out
+
+
+def table_step06(D, dtype="bf16"):
+    """Step 06 (production kernels) beside PyTorch's backends, every shape, one run."""
+    suffix = "" if dtype == "bf16" else "_" + dtype
+    rows, peers = load(D.folder, f"bench06{suffix}.csv"), load(D.folder, f"peers06{suffix}.csv")
+    if not rows:
+        return [f"(no bench06{suffix}.csv yet: run tools/bench/step06_bench.sh)"]
+    backends = [("flash", "FA-2")] + ([("cudnn", "cuDNN")] if dtype == "bf16" else [])
+    out = [f"{dtype}, B = 1, H = 65536 / N, on {D.device}: step 06 as shipped (forward v10, backward b4) and "
+           f"PyTorch's `scaled_dot_product_attention` with one backend at a time, measured in one run (median of "
+           f"10, L2 flushed). Ratio: step 06's TFLOP/s over the backend's (≥ 1.0: step 06 is as fast or faster).",
+           "", "| direction | d | causal | N | step 06 ms | step 06 TFLOP/s | "
+           + " | ".join(f"{n} TFLOP/s | ratio" for _, n in backends) + " |",
+           "|---|---|---|---|---|---|" + "---|---|" * len(backends)]
+    wins = total = 0
+    worst = None
+    for r in rows:
+        if r["step"] != "06" or r["status"] != "ok":
+            continue
+        t = float(r["tflops"])
+        cells = []
+        for impl, _ in backends:
+            f = D.find(peers, impl="torch-" + impl, dir=r["dir"], dtype=dtype, N=r["N"], d=r["d"], causal=r["causal"])
+            cells.append(f"{float(f['tflops']):.1f} | {t / float(f['tflops']):.2f}" if f else "— | —")
+            if impl == "flash" and f:
+                ratio = t / float(f["tflops"])
+                total += 1
+                wins += ratio >= 1.0
+                if worst is None or ratio < worst[0]:
+                    worst = (ratio, r)
+        out.append(f"| {'forward' if r['dir'] == 'fwd' else 'backward'} | {r['d']} | {'yes' if r['causal'] == '1' else 'no'} "
+                   f"| {r['N']} | {fmt_ms(r['ms'])} | {t:.1f} | " + " | ".join(cells) + " |")
+    if dtype == "bf16":  # how much the reference itself moves between sessions
+        old = load(D.folder, "peers06_v2.csv")
+        diffs = []
+        for r in old:
+            f = D.find(peers, impl=r["impl"], dir=r["dir"], dtype=r["dtype"], N=r["N"], d=r["d"], causal=r["causal"])
+            if r["impl"] == "torch-flash" and r["status"] == "ok" and f:
+                diffs.append(float(r["tflops"]) / float(f["tflops"]))
+        if diffs:
+            out += ["", f"FlashAttention-2 itself varies between runs: its forward on the same {len(diffs)} shapes, "
+                    f"measured in an earlier session (peers06_v2.csv), was between {min(diffs):.2f}× and "
+                    f"{max(diffs):.2f}× of this run's. Ratios near 1.0 are within that noise."]
+    if worst:
+        w = worst[1]
+        out += ["", f"At least FlashAttention-2's speed in {wins} of {total} shapes; the lowest ratio is {worst[0]:.2f} "
+                f"({'forward' if w['dir'] == 'fwd' else 'backward'}, d = {w['d']}, "
+                f"{'causal' if w['causal'] == '1' else 'not causal'}, N = {w['N']})."]
+    return out
+
+
+def table_step06_summary(D):
+    """README: step 06 (bf16) beside FlashAttention-2 at two N, every direction, d and mask."""
+    rows, peers = load(D.folder, "bench06.csv"), load(D.folder, "peers06.csv")
+    if not rows:
+        return ["(no bench06.csv yet)"]
+    out = [f"Step 06, bf16, B·H·N = 65536, on {D.device}; TFLOP/s (× PyTorch FlashAttention-2, same run). "
+           f"Every shape: [notes/06_tensor_cores.md](notes/06_tensor_cores.md).", "",
+           "| direction | d | causal | N = 4096 | N = 16384 |", "|---|---|---|---|---|"]
+    for direction in ("fwd", "bwd"):
         for d in ("64", "128"):
-            for N in ("4096", "16384"):
-                r = D.find(rows, N=N, d=d, causal=0)
-                fl = D.find(peers, impl="torch-flash", dir="fwd", dtype="bf16", N=N, d=d, causal=0)
-                if r and fl:
-                    out.append(f"| {ver} | {change} | {d} | {N} | {float(r['tflops']):.1f} | {float(fl['tflops']):.1f} | "
-                               f"{float(r['tflops']) / float(fl['tflops']):.2f} |")
+            for c in ("0", "1"):
+                cells = []
+                for N in ("4096", "16384"):
+                    r = D.find(rows, step="06", dir=direction, d=d, causal=c, N=N)
+                    f = D.find(peers, impl="torch-flash", dir=direction, dtype="bf16", d=d, causal=c, N=N)
+                    cells.append(f"{float(r['tflops']):.0f} ({float(r['tflops']) / float(f['tflops']):.2f}×)"
+                                 if r and f else "—")
+                out.append(f"| {'forward' if direction == 'fwd' else 'backward'} | {d} | {'yes' if c == '1' else 'no'} | "
+                           + " | ".join(cells) + " |")
     return out
 
 
@@ -166,7 +282,8 @@ def table_sass06(D):
     path = os.path.join(D.folder, "sass06.txt")
     if not os.path.exists(path):
         return ["(no sass06.txt yet)"]
-    return ["```"] + open(path).read().strip().splitlines() + ["```"]
+    text = open(path).read().replace("fa::step06::(anonymous namespace)::", "").replace("void ", "")
+    return ["```"] + text.strip().splitlines() + ["```"]
 
 
 def table_maxn(D):
@@ -247,7 +364,9 @@ TABLES = {
     "step01": lambda D: table_step(D, "01", "fwd"), "step01-bwd": lambda D: table_step(D, "01", "bwd"),
     "step02": lambda D: table_step(D, "02", "fwd"), "step03": lambda D: table_step(D, "03", "fwd"),
     "step04": lambda D: table_step(D, "04", "fwd"), "step05": lambda D: table_step(D, "05", "bwd"),
-    "figures": table_figures, "step06": table_step06, "sass06": table_sass06, "step06-versions": table_step06_versions, "step01-bandwidth": table_bandwidth,
+    "figures": table_figures, "step06": table_step06, "step06-fp16": lambda D: table_step06(D, "fp16"),
+    "sass06": table_sass06, "step06-summary": table_step06_summary, "step06-versions": table_step06_versions, "step06-bwd-versions": table_step06_bwd_versions,
+    "step01-bandwidth": table_bandwidth,
 }
 MARK = re.compile(r"(<!-- fa:table (\S+) -->\n)(.*?)(<!-- /fa:table -->)", re.S)
 
