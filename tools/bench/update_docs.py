@@ -161,6 +161,16 @@ def ncu_facts(D, step, direction, d="128", causal="0"):
     return ", ".join(out)
 
 
+def speed_cell(D, rows, peers, step, direction, d, causal, N):
+    """'TFLOP/s (× FA-2)' for one version at one shape, FA-2 from the same run's peers."""
+    r = D.find(rows, step=step, dir=direction, d=d, causal=causal, N=N)
+    f = D.find(peers, impl="torch-flash", dir=direction, dtype="bf16", d=d, causal=causal, N=N)
+    if not r:
+        return "—"
+    t = float(r["tflops"])
+    return f"{t:.0f} ({t / float(f['tflops']):.2f})" if f else f"{t:.0f}"
+
+
 def table_step06_versions(D):
     """One row per forward version, at N = 4096, against FlashAttention-2 of the same run."""
     out = [f"bf16, B·H·N = 65536, N = 4096 unless noted, on {D.device}. Each cell: TFLOP/s (× PyTorch "
@@ -174,12 +184,7 @@ def table_step06_versions(D):
         rows, peers = load(D.folder, f"bench06{suffix}.csv"), load(D.folder, f"peers06{suffix}.csv")
 
         def cell(d, causal, N):
-            r = D.find(rows, step=step, dir="fwd", d=d, causal=causal, N=N)
-            f = D.find(peers, impl="torch-flash", dir="fwd", dtype="bf16", d=d, causal=causal, N=N)
-            if not r:
-                return "—"
-            t = float(r["tflops"])
-            return f"{t:.0f} ({t / float(f['tflops']):.2f})" if f else f"{t:.0f}"
+            return speed_cell(D, rows, peers, step, "fwd", d, causal, N)
         out.append(f"| {ver} | {change} | {cell(64, 0, 4096)} | {cell(128, 0, 4096)} | {cell(128, 0, 16384)} | "
                    f"{cell(128, 1, 4096)} | {ncu_facts(D, step, 'fwd') if not suffix else '—'} |")
     return out
@@ -195,12 +200,7 @@ def table_step06_bwd_versions(D):
            "|---|---|---|---|---|---|---|---|"]
     for ver, step, change in STEP06_BWD:
         def cell(d, causal, N):
-            r = D.find(rows, step=step, dir="bwd", d=d, causal=causal, N=N)
-            f = D.find(peers, impl="torch-flash", dir="bwd", dtype="bf16", d=d, causal=causal, N=N)
-            if not r:
-                return "—"
-            t = float(r["tflops"])
-            return f"{t:.0f} ({t / float(f['tflops']):.2f})" if f else f"{t:.0f}"
+            return speed_cell(D, rows, peers, step, "bwd", d, causal, N)
         out.append(f"| {ver} | {change} | {cell(64, 0, 4096)} | {cell(128, 0, 4096)} | {cell(128, 0, 16384)} | "
                    f"{cell(64, 1, 4096)} | {cell(128, 1, 16384)} | {ncu_facts(D, step, 'bwd')} |")
     return out
