@@ -200,9 +200,9 @@ void run(const Problem& p, const NativeFwdArgs& a, void*, Stream s) {
     p.d == 64 ? launch<__half, 64, V>(p, a, s) : launch<__half, 128, V>(p, a, s);
 }
 
-// The versions of the note's table. Each row changes one thing over the one above
-// (v6 and v6b are alternatives to v5 that measured slower and stay as evidence).
-//                      kMT  Bc@64 Bc@128 exp2   heavy  lazy ℓ
+// The versions of the note's table. Each changes one thing over an earlier one; v6,
+// v6b, v9 and v9c were measured, not kept, and stay as the table's evidence.
+//                      kMT  Bc@64 Bc@128 exp2   heavy  lazy ℓ [min blocks/SM at d = 64]
 using V3 = Version<     1,   64,   64,    false, false, false>;  // swizzled shared memory (v2: padded rows)
 using V4 = Version<     1,   64,   64,    true,  false, false>;  // + exp2, scale folded into one FFMA
 using V5 = Version<     2,   64,   64,    true,  false, false>;  // + 128 query rows per block, 32 per warp
@@ -215,9 +215,8 @@ using V8n = Version<    2,   64,   64,    true,  true,  true>;
 using V9n = Version<    2,   64,   64,    true,  true,  true, 3>;  // + 3 blocks per SM at d = 64 (<= 168 registers)
 using V9c = Version<    2,   64,   64,    true,  true,  true>;     // v8 with 128-row blocks also when causal
 
-/// v7: what measured fastest in each case — 64-row blocks with the causal mask (less
-/// work wasted on diagonal blocks, twice the blocks to balance), heaviest first;
-/// 128-row blocks without it.
+/// v7: with the causal mask, 64-row blocks (less work wasted on diagonal blocks, twice
+/// the blocks to balance), heaviest first; without it, v5's 128-row blocks.
 void run_v7(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
   p.causal ? run<V7c>(p, a, ws, s) : run<V7n>(p, a, ws, s);
 }
@@ -225,7 +224,7 @@ void run_v7(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
 void run_v8(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
   p.causal ? run<V8c>(p, a, ws, s) : run<V8n>(p, a, ws, s);
 }
-/// Candidates measured against v8: more blocks per SM at d = 64; 128-row blocks when causal.
+/// v9, a candidate measured against v8: more blocks per SM at d = 64 (slower: spills).
 void run_v9(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
   p.causal ? run<V8c>(p, a, ws, s) : run<V9n>(p, a, ws, s);
 }
