@@ -4,7 +4,7 @@
 //            [--tokens 65536] [--reps 10] [--steps 01,03,...] [--csv out.csv]
 //   fa_bench --max-n [--steps ...] [--csv out.csv]
 //   fa_bench --once --steps 03 --N 4096 --d 64 --causal 0 --dir fwd   (for ncu)
-//   fa_bench --dtype bf16 --versions ...   also times step 06's versions (rows 06v3, …, 06b1, …)
+//   fa_bench --dtype bf16 --versions ...   also times the versions of a step's note table (rows 06v3, …, 06b1, …)
 //
 // Sweep: B = 1 and H = tokens / N heads (so every N does the same number of
 // query rows; at least one head). Each point: 2 warm-up launches, then `reps`
@@ -26,7 +26,6 @@
 #include <vector>
 
 #include "common/gpu.hpp"
-#include "steps/06_tensor_cores/step06.hpp"
 #include "tools/flashattn/steps_table.hpp"
 
 namespace {
@@ -148,21 +147,25 @@ int main(int argc, char** argv) {
       }
       chosen.push_back(&s);
     }
-    // Step 06's forward versions (the note's table): step 06's row with another kernel.
+    // The versions of a step's note table: the step's row with another kernel, id "06v3".
     std::vector<StepEntry> version_rows;
     if (versions) {
-      if (dtype == DType::fp32) throw Error("--versions times step 06, which needs --dtype bf16 or fp16");
-      auto id = [](const char* name) { return "06" + std::string(name).substr(0, std::string(name).find(':')); };
-      for (const GpuForward& v : step06::kForwardVersions) {
-        StepEntry e = find_step("06");
-        e.id = id(v.name), e.gpu_forward = &v, e.gpu_backward = nullptr;
-        version_rows.push_back(e);
+      auto id = [](const StepEntry& s, const char* name) {
+        return s.id + std::string(name).substr(0, std::string(name).find(':'));
+      };
+      for (const StepEntry* s : chosen) {
+        for (const GpuForward* v : s->forward_versions) {
+          StepEntry e = *s;
+          e.id = id(*s, v->name), e.gpu_forward = v, e.gpu_backward = nullptr;
+          version_rows.push_back(e);
+        }
+        for (const GpuBackward* v : s->backward_versions) {
+          StepEntry e = *s;
+          e.id = id(*s, v->name), e.gpu_forward = nullptr, e.gpu_backward = v;
+          version_rows.push_back(e);
+        }
       }
-      for (const GpuBackward& v : step06::kBackwardVersions) {
-        StepEntry e = find_step("06");
-        e.id = id(v.name), e.gpu_forward = nullptr, e.gpu_backward = &v;
-        version_rows.push_back(e);
-      }
+      if (version_rows.empty()) throw Error("--versions: none of the chosen steps has versions (step 06 has; --dtype bf16)");
       for (const StepEntry& e : version_rows) chosen.push_back(&e);
     }
     std::cerr << "fa_bench on " << gpu::describe_device() << " -> " << csv << "\n";

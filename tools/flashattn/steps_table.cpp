@@ -93,6 +93,10 @@ std::vector<StepEntry> make_table() {
                on_gpu(FA_GPU(step06::kForward), true), on_gpu(FA_GPU(step06::kBackward)), step06::model_forward,
                step06::model_backward, step06::traffic_forward, step06::traffic_backward, FA_GPU(step06::kForward),
                FA_GPU(step06::kBackward), "notes/06_tensor_cores.md", DType::bf16});
+#ifdef FA_HAVE_CUDA
+  for (const GpuForward& v : step06::kForwardVersions) t.back().forward_versions.push_back(&v);
+  for (const GpuBackward& v : step06::kBackwardVersions) t.back().backward_versions.push_back(&v);
+#endif
   return t;
 }
 

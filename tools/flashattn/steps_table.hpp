@@ -31,6 +31,10 @@ struct StepEntry {
   const GpuBackward* gpu_backward = nullptr;  ///< for timing
   std::string note;                           ///< notes/…md
   DType dtype = DType::fp32;                  ///< the type it computes in (16-bit steps: the default)
+  /// The versions of the step's kernels that its note's table measures ("v3: …"; the
+  /// text before ':' names the row), for fa_bench --versions. Empty for most steps.
+  std::vector<const GpuForward*> forward_versions = {};
+  std::vector<const GpuBackward*> backward_versions = {};
 };
 
 /// Every step this build has: the reference always; the GPU steps with CUDA.
