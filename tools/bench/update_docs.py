@@ -267,12 +267,7 @@ def table_step06_summary(D):
     for direction in ("fwd", "bwd"):
         for d in ("64", "128"):
             for c in ("0", "1"):
-                cells = []
-                for N in ("4096", "16384"):
-                    r = D.find(rows, step="06", dir=direction, d=d, causal=c, N=N)
-                    f = D.find(peers, impl="torch-flash", dir=direction, dtype="bf16", d=d, causal=c, N=N)
-                    cells.append(f"{float(r['tflops']):.0f} ({float(r['tflops']) / float(f['tflops']):.2f}×)"
-                                 if r and f else "—")
+                cells = [speed_cell(D, rows, peers, "06", direction, d, c, N) for N in ("4096", "16384")]
                 out.append(f"| {'forward' if direction == 'fwd' else 'backward'} | {d} | {'yes' if c == '1' else 'no'} | "
                            + " | ".join(cells) + " |")
     return out
