@@ -25,7 +25,8 @@ constexpr int kWarps = 4, kThreads = 32 * kWarps;
 constexpr float kLog2e = 1.4426950408889634f;
 
 /// One version of the kernel, as compile-time choices.
-template <int kMT_, int kBc64_, int kBc128_, bool kExp2_, bool kHeavyFirst_, bool kLazySum_, int kMinBlocks64_ = 0>
+template <int kMT_, int kBc64_, int kBc128_, bool kExp2_, bool kHeavyFirst_, bool kLazySum_, int kMinBlocks64_ = 0,
+          int kChains_ = 1>
 struct Version {
   static constexpr int kMT = kMT_;  ///< 16-row mma tiles per warp: 64·kMT query rows per block
   /// Keys per K/V block at head dimension d.
@@ -43,6 +44,10 @@ struct Version {
   /// Thread blocks per SM that ptxas must leave room for at d = 64 (it caps the
   /// registers at 65536 / (128·blocks)): more warps to hide latency with.
   static constexpr int kMinBlocks64 = kMinBlocks64_;
+  /// Independent partial maxima and sums per row and block: a row's max (or sum) over
+  /// its 2·B_c/8 scores is kChains dependency chains instead of one, so the warp
+  /// can issue the next one while one waits (fp32 results: a reordered sum).
+  static constexpr int kChains = kChains_;
 };
 
 template <class T, int kD, class V>
@@ -102,7 +107,10 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? V::kMinBlocks64 : 0)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // h = 0: row g of the m-tile; h = 1: row g + 8
         const int row = q0 + r0 + 16 * mt + g + 8 * h;
-        float mx = -INFINITY;
+        constexpr int kC = V::kChains;
+        float mxc[kC];
+#pragma unroll
+        for (int c = 0; c < kC; ++c) mxc[c] = -INFINITY;
 #pragma unroll
         for (int nt = 0; nt < kBc / 8; ++nt)
 #pragma unroll
@@ -111,8 +119,11 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? V::kMinBlocks64 : 0)
             const int col = k0 + 8 * nt + 2 * t + e;
             if (mask && (col >= N || (causal && col > row))) x = -INFINITY;
             if constexpr (!kExp2) x *= scale;
-            mx = fmaxf(mx, x);
+            mxc[(2 * nt + e) % kC] = fmaxf(mxc[(2 * nt + e) % kC], x);
           }
+        float mx = mxc[0];
+#pragma unroll
+        for (int c = 1; c < kC; ++c) mx = fmaxf(mx, mxc[c]);
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the quad holding this row
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         const float m_new = fmaxf(m[mt][h], mx);
@@ -122,14 +133,18 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? V::kMinBlocks64 : 0)
           // Before any unmasked score m_new = −∞; ms = 0 keeps −∞ − (−∞) out.
           const float ms = m_new == -INFINITY ? 0.0f : m_new * mul;
           alpha = exp2_approx(m[mt][h] * mul - ms);  // 0 on the first block: m = −∞
+          float sc[kC] = {};
 #pragma unroll
           for (int nt = 0; nt < kBc / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               float& x = s[mt][nt][2 * h + e];
               x = exp2_approx(fmaf(x, mul, -ms));
-              sum += x;
+              sc[(2 * nt + e) % kC] += x;
             }
+          sum = sc[0];
+#pragma unroll
+          for (int c = 1; c < kC; ++c) sum += sc[c];
         } else {
           alpha = online::rescale(m[mt][h], m_new);
 #pragma unroll
@@ -214,6 +229,8 @@ using V8c = Version<    1,   64,   64,    true,  true,  true>;   // + ℓ summed
 using V8n = Version<    2,   64,   64,    true,  true,  true>;
 using V9n = Version<    2,   64,   64,    true,  true,  true, 3>;  // + 3 blocks per SM at d = 64 (<= 168 registers)
 using V9c = Version<    2,   64,   64,    true,  true,  true>;     // v8 with 128-row blocks also when causal
+using V11c = Version<   1,   64,   64,    true,  true,  true, 0, 2>;  // + max and sum as two chains each
+using V11n = Version<   2,   64,   64,    true,  true,  true, 0, 2>;
 
 /// v7: with the causal mask, 64-row blocks (less work wasted on diagonal blocks, twice
 /// the blocks to balance), heaviest first; without it, v5's 128-row blocks.
@@ -229,20 +246,25 @@ void run_v9(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
   p.causal ? run<V8c>(p, a, ws, s) : run<V9n>(p, a, ws, s);
 }
 
-/// v10, the production kernel: v8, except that with the causal mask at d = 128 the
-/// 128-row blocks of v9c measured faster (at d = 64, v8's 64-row blocks did).
+/// v10: v8, except that with the causal mask at d = 128 the 128-row blocks of v9c
+/// measured faster (at d = 64, v8's 64-row blocks did).
 void run_v10(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
-  static_assert(V8c::kMT * 64 == forward_br(true, 64) && V9c::kMT * 64 == forward_br(true, 128) &&
-                    V8n::kMT * 64 == forward_br(false, 64) && V8n::kMT * 64 == forward_br(false, 128) &&
-                    V8c::bc(64) == forward_bc(64) && V9c::bc(128) == forward_bc(128) &&
-                    V8n::bc(64) == forward_bc(64) && V8n::bc(128) == forward_bc(128),
-                "the CPU model uses the production kernel's blocks");
   p.causal && p.d == 64 ? run<V8c>(p, a, ws, s) : run<V8n>(p, a, ws, s);
+}
+
+/// v11, the production kernel: v10 with two dependency chains for each row's max and sum.
+void run_v11(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
+  static_assert(V11c::kMT * 64 == forward_br(true, 64) && V11n::kMT * 64 == forward_br(true, 128) &&
+                    V11n::kMT * 64 == forward_br(false, 64) && V11n::kMT * 64 == forward_br(false, 128) &&
+                    V11c::bc(64) == forward_bc(64) && V11n::bc(64) == forward_bc(64) &&
+                    V11n::bc(128) == forward_bc(128),
+                "the CPU model uses the production kernel's blocks");
+  p.causal && p.d == 64 ? run<V11c>(p, a, ws, s) : run<V11n>(p, a, ws, s);
 }
 
 }  // namespace
 
-const GpuForward kForward{"step06 forward", 128, no_workspace, "", nullptr, run_v10, kSupportedD};
+const GpuForward kForward{"step06 forward", 128, no_workspace, "", nullptr, run_v11, kSupportedD};
 const GpuForward kForwardVersions[kForwardVersionCount] = {
     {"v3: swizzled shared memory", 128, no_workspace, "", nullptr, run<V3>, kSupportedD},
     {"v4: + exp2, scale folded", 128, no_workspace, "", nullptr, run<V4>, kSupportedD},
@@ -254,6 +276,7 @@ const GpuForward kForwardVersions[kForwardVersionCount] = {
     {"v9: + 3 blocks per SM at d = 64", 128, no_workspace, "", nullptr, run_v9, kSupportedD},
     {"v9c: v8 with 128-row blocks also when causal", 128, no_workspace, "", nullptr, run<V9c>, kSupportedD},
     {"v10: v8, but 128-row blocks when causal at d = 128", 128, no_workspace, "", nullptr, run_v10, kSupportedD},
+    {"v11: + row max and sum as two independent chains", 128, no_workspace, "", nullptr, run_v11, kSupportedD},
 };
 
 }  // namespace fa::step06

@@ -71,7 +71,7 @@ constexpr Tolerance kBf16Reorder{4e-3, 1.6e-2, "bf16 (8-bit mantissa) P and O af
 constexpr Tolerance kFp16Reorder{5e-4, 2e-3, "fp16 (11-bit mantissa) P and O after reordered fp32 sums"};
 
 extern const GpuForward kForward;
-constexpr int kForwardVersionCount = 10;
+constexpr int kForwardVersionCount = 11;
 /// The forward versions of the note's table (forward.cu lists them), for the bench.
 extern const GpuForward kForwardVersions[kForwardVersionCount];
 extern const GpuBackward kBackward;
