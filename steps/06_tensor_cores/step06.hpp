@@ -14,7 +14,7 @@
 // P and dS rebuilt per query block on tensor cores, dQ added into an fp32
 // accumulator with atomics (forward.cu and backward.cu say how, mma.cuh holds the
 // pieces). The versions of the note's tables are listed at the end of forward.cu
-// (v3 … v10) and backward.cu (b1 … b4); v1 and v2 are in git history.
+// (v3 … v11; v10 ships) and backward.cu (b1 … b4); v1 and v2 are in git history.
 // Limits: d = 64 or 128. Note: notes/06_tensor_cores.md.
 #pragma once
 

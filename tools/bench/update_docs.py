@@ -135,6 +135,7 @@ STEP06_FWD = [  # (version, bench file suffix, step id in it, what changed)
     ("v9", "", "06v9", "v8 with ≥ 3 blocks per SM at d = 64 (registers capped at 168)"),
     ("v9c", "", "06v9c", "v8 with 128-row blocks also when causal"),
     ("v10", "", "06v10", "**production**: v8, but v9c's 128-row blocks when causal at d = 128"),
+    ("v11", "_v11", "06v11", "v10 with each row's max and sum as two dependency chains (not kept)"),
 ]
 STEP06_BWD = [
     ("b1", "06b1", "dK/dV outer, 64 keys per block (4 warps × 16), dQ by fp32 float2 atomics"),
@@ -144,9 +145,9 @@ STEP06_BWD = [
 ]
 
 
-def ncu_facts(D, step, direction, d="128", causal="0"):
+def ncu_facts(D, step, direction, d="128", causal="0", suffix=""):
     """A profiler cell: instructions, the two largest stall reasons, bank conflicts, local loads."""
-    rows = [r for r in load(D.folder, "ncu06.csv")
+    rows = [r for r in load(D.folder, f"ncu06{suffix}.csv")
             if r["version"] == step and r["dir"] == direction and r["d"] == d and r["causal"] == causal]
     if not rows:
         return "—"
@@ -174,8 +175,8 @@ def speed_cell(D, rows, peers, step, direction, d, causal, N):
 def table_step06_versions(D):
     """One row per forward version, at N = 4096, against FlashAttention-2 of the same run."""
     out = [f"bf16, B·H·N = 65536, N = 4096 unless noted, on {D.device}. Each cell: TFLOP/s (× PyTorch "
-           f"FlashAttention-2 of the same run). v1 and v2 were measured in earlier runs (their own FA-2 "
-           f"columns), v3–v10 side by side in one run. Profiler: Nsight Compute on one launch at d = 128, "
+           f"FlashAttention-2 of the same run). v1 and v2 were measured in earlier sessions and v11 in a "
+           f"later run (each with its own FA-2 and profiler columns), v3–v10 side by side in one run. Profiler: Nsight Compute on one launch at d = 128, "
            f"not causal — warp instructions, the two largest stall reasons (cycles per issued instruction), "
            f"shared-memory bank conflicts per wavefront, local-memory (spill) loads.", "",
            "| version | change | d = 64 | d = 128 | d = 128, N = 16384 | d = 128, causal | profiler (d = 128) |",
@@ -186,7 +187,7 @@ def table_step06_versions(D):
         def cell(d, causal, N):
             return speed_cell(D, rows, peers, step, "fwd", d, causal, N)
         out.append(f"| {ver} | {change} | {cell(64, 0, 4096)} | {cell(128, 0, 4096)} | {cell(128, 0, 16384)} | "
-                   f"{cell(128, 1, 4096)} | {ncu_facts(D, step, 'fwd') if not suffix else '—'} |")
+                   f"{cell(128, 1, 4096)} | {ncu_facts(D, step, 'fwd', suffix=suffix)} |")
     return out
 
 
