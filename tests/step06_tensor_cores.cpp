@@ -33,16 +33,16 @@ std::vector<float> grad_out(const Problem& p, std::uint64_t seed) {
 void check_grad_budget(const Problem& p, const Qkv& in, const std::vector<float>& dout, const Grads& got,
                        const char* who) {
   const Grads ref = reference::backward(p, in, dout), naive = step06::naive_lowp_backward(p, in, dout);
-  const std::pair<const char*, const std::vector<float>*> parts[3][3] = {
-      {{"dQ", &got.dq}, {"", &ref.dq}, {"", &naive.dq}},
-      {{"dK", &got.dk}, {"", &ref.dk}, {"", &naive.dk}},
-      {{"dV", &got.dv}, {"", &ref.dv}, {"", &naive.dv}}};
-  for (const auto& g : parts) {
-    const double e = step06::max_abs_error(*g[0].second, *g[1].second);
-    const double n = step06::max_abs_error(*g[2].second, *g[1].second);
-    INFO(who << ": max |" << g[0].first << " − ref| = " << e << " (naive " << dtype_name(p.dtype) << ": " << n << ")");
+  struct Part {
+    const char* name;
+    const std::vector<float>&step, &ref, &naive;
+  };
+  for (const Part& g : {Part{"dQ", got.dq, ref.dq, naive.dq}, Part{"dK", got.dk, ref.dk, naive.dk},
+                        Part{"dV", got.dv, ref.dv, naive.dv}}) {
+    const double e = step06::max_abs_error(g.step, g.ref), n = step06::max_abs_error(g.naive, g.ref);
+    INFO(who << ": max |" << g.name << " − ref| = " << e << " (naive " << dtype_name(p.dtype) << ": " << n << ")");
     CHECK(e <= 3 * n + 1e-5);
-    const auto r = compare(*g[0].second, *g[1].second, Tolerance{1.0, 0.0, "finite and written"});
+    const auto r = compare(g.step, g.ref, Tolerance{1.0, 0.0, "finite and written"});
     CHECK(r.nan == 0);
     CHECK(r.unwritten == 0);
   }

@@ -34,11 +34,10 @@
 namespace fa::step06 {
 namespace {
 
-constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kQ = kBwdQueries;  // queries per step of the inner loop
 
 /// Rows per head in the padded L·log2(e) and D arrays.
-int padded_rows(int N) { return (N + kBwdQueries - 1) / kBwdQueries * kBwdQueries; }
+int padded_rows(int N) { return tiles::q_blocks(N, kQ) * kQ; }
 
 /// One warp per row (of B·H·Np): D = Σ_c dO·O in fp32; rows past N get 0.
 template <class T, int kD>

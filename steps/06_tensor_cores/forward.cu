@@ -22,7 +22,6 @@ namespace fa::step06 {
 namespace {
 
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
-constexpr float kLog2e = 1.4426950408889634f;
 
 /// One version of the kernel, as compile-time choices.
 template <int kMT_, int kBc64_, int kBc128_, bool kExp2_, bool kHeavyFirst_, bool kLazySum_, int kMinBlocks64_ = 0,

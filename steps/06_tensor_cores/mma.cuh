@@ -134,6 +134,8 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+constexpr float kLog2e = 1.4426950408889634f;  ///< log2(e): e^x = 2^(x·log2 e)
+
 /// 2^x on the special-function unit (one MUFU.EX2; 2^−∞ = 0). With the softmax
 /// scale folded into log2(e)·scale, exp(scale·s − m) becomes one FFMA and this.
 __device__ __forceinline__ float exp2_approx(float x) {
