@@ -27,6 +27,22 @@ std::vector<float> grad_out(const Problem& p, std::uint64_t seed) {
   return step06::rounded(random_qkv(p, seed).q, p.dtype);
 }
 
+/// Inputs whose scores rise along the keys: component 0 of every query is 16 and of
+/// key j is 20·j/N, so at N = 1000, d = 64 a row's max climbs by ~40 (58 in log2
+/// units) from its first key to its last, 3–8 log2 units per key block of 64 or 128:
+/// some blocks (or pairs of blocks) raise it by more than 2^8 (the forward rescales
+/// O and ℓ), others by less (the old max stays in use).
+Qkv rising_scores(const Problem& p, std::uint64_t seed) {
+  Qkv in = random_qkv(p, seed);
+  for (std::size_t bh = 0; bh < p.heads(); ++bh)
+    for (int r = 0; r < p.N; ++r) {
+      const std::size_t at = (bh * p.N + r) * p.d;
+      in.q[at] = 16.0f;
+      in.k[at] = 20.0f * float(r) / float(p.N);
+    }
+  return step06::rounded_inputs(p, in);
+}
+
 /// err(step) <= 3·err(naive same-dtype) for dQ, dK and dV, against the fp64 reference.
 /// + 1e-5: at N = 1 the exact dS is 0 and the naive one is exactly 0 too (it computes
 /// D from the same rounded dP), while fp32 sums in two orders leave ~1e-7.
@@ -85,6 +101,15 @@ TEST_CASE("step06 backward model meets the gradient budget of its 16-bit type", 
         const ForwardOut fwd = step06::model_forward(p, in).out;
         check_grad_budget(p, in, dout, step06::model_backward(p, in, fwd, dout).grads, "model");
       }
+}
+
+TEST_CASE("step06 model meets the budget when the row max keeps rising", "[cpu]") {
+  for (bool causal : {false, true}) {
+    const Problem p = lowp(make(1, 1, 1000, 64, causal), DType::bf16);
+    INFO(p.str());
+    const Qkv in = rising_scores(p, 84);
+    check_budget(p, in, step06::model_forward(p, in).out, "model");
+  }
 }
 
 TEST_CASE("step06 models' HBM traffic equals the formulas", "[cpu]") {
@@ -193,6 +218,21 @@ TEST_CASE("step06 backward with huge logits stays finite and within budget", "[g
   const ForwardOut fwd = gpu::forward(step06::kForward, p, in, true);
   check_budget(p, in, fwd, "kernel");
   check_grad_budget(p, in, dout, gpu::backward(step06::kBackward, p, in, fwd, dout), "kernel");
+}
+
+TEST_CASE("step06 forward rescales correctly when the row max keeps rising", "[gpu]") {
+  // Exercises both branches of the lazy rescaling on the GPU: blocks that raise a
+  // row's max by more than 2^8 (O and ℓ rescaled) and blocks that raise it by less.
+  for (const Problem& base : test::sweep({1000}, {64, 128})) {
+    const Problem p = lowp(base, DType::bf16);
+    INFO(p.str());
+    const Qkv in = rising_scores(p, 85);
+    const ForwardOut out = gpu::forward(step06::kForward, p, in, true);
+    check_budget(p, in, out, "kernel");
+    const ModelForward m = step06::model_forward(p, in);
+    FA_CHECK_CLOSE("O vs model", out.o, m.out.o, step06::kBf16Reorder, test::shape_o(p));
+    FA_CHECK_CLOSE("L vs model", out.lse, m.out.lse, tol::kFp32Reorder, test::shape_l(p));
+  }
 }
 
 TEST_CASE("step06 refuses what it does not support", "[gpu]") {

@@ -3,7 +3,9 @@
 // A thread block of 4 warps owns kMT·64 query rows; warp w owns kMT·16 of them
 // (rows 16·kMT·w ..), as kMT stacked 16-row mma tiles. Per K/V block j:
 //   S = Q_i·K_jᵀ           mma.sync, fragments by ldmatrix from swizzled smem
-//   online softmax          on the S accumulators, in registers (a row = one quad)
+//   online softmax          on the S accumulators, in registers (a row = one quad);
+//                           the mask only on blocks it can touch, O and ℓ rescaled
+//                           only when a row's max jumps by more than 2^8 (v12, v13)
 //   O += P·V_j              P re-used from the S accumulators as A fragments
 // while K/V block j+1 arrives by cp.async into the other of two buffers.
 //
@@ -25,7 +27,7 @@ constexpr int kWarps = 4, kThreads = 32 * kWarps;
 
 /// One version of the kernel, as compile-time choices.
 template <int kMT_, int kBc64_, int kBc128_, bool kExp2_, bool kHeavyFirst_, bool kLazySum_, int kMinBlocks64_ = 0,
-          int kChains_ = 1>
+          int kChains_ = 1, bool kMaskBranch_ = false, bool kLazyRescale_ = false, bool kLateLoad_ = false>
 struct Version {
   static constexpr int kMT = kMT_;  ///< 16-row mma tiles per warp: 64·kMT query rows per block
   /// Keys per K/V block at head dimension d.
@@ -47,7 +49,20 @@ struct Version {
   /// its 2·B_c/8 scores is kChains dependency chains instead of one, so the warp
   /// can issue the next one while one waits (fp32 results: a reordered sum).
   static constexpr int kChains = kChains_;
+  /// The mask's comparisons in a loop of their own behind the (warp-uniform) test
+  /// of whether this block needs them. Written inside the max loop as
+  /// `if (mask && col > row) …`, the compiler evaluates them, predicated, on every
+  /// block: about four instructions per score.
+  static constexpr bool kMaskBranch = kMaskBranch_;
+  /// O and ℓ are rescaled only when a row's max grew by more than 2^kRescaleBits
+  /// (decided per warp); the stale max is exact arithmetic, since O and ℓ share it.
+  static constexpr bool kLazyRescale = kLazyRescale_;
+  /// The next K/V block's copies are issued after the barrier that opens an
+  /// iteration instead of before it: every warp has then finished the previous
+  /// iteration, so the barrier that closed each iteration goes.
+  static constexpr bool kLateLoad = kLateLoad_;
 };
+
 
 template <class T, int kD, class V>
 __global__ void __launch_bounds__(kThreads, kD == 64 ? V::kMinBlocks64 : 0)
@@ -82,30 +97,37 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? V::kMinBlocks64 : 0)
 
   for (int j = 0; j <= last; ++j) {
     const int k0 = j * kBc, buf = j % 2;
-    if (j < last) {  // start tile j+1 into the other buffer (free since the barrier ending iteration j-1)
+    begin_block<V::kLateLoad>(j + 1, last + 1, [&] {  // tile j+1 into the other buffer
       const int k1 = k0 + kBc;
       copy_tile_async<kThreads, kD, kBc>(Ks + (1 - buf) * kBc * kD, k + head + std::size_t(k1) * kD, N - k1);
       copy_tile_async<kThreads, kD, kBc>(Vs + (1 - buf) * kBc * kD, v + head + std::size_t(k1) * kD, N - k1);
-      cp_async_commit();
-      cp_async_wait<1>();  // tile j (and Q) landed; tile j+1 may still be in flight
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();  // every thread's copies of tile j are visible to all
+    });
 
     // S = Q_i·K_jᵀ: kMT·16 × 64 per warp.
     float s[kMT][kBc / 8][4] = {};
     gemm_abt<T, kD, kMT, kBc / 8>(s, smem_u32(Qs), r0, smem_u32(Ks + buf * kBc * kD), 0);
 
-    // Masks only where this warp's rows can meet one: the last K/V block (keys past
+    // The mask, only where this warp's rows can meet it: the last K/V block (keys past
     // N) and, when causal, blocks reaching past the warp's first row.
     const bool mask = k0 + kBc > N || (causal && k0 + kBc - 1 > q0 + r0);
-    std::uint32_t pa[kMT][kBc / 16][4];  // P as A fragments of O += P·V
+    if (V::kMaskBranch && mask) {  // warp-uniform: a branch around the comparisons
 #pragma unroll
-    for (int mt = 0; mt < kMT; ++mt) {
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kBc / 8; ++nt)
+#pragma unroll
+          for (int x = 0; x < 4; ++x) {  // x = 2h + e: row g + 8h, column 8nt + 2t + e
+            const int row = q0 + r0 + 16 * mt + g + 8 * (x / 2), col = k0 + 8 * nt + 2 * t + x % 2;
+            if (col >= N || (causal && col > row)) s[mt][nt][x] = -INFINITY;
+          }
+    }
+    std::uint32_t pa[kMT][kBc / 16][4];  // P as A fragments of O += P·V
+    // 1. This thread's part of each row's max over the block (for expf: of the scaled scores).
+    float mx[kMT][2];
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {  // h = 0: row g of the m-tile; h = 1: row g + 8
-        const int row = q0 + r0 + 16 * mt + g + 8 * h;
         constexpr int kC = V::kChains;
         float mxc[kC];
 #pragma unroll
@@ -115,23 +137,53 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? V::kMinBlocks64 : 0)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             float& x = s[mt][nt][2 * h + e];
-            const int col = k0 + 8 * nt + 2 * t + e;
-            if (mask && (col >= N || (causal && col > row))) x = -INFINITY;
+            if constexpr (!V::kMaskBranch) {  // the mask inside the max: predicated on every block
+              const int row = q0 + r0 + 16 * mt + g + 8 * h, col = k0 + 8 * nt + 2 * t + e;
+              if (mask && (col >= N || (causal && col > row))) x = -INFINITY;
+            }
             if constexpr (!kExp2) x *= scale;
             mxc[(2 * nt + e) % kC] = fmaxf(mxc[(2 * nt + e) % kC], x);
           }
-        float mx = mxc[0];
+        mx[mt][h] = mxc[0];
 #pragma unroll
-        for (int c = 1; c < kC; ++c) mx = fmaxf(mx, mxc[c]);
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));  // the quad holding this row
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        const float m_new = fmaxf(m[mt][h], mx);
-        float alpha, sum = 0.0f;
+        for (int c = 1; c < kC; ++c) mx[mt][h] = fmaxf(mx[mt][h], mxc[c]);
+      }
+    // 2. Rescale O and ℓ to new maxima — always, or (kLazyRescale) only when a row of
+    //    this warp saw its max grow by more than 2^kRescaleBits. Otherwise the old m
+    //    stays, probabilities stay ≤ 2^kRescaleBits, O and ℓ are untouched, and the
+    //    row max is not even needed: a thread's own part decides (if the row's max
+    //    grew that much, so did the part of the thread holding it).
+    bool rescale = true;
+    if constexpr (V::kLazyRescale) {
+      static_assert(kExp2, "the threshold is in log2 units");
+      bool grow = false;  // NaN (a row without any score yet: −∞ − −∞) compares false
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) grow |= (mx[mt][h] - m[mt][h]) * mul > kRescaleBits;
+      rescale = __any_sync(0xffffffffu, grow);  // one decision per warp: no divergence
+    }
+    // 3. Probabilities against m, their row sums, P as A fragments.
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        constexpr int kC = V::kChains;
+        float alpha = 1.0f, sum = 0.0f;
+        if (rescale) {  // the row's max: the quad holding it
+          mx[mt][h] = fmaxf(mx[mt][h], __shfl_xor_sync(0xffffffffu, mx[mt][h], 1));
+          mx[mt][h] = fmaxf(mx[mt][h], __shfl_xor_sync(0xffffffffu, mx[mt][h], 2));
+          const float m_new = fmaxf(m[mt][h], mx[mt][h]);
+          if constexpr (kExp2)  // 0 on the first block (m = −∞); −∞ − (−∞) kept out
+            alpha = exp2_approx(m[mt][h] * mul - (m_new == -INFINITY ? 0.0f : m_new * mul));
+          else
+            alpha = online::rescale(m[mt][h], m_new);
+          m[mt][h] = m_new;
+        }
         if constexpr (kExp2) {
           // exp(scale·(s − m)) = 2^(s·mul − m·mul): one FFMA and one MUFU.EX2 per score.
-          // Before any unmasked score m_new = −∞; ms = 0 keeps −∞ − (−∞) out.
-          const float ms = m_new == -INFINITY ? 0.0f : m_new * mul;
-          alpha = exp2_approx(m[mt][h] * mul - ms);  // 0 on the first block: m = −∞
+          // Before any unmasked score m = −∞; ms = 0 keeps −∞ − (−∞) out.
+          const float ms = m[mt][h] == -INFINITY ? 0.0f : m[mt][h] * mul;
           float sc[kC] = {};
 #pragma unroll
           for (int nt = 0; nt < kBc / 8; ++nt)
@@ -145,13 +197,12 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? V::kMinBlocks64 : 0)
 #pragma unroll
           for (int c = 1; c < kC; ++c) sum += sc[c];
         } else {
-          alpha = online::rescale(m[mt][h], m_new);
 #pragma unroll
           for (int nt = 0; nt < kBc / 8; ++nt)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               float& x = s[mt][nt][2 * h + e];
-              x = online::prob(x, m_new);
+              x = online::prob(x, m[mt][h]);
               sum += x;
             }
         }
@@ -159,10 +210,13 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? V::kMinBlocks64 : 0)
           sum += __shfl_xor_sync(0xffffffffu, sum, 1);
           sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         }
-        l[mt][h] = alpha * l[mt][h] + sum;
-        m[mt][h] = m_new;
+        if (rescale) {
+          l[mt][h] = alpha * l[mt][h] + sum;
 #pragma unroll
-        for (int dt = 0; dt < kD / 8; ++dt) acc[mt][dt][2 * h] *= alpha, acc[mt][dt][2 * h + 1] *= alpha;
+          for (int dt = 0; dt < kD / 8; ++dt) acc[mt][dt][2 * h] *= alpha, acc[mt][dt][2 * h + 1] *= alpha;
+        } else {
+          l[mt][h] += sum;
+        }
       }
 #pragma unroll
       for (int c = 0; c < kBc / 16; ++c) to_a<T>(pa[mt][c], s[mt][2 * c], s[mt][2 * c + 1]);
@@ -170,7 +224,7 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? V::kMinBlocks64 : 0)
 
     // O += P·V_j, P rounded to 16 bits (the one rounding inside the algorithm).
     gemm_pv<T, kD, kMT, kBc>(acc, pa, smem_u32(Vs + buf * kBc * kD));
-    __syncthreads();  // every warp is done with buffer `buf` before iteration j+1 refills it
+    end_block<V::kLateLoad>();
   }
 
   // Epilogue: O = acc / ℓ in 16 bits, L = m + log ℓ (m back in units of scale·s).
@@ -215,7 +269,8 @@ void run(const Problem& p, const NativeFwdArgs& a, void*, Stream s) {
 }
 
 // The versions of the note's table. Each changes one thing over an earlier one; v6,
-// v6b, v9, v9c and v11 were measured, not kept, and stay as the table's evidence.
+// v6b, v9, v9c and v11 were measured, not kept, and stay as the table's evidence; v15
+// was measured last, after the production-only tests had run on v14.
 //                      kMT  Bc@64 Bc@128 exp2   heavy  lazy ℓ [min blocks/SM at d = 64]
 using V3 = Version<     1,   64,   64,    false, false, false>;  // swizzled shared memory (v2: padded rows)
 using V4 = Version<     1,   64,   64,    true,  false, false>;  // + exp2, scale folded into one FFMA
@@ -230,6 +285,15 @@ using V9n = Version<    2,   64,   64,    true,  true,  true, 3>;  // + 3 blocks
 using V9c = Version<    2,   64,   64,    true,  true,  true>;     // v8 with 128-row blocks also when causal
 using V11c = Version<   1,   64,   64,    true,  true,  true, 0, 2>;  // + max and sum as two chains each
 using V11n = Version<   2,   64,   64,    true,  true,  true, 0, 2>;
+//                                                                  [chains, mask branch, lazy rescale]
+using V12c = Version<   1,   64,   64,    true,  true,  true, 0, 1, true>;  // + the mask behind a uniform branch
+using V12n = Version<   2,   64,   64,    true,  true,  true, 0, 1, true>;
+using V13c = Version<   1,   64,   64,    true,  true,  true, 0, 1, true, true>;  // + O, ℓ rescaled only on a jump > 2^8
+using V13n = Version<   2,   64,   64,    true,  true,  true, 0, 1, true, true>;
+using V14n = Version<   2,   128,  64,    true,  true,  true, 0, 1, true, true>;  // v13 with 128-key blocks at d = 64
+using V15c = Version<   1,   64,   64,    true,  true,  true, 0, 1, true, true, true>;  // + one barrier per block
+using V15n = Version<   2,   64,   64,    true,  true,  true, 0, 1, true, true, true>;
+using V15n64 = Version< 2,   128,  64,    true,  true,  true, 0, 1, true, true, true>;
 
 /// v7: with the causal mask, 64-row blocks (less work wasted on diagonal blocks, twice
 /// the blocks to balance), heaviest first; without it, v5's 128-row blocks.
@@ -245,26 +309,45 @@ void run_v9(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
   p.causal ? run<V8c>(p, a, ws, s) : run<V9n>(p, a, ws, s);
 }
 
-/// v10, the production kernel: v8, except that with the causal mask at d = 128 the
-/// 128-row blocks of v9c measured faster (at d = 64, v8's 64-row blocks did).
+/// v10: v8, except that with the causal mask at d = 128 the 128-row blocks of v9c
+/// measured faster (at d = 64, v8's 64-row blocks did).
 void run_v10(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
-  static_assert(V8c::kMT * 64 == forward_br(true, 64) && V9c::kMT * 64 == forward_br(true, 128) &&
-                    V8n::kMT * 64 == forward_br(false, 64) && V8n::kMT * 64 == forward_br(false, 128) &&
-                    V8c::bc(64) == forward_bc(64) && V9c::bc(128) == forward_bc(128) &&
-                    V8n::bc(64) == forward_bc(64) && V8n::bc(128) == forward_bc(128),
-                "the CPU model uses the production kernel's blocks");
   p.causal && p.d == 64 ? run<V8c>(p, a, ws, s) : run<V8n>(p, a, ws, s);
 }
 
 /// v11, a candidate: v10 with two dependency chains for each row's max and sum.
-/// Measured no faster (the note's table), so v10 stays the production kernel.
+/// Measured no faster (the note's table), so it was not kept.
 void run_v11(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
   p.causal && p.d == 64 ? run<V11c>(p, a, ws, s) : run<V11n>(p, a, ws, s);
 }
 
+/// v12: v10 with the mask's comparisons behind a warp-uniform branch.
+void run_v12(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
+  p.causal && p.d == 64 ? run<V12c>(p, a, ws, s) : run<V12n>(p, a, ws, s);
+}
+/// v13: v12 with O and ℓ rescaled only when a row's max jumps by more than 2^8.
+void run_v13(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
+  p.causal && p.d == 64 ? run<V13c>(p, a, ws, s) : run<V13n>(p, a, ws, s);
+}
+/// v14, the production kernel: v13 with 128-key blocks at d = 64 without the mask.
+void run_v14(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
+  static_assert(V13c::kMT * 64 == forward_br(true, 64) && V13n::kMT * 64 == forward_br(true, 128) &&
+                    V14n::kMT * 64 == forward_br(false, 64) && V13n::kMT * 64 == forward_br(false, 128) &&
+                    V13c::bc(64) == forward_bc(true, 64) && V13n::bc(128) == forward_bc(true, 128) &&
+                    V14n::bc(64) == forward_bc(false, 64) && V13n::bc(128) == forward_bc(false, 128) &&
+                    V13c::kLazyRescale && V13n::kLazyRescale && V14n::kLazyRescale,
+                "the CPU model uses the production kernel's blocks and rescaling");
+  p.causal && p.d == 64 ? run<V13c>(p, a, ws, s) : p.d == 64 ? run<V14n>(p, a, ws, s) : run<V13n>(p, a, ws, s);
+}
+
+/// v15, a candidate: v14 with the next K/V block's copies after the opening barrier.
+void run_v15(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
+  p.causal && p.d == 64 ? run<V15c>(p, a, ws, s) : p.d == 64 ? run<V15n64>(p, a, ws, s) : run<V15n>(p, a, ws, s);
+}
+
 }  // namespace
 
-const GpuForward kForward{"step06 forward", 128, no_workspace, "", nullptr, run_v10, kSupportedD};
+const GpuForward kForward{"step06 forward", 128, no_workspace, "", nullptr, run_v14, kSupportedD};
 const GpuForward kForwardVersions[kForwardVersionCount] = {
     {"v3: swizzled shared memory", 128, no_workspace, "", nullptr, run<V3>, kSupportedD},
     {"v4: + exp2, scale folded", 128, no_workspace, "", nullptr, run<V4>, kSupportedD},
@@ -277,6 +360,10 @@ const GpuForward kForwardVersions[kForwardVersionCount] = {
     {"v9c: v8 with 128-row blocks also when causal", 128, no_workspace, "", nullptr, run<V9c>, kSupportedD},
     {"v10: v8, but 128-row blocks when causal at d = 128", 128, no_workspace, "", nullptr, run_v10, kSupportedD},
     {"v11: + row max and sum as two independent chains", 128, no_workspace, "", nullptr, run_v11, kSupportedD},
+    {"v12: + the mask behind a warp-uniform branch", 128, no_workspace, "", nullptr, run_v12, kSupportedD},
+    {"v13: + O and l rescaled only when a max jumps by > 2^8", 128, no_workspace, "", nullptr, run_v13, kSupportedD},
+    {"v14: v13 with 128-key blocks at d = 64", 128, no_workspace, "", nullptr, run_v14, kSupportedD},
+    {"v15: v14 with one barrier fewer per K/V block", 128, no_workspace, "", nullptr, run_v15, kSupportedD},
 };
 
 }  // namespace fa::step06

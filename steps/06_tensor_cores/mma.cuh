@@ -134,6 +134,40 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+/// The top of iteration i of a two-stage cp.async pipeline: make block i's tiles
+/// visible to the whole thread block and start the copies of block next = i+1 if
+/// next < end (load_next issues them). Two orders:
+///   kLateLoad = false: issue i+1, wait for block i only, barrier — the other buffer
+///     must be free already, so the iteration ends with a barrier (end_block);
+///   kLateLoad = true: wait for block i, barrier, issue i+1 — every warp has passed
+///     the barrier, so it is done with the buffer i+1 overwrites: no closing barrier.
+template <bool kLateLoad, class F>
+__device__ __forceinline__ void begin_block(int next, int end, F&& load_next) {
+  if constexpr (kLateLoad) {
+    cp_async_wait<0>();  // block i: this thread's copies landed ...
+    __syncthreads();     // ... everyone's, and every warp is done with iteration i-1
+    if (next < end) {
+      load_next();
+      cp_async_commit();
+    }
+  } else {
+    if (next < end) {  // the other buffer is free since the barrier that ended iteration i-1
+      load_next();
+      cp_async_commit();
+      cp_async_wait<1>();  // block i landed; block i+1 may still be in flight
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();  // every thread's copies of block i are visible to all
+  }
+}
+/// The end of an iteration: with the early order, every warp must be done with this
+/// iteration's buffer before the next iteration refills it.
+template <bool kLateLoad>
+__device__ __forceinline__ void end_block() {
+  if constexpr (!kLateLoad) __syncthreads();
+}
+
 constexpr float kLog2e = 1.4426950408889634f;  ///< log2(e): e^x = 2^(x·log2 e)
 
 /// 2^x on the special-function unit (one MUFU.EX2; 2^−∞ = 0). With the softmax

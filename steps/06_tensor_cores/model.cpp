@@ -1,5 +1,6 @@
 // CPU model of step 06's forward: step 03's block update with the kernel's tiles
-// (forward_br(causal, d) query rows × forward_bc(d) keys) and 16-bit rounding.
+// (forward_br(causal, d) query rows × forward_bc(causal, d) keys), its lazy rescaling
+// and 16-bit rounding.
 #include <algorithm>
 #include <cmath>
 
@@ -32,7 +33,7 @@ ModelForward model_forward(const Problem& p, const Qkv& in) {
   // The device holds 16-bit tensors: rounding happens once, on the way in.
   Hbm Q(rounded(in.q, t), r.traffic), K(rounded(in.k, t), r.traffic), V(rounded(in.v, t), r.traffic);
   Hbm O(p.elems(), r.traffic), L(p.rows(), r.traffic);
-  const int N = p.N, d = p.d, kBr = forward_br(p.causal, d), kBc = forward_bc(d);
+  const int N = p.N, d = p.d, kBr = forward_br(p.causal, d), kBc = forward_bc(p.causal, d);
   const float scale = p.softmax_scale();
   std::vector<float> s(kBc);
   for (std::size_t bh = 0; bh < p.heads(); ++bh) {
@@ -62,7 +63,13 @@ ModelForward model_forward(const Problem& p, const Qkv& in) {
             s[c] = masked ? -INFINITY : scale * dot;
             mx = std::max(mx, s[c]);
           }
-          const float m_new = std::max(m[rr], mx), alpha = online::rescale(m[rr], m_new);
+          // The kernel's lazy rescaling: m moves (and O, ℓ are rescaled) only when the
+          // max grew by more than 2^kRescaleBits in base 2 (the kernel decides per warp,
+          // this model per row: both exact, they differ in rounding only). A row
+          // without any score yet (−∞ − −∞ is NaN) keeps m = −∞.
+          const float grew = (mx - m[rr]) * 1.4426950408889634f;  // × log2(e)
+          const float m_new = grew > kRescaleBits ? std::max(m[rr], mx) : m[rr];
+          const float alpha = online::rescale(m[rr], m_new);
           float sum = 0.0f;
           for (int c = 0; c < kBc; ++c) {
             const float pr = online::prob(s[c], m_new);
@@ -91,7 +98,7 @@ ModelForward model_forward(const Problem& p, const Qkv& in) {
 Traffic traffic_forward(const Problem& p) {
   // Step 03's formula with step 06's tiles: Q once, K and V once per query block that needs them.
   const std::uint64_t Nd = std::uint64_t(p.N) * p.d;
-  return {p.heads() * (Nd + 2 * tiles::kv_rows_visited(p, forward_br(p.causal, p.d), forward_bc(p.d)) * p.d),
+  return {p.heads() * (Nd + 2 * tiles::kv_rows_visited(p, forward_br(p.causal, p.d), forward_bc(p.causal, p.d)) * p.d),
           p.heads() * (Nd + p.N)};
 }
 

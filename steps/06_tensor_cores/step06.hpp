@@ -2,20 +2,22 @@
 //
 // Adds over steps 03–05: 16-bit inputs (bf16 or fp16) and the tensor cores.
 // Forward: each warp owns 32 query rows of a B_r = 128 block (16 of a 64-row block
-// at d = 64 with the causal mask); S = Q·Kᵀ and
-// O += P·V are mma.sync m16n8k16 products with fp32 accumulators, and the online
-// softmax runs on the accumulator fragments in registers: a row's statistics m, ℓ
-// never leave the four lanes that hold it. P goes from the S accumulators straight
-// into the A operand of the P·V product, rounded to 16 bits (the one rounding
-// inside the algorithm). Fragments come from swizzled shared memory by ldmatrix,
-// K/V tiles by cp.async into two buffers, exp is exp2 with the scale folded in,
-// and with the causal mask the longest query blocks are launched first.
-// Backward: K/V outer (a block owns 64 or 128 keys and their dK, dV in registers),
-// P and dS rebuilt per query block on tensor cores, dQ added into an fp32
-// accumulator with atomics (forward.cu and backward.cu say how, mma.cuh holds the
-// pieces). The versions of the note's tables are listed at the end of forward.cu
-// (v3 … v11; v10 ships) and backward.cu (b1 … b4); v1 and v2 are in git history.
-// Limits: d = 64 or 128. Note: notes/06_tensor_cores.md.
+// at d = 64 with the causal mask); S = Q·Kᵀ and O += P·V are mma.sync m16n8k16
+// products with fp32 accumulators, and the online softmax runs on the accumulator
+// fragments in registers: a row's statistics m, ℓ never leave the four lanes that
+// hold it. P goes from the S accumulators straight into the A operand of the P·V
+// product, rounded to 16 bits (the one rounding inside the algorithm). Fragments
+// come from swizzled shared memory by ldmatrix, K/V tiles by cp.async into two
+// buffers, exp is exp2 with the scale folded in, the mask is applied only on the
+// blocks it can touch, O and ℓ are rescaled only when a row's max jumps by more than
+// 2^8, and with the causal mask the longest query blocks are launched first.
+// Backward: K/V outer (a block owns 128 keys and their dK, dV in registers), P and
+// dS rebuilt per query block on tensor cores, dQ added into an fp32 accumulator with
+// atomics; at d = 128 the work is split in FlashAttention-2's warp layouts with Pᵀ
+// and dSᵀ through shared memory (forward.cu and backward.cu say how, mma.cuh holds
+// the pieces). The versions of the note's tables are listed at the end of forward.cu
+// (v3 … v15; v14 ships) and backward.cu (b1 … b10; b9 ships); v1 and v2 are in git
+// history. Limits: d = 64 or 128. Note: notes/06_tensor_cores.md.
 #pragma once
 
 #include "common/compare.hpp"
@@ -25,12 +27,16 @@
 namespace fa::step06 {
 
 /// Forward: query rows per thread block — 4 warps × 32, except 4 warps × 16 at d = 64
-/// with the causal mask (what measured fastest, forward.cu's v10).
+/// with the causal mask (what measured fastest, forward.cu's v14).
 constexpr int forward_br(bool causal, int d) { return causal && d == 64 ? 64 : 128; }
-/// Forward: keys per K/V block.
-constexpr int forward_bc(int /*d*/) { return 64; }
-/// Backward: keys per thread block, a warp per 16 — 4 warps at d = 64, 8 at d = 128 (b4).
-constexpr int backward_keys(int d) { return d == 64 ? 64 : 128; }
+/// Forward: keys per K/V block — 128 at d = 64 without the mask, else 64 (v14).
+constexpr int forward_bc(bool causal, int d) { return !causal && d == 64 ? 128 : 64; }
+/// Forward: O and ℓ are rescaled only when a row's max grows by more than 2^8
+/// (in log2 units; v13): until then the old max stays the reference.
+constexpr float kRescaleBits = 8.0f;
+/// Backward: keys per thread block — 4 warps × 32 at d = 64; at d = 128 8 warps, 4 × 32
+/// along the keys (b9).
+constexpr int backward_keys(int /*d*/) { return 128; }
 constexpr int kBwdQueries = 64;  ///< backward: queries per step of the inner loop
 inline constexpr int kSupportedD[] = {64, 128, 0};
 
@@ -71,11 +77,11 @@ constexpr Tolerance kBf16Reorder{4e-3, 1.6e-2, "bf16 (8-bit mantissa) P and O af
 constexpr Tolerance kFp16Reorder{5e-4, 2e-3, "fp16 (11-bit mantissa) P and O after reordered fp32 sums"};
 
 extern const GpuForward kForward;
-constexpr int kForwardVersionCount = 11;
+constexpr int kForwardVersionCount = 15;
 /// The forward versions of the note's table (forward.cu lists them), for the bench.
 extern const GpuForward kForwardVersions[kForwardVersionCount];
 extern const GpuBackward kBackward;
-constexpr int kBackwardVersionCount = 4;
+constexpr int kBackwardVersionCount = 10;
 /// The backward versions of the note's table (backward.cu lists them), for the bench.
 extern const GpuBackward kBackwardVersions[kBackwardVersionCount];
 
