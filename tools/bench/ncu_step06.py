@@ -58,7 +58,7 @@ def main():
     out = open(a.csv, "w")
     out.write("version,dir,N,d,causal,metric,ncu_metric,value\n")
     for direction, d, causal in (("fwd", "64", "0"), ("fwd", "128", "0"), ("fwd", "128", "1"), ("bwd", "128", "0")):
-        kernel = "forward_kernel" if direction == "fwd" else "dkdv_kernel"
+        kernel = "forward_kernel" if direction == "fwd" else "dkdv_"  # dkdv_kernel, dkdv_shared_kernel
         cmd = [a.ncu, "--clock-control", "none", "--kernel-name", f"regex:{kernel}", "--metrics",
                ",".join(metrics.values()), "--csv", "--print-units", "base", a.bench, "--dtype", "bf16", "--once",
                "--versions", "--steps", "06", "--dir", direction, "--N", a.N, "--d", d, "--causal", causal]

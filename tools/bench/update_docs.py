@@ -134,14 +134,24 @@ STEP06_FWD = [  # (version, bench file suffix, step id in it, what changed)
     ("v8", "", "06v8", "row sums ℓ added across the quad once, after the last block"),
     ("v9", "", "06v9", "v8 with ≥ 3 blocks per SM at d = 64 (registers capped at 168)"),
     ("v9c", "", "06v9c", "v8 with 128-row blocks also when causal"),
-    ("v10", "", "06v10", "**production**: v8, but v9c's 128-row blocks when causal at d = 128"),
-    ("v11", "_v11", "06v11", "v10 with each row's max and sum as two dependency chains (not kept)"),
+    ("v10", "", "06v10", "v8, but v9c's 128-row blocks when causal at d = 128"),
+    ("v11", "", "06v11", "v10 with each row's max and sum as two dependency chains (not kept)"),
+    ("v12", "", "06v12", "the mask's comparisons behind a warp-uniform branch instead of predicated on every block"),
+    ("v13", "", "06v13", "O and ℓ rescaled only when a row's max grows by more than 2^8; shuffles only then"),
+    ("v14", "", "06v14", "**production**: v13 with 128-key blocks at d = 64 without the mask"),
+    ("v15", "", "06v15", "v14 with the next K/V block's copies issued after the opening barrier: one barrier fewer per block"),
 ]
 STEP06_BWD = [
     ("b1", "06b1", "dK/dV outer, 64 keys per block (4 warps × 16), dQ by fp32 float2 atomics"),
     ("b2", "06b2", "128 keys per block, 8 warps: Q_i, dO_i loaded and dQ atomics issued once per 128 keys"),
     ("b3", "06b3", "key blocks with the most query blocks launched first (grid: heads × blocks)"),
-    ("b4", "06b4", "**production**: b3 with b1's 64-key blocks at d = 64"),
+    ("b4", "06b4", "b3 with b1's 64-key blocks at d = 64"),
+    ("b5", "06b5", "b4 with the query blocks staggered per key block (not kept)"),
+    ("b6", "06b6", "b4 with the mask behind a warp-uniform branch (as v12)"),
+    ("b7", "06b7", "b6 with 32 keys per warp at d = 64 (4 warps, 128 keys; queries in two halves of 32)"),
+    ("b8", "06b8", "b7, and at d = 128 FlashAttention-2's warp layouts with Pᵀ, dSᵀ in shared memory"),
+    ("b9", "06b9", "**production**: b8 with the next query block's copies after the opening barrier: one barrier fewer"),
+    ("b10", "06b10", "b9 with one barrier fewer also at d = 64"),
 ]
 
 
@@ -175,8 +185,8 @@ def speed_cell(D, rows, peers, step, direction, d, causal, N):
 def table_step06_versions(D):
     """One row per forward version, at N = 4096, against FlashAttention-2 of the same run."""
     out = [f"bf16, B·H·N = 65536, N = 4096 unless noted, on {D.device}. Each cell: TFLOP/s (× PyTorch "
-           f"FlashAttention-2 of the same run). v1 and v2 were measured in earlier sessions and v11 in a "
-           f"later run (each with its own FA-2 and profiler columns), v3–v10 side by side in one run. Profiler: Nsight Compute on one launch at d = 128, "
+           f"FlashAttention-2 of the same run). v1 and v2 were measured in earlier sessions (each with its own "
+           f"FA-2 column), v3–v14 side by side in one run. Profiler: Nsight Compute on one launch at d = 128, "
            f"not causal — warp instructions, the two largest stall reasons (cycles per issued instruction), "
            f"shared-memory bank conflicts per wavefront, local-memory (spill) loads.", "",
            "| version | change | d = 64 | d = 128 | d = 128, N = 16384 | d = 128, causal | profiler (d = 128) |",
@@ -214,7 +224,7 @@ def table_step06(D, dtype="bf16"):
     if not rows:
         return [f"(no bench06{suffix}.csv yet: run tools/bench/step06_bench.sh)"]
     backends = [("flash", "FA-2")] + ([("cudnn", "cuDNN")] if dtype == "bf16" else [])
-    out = [f"{dtype}, B = 1, H = 65536 / N, on {D.device}: step 06 as shipped (forward v10, backward b4) and "
+    out = [f"{dtype}, B = 1, H = 65536 / N, on {D.device}: step 06 as shipped (forward v14, backward b9) and "
            f"PyTorch's `scaled_dot_product_attention` with one backend at a time, measured in one run (median of "
            f"10, L2 flushed). Ratio: step 06's TFLOP/s over the backend's (≥ 1.0: step 06 is as fast or faster).",
            "", "| direction | d | causal | N | step 06 ms | step 06 TFLOP/s | "
