@@ -1,6 +1,7 @@
 // Step 06's warp-level building blocks, shared by its forward and backward
-// kernels: the mma.sync instruction, ldmatrix, cp.async, the swizzled tile layout
-// and a fast exp2. Everything here is one PTX instruction or an address formula.
+// kernels: the mma.sync instruction, ldmatrix, cp.async and the step of a two-stage
+// cp.async pipeline, the swizzled tile layout and a fast exp2. Everything else here
+// is one PTX instruction or an address formula.
 //
 // mma.sync.m16n8k16 (A 16×16 row-major, B 16×8 column-major, fp32 C 16×8): in the
 // fragments, lane = 4g + t holds
@@ -167,8 +168,6 @@ template <bool kLateLoad>
 __device__ __forceinline__ void end_block() {
   if constexpr (!kLateLoad) __syncthreads();
 }
-
-constexpr float kLog2e = 1.4426950408889634f;  ///< log2(e): e^x = 2^(x·log2 e)
 
 /// 2^x on the special-function unit (one MUFU.EX2; 2^−∞ = 0). With the softmax
 /// scale folded into log2(e)·scale, exp(scale·s − m) becomes one FFMA and this.

@@ -67,7 +67,7 @@ ModelForward model_forward(const Problem& p, const Qkv& in) {
           // max grew by more than 2^kRescaleBits in base 2 (the kernel decides per warp,
           // this model per row: both exact, they differ in rounding only). A row
           // without any score yet (−∞ − −∞ is NaN) keeps m = −∞.
-          const float grew = (mx - m[rr]) * 1.4426950408889634f;  // × log2(e)
+          const float grew = (mx - m[rr]) * kLog2e;
           const float m_new = grew > kRescaleBits ? std::max(m[rr], mx) : m[rr];
           const float alpha = online::rescale(m[rr], m_new);
           float sum = 0.0f;

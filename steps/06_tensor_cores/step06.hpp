@@ -31,6 +31,7 @@ namespace fa::step06 {
 constexpr int forward_br(bool causal, int d) { return causal && d == 64 ? 64 : 128; }
 /// Forward: keys per K/V block — 128 at d = 64 without the mask, else 64 (v14).
 constexpr int forward_bc(bool causal, int d) { return !causal && d == 64 ? 128 : 64; }
+constexpr float kLog2e = 1.4426950408889634f;  ///< log2(e): e^x = 2^(x·log2 e)
 /// Forward: O and ℓ are rescaled only when a row's max grows by more than 2^8
 /// (in log2 units; v13): until then the old max stays the reference.
 constexpr float kRescaleBits = 8.0f;
