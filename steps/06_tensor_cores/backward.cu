@@ -109,7 +109,7 @@ template <int kWarps_, int kMT_, bool kHeavyFirst_, bool kStagger_ = false, bool
           bool kShared_ = false, bool kLateLoad_ = false>
 struct Bwd {
   static constexpr int kWarps = kWarps_;  ///< warps per block
-  /// 16-key mma tiles per warp: a warp owns 16·kMT keys, a block kK = 16·kMT·kWarps.
+  /// 16-key mma tiles per warp: a warp owns 16·kMT keys (a block: kKeys, below).
   /// With kMT = 2 each Qᵀ/dOᵀ fragment read from shared memory feeds two mma (as the
   /// forward's 32 rows per warp), and a query block is taken in two halves of 32
   /// so that the scores of both tiles fit in registers beside dK and dV.
