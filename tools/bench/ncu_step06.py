@@ -51,13 +51,17 @@ def main():
     ap.add_argument("--csv", default="ncu06.csv")
     ap.add_argument("--ncu", default="ncu")
     ap.add_argument("--N", default="4096")
+    ap.add_argument("--cases", default="fwd:64:0,fwd:128:0,fwd:128:1,bwd:128:0",
+                    help="direction:d:causal, comma-separated")
+    ap.add_argument("--peer", action="store_true",
+                    help="also profile PyTorch's FlashAttention-2 kernel (row version torch-flash) on each case")
     a = ap.parse_args()
     metrics = known_metrics(a.ncu)
     if not metrics:
         sys.exit("ncu_step06: no metric left to ask for")
     out = open(a.csv, "w")
     out.write("version,dir,N,d,causal,metric,ncu_metric,value\n")
-    for direction, d, causal in (("fwd", "64", "0"), ("fwd", "128", "0"), ("fwd", "128", "1"), ("bwd", "128", "0")):
+    for direction, d, causal in (c.split(":") for c in a.cases.split(",")):
         kernel = "forward_kernel" if direction == "fwd" else "dkdv_"  # dkdv_kernel, dkdv_shared_kernel
         cmd = [a.ncu, "--clock-control", "none", "--kernel-name", f"regex:{kernel}", "--metrics",
                ",".join(metrics.values()), "--csv", "--print-units", "base", a.bench, "--dtype", "bf16", "--once",
@@ -86,6 +90,42 @@ def main():
                 out.write(f"{step},{direction},{a.N},{d},{causal},{by_name[name]},{name},{value}\n")
         out.flush()
         print(f"ncu_step06 {direction} d={d} causal={causal}: {len(ids)} kernels profiled", file=sys.stderr)
+        if a.peer:
+            peer(a, metrics, out, direction, d, causal)
+
+
+PEER = """
+import torch, torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+N, d, causal, bwd = {N}, {d}, {causal}, {bwd}
+x = [torch.randn(1, 65536 // N, N, d, device="cuda", dtype=torch.bfloat16, requires_grad=bwd) for _ in range(3)]
+with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+    o = F.scaled_dot_product_attention(*x, is_causal=causal)
+    if bwd:
+        o.backward(torch.randn_like(o))
+torch.cuda.synchronize()
+"""
+
+
+def peer(a, metrics, out, direction, d, causal):
+    """The same metrics on PyTorch's FlashAttention-2 kernel (flash_fwd / flash_bwd_dq_dk_dv), same shape."""
+    kernel = "flash_fwd_kernel" if direction == "fwd" else "flash_bwd_dq_dk_dv"
+    script = PEER.format(N=a.N, d=d, causal=causal == "1", bwd=direction == "bwd")
+    cmd = [a.ncu, "--clock-control", "none", "--kernel-name", f"regex:{kernel}", "--launch-count", "1", "--metrics",
+           ",".join(metrics.values()), "--csv", "--print-units", "base", sys.executable, "-c", script]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    table = [l for l in r.stdout.splitlines() if l.startswith('"')]
+    if r.returncode != 0 or not table:
+        print(f"ncu_step06 torch-flash {direction} d={d}: ncu failed (rc {r.returncode})\n{r.stderr[-2000:]}",
+              file=sys.stderr)
+        return
+    by_name = {m: k for k, m in metrics.items()}
+    for row in csv.DictReader(io.StringIO("\n".join(table))):
+        if row["Metric Name"] in by_name:
+            value = row["Metric Value"].replace(",", "")
+            out.write(f"torch-flash,{direction},{a.N},{d},{causal},{by_name[row['Metric Name']]},{row['Metric Name']},{value}\n")
+    out.flush()
+    print(f"ncu_step06 torch-flash {direction} d={d} causal={causal}: profiled", file=sys.stderr)
 
 
 if __name__ == "__main__":
