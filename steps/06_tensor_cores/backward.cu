@@ -21,8 +21,8 @@
 //    dkdv_shared_kernel (d = 128) computes the same in FlashAttention-2's warp
 //    layouts, with Pᵀ as well as dSᵀ through shared memory.
 // 3. convert: dQ = scale·accumulator, rounded to 16 bits.
-// The versions of the note's backward table (b1 … b10) are the template arguments
-// listed at the end of this file; b9 is the production kernel.
+// The versions of the note's backward table (b1 … b12) are the template arguments
+// listed at the end of this file; b11 is the production kernel.
 // The atomics make dQ's last bits depend on the order blocks finish (FlashAttention-2
 // does the same; step 05 shows the deterministic alternative, a separate dQ pass).
 #include <cstdint>
@@ -68,14 +68,14 @@ template <class T, int kD>
 struct QueryTiles {
   T *Qs, *dOs;
   float *L, *D;
-  /// Query block i into buffer `buf`, by cp.async (not committed).
-  template <int kThreads>
+  /// Query block i into buffer `buf`, by cp.async (not committed); kWholeFast as copy_tile_async's.
+  template <int kThreads, bool kWholeFast = false>
   __device__ __forceinline__ void load(int i, int buf, int N, std::size_t head, std::size_t stat,
                                        const T* __restrict__ q, const T* __restrict__ dout,
                                        const float* __restrict__ l2, const float* __restrict__ dsum) const {
     const int q0 = i * kQ;
-    copy_tile_async<kThreads, kD, kQ>(Qs + buf * kQ * kD, q + head + std::size_t(q0) * kD, N - q0);
-    copy_tile_async<kThreads, kD, kQ>(dOs + buf * kQ * kD, dout + head + std::size_t(q0) * kD, N - q0);
+    copy_tile_async<kThreads, kD, kQ, kWholeFast>(Qs + buf * kQ * kD, q + head + std::size_t(q0) * kD, N - q0);
+    copy_tile_async<kThreads, kD, kQ, kWholeFast>(dOs + buf * kQ * kD, dout + head + std::size_t(q0) * kD, N - q0);
     copy_floats_async<kThreads>(L + buf * kQ, l2 + stat + q0, kQ);
     copy_floats_async<kThreads>(D + buf * kQ, dsum + stat + q0, kQ);
   }
@@ -106,7 +106,7 @@ __device__ __forceinline__ void store_dkdv(T* __restrict__ dk, T* __restrict__ d
 
 /// One version of the dK/dV kernel, as compile-time choices.
 template <int kWarps_, int kMT_, bool kHeavyFirst_, bool kStagger_ = false, bool kMaskBranch_ = false,
-          bool kShared_ = false, bool kLateLoad_ = false>
+          bool kShared_ = false, bool kLateLoad_ = false, bool kAddrOnce_ = false, bool kDqBeforeDk_ = false>
 struct Bwd {
   static constexpr int kWarps = kWarps_;  ///< warps per block
   /// 16-key mma tiles per warp: a warp owns 16·kMT keys (a block: kKeys, below).
@@ -130,6 +130,14 @@ struct Bwd {
   /// that opens an iteration instead of before it: every warp has then finished the
   /// previous iteration, so the barrier that closed each iteration goes.
   static constexpr bool kLateLoad = kLateLoad_;
+  /// The thread's shared-memory addresses of Pᵀ and dSᵀ (stores, ldmatrix) and its
+  /// dQ pointer computed once before the loop; inside it they move by XORs with
+  /// constants and immediate offsets (mma.cuh, "Addressing"), instead of the swizzle
+  /// formula per access: the loop's integer instructions, read in the SASS.
+  static constexpr bool kAddrOnce = kAddrOnce_;
+  /// dQ (and its atomics) between dV and dK, as FlashAttention-2 orders them: the
+  /// atomics then drain while the dK product runs, not at the iteration's end.
+  static constexpr bool kDqBeforeDk = kDqBeforeDk_;
   /// Keys per block: the warps side by side along the keys (4 of the 8 when shared).
   static constexpr int kKeys = 16 * kMT * (kShared ? 4 : kWarps);
 };
@@ -139,7 +147,7 @@ __global__ void __launch_bounds__(32 * B::kWarps)
     dkdv_kernel(int N, int Np, bool causal, float scale, const T* __restrict__ q, const T* __restrict__ k,
                 const T* __restrict__ v, const T* __restrict__ dout, const float* __restrict__ l2,
                 const float* __restrict__ dsum, float* __restrict__ dq_acc, T* __restrict__ dk, T* __restrict__ dv) {
-  static_assert(!B::kShared, "the shared layout is dkdv_shared_kernel's");
+  static_assert(!B::kShared && !B::kAddrOnce && !B::kDqBeforeDk, "the shared layout (and its addressing) is dkdv_shared_kernel's");
   constexpr int kWarps = B::kWarps, kMT = B::kMT, kK = B::kKeys, kThreads = 32 * kWarps;
   constexpr int kH = kMT == 1 ? kQ : kQ / 2;  // queries per pass over the scores
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -321,6 +329,15 @@ __global__ void __launch_bounds__(256)
   const float mul = scale * kLog2e;
   const int first = tiles::first_q_block(causal, j, kQ, kK), blocks = tiles::q_blocks(N, kQ);
 
+  // kAddrOnce: the addresses below, each the first of a family that the loop reaches
+  // by XOR (16 or 32 bytes: chunk bits the swizzle key does not touch) and by adding
+  // whole rows (kRowQ bytes: the key, row % 8, stays the same).
+  constexpr std::uint32_t kRowQ = 2 * kQ, kDsT = 2 * kK * kQ;  // bytes: a row of Pᵀ; dSs − Pts
+  const std::uint32_t st0 = smem_u32(Pts) + LS::bytes(kw + g, qw + 2 * t);  // Pᵀ(kw + g, qw + 2t)
+  const std::uint32_t la0 = smem_u32(Pts) + LS::bytes(kw + lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16));
+  const std::uint32_t lq0 = smem_u32(dSs) + LS::bytes(lane % 8 + 8 * (lane / 16), qd + 8 * ((lane / 8) % 2));
+  float* const dq0 = dq_acc + head + std::size_t(qd + g) * kD + nd + 2 * t;  // query qd + g, block 0
+
   const QueryTiles<T, kD> qt{Qs, dOs, Lsm, Dsm};
   copy_tile_async<kThreads, kD, kK>(Ks, k + head + std::size_t(k0) * kD, N - k0);
   copy_tile_async<kThreads, kD, kK>(Vs, v + head + std::size_t(k0) * kD, N - k0);
@@ -336,7 +353,7 @@ __global__ void __launch_bounds__(256)
       cp_async_wait<0>();  // block i landed (this thread's copies) ...
       __syncthreads();     // ... everyone's, and every warp is done with iteration i-1
       if (i + 1 < blocks) {
-        qt.template load<kThreads>(i + 1, 1 - buf, N, head, stat, q, dout, l2, dsum);
+        qt.template load<kThreads, B::kAddrOnce>(i + 1, 1 - buf, N, head, stat, q, dout, l2, dsum);
         cp_async_commit();
       }
     } else {
@@ -381,10 +398,18 @@ __global__ void __launch_bounds__(256)
           const int r = kw + 16 * mt + g, col = qw + 8 * nt + 2 * t;
 #pragma unroll
           for (int x = 0; x < 4; ++x) ds[mt][nt][x] = pt[mt][nt][x] * (ds[mt][nt][x] - Db[col + x % 2]);
-          *reinterpret_cast<std::uint32_t*>(Pts + LS::at(r, col)) = Mma<T>::pack(pt[mt][nt][0], pt[mt][nt][1]);
-          *reinterpret_cast<std::uint32_t*>(Pts + LS::at(r + 8, col)) = Mma<T>::pack(pt[mt][nt][2], pt[mt][nt][3]);
-          *reinterpret_cast<std::uint32_t*>(dSs + LS::at(r, col)) = Mma<T>::pack(ds[mt][nt][0], ds[mt][nt][1]);
-          *reinterpret_cast<std::uint32_t*>(dSs + LS::at(r + 8, col)) = Mma<T>::pack(ds[mt][nt][2], ds[mt][nt][3]);
+          if constexpr (B::kAddrOnce) {  // (r, col) = (kw + g, qw + 2t) + (16mt rows, 8nt columns)
+            const std::uint32_t at = (st0 ^ (16u * nt)) + 16 * kRowQ * mt;
+            st_shared(at, Mma<T>::pack(pt[mt][nt][0], pt[mt][nt][1]));
+            st_shared(at + 8 * kRowQ, Mma<T>::pack(pt[mt][nt][2], pt[mt][nt][3]));
+            st_shared(at + kDsT, Mma<T>::pack(ds[mt][nt][0], ds[mt][nt][1]));
+            st_shared(at + kDsT + 8 * kRowQ, Mma<T>::pack(ds[mt][nt][2], ds[mt][nt][3]));
+          } else {
+            *reinterpret_cast<std::uint32_t*>(Pts + LS::at(r, col)) = Mma<T>::pack(pt[mt][nt][0], pt[mt][nt][1]);
+            *reinterpret_cast<std::uint32_t*>(Pts + LS::at(r + 8, col)) = Mma<T>::pack(pt[mt][nt][2], pt[mt][nt][3]);
+            *reinterpret_cast<std::uint32_t*>(dSs + LS::at(r, col)) = Mma<T>::pack(ds[mt][nt][0], ds[mt][nt][1]);
+            *reinterpret_cast<std::uint32_t*>(dSs + LS::at(r + 8, col)) = Mma<T>::pack(ds[mt][nt][2], ds[mt][nt][3]);
+          }
         }
     }
     __syncthreads();
@@ -392,46 +417,72 @@ __global__ void __launch_bounds__(256)
     // dV += Pᵀ·dO and dK += dSᵀ·Q: the warp's 32 keys × d/2 columns, A fragments of
     // Pᵀ (dSᵀ) by ldmatrix from shared memory — tiles (keys +0, queries +0), (+8, +0),
     // (+0, +8), (+8, +8).
-    {
+    auto dkdv_product = [&](float (&acc)[2][kD / 16][4], const T* tile, const T* b) {
       std::uint32_t a[2][kQ / 16][4];
-      auto load_a = [&](const T* tile) {
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
+      for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-          for (int c = 0; c < kQ / 16; ++c)
+        for (int c = 0; c < kQ / 16; ++c)
+          if constexpr (B::kAddrOnce)  // rows +16mt, columns +16c (chunks +2c)
+            ldmatrix_x4(a[mt][c], (la0 ^ (32u * c)) + (tile == Pts ? 0 : kDsT) + 16 * kRowQ * mt);
+          else
             ldmatrix_x4(a[mt][c], smem_u32(tile) + LS::bytes(kw + 16 * mt + lane % 8 + 8 * ((lane / 8) % 2),
                                                              16 * c + 8 * (lane / 16)));
-      };
-      load_a(Pts);
-      gemm_pv<T, kD, 2, kQ, kD / 2>(dv_acc, a, smem_u32(dOb), nw);
-      load_a(dSs);
-      gemm_pv<T, kD, 2, kQ, kD / 2>(dk_acc, a, smem_u32(Qb), nw);
-    }
+      gemm_pv<T, kD, 2, kQ, kD / 2>(acc, a, smem_u32(b), nw);
+    };
 
     // dQ += dS·K: the warp's 32 queries × d/4 columns; dS's A fragments are dSᵀ read
     // transposed — tiles (keys +0, queries +0), (+0, +8), (+8, +0), (+8, +8).
-    {
+    auto dq_product = [&] {
       std::uint32_t qa[2][kK / 16][4];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int c = 0; c < kK / 16; ++c)
-          ldmatrix_x4<true>(qa[mt][c], smem_u32(dSs) + LS::bytes(16 * c + lane % 8 + 8 * (lane / 16),
-                                                                  qd + 16 * mt + 8 * ((lane / 8) % 2)));
+          if constexpr (B::kAddrOnce)  // rows +16c, columns +16mt (chunks +2mt)
+            ldmatrix_x4<true>(qa[mt][c], (lq0 ^ (32u * mt)) + 16 * kRowQ * c);
+          else
+            ldmatrix_x4<true>(qa[mt][c], smem_u32(dSs) + LS::bytes(16 * c + lane % 8 + 8 * (lane / 16),
+                                                                    qd + 16 * mt + 8 * ((lane / 8) % 2)));
       float dq[2][kD / 32][4] = {};
       gemm_pv<T, kD, 2, kK, kD / 4>(dq, qa, smem_u32(Ks), nd);
+      if constexpr (B::kAddrOnce) {
+        // One pointer for all 16 atomics (immediate offsets), so that no address
+        // register is rewritten while the atomics before it may not have read it yet.
+        float* const dst = dq0 + std::size_t(q0) * kD;
+        auto add = [&](auto row_ok) {
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
+          for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = q0 + qd + 16 * mt + g + 8 * h;
-          if (row >= N) continue;
-          float* dst = dq_acc + head + std::size_t(row) * kD + nd + 2 * t;
+            for (int h = 0; h < 2; ++h)
+              if (row_ok(16 * mt + 8 * h))
 #pragma unroll
-          for (int dt = 0; dt < kD / 32; ++dt)
-            atomicAdd(reinterpret_cast<float2*>(dst + 8 * dt), make_float2(dq[mt][dt][2 * h], dq[mt][dt][2 * h + 1]));
-        }
-    }
+                for (int dt = 0; dt < kD / 32; ++dt)
+                  atomicAdd(reinterpret_cast<float2*>(dst + (16 * mt + 8 * h) * kD + 8 * dt),
+                            make_float2(dq[mt][dt][2 * h], dq[mt][dt][2 * h + 1]));
+        };
+        if (q0 + kQ <= N)
+          add([](int) { return true; });
+        else
+          add([&](int r) { return q0 + qd + g + r < N; });
+      } else {
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int row = q0 + qd + 16 * mt + g + 8 * h;
+            if (row >= N) continue;
+            float* dst = dq_acc + head + std::size_t(row) * kD + nd + 2 * t;
+#pragma unroll
+            for (int dt = 0; dt < kD / 32; ++dt)
+              atomicAdd(reinterpret_cast<float2*>(dst + 8 * dt), make_float2(dq[mt][dt][2 * h], dq[mt][dt][2 * h + 1]));
+          }
+      }
+    };
+    dkdv_product(dv_acc, Pts, dOb);  // dV += Pᵀ·dO
+    if constexpr (B::kDqBeforeDk) dq_product();
+    dkdv_product(dk_acc, dSs, Qb);   // dK += dSᵀ·Q
+    if constexpr (!B::kDqBeforeDk) dq_product();
     end_block<B::kLateLoad>();  // Pᵀ, dSᵀ and buffer `buf` are free for the next iteration
   }
   store_dkdv<T, kD>(dk, dv, dk_acc, dv_acc, scale, head, k0 + kw, nw, N);
@@ -516,6 +567,9 @@ using B7_64 = Bwd<4, 2, true, false, true>;          // b6 with 32 keys per warp
 using B8 = Bwd<8, 2, true, false, true, true>;       // FlashAttention-2's warp layouts, Pᵀ and dSᵀ shared
 using B9 = Bwd<8, 2, true, false, true, true, true>; // b8 with the next block's copies after the opening barrier
 using B10_64 = Bwd<4, 2, true, false, true, false, true>;  // b9's barrier also at d = 64
+//                                                 [addresses once, dQ before dK]
+using B11 = Bwd<8, 2, true, false, true, true, true, true>;        // b10 with addresses computed once at d = 128
+using B12 = Bwd<8, 2, true, false, true, true, true, true, true>;  // b11 with dQ before dK (FlashAttention-2's order)
 
 }  // namespace
 
@@ -523,15 +577,19 @@ using B10_64 = Bwd<4, 2, true, false, true, false, true>;  // b9's barrier also 
 /// instead of one of 8).
 void run_b4(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) { run<Bwd<4, 1, true>, B3>(p, a, ws, s); }
 
-/// b9, the production backward: b7's 32 keys per warp at d = 64; at d = 128
-/// FlashAttention-2's warp layouts (b8) with one barrier fewer per query block.
-void run_b9(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) {
-  static_assert(B7_64::kKeys == backward_keys(64) && B9::kKeys == backward_keys(128),
+/// b9: b7's 32 keys per warp at d = 64; at d = 128 FlashAttention-2's warp layouts
+/// (b8) with one barrier fewer per query block.
+void run_b9(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) { run<B7_64, B9>(p, a, ws, s); }
+
+/// b11, the production backward: one barrier per query block at both d (b10), and at
+/// d = 128 the loop's shared-memory addresses and dQ pointer computed once (b11).
+void run_b11(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) {
+  static_assert(B10_64::kKeys == backward_keys(64) && B11::kKeys == backward_keys(128),
                 "the CPU model uses the production kernel's blocks");
-  run<B7_64, B9>(p, a, ws, s);
+  run<B10_64, B11>(p, a, ws, s);
 }
 constexpr const char* kWorkspace = "the fp32 dQ accumulator and D, L·log2 e (B·H·N·(d + 2) floats)";
-const GpuBackward kBackward{"step06 backward", 128, workspace_bytes, kWorkspace, nullptr, run_b9, kSupportedD};
+const GpuBackward kBackward{"step06 backward", 128, workspace_bytes, kWorkspace, nullptr, run_b11, kSupportedD};
 const GpuBackward kBackwardVersions[kBackwardVersionCount] = {
     {"b1: 64 keys per block, 4 warps", 128, workspace_bytes, kWorkspace, nullptr, run<B1>, kSupportedD},
     {"b2: 128 keys per block, 8 warps", 128, workspace_bytes, kWorkspace, nullptr, run<B2>, kSupportedD},
@@ -543,6 +601,8 @@ const GpuBackward kBackwardVersions[kBackwardVersionCount] = {
     {"b8: b7, FlashAttention-2's warp layouts at d = 128", 128, workspace_bytes, kWorkspace, nullptr, run<B7_64, B8>, kSupportedD},
     {"b9: b8 with one barrier fewer per query block", 128, workspace_bytes, kWorkspace, nullptr, run_b9, kSupportedD},
     {"b10: b9 with one barrier fewer also at d = 64", 128, workspace_bytes, kWorkspace, nullptr, run<B10_64, B9>, kSupportedD},
+    {"b11: b10 with addresses computed once at d = 128", 128, workspace_bytes, kWorkspace, nullptr, run_b11, kSupportedD},
+    {"b12: b11 with dQ between dV and dK (FlashAttention-2's order)", 128, workspace_bytes, kWorkspace, nullptr, run<B10_64, B12>, kSupportedD},
 };
 
 }  // namespace fa::step06

@@ -71,6 +71,12 @@ __device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
   return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
 }
 
+/// One 32-bit store to a shared-space address (as ldmatrix takes): with the address
+/// kept as a 32-bit number, moving it is one XOR or an immediate offset.
+__device__ __forceinline__ void st_shared(std::uint32_t a, std::uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(a), "r"(v) : "memory");
+}
+
 /// Four 8×8 tiles of 16-bit elements from shared memory: lane l gives the address
 /// of row l % 8 of tile l / 8; lane 4g + t receives, in register i, elements
 /// (g, 2t) and (g, 2t + 1) of tile i — exactly an mma fragment. kTrans delivers
@@ -106,13 +112,24 @@ struct Swizzled {
 /// a swizzled shared tile, 16 bytes per thread per copy, no registers on the way.
 /// Rows at or past `valid` are zero-filled: a source size of 0 bytes reads nothing.
 /// A thread copies the same chunk of every kThreads/kChunks-th row (a multiple of
-/// 8 rows apart), so its swizzled column is the same each time.
-template <int kThreads, int kCols, int kRowsT, class T>
+/// 8 rows apart), so its swizzled column is the same each time. With kWholeFast,
+/// a tile whose rows all exist (all but a head's last) is copied from one pointer
+/// plus constant offsets, without the per-row bound and address arithmetic (the
+/// price: a second code path, i.e. registers, in a kernel that has none to spare).
+template <int kThreads, int kCols, int kRowsT, bool kWholeFast = false, class T>
 __device__ __forceinline__ void copy_tile_async(T* dst, const T* __restrict__ src, int valid) {
   constexpr int kChunks = kCols / 8, kStep = kThreads / kChunks;
   static_assert(kStep % 8 == 0 && kRowsT % kStep == 0, "whole passes over the tile, 8-row aligned");
   const int r0 = threadIdx.x / kChunks, c = (threadIdx.x % kChunks) * 8;
   const std::uint32_t d = smem_u32(dst + Swizzled<kCols>::at(r0, c));
+  if (kWholeFast && valid >= kRowsT) {
+    const T* g = src + r0 * kCols + c;
+#pragma unroll
+    for (int i = 0; i < kRowsT / kStep; ++i)
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d + 2 * i * kStep * kCols),
+                   "l"(g + i * kStep * kCols));
+    return;
+  }
 #pragma unroll
   for (int r = r0, i = 0; i < kRowsT / kStep; r += kStep, ++i) {
     const T* g = src + std::size_t(r < valid ? r : 0) * kCols + c;  // a valid address even when not read

@@ -16,7 +16,7 @@
 // atomics; at d = 128 the work is split in FlashAttention-2's warp layouts with Pᵀ
 // and dSᵀ through shared memory (forward.cu and backward.cu say how, mma.cuh holds
 // the pieces). The versions of the note's tables are listed at the end of forward.cu
-// (v3 … v15; v14 ships) and backward.cu (b1 … b10; b9 ships); v1 and v2 are in git
+// (v3 … v15; v15 ships) and backward.cu (b1 … b12; b11 ships); v1 and v2 are in git
 // history. Limits: d = 64 or 128. Note: notes/06_tensor_cores.md.
 #pragma once
 
@@ -27,16 +27,16 @@
 namespace fa::step06 {
 
 /// Forward: query rows per thread block — 4 warps × 32, except 4 warps × 16 at d = 64
-/// with the causal mask (what measured fastest, forward.cu's v14).
+/// with the causal mask (what measured fastest, forward.cu's v14 and v15).
 constexpr int forward_br(bool causal, int d) { return causal && d == 64 ? 64 : 128; }
-/// Forward: keys per K/V block — 128 at d = 64 without the mask, else 64 (v14).
+/// Forward: keys per K/V block — 128 at d = 64 without the mask, else 64 (v14, v15).
 constexpr int forward_bc(bool causal, int d) { return !causal && d == 64 ? 128 : 64; }
 constexpr float kLog2e = 1.4426950408889634f;  ///< log2(e): e^x = 2^(x·log2 e)
 /// Forward: O and ℓ are rescaled only when a row's max grows by more than 2^8
 /// (in log2 units; v13): until then the old max stays the reference.
 constexpr float kRescaleBits = 8.0f;
 /// Backward: keys per thread block — 4 warps × 32 at d = 64; at d = 128 8 warps, 4 × 32
-/// along the keys (b9).
+/// along the keys (b8 on).
 constexpr int backward_keys(int /*d*/) { return 128; }
 constexpr int kBwdQueries = 64;  ///< backward: queries per step of the inner loop
 inline constexpr int kSupportedD[] = {64, 128, 0};
@@ -82,7 +82,7 @@ constexpr int kForwardVersionCount = 15;
 /// The forward versions of the note's table (forward.cu lists them), for the bench.
 extern const GpuForward kForwardVersions[kForwardVersionCount];
 extern const GpuBackward kBackward;
-constexpr int kBackwardVersionCount = 10;
+constexpr int kBackwardVersionCount = 12;
 /// The backward versions of the note's table (backward.cu lists them), for the bench.
 extern const GpuBackward kBackwardVersions[kBackwardVersionCount];
 

@@ -138,8 +138,8 @@ STEP06_FWD = [  # (version, bench file suffix, step id in it, what changed)
     ("v11", "", "06v11", "v10 with each row's max and sum as two dependency chains (not kept)"),
     ("v12", "", "06v12", "the mask's comparisons behind a warp-uniform branch instead of predicated on every block"),
     ("v13", "", "06v13", "O and ℓ rescaled only when a row's max grows by more than 2^8; shuffles only then"),
-    ("v14", "", "06v14", "**production**: v13 with 128-key blocks at d = 64 without the mask"),
-    ("v15", "", "06v15", "v14 with the next K/V block's copies issued after the opening barrier: one barrier fewer per block"),
+    ("v14", "", "06v14", "v13 with 128-key blocks at d = 64 without the mask"),
+    ("v15", "", "06v15", "**production**: v14 with the next K/V block's copies issued after the opening barrier: one barrier fewer per block"),
 ]
 STEP06_BWD = [
     ("b1", "06b1", "dK/dV outer, 64 keys per block (4 warps × 16), dQ by fp32 float2 atomics"),
@@ -150,8 +150,11 @@ STEP06_BWD = [
     ("b6", "06b6", "b4 with the mask behind a warp-uniform branch (as v12)"),
     ("b7", "06b7", "b6 with 32 keys per warp at d = 64 (4 warps, 128 keys; queries in two halves of 32)"),
     ("b8", "06b8", "b7, and at d = 128 FlashAttention-2's warp layouts with Pᵀ, dSᵀ in shared memory"),
-    ("b9", "06b9", "**production**: b8 with the next query block's copies after the opening barrier: one barrier fewer"),
+    ("b9", "06b9", "b8 with the next query block's copies after the opening barrier: one barrier fewer"),
     ("b10", "06b10", "b9 with one barrier fewer also at d = 64"),
+    ("b11", "06b11", "**production**: b10 with the d = 128 loop's addresses computed once (XORs and immediate offsets; "
+     "whole tiles copied and dQ added from one pointer)"),
+    ("b12", "06b12", "b11 with dQ and its atomics between dV and dK, FlashAttention-2's order (not kept)"),
 ]
 
 
@@ -186,7 +189,7 @@ def table_step06_versions(D):
     """One row per forward version, at N = 4096, against FlashAttention-2 of the same run."""
     out = [f"bf16, B·H·N = 65536, N = 4096 unless noted, on {D.device}. Each cell: TFLOP/s (× PyTorch "
            f"FlashAttention-2 of the same run). v1 and v2 were measured in earlier sessions (each with its own "
-           f"FA-2 column), v3–v14 side by side in one run. Profiler: Nsight Compute on one launch at d = 128, "
+           f"FA-2 column), v3–v15 side by side in one run. Profiler: Nsight Compute on one launch at d = 128, "
            f"not causal — warp instructions, the two largest stall reasons (cycles per issued instruction), "
            f"shared-memory bank conflicts per wavefront, local-memory (spill) loads.", "",
            "| version | change | d = 64 | d = 128 | d = 128, N = 16384 | d = 128, causal | profiler (d = 128) |",
@@ -224,7 +227,7 @@ def table_step06(D, dtype="bf16"):
     if not rows:
         return [f"(no bench06{suffix}.csv yet: run tools/bench/step06_bench.sh)"]
     backends = [("flash", "FA-2")] + ([("cudnn", "cuDNN")] if dtype == "bf16" else [])
-    out = [f"{dtype}, B = 1, H = 65536 / N, on {D.device}: step 06 as shipped (forward v14, backward b9) and "
+    out = [f"{dtype}, B = 1, H = 65536 / N, on {D.device}: step 06 as shipped (forward v15, backward b11) and "
            f"PyTorch's `scaled_dot_product_attention` with one backend at a time, measured in one run (median of "
            f"10, L2 flushed). Ratio: step 06's TFLOP/s over the backend's (≥ 1.0: step 06 is as fast or faster).",
            "", "| direction | d | causal | N | step 06 ms | step 06 TFLOP/s | "
