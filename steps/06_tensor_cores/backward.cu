@@ -21,8 +21,8 @@
 //    dkdv_shared_kernel (d = 128) computes the same in FlashAttention-2's warp
 //    layouts, with Pᵀ as well as dSᵀ through shared memory.
 // 3. convert: dQ = scale·accumulator, rounded to 16 bits.
-// The versions of the note's backward table (b1 … b12) are the template arguments
-// listed at the end of this file; b11 is the production kernel.
+// The versions of the note's backward table (b1 … b13) are the template arguments
+// listed at the end of this file; b13 is the production kernel.
 // The atomics make dQ's last bits depend on the order blocks finish (FlashAttention-2
 // does the same; step 05 shows the deterministic alternative, a separate dQ pass).
 #include <cstdint>
@@ -106,7 +106,8 @@ __device__ __forceinline__ void store_dkdv(T* __restrict__ dk, T* __restrict__ d
 
 /// One version of the dK/dV kernel, as compile-time choices.
 template <int kWarps_, int kMT_, bool kHeavyFirst_, bool kStagger_ = false, bool kMaskBranch_ = false,
-          bool kShared_ = false, bool kLateLoad_ = false, bool kAddrOnce_ = false, bool kDqBeforeDk_ = false>
+          bool kShared_ = false, bool kLateLoad_ = false, bool kAddrOnce_ = false, bool kDqBeforeDk_ = false,
+          bool kJoinProducts_ = false>
 struct Bwd {
   static constexpr int kWarps = kWarps_;  ///< warps per block
   /// 16-key mma tiles per warp: a warp owns 16·kMT keys (a block: kKeys, below).
@@ -138,6 +139,10 @@ struct Bwd {
   /// dQ (and its atomics) between dV and dK, as FlashAttention-2 orders them: the
   /// atomics then drain while the dK product runs, not at the iteration's end.
   static constexpr bool kDqBeforeDk = kDqBeforeDk_;
+  /// Sᵀ and dPᵀ computed back to back, before Sᵀ's exponentials and the mask's branch:
+  /// the two independent products in one basic block, which ptxas may interleave (with
+  /// the branch between them it schedules each alone).
+  static constexpr bool kJoinProducts = kJoinProducts_;
   /// Keys per block: the warps side by side along the keys (4 of the 8 when shared).
   static constexpr int kKeys = 16 * kMT * (kShared ? 4 : kWarps);
 };
@@ -147,7 +152,7 @@ __global__ void __launch_bounds__(32 * B::kWarps)
     dkdv_kernel(int N, int Np, bool causal, float scale, const T* __restrict__ q, const T* __restrict__ k,
                 const T* __restrict__ v, const T* __restrict__ dout, const float* __restrict__ l2,
                 const float* __restrict__ dsum, float* __restrict__ dq_acc, T* __restrict__ dk, T* __restrict__ dv) {
-  static_assert(!B::kShared && !B::kAddrOnce && !B::kDqBeforeDk, "the shared layout (and its addressing) is dkdv_shared_kernel's");
+  static_assert(!B::kShared && !B::kAddrOnce && !B::kDqBeforeDk && !B::kJoinProducts, "the shared layout (and its addressing) is dkdv_shared_kernel's");
   constexpr int kWarps = B::kWarps, kMT = B::kMT, kK = B::kKeys, kThreads = 32 * kWarps;
   constexpr int kH = kMT == 1 ? kQ : kQ / 2;  // queries per pass over the scores
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -373,6 +378,7 @@ __global__ void __launch_bounds__(256)
     {
       float pt[2][4][4] = {}, ds[2][4][4] = {};
       gemm_abt<T, kD, 2, 4>(pt, smem_u32(Ks), kw, smem_u32(Qb), qw);
+      if constexpr (B::kJoinProducts) gemm_abt<T, kD, 2, 4>(ds, smem_u32(Vs), kw, smem_u32(dOb), qw);
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -390,7 +396,7 @@ __global__ void __launch_bounds__(256)
               if (key >= N || query >= N || (causal && key > query)) pt[mt][nt][x] = 0.0f;
             }
       }
-      gemm_abt<T, kD, 2, 4>(ds, smem_u32(Vs), kw, smem_u32(dOb), qw);
+      if constexpr (!B::kJoinProducts) gemm_abt<T, kD, 2, 4>(ds, smem_u32(Vs), kw, smem_u32(dOb), qw);
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -570,6 +576,7 @@ using B10_64 = Bwd<4, 2, true, false, true, false, true>;  // b9's barrier also 
 //                                                 [addresses once, dQ before dK]
 using B11 = Bwd<8, 2, true, false, true, true, true, true>;        // b10 with addresses computed once at d = 128
 using B12 = Bwd<8, 2, true, false, true, true, true, true, true>;  // b11 with dQ before dK (FlashAttention-2's order)
+using B13 = Bwd<8, 2, true, false, true, true, true, true, false, true>;  // b11 with Sᵀ and dPᵀ back to back
 
 }  // namespace
 
@@ -581,15 +588,15 @@ void run_b4(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) { run<
 /// (b8) with one barrier fewer per query block.
 void run_b9(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) { run<B7_64, B9>(p, a, ws, s); }
 
-/// b11, the production backward: one barrier per query block at both d (b10), and at
-/// d = 128 the loop's shared-memory addresses and dQ pointer computed once (b11).
-void run_b11(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) {
-  static_assert(B10_64::kKeys == backward_keys(64) && B11::kKeys == backward_keys(128),
+/// b13, the production backward: one barrier per query block at both d (b10); at
+/// d = 128 the loop's addresses computed once (b11) and Sᵀ, dPᵀ back to back (b13).
+void run_b13(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) {
+  static_assert(B10_64::kKeys == backward_keys(64) && B13::kKeys == backward_keys(128),
                 "the CPU model uses the production kernel's blocks");
-  run<B10_64, B11>(p, a, ws, s);
+  run<B10_64, B13>(p, a, ws, s);
 }
 constexpr const char* kWorkspace = "the fp32 dQ accumulator and D, L·log2 e (B·H·N·(d + 2) floats)";
-const GpuBackward kBackward{"step06 backward", 128, workspace_bytes, kWorkspace, nullptr, run_b11, kSupportedD};
+const GpuBackward kBackward{"step06 backward", 128, workspace_bytes, kWorkspace, nullptr, run_b13, kSupportedD};
 const GpuBackward kBackwardVersions[kBackwardVersionCount] = {
     {"b1: 64 keys per block, 4 warps", 128, workspace_bytes, kWorkspace, nullptr, run<B1>, kSupportedD},
     {"b2: 128 keys per block, 8 warps", 128, workspace_bytes, kWorkspace, nullptr, run<B2>, kSupportedD},
@@ -601,8 +608,9 @@ const GpuBackward kBackwardVersions[kBackwardVersionCount] = {
     {"b8: b7, FlashAttention-2's warp layouts at d = 128", 128, workspace_bytes, kWorkspace, nullptr, run<B7_64, B8>, kSupportedD},
     {"b9: b8 with one barrier fewer per query block", 128, workspace_bytes, kWorkspace, nullptr, run_b9, kSupportedD},
     {"b10: b9 with one barrier fewer also at d = 64", 128, workspace_bytes, kWorkspace, nullptr, run<B10_64, B9>, kSupportedD},
-    {"b11: b10 with addresses computed once at d = 128", 128, workspace_bytes, kWorkspace, nullptr, run_b11, kSupportedD},
+    {"b11: b10 with addresses computed once at d = 128", 128, workspace_bytes, kWorkspace, nullptr, run<B10_64, B11>, kSupportedD},
     {"b12: b11 with dQ between dV and dK (FlashAttention-2's order)", 128, workspace_bytes, kWorkspace, nullptr, run<B10_64, B12>, kSupportedD},
+    {"b13: b11 with the S and dP products back to back", 128, workspace_bytes, kWorkspace, nullptr, run_b13, kSupportedD},
 };
 
 }  // namespace fa::step06

@@ -16,7 +16,7 @@
 // atomics; at d = 128 the work is split in FlashAttention-2's warp layouts with Pᵀ
 // and dSᵀ through shared memory (forward.cu and backward.cu say how, mma.cuh holds
 // the pieces). The versions of the note's tables are listed at the end of forward.cu
-// (v3 … v15; v15 ships) and backward.cu (b1 … b12; b11 ships); v1 and v2 are in git
+// (v3 … v15; v15 ships) and backward.cu (b1 … b13; b13 ships); v1 and v2 are in git
 // history. Limits: d = 64 or 128. Note: notes/06_tensor_cores.md.
 #pragma once
 
@@ -82,7 +82,7 @@ constexpr int kForwardVersionCount = 15;
 /// The forward versions of the note's table (forward.cu lists them), for the bench.
 extern const GpuForward kForwardVersions[kForwardVersionCount];
 extern const GpuBackward kBackward;
-constexpr int kBackwardVersionCount = 12;
+constexpr int kBackwardVersionCount = 13;
 /// The backward versions of the note's table (backward.cu lists them), for the bench.
 extern const GpuBackward kBackwardVersions[kBackwardVersionCount];
 

@@ -152,9 +152,11 @@ STEP06_BWD = [
     ("b8", "06b8", "b7, and at d = 128 FlashAttention-2's warp layouts with Pᵀ, dSᵀ in shared memory"),
     ("b9", "06b9", "b8 with the next query block's copies after the opening barrier: one barrier fewer"),
     ("b10", "06b10", "b9 with one barrier fewer also at d = 64"),
-    ("b11", "06b11", "**production**: b10 with the d = 128 loop's addresses computed once (XORs and immediate offsets; "
+    ("b11", "06b11", "b10 with the d = 128 loop's addresses computed once (XORs and immediate offsets; "
      "whole tiles copied and dQ added from one pointer)"),
     ("b12", "06b12", "b11 with dQ and its atomics between dV and dK, FlashAttention-2's order (not kept)"),
+    ("b13", "06b13", "**production**: b11 with Sᵀ and dPᵀ computed back to back, before the exponentials and the mask's "
+     "branch (one basic block: ptxas interleaves the two products)"),
 ]
 
 
@@ -227,7 +229,7 @@ def table_step06(D, dtype="bf16"):
     if not rows:
         return [f"(no bench06{suffix}.csv yet: run tools/bench/step06_bench.sh)"]
     backends = [("flash", "FA-2")] + ([("cudnn", "cuDNN")] if dtype == "bf16" else [])
-    out = [f"{dtype}, B = 1, H = 65536 / N, on {D.device}: step 06 as shipped (forward v15, backward b11) and "
+    out = [f"{dtype}, B = 1, H = 65536 / N, on {D.device}: step 06 as shipped (forward v15, backward b13) and "
            f"PyTorch's `scaled_dot_product_attention` with one backend at a time, measured in one run (median of "
            f"10, L2 flushed). Ratio: step 06's TFLOP/s over the backend's (≥ 1.0: step 06 is as fast or faster).",
            "", "| direction | d | causal | N | step 06 ms | step 06 TFLOP/s | "

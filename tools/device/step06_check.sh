@@ -24,10 +24,14 @@ stamp sanitized
 DEMANGLE=$(command -v c++filt || command -v cu++filt || echo cat)
 short() { "$DEMANGLE" | sed -E 's/fa::step06::\(anonymous namespace\):://; s/__nv_bfloat16/bf16/g; s/__half/fp16/g; s/\((int|unsigned long)[^)]*\)//'; }
 { echo "ptxas (-Xptxas -v), step 06 kernels (bf16; fp16 compiles to the same counts):"
+  for f in forward backward; do  # both at once, printed in this order
+    nvcc -std=c++17 -I. -DFA_HAVE_CUDA=1 -O3 -arch=sm_90 -Xptxas -v -c steps/06_tensor_cores/$f.cu -o /dev/null \
+      >"$OUT/ptxas-$f.log" 2>&1 &
+  done
+  wait
   for f in forward backward; do
-    nvcc -std=c++17 -I. -DFA_HAVE_CUDA=1 -O3 -arch=sm_90 -Xptxas -v -c steps/06_tensor_cores/$f.cu -o /dev/null 2>&1 |
-      awk -F"'" '/Compiling entry/{n=$2} /spill/{sub(/^ +/, ""); s=$0} /Used/{sub(/.*: +/, ""); print n ": " $0 "; " s}' |
-      short | grep -v fp16
+    awk -F"'" '/Compiling entry/{n=$2} /spill/{sub(/^ +/, ""); s=$0} /Used/{sub(/.*: +/, ""); print n ": " $0 "; " s}' \
+      "$OUT/ptxas-$f.log" | short | grep -v fp16
   done
   echo "SASS instruction counts (cuobjdump --dump-sass):"
   cuobjdump --dump-sass "$BUILD"/steps/06_tensor_cores/libstep06.a |
