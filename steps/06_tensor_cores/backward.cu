@@ -152,7 +152,8 @@ __global__ void __launch_bounds__(32 * B::kWarps)
     dkdv_kernel(int N, int Np, bool causal, float scale, const T* __restrict__ q, const T* __restrict__ k,
                 const T* __restrict__ v, const T* __restrict__ dout, const float* __restrict__ l2,
                 const float* __restrict__ dsum, float* __restrict__ dq_acc, T* __restrict__ dk, T* __restrict__ dv) {
-  static_assert(!B::kShared && !B::kAddrOnce && !B::kDqBeforeDk && !B::kJoinProducts, "the shared layout (and its addressing) is dkdv_shared_kernel's");
+  static_assert(!B::kShared && !B::kAddrOnce && !B::kDqBeforeDk && !B::kJoinProducts,
+                "the shared layout, and what b11-b13 change in it, are dkdv_shared_kernel's");
   constexpr int kWarps = B::kWarps, kMT = B::kMT, kK = B::kKeys, kThreads = 32 * kWarps;
   constexpr int kH = kMT == 1 ? kQ : kQ / 2;  // queries per pass over the scores
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -298,6 +299,7 @@ __global__ void __launch_bounds__(32 * B::kWarps)
 /// and each product in the warp layout that reads the least shared memory for it,
 /// so that Pᵀ and dSᵀ go through shared memory between them:
 ///   Sᵀ, dPᵀ (128 keys × 64 queries, over d): warps 4 (keys) × 2 (queries), 32 × 32 each
+///     (b13: the two products back to back, before Sᵀ's exponentials and the mask)
 ///   dV += Pᵀ·dO, dK += dSᵀ·Q (128 keys × d, over 64 queries): 4 (keys) × 2 (d)
 ///   dQ += dS·K (64 queries × d, over 128 keys): 2 (queries) × 4 (d)
 /// Every fragment read from shared memory feeds two mma (two 16-row tiles per warp);
@@ -573,7 +575,7 @@ using B7_64 = Bwd<4, 2, true, false, true>;          // b6 with 32 keys per warp
 using B8 = Bwd<8, 2, true, false, true, true>;       // FlashAttention-2's warp layouts, Pᵀ and dSᵀ shared
 using B9 = Bwd<8, 2, true, false, true, true, true>; // b8 with the next block's copies after the opening barrier
 using B10_64 = Bwd<4, 2, true, false, true, false, true>;  // b9's barrier also at d = 64
-//                                                 [addresses once, dQ before dK]
+//                                                 [addresses once, dQ before dK, Sᵀ and dPᵀ back to back]
 using B11 = Bwd<8, 2, true, false, true, true, true, true>;        // b10 with addresses computed once at d = 128
 using B12 = Bwd<8, 2, true, false, true, true, true, true, true>;  // b11 with dQ before dK (FlashAttention-2's order)
 using B13 = Bwd<8, 2, true, false, true, true, true, true, false, true>;  // b11 with Sᵀ and dPᵀ back to back
