@@ -45,6 +45,22 @@ def known_metrics(ncu):
     return keep
 
 
+def ncu_cmd(a, metrics, kernel):
+    """The ncu command line up to the program: the given metrics of kernels matching `kernel`, as CSV."""
+    return [a.ncu, "--clock-control", "none", "--kernel-name", f"regex:{kernel}", "--metrics", ",".join(metrics.values()),
+            "--csv", "--print-units", "base"]
+
+
+def write_rows(out, rows, metrics, version, case):
+    """One CSV row per asked-for metric of ncu's `rows`; version(row) names the kernel, case is 'dir,N,d,causal'."""
+    by_name = {m: k for k, m in metrics.items()}
+    for row in rows:
+        name = row["Metric Name"]
+        if name in by_name:
+            out.write(f"{version(row)},{case},{by_name[name]},{name},{row['Metric Value'].replace(',', '')}\n")
+    out.flush()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench", required=True)
@@ -63,9 +79,8 @@ def main():
     out.write("version,dir,N,d,causal,metric,ncu_metric,value\n")
     for direction, d, causal in (c.split(":") for c in a.cases.split(",")):
         kernel = "forward_kernel" if direction == "fwd" else "dkdv_"  # dkdv_kernel, dkdv_shared_kernel
-        cmd = [a.ncu, "--clock-control", "none", "--kernel-name", f"regex:{kernel}", "--metrics",
-               ",".join(metrics.values()), "--csv", "--print-units", "base", a.bench, "--dtype", "bf16", "--once",
-               "--versions", "--steps", "06", "--dir", direction, "--N", a.N, "--d", d, "--causal", causal]
+        cmd = ncu_cmd(a, metrics, kernel) + [a.bench, "--dtype", "bf16", "--once", "--versions", "--steps", "06",
+                                             "--dir", direction, "--N", a.N, "--d", d, "--causal", causal]
         r = subprocess.run(cmd, capture_output=True, text=True)
         lines = r.stdout.splitlines()
         once = [dict(kv.split("=") for kv in l.split()[1:]) for l in lines if l.startswith("once ")]
@@ -81,14 +96,7 @@ def main():
         if len(ids) != len(once):
             print(f"ncu_step06 {direction} d={d}: {len(ids)} kernels profiled for {len(once)} launches", file=sys.stderr)
             continue
-        by_name = {m: k for k, m in metrics.items()}
-        for row in rows:
-            step = once[ids.index(row["ID"])]["step"]
-            name = row["Metric Name"]
-            if name in by_name:
-                value = row["Metric Value"].replace(",", "")
-                out.write(f"{step},{direction},{a.N},{d},{causal},{by_name[name]},{name},{value}\n")
-        out.flush()
+        write_rows(out, rows, metrics, lambda row: once[ids.index(row["ID"])]["step"], f"{direction},{a.N},{d},{causal}")
         print(f"ncu_step06 {direction} d={d} causal={causal}: {len(ids)} kernels profiled", file=sys.stderr)
         if a.peer:
             peer(a, metrics, out, direction, d, causal)
@@ -111,20 +119,15 @@ def peer(a, metrics, out, direction, d, causal):
     """The same metrics on PyTorch's FlashAttention-2 kernel (flash_fwd / flash_bwd_dq_dk_dv), same shape."""
     kernel = "flash_fwd_kernel" if direction == "fwd" else "flash_bwd_dq_dk_dv"
     script = PEER.format(N=a.N, d=d, causal=causal == "1", bwd=direction == "bwd")
-    cmd = [a.ncu, "--clock-control", "none", "--kernel-name", f"regex:{kernel}", "--launch-count", "1", "--metrics",
-           ",".join(metrics.values()), "--csv", "--print-units", "base", sys.executable, "-c", script]
+    cmd = ncu_cmd(a, metrics, kernel) + ["--launch-count", "1", sys.executable, "-c", script]
     r = subprocess.run(cmd, capture_output=True, text=True)
     table = [l for l in r.stdout.splitlines() if l.startswith('"')]
     if r.returncode != 0 or not table:
         print(f"ncu_step06 torch-flash {direction} d={d}: ncu failed (rc {r.returncode})\n{r.stderr[-2000:]}",
               file=sys.stderr)
         return
-    by_name = {m: k for k, m in metrics.items()}
-    for row in csv.DictReader(io.StringIO("\n".join(table))):
-        if row["Metric Name"] in by_name:
-            value = row["Metric Value"].replace(",", "")
-            out.write(f"torch-flash,{direction},{a.N},{d},{causal},{by_name[row['Metric Name']]},{row['Metric Name']},{value}\n")
-    out.flush()
+    write_rows(out, csv.DictReader(io.StringIO("\n".join(table))), metrics, lambda row: "torch-flash",
+               f"{direction},{a.N},{d},{causal}")
     print(f"ncu_step06 torch-flash {direction} d={d} causal={causal}: profiled", file=sys.stderr)
 
 
