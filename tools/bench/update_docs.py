@@ -222,12 +222,6 @@ def table_step06_bwd_versions(D):
     return out
 
 
-# Which production kernels each dtype's bench06*.csv measured (the fp16 pair is from
-# the full run before b13 shipped: that run's time ended before the fp16 peers of the next).
-MEASURED_AS = {"bf16": "as shipped: forward v15, backward b13",
-               "fp16": "forward v15, backward b11 — the run before b13 shipped; b13 changes the d = 128 backward"}
-
-
 def table_step06(D, dtype="bf16"):
     """Step 06 (production kernels) beside PyTorch's backends, every shape, one run."""
     suffix = "" if dtype == "bf16" else "_" + dtype
@@ -235,7 +229,11 @@ def table_step06(D, dtype="bf16"):
     if not rows:
         return [f"(no bench06{suffix}.csv yet: run tools/bench/step06_bench.sh)"]
     backends = [("flash", "FA-2")] + ([("cudnn", "cuDNN")] if dtype == "bf16" else [])
-    out = [f"{dtype}, B = 1, H = 65536 / N, on {D.device}: step 06 ({MEASURED_AS[dtype]}) and "
+    # A results folder may say that its pair of files measured other kernels than the shipped
+    # ones (bench06<suffix>.kernels, one line); step06_bench.sh removes it when it writes a new pair.
+    kernels = os.path.join(D.folder, f"bench06{suffix}.kernels")
+    measured = open(kernels).read().strip() if os.path.exists(kernels) else "as shipped: forward v15, backward b13"
+    out = [f"{dtype}, B = 1, H = 65536 / N, on {D.device}: step 06 ({measured}) and "
            f"PyTorch's `scaled_dot_product_attention` with one backend at a time, measured in one run (median of "
            f"10, L2 flushed). Ratio: step 06's TFLOP/s over the backend's (≥ 1.0: step 06 is as fast or faster).",
            "", "| direction | d | causal | N | step 06 ms | step 06 TFLOP/s | "
