@@ -63,7 +63,7 @@ __global__ void preprocess_kernel(int N, int Np, int rows, const T* __restrict__
 }
 
 /// The query side of a dK/dV kernel's shared memory: two buffers each of Q_i and
-/// dO_i (kQ × kD, swizzled), L_i·log2 e and D_i (kQ floats).
+/// dO_i (kQ × kD in kQ × smem_cols(kD) tiles, swizzled), L_i·log2 e and D_i (kQ floats).
 template <class T, int kD>
 struct QueryTiles {
   T *Qs, *dOs;
@@ -74,8 +74,9 @@ struct QueryTiles {
                                        const T* __restrict__ q, const T* __restrict__ dout,
                                        const float* __restrict__ l2, const float* __restrict__ dsum) const {
     const int q0 = i * kQ;
-    copy_tile_async<kThreads, kD, kQ, kWholeFast>(Qs + buf * kQ * kD, q + head + std::size_t(q0) * kD, N - q0);
-    copy_tile_async<kThreads, kD, kQ, kWholeFast>(dOs + buf * kQ * kD, dout + head + std::size_t(q0) * kD, N - q0);
+    constexpr int kW = smem_cols(kD);
+    copy_tile_async<kThreads, kD, kQ, kWholeFast>(Qs + buf * kQ * kW, q + head + std::size_t(q0) * kD, N - q0);
+    copy_tile_async<kThreads, kD, kQ, kWholeFast>(dOs + buf * kQ * kW, dout + head + std::size_t(q0) * kD, N - q0);
     copy_floats_async<kThreads>(L + buf * kQ, l2 + stat + q0, kQ);
     copy_floats_async<kThreads>(D + buf * kQ, dsum + stat + q0, kQ);
   }
@@ -107,7 +108,7 @@ __device__ __forceinline__ void store_dkdv(T* __restrict__ dk, T* __restrict__ d
 /// One version of the dK/dV kernel, as compile-time choices.
 template <int kWarps_, int kMT_, bool kHeavyFirst_, bool kStagger_ = false, bool kMaskBranch_ = false,
           bool kShared_ = false, bool kLateLoad_ = false, bool kAddrOnce_ = false, bool kDqBeforeDk_ = false,
-          bool kJoinProducts_ = false>
+          bool kJoinProducts_ = false, int kKeyWarps_ = 4>
 struct Bwd {
   static constexpr int kWarps = kWarps_;  ///< warps per block
   /// 16-key mma tiles per warp: a warp owns 16·kMT keys (a block: kKeys, below).
@@ -143,8 +144,12 @@ struct Bwd {
   /// the two independent products in one basic block, which ptxas may interleave (with
   /// the branch between them it schedules each alone).
   static constexpr bool kJoinProducts = kJoinProducts_;
-  /// Keys per block: the warps side by side along the keys (4 of the 8 when shared).
-  static constexpr int kKeys = 16 * kMT * (kShared ? 4 : kWarps);
+  /// The shared layout's warps along the keys in the Sᵀ/dPᵀ and dK/dV products: 4 × 2
+  /// (d = 128), or 2 × 4 (d = 256: 64 keys, so that dK and dV, 32 keys × d/4 columns
+  /// per warp, are the same 128 registers a thread).
+  static constexpr int kKeyWarps = kKeyWarps_;
+  /// Keys per block: the warps side by side along the keys (kKeyWarps of the 8 when shared).
+  static constexpr int kKeys = 16 * kMT * (kShared ? kKeyWarps : kWarps);
 };
 
 template <class T, int kD, class B>
@@ -156,12 +161,13 @@ __global__ void __launch_bounds__(32 * B::kWarps)
                 "the shared layout, and what b11-b13 change in it, are dkdv_shared_kernel's");
   constexpr int kWarps = B::kWarps, kMT = B::kMT, kK = B::kKeys, kThreads = 32 * kWarps;
   constexpr int kH = kMT == 1 ? kQ : kQ / 2;  // queries per pass over the scores
+  constexpr int kW = smem_cols(kD);  // a shared tile's columns
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  T* Ks = reinterpret_cast<T*>(smem_raw);  // [kK][kD], swizzled
-  T* Vs = Ks + kK * kD;                    // [kK][kD]
-  T* Qs = Vs + kK * kD;                    // [2][kQ][kD]: two buffers
-  T* dOs = Qs + 2 * kQ * kD;               // [2][kQ][kD]
-  T* dSs = dOs + 2 * kQ * kD;              // [kK][kQ]: dSᵀ, swizzled
+  T* Ks = reinterpret_cast<T*>(smem_raw);  // [kK][kW], swizzled
+  T* Vs = Ks + kK * kW;                    // [kK][kW]
+  T* Qs = Vs + kK * kW;                    // [2][kQ][kW]: two buffers
+  T* dOs = Qs + 2 * kQ * kW;               // [2][kQ][kW]
+  T* dSs = dOs + 2 * kQ * kW;              // [kK][kQ]: dSᵀ, swizzled
   float* Lsm = reinterpret_cast<float*>(dSs + kK * kQ);  // [2][kQ]: L·log2 e
   float* Dsm = Lsm + 2 * kQ;                             // [2][kQ]: D
 
@@ -188,7 +194,7 @@ __global__ void __launch_bounds__(32 * B::kWarps)
   for (int it = 0; it < blocks - first; ++it) {
     const int q0 = q_block(it) * kQ, buf = it % 2;
     begin_block<B::kLateLoad>(it + 1, blocks - first, [&] { qt.template load<kThreads>(q_block(it + 1), 1 - buf, N, head, stat, q, dout, l2, dsum); });
-    const T *Qb = Qs + buf * kQ * kD, *dOb = dOs + buf * kQ * kD;
+    const T *Qb = Qs + buf * kQ * kW, *dOb = dOs + buf * kQ * kW;
     const float *Lb = Lsm + buf * kQ, *Db = Dsm + buf * kQ;
     const bool mask = k0 + kK > N || q0 + kQ > N || (causal && k0 + w0 + 16 * kMT - 1 > q0);
 
@@ -228,7 +234,7 @@ __global__ void __launch_bounds__(32 * B::kWarps)
         for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
           for (int c = 0; c < kH / 16; ++c) to_a<T>(pa[mt][c], pt[mt][2 * c], pt[mt][2 * c + 1]);
-        gemm_pv<T, kD, kMT, kH>(dv_acc, pa, smem_u32(dOb + c0 * kD));
+        gemm_pv<T, kD, kMT, kH>(dv_acc, pa, smem_u32(dOb + c0 * kW));
       }
 
       // dPᵀ = V_j·dO_iᵀ, then dSᵀ = Pᵀ∘(dPᵀ − D_i), in place; dK_j += dSᵀ·Q_i, dSᵀ in 16 bits.
@@ -246,7 +252,7 @@ __global__ void __launch_bounds__(32 * B::kWarps)
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
         for (int c = 0; c < kH / 16; ++c) to_a<T>(sa[mt][c], ds[mt][2 * c], ds[mt][2 * c + 1]);
-      gemm_pv<T, kD, kMT, kH>(dk_acc, sa, smem_u32(Qb + c0 * kD));
+      gemm_pv<T, kD, kMT, kH>(dk_acc, sa, smem_u32(Qb + c0 * kW));
 
       // dSᵀ to shared memory: register c of sa[mt] holds keys 16mt + g (+8), queries c0 + 16c + 2t (+8).
       using LS = Swizzled<kQ>;
@@ -302,6 +308,8 @@ __global__ void __launch_bounds__(32 * B::kWarps)
 ///     (b13: the two products back to back, before Sᵀ's exponentials and the mask)
 ///   dV += Pᵀ·dO, dK += dSᵀ·Q (128 keys × d, over 64 queries): 4 (keys) × 2 (d)
 ///   dQ += dS·K (64 queries × d, over 128 keys): 2 (queries) × 4 (d)
+/// At d = 256 (kKeyWarps = 2) the block has 64 keys: Sᵀ, dPᵀ in 2 × 4 warps of 32 keys
+/// × 16 queries, dV, dK in 2 × 4 of 32 keys × d/4, dQ as above.
 /// Every fragment read from shared memory feeds two mma (two 16-row tiles per warp);
 /// in dkdv_kernel the warp owns 16 keys, and Qᵀ/dOᵀ fragments feed one each.
 template <class T, int kD, class B>
@@ -310,15 +318,18 @@ __global__ void __launch_bounds__(256)
                        const T* __restrict__ v, const T* __restrict__ dout, const float* __restrict__ l2,
                        const float* __restrict__ dsum, float* __restrict__ dq_acc, T* __restrict__ dk,
                        T* __restrict__ dv) {
-  static_assert(B::kWarps == 8 && B::kMT == 2 && B::kShared && B::kMaskBranch && !B::kStagger && B::kKeys == 128,
-                "the 4 × 2 and 2 × 4 warp layouts of 32-row tiles, the mask behind a branch");
-  constexpr int kK = B::kKeys, kThreads = 256;
+  static_assert(B::kWarps == 8 && B::kMT == 2 && B::kShared && B::kMaskBranch && !B::kStagger &&
+                    (B::kKeyWarps == 4 || B::kKeyWarps == 2),
+                "the 4 × 2 (or 2 × 4) and 2 × 4 warp layouts of 32-row tiles, the mask behind a branch");
+  constexpr int kK = B::kKeys, kThreads = 256, kW = smem_cols(kD);
+  constexpr int kKW = B::kKeyWarps, kOW = 8 / kKW;  // warps along the keys × along queries (Sᵀ) or d (dK, dV)
+  constexpr int kSN = kQ / kOW / 8, kDN = kD / kOW;  // a warp's 8-query tiles of Sᵀ; its columns of dK, dV
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  T* Ks = reinterpret_cast<T*>(smem_raw);  // [kK][kD], swizzled
-  T* Vs = Ks + kK * kD;                    // [kK][kD]
-  T* Qs = Vs + kK * kD;                    // [2][kQ][kD]: two buffers
-  T* dOs = Qs + 2 * kQ * kD;               // [2][kQ][kD]
-  T* Pts = dOs + 2 * kQ * kD;              // [kK][kQ]: Pᵀ, swizzled
+  T* Ks = reinterpret_cast<T*>(smem_raw);  // [kK][kW], swizzled
+  T* Vs = Ks + kK * kW;                    // [kK][kW]
+  T* Qs = Vs + kK * kW;                    // [2][kQ][kW]: two buffers
+  T* dOs = Qs + 2 * kQ * kW;               // [2][kQ][kW]
+  T* Pts = dOs + 2 * kQ * kW;              // [kK][kQ]: Pᵀ, swizzled
   T* dSs = Pts + kK * kQ;                  // [kK][kQ]: dSᵀ, swizzled
   float* Lsm = reinterpret_cast<float*>(dSs + kK * kQ);  // [2][kQ]: L·log2 e
   float* Dsm = Lsm + 2 * kQ;                             // [2][kQ]: D
@@ -328,9 +339,9 @@ __global__ void __launch_bounds__(256)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int j = B::kHeavyFirst ? blockIdx.y : blockIdx.x, bh = B::kHeavyFirst ? blockIdx.x : blockIdx.y;
   const int k0 = j * kK;
-  const int kw = 32 * (warp % 4);  // this warp's first key (Sᵀ, dPᵀ, dK, dV)
-  const int qw = 32 * (warp / 4);  // its first query column of Sᵀ, dPᵀ
-  const int nw = kD / 2 * (warp / 4);                      // its first column of dK, dV
+  const int kw = 32 * (warp % kKW);         // this warp's first key (Sᵀ, dPᵀ, dK, dV)
+  const int qw = 8 * kSN * (warp / kKW);    // its first query column of Sᵀ, dPᵀ
+  const int nw = kDN * (warp / kKW);        // its first column of dK, dV
   const int qd = 32 * (warp % 2), nd = kD / 4 * (warp / 2);  // its first query and column of dQ
   const std::size_t head = std::size_t(bh) * N * kD, stat = std::size_t(bh) * Np;
   const float mul = scale * kLog2e;
@@ -351,7 +362,7 @@ __global__ void __launch_bounds__(256)
   qt.template load<kThreads>(first, 0, N, head, stat, q, dout, l2, dsum);
   cp_async_commit();
 
-  float dk_acc[2][kD / 16][4] = {}, dv_acc[2][kD / 16][4] = {};  // keys kw + 16mt + g (+8), columns nw..
+  float dk_acc[2][kDN / 8][4] = {}, dv_acc[2][kDN / 8][4] = {};  // keys kw + 16mt + g (+8), columns nw..
   for (int i = first; i < blocks; ++i) {
     const int q0 = i * kQ, buf = (i - first) % 2;
     // begin_block's step (mma.cuh) spelled out: this is the code measured on the GPU;
@@ -373,36 +384,36 @@ __global__ void __launch_bounds__(256)
       }
       __syncthreads();
     }
-    const T *Qb = Qs + buf * kQ * kD, *dOb = dOs + buf * kQ * kD;
+    const T *Qb = Qs + buf * kQ * kW, *dOb = dOs + buf * kQ * kW;
     const float *Lb = Lsm + buf * kQ, *Db = Dsm + buf * kQ;
 
-    // Pᵀ and dSᵀ for the warp's 32 keys × 32 queries, into shared memory in 16 bits.
+    // Pᵀ and dSᵀ for the warp's 32 keys × 32 (16) queries, into shared memory in 16 bits.
     {
-      float pt[2][4][4] = {}, ds[2][4][4] = {};
-      gemm_abt<T, kD, 2, 4>(pt, smem_u32(Ks), kw, smem_u32(Qb), qw);
-      if constexpr (B::kJoinProducts) gemm_abt<T, kD, 2, 4>(ds, smem_u32(Vs), kw, smem_u32(dOb), qw);
+      float pt[2][kSN][4] = {}, ds[2][kSN][4] = {};
+      gemm_abt<T, kD, 2, kSN>(pt, smem_u32(Ks), kw, smem_u32(Qb), qw);
+      if constexpr (B::kJoinProducts) gemm_abt<T, kD, 2, kSN>(ds, smem_u32(Vs), kw, smem_u32(dOb), qw);
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt)
+        for (int nt = 0; nt < kSN; ++nt)
 #pragma unroll
           for (int x = 0; x < 4; ++x) pt[mt][nt][x] = exp2_approx(fmaf(pt[mt][nt][x], mul, -Lb[qw + 8 * nt + 2 * t + x % 2]));
       if (k0 + kK > N || q0 + kQ > N || (causal && k0 + kw + 31 > q0 + qw)) {  // warp-uniform
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-          for (int nt = 0; nt < 4; ++nt)
+          for (int nt = 0; nt < kSN; ++nt)
 #pragma unroll
             for (int x = 0; x < 4; ++x) {
               const int key = k0 + kw + 16 * mt + g + 8 * (x / 2), query = q0 + qw + 8 * nt + 2 * t + x % 2;
               if (key >= N || query >= N || (causal && key > query)) pt[mt][nt][x] = 0.0f;
             }
       }
-      if constexpr (!B::kJoinProducts) gemm_abt<T, kD, 2, 4>(ds, smem_u32(Vs), kw, smem_u32(dOb), qw);
+      if constexpr (!B::kJoinProducts) gemm_abt<T, kD, 2, kSN>(ds, smem_u32(Vs), kw, smem_u32(dOb), qw);
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-        for (int nt = 0; nt < 4; ++nt) {
+        for (int nt = 0; nt < kSN; ++nt) {
           const int r = kw + 16 * mt + g, col = qw + 8 * nt + 2 * t;
 #pragma unroll
           for (int x = 0; x < 4; ++x) ds[mt][nt][x] = pt[mt][nt][x] * (ds[mt][nt][x] - Db[col + x % 2]);
@@ -422,10 +433,10 @@ __global__ void __launch_bounds__(256)
     }
     __syncthreads();
 
-    // dV += Pᵀ·dO and dK += dSᵀ·Q: the warp's 32 keys × d/2 columns, A fragments of
+    // dV += Pᵀ·dO and dK += dSᵀ·Q: the warp's 32 keys × kDN columns, A fragments of
     // Pᵀ (dSᵀ) by ldmatrix from shared memory — tiles (keys +0, queries +0), (+8, +0),
     // (+0, +8), (+8, +8).
-    auto dkdv_product = [&](float (&acc)[2][kD / 16][4], const T* tile, const T* b) {
+    auto dkdv_product = [&](float (&acc)[2][kDN / 8][4], const T* tile, const T* b) {
       std::uint32_t a[2][kQ / 16][4];
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
@@ -436,7 +447,7 @@ __global__ void __launch_bounds__(256)
           else
             ldmatrix_x4(a[mt][c], smem_u32(tile) + LS::bytes(kw + 16 * mt + lane % 8 + 8 * ((lane / 8) % 2),
                                                              16 * c + 8 * (lane / 16)));
-      gemm_pv<T, kD, 2, kQ, kD / 2>(acc, a, smem_u32(b), nw);
+      gemm_pv<T, kD, 2, kQ, kDN>(acc, a, smem_u32(b), nw);
     };
 
     // dQ += dS·K: the warp's 32 queries × d/4 columns; dS's A fragments are dSᵀ read
@@ -528,7 +539,7 @@ void launch(const Problem& p, const NativeBwdArgs& a, void* workspace, Stream s)
   FA_CHECK_LAUNCH();
 
   // Shared: K, V; two buffers of Q, dO, L, D; dSᵀ (and Pᵀ in the shared-layout kernel).
-  const std::size_t smem = (std::size_t(2 * kK + 4 * kQ) * kD + (B::kShared ? 2 : 1) * kK * kQ) * sizeof(T) +
+  const std::size_t smem = (std::size_t(2 * kK + 4 * kQ) * smem_cols(kD) + (B::kShared ? 2 : 1) * kK * kQ) * sizeof(T) +
                            4 * kQ * sizeof(float);
   const unsigned blocks = unsigned(tiles::kv_blocks(N, kK)), heads = unsigned(p.heads());
   const dim3 grid = B::kHeavyFirst ? dim3(heads, blocks) : dim3(blocks, heads);
@@ -549,14 +560,16 @@ void launch(const Problem& p, const NativeBwdArgs& a, void* workspace, Stream s)
   FA_CHECK_LAUNCH();
 }
 
-/// A backward version: B64 at d = 64, B128 at d = 128.
+/// Kernel choices B at head dimension kD, in the problem's 16-bit type.
+template <class B, int kD>
+void run_d(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) {
+  p.dtype == DType::bf16 ? launch<__nv_bfloat16, kD, B>(p, a, ws, s) : launch<__half, kD, B>(p, a, ws, s);
+}
+
+/// A backward version of the note's table: B64 at d = 64, B128 at d = 128 (kVersionD).
 template <class B64, class B128 = B64>
 void run(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) {
-  const bool bf16 = p.dtype == DType::bf16;
-  if (p.d == 64)
-    bf16 ? launch<__nv_bfloat16, 64, B64>(p, a, ws, s) : launch<__half, 64, B64>(p, a, ws, s);
-  else
-    bf16 ? launch<__nv_bfloat16, 128, B128>(p, a, ws, s) : launch<__half, 128, B128>(p, a, ws, s);
+  p.d == 64 ? run_d<B64, 64>(p, a, ws, s) : run_d<B128, 128>(p, a, ws, s);
 }
 
 std::size_t workspace_bytes(const Problem& p) {
@@ -579,6 +592,9 @@ using B10_64 = Bwd<4, 2, true, false, true, false, true>;  // b9's barrier also 
 using B11 = Bwd<8, 2, true, false, true, true, true, true>;        // b10 with addresses computed once at d = 128
 using B12 = Bwd<8, 2, true, false, true, true, true, true, true>;  // b11 with dQ before dK (FlashAttention-2's order)
 using B13 = Bwd<8, 2, true, false, true, true, true, true, false, true>;  // b11 with Sᵀ and dPᵀ back to back
+// The production kernel at the other head dimensions (d = 32 takes d = 64's B10_64):
+using B13_96 = Bwd<4, 1, true, false, true, false, true>;  // d = 96: 4 warps × 16 keys, dQ unsplit (96 columns)
+using B13_256 = Bwd<8, 2, true, false, true, true, true, true, false, true, 2>;  // d = 256: b13 with 64 keys, 2 × 4 warps
 
 }  // namespace
 
@@ -592,27 +608,38 @@ void run_b9(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) { run<
 
 /// b13, the production backward: one barrier per query block at both d (b10); at
 /// d = 128 the loop's addresses computed once (b11) and Sᵀ, dPᵀ back to back (b13).
+/// d = 32 runs d = 64's kernel, d = 256 d = 128's with 64-key blocks; d = 96 has the
+/// dK/dV kernel of 16 keys per warp (the shared layout's d/4-column dQ slices would
+/// be 24 columns, not a pair of n-tiles).
 void run_b13(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) {
-  static_assert(B10_64::kKeys == backward_keys(64) && B13::kKeys == backward_keys(128),
+  static_assert(B10_64::kKeys == backward_keys(32) && B10_64::kKeys == backward_keys(64) &&
+                    B13_96::kKeys == backward_keys(96) && B13::kKeys == backward_keys(128) &&
+                    B13_256::kKeys == backward_keys(256),
                 "the CPU model uses the production kernel's blocks");
-  run<B10_64, B13>(p, a, ws, s);
+  switch (p.d) {
+    case 32: return run_d<B10_64, 32>(p, a, ws, s);
+    case 64: return run_d<B10_64, 64>(p, a, ws, s);
+    case 96: return run_d<B13_96, 96>(p, a, ws, s);
+    case 128: return run_d<B13, 128>(p, a, ws, s);
+    default: return run_d<B13_256, 256>(p, a, ws, s);  // require_supported: d = 256
+  }
 }
 constexpr const char* kWorkspace = "the fp32 dQ accumulator and D, L·log2 e (B·H·N·(d + 2) floats)";
-const GpuBackward kBackward{"step06 backward", 128, workspace_bytes, kWorkspace, nullptr, run_b13, kSupportedD};
+const GpuBackward kBackward{"step06 backward", 256, workspace_bytes, kWorkspace, nullptr, run_b13, kSupportedD};
 const GpuBackward kBackwardVersions[kBackwardVersionCount] = {
-    {"b1: 64 keys per block, 4 warps", 128, workspace_bytes, kWorkspace, nullptr, run<B1>, kSupportedD},
-    {"b2: 128 keys per block, 8 warps", 128, workspace_bytes, kWorkspace, nullptr, run<B2>, kSupportedD},
-    {"b3: + heaviest key blocks first", 128, workspace_bytes, kWorkspace, nullptr, run<B3>, kSupportedD},
-    {"b4: b3 with 64-key blocks at d = 64", 128, workspace_bytes, kWorkspace, nullptr, run_b4, kSupportedD},
-    {"b5: + query blocks staggered per key block", 128, workspace_bytes, kWorkspace, nullptr, run<B5_64, B5_128>, kSupportedD},
-    {"b6: b4 with the mask behind a warp-uniform branch", 128, workspace_bytes, kWorkspace, nullptr, run<B6_64, B6_128>, kSupportedD},
-    {"b7: b6 with 32 keys per warp at d = 64", 128, workspace_bytes, kWorkspace, nullptr, run<B7_64, B6_128>, kSupportedD},
-    {"b8: b7, FlashAttention-2's warp layouts at d = 128", 128, workspace_bytes, kWorkspace, nullptr, run<B7_64, B8>, kSupportedD},
-    {"b9: b8 with one barrier fewer per query block", 128, workspace_bytes, kWorkspace, nullptr, run_b9, kSupportedD},
-    {"b10: b9 with one barrier fewer also at d = 64", 128, workspace_bytes, kWorkspace, nullptr, run<B10_64, B9>, kSupportedD},
-    {"b11: b10 with addresses computed once at d = 128", 128, workspace_bytes, kWorkspace, nullptr, run<B10_64, B11>, kSupportedD},
-    {"b12: b11 with dQ between dV and dK (FlashAttention-2's order)", 128, workspace_bytes, kWorkspace, nullptr, run<B10_64, B12>, kSupportedD},
-    {"b13: b11 with the S and dP products back to back", 128, workspace_bytes, kWorkspace, nullptr, run_b13, kSupportedD},
+    {"b1: 64 keys per block, 4 warps", 128, workspace_bytes, kWorkspace, nullptr, run<B1>, kVersionD},
+    {"b2: 128 keys per block, 8 warps", 128, workspace_bytes, kWorkspace, nullptr, run<B2>, kVersionD},
+    {"b3: + heaviest key blocks first", 128, workspace_bytes, kWorkspace, nullptr, run<B3>, kVersionD},
+    {"b4: b3 with 64-key blocks at d = 64", 128, workspace_bytes, kWorkspace, nullptr, run_b4, kVersionD},
+    {"b5: + query blocks staggered per key block", 128, workspace_bytes, kWorkspace, nullptr, run<B5_64, B5_128>, kVersionD},
+    {"b6: b4 with the mask behind a warp-uniform branch", 128, workspace_bytes, kWorkspace, nullptr, run<B6_64, B6_128>, kVersionD},
+    {"b7: b6 with 32 keys per warp at d = 64", 128, workspace_bytes, kWorkspace, nullptr, run<B7_64, B6_128>, kVersionD},
+    {"b8: b7, FlashAttention-2's warp layouts at d = 128", 128, workspace_bytes, kWorkspace, nullptr, run<B7_64, B8>, kVersionD},
+    {"b9: b8 with one barrier fewer per query block", 128, workspace_bytes, kWorkspace, nullptr, run_b9, kVersionD},
+    {"b10: b9 with one barrier fewer also at d = 64", 128, workspace_bytes, kWorkspace, nullptr, run<B10_64, B9>, kVersionD},
+    {"b11: b10 with addresses computed once at d = 128", 128, workspace_bytes, kWorkspace, nullptr, run<B10_64, B11>, kVersionD},
+    {"b12: b11 with dQ between dV and dK (FlashAttention-2's order)", 128, workspace_bytes, kWorkspace, nullptr, run<B10_64, B12>, kVersionD},
+    {"b13: b11 with the S and dP products back to back", 128, workspace_bytes, kWorkspace, nullptr, run_b13, kVersionD},
 };
 
 }  // namespace fa::step06

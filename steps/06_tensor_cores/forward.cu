@@ -23,15 +23,15 @@
 namespace fa::step06 {
 namespace {
 
-constexpr int kWarps = 4, kThreads = 32 * kWarps;
-
 /// One version of the kernel, as compile-time choices.
 template <int kMT_, int kBc64_, int kBc128_, bool kExp2_, bool kHeavyFirst_, bool kLazySum_, int kMinBlocks64_ = 0,
-          int kChains_ = 1, bool kMaskBranch_ = false, bool kLazyRescale_ = false, bool kLateLoad_ = false>
+          int kChains_ = 1, bool kMaskBranch_ = false, bool kLazyRescale_ = false, bool kLateLoad_ = false,
+          int kWarps_ = 4>
 struct Version {
-  static constexpr int kMT = kMT_;  ///< 16-row mma tiles per warp: 64·kMT query rows per block
-  /// Keys per K/V block at head dimension d.
-  __host__ __device__ static constexpr int bc(int d) { return d == 64 ? kBc64_ : kBc128_; }
+  static constexpr int kWarps = kWarps_, kThreads = 32 * kWarps;  ///< warps per block (4; 8 at d = 256)
+  static constexpr int kMT = kMT_;  ///< 16-row mma tiles per warp: 16·kMT·kWarps query rows per block
+  /// Keys per K/V block at head dimension d (d ≤ 64, and the rest).
+  __host__ __device__ static constexpr int bc(int d) { return d <= 64 ? kBc64_ : kBc128_; }
   /// exp2 with the scale folded in (else expf of scaled scores, as steps 03–05).
   static constexpr bool kExp2 = kExp2_;
   /// The grid is (heads, query blocks) and block y takes query block T_r − 1 − y: with
@@ -42,7 +42,7 @@ struct Version {
   /// added once, after the last block (they are rescaled by the same α, so this is
   /// the same sum): two shuffles and adds per row per block saved.
   static constexpr bool kLazySum = kLazySum_;
-  /// Thread blocks per SM that ptxas must leave room for at d = 64 (it caps the
+  /// Thread blocks per SM that ptxas must leave room for at d ≤ 64 (it caps the
   /// registers at 65536 / (128·blocks)): more warps to hide latency with.
   static constexpr int kMinBlocks64 = kMinBlocks64_;
   /// Independent partial maxima and sums per row and block: a row's max (or sum) over
@@ -65,15 +65,16 @@ struct Version {
 
 
 template <class T, int kD, class V>
-__global__ void __launch_bounds__(kThreads, kD == 64 ? V::kMinBlocks64 : 0)
+__global__ void __launch_bounds__(V::kThreads, kD <= 64 ? V::kMinBlocks64 : 0)
     forward_kernel(int N, bool causal, float scale, const T* __restrict__ q, const T* __restrict__ k,
                    const T* __restrict__ v, T* __restrict__ o, float* __restrict__ lse) {
-  constexpr int kMT = V::kMT, kBc = V::bc(kD), kRows = 16 * kMT * kWarps;  // query rows per block
+  constexpr int kMT = V::kMT, kBc = V::bc(kD), kRows = 16 * kMT * V::kWarps;  // query rows per block
+  constexpr int kThreads = V::kThreads, kW = smem_cols(kD);  // kW: a shared tile's columns
   constexpr bool kExp2 = V::kExp2, kHeavyFirst = V::kHeavyFirst;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  T* Qs = reinterpret_cast<T*>(smem_raw);  // [kRows][kD], swizzled
-  T* Ks = Qs + kRows * kD;                 // [2][kBc][kD]: two buffers
-  T* Vs = Ks + 2 * kBc * kD;               // [2][kBc][kD]
+  T* Qs = reinterpret_cast<T*>(smem_raw);  // [kRows][kW], swizzled
+  T* Ks = Qs + kRows * kW;                 // [2][kBc][kW]: two buffers
+  T* Vs = Ks + 2 * kBc * kW;               // [2][kBc][kW]
 
   require_aligned_smem(smem_raw);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -99,13 +100,13 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? V::kMinBlocks64 : 0)
     const int k0 = j * kBc, buf = j % 2;
     begin_block<V::kLateLoad>(j + 1, last + 1, [&] {  // tile j+1 into the other buffer
       const int k1 = k0 + kBc;
-      copy_tile_async<kThreads, kD, kBc>(Ks + (1 - buf) * kBc * kD, k + head + std::size_t(k1) * kD, N - k1);
-      copy_tile_async<kThreads, kD, kBc>(Vs + (1 - buf) * kBc * kD, v + head + std::size_t(k1) * kD, N - k1);
+      copy_tile_async<kThreads, kD, kBc>(Ks + (1 - buf) * kBc * kW, k + head + std::size_t(k1) * kD, N - k1);
+      copy_tile_async<kThreads, kD, kBc>(Vs + (1 - buf) * kBc * kW, v + head + std::size_t(k1) * kD, N - k1);
     });
 
     // S = Q_i·K_jᵀ: kMT·16 × 64 per warp.
     float s[kMT][kBc / 8][4] = {};
-    gemm_abt<T, kD, kMT, kBc / 8>(s, smem_u32(Qs), r0, smem_u32(Ks + buf * kBc * kD), 0);
+    gemm_abt<T, kD, kMT, kBc / 8>(s, smem_u32(Qs), r0, smem_u32(Ks + buf * kBc * kW), 0);
 
     // The mask, only where this warp's rows can meet it: the last K/V block (keys past
     // N) and, when causal, blocks reaching past the warp's first row.
@@ -223,7 +224,7 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? V::kMinBlocks64 : 0)
     }
 
     // O += P·V_j, P rounded to 16 bits (the one rounding inside the algorithm).
-    gemm_pv<T, kD, kMT, kBc>(acc, pa, smem_u32(Vs + buf * kBc * kD));
+    gemm_pv<T, kD, kMT, kBc>(acc, pa, smem_u32(Vs + buf * kBc * kW));
     end_block<V::kLateLoad>();
   }
 
@@ -249,23 +250,27 @@ __global__ void __launch_bounds__(kThreads, kD == 64 ? V::kMinBlocks64 : 0)
 
 template <class T, int kD, class V>
 void launch(const Problem& p, const NativeFwdArgs& a, Stream s) {
-  constexpr int kRows = 16 * V::kMT * kWarps, kBc = V::bc(kD);
-  const std::size_t smem = std::size_t(kRows + 4 * kBc) * kD * sizeof(T);
+  constexpr int kRows = 16 * V::kMT * V::kWarps, kBc = V::bc(kD);
+  const std::size_t smem = std::size_t(kRows + 4 * kBc) * smem_cols(kD) * sizeof(T);
   set_smem_limit(forward_kernel<T, kD, V>, smem);
   const unsigned blocks = unsigned(tiles::q_blocks(p.N, kRows)), heads = unsigned(p.heads());
   const dim3 grid = V::kHeavyFirst ? dim3(heads, blocks) : dim3(blocks, heads);
-  forward_kernel<T, kD, V><<<grid, kThreads, smem, s>>>(p.N, p.causal, p.softmax_scale(), static_cast<const T*>(a.q),
+  forward_kernel<T, kD, V><<<grid, V::kThreads, smem, s>>>(p.N, p.causal, p.softmax_scale(), static_cast<const T*>(a.q),
                                                          static_cast<const T*>(a.k), static_cast<const T*>(a.v),
                                                          static_cast<T*>(a.o), a.lse);
   FA_CHECK_LAUNCH();
 }
 
+/// Version V at head dimension kD, in the problem's 16-bit type.
+template <class V, int kD>
+void run_d(const Problem& p, const NativeFwdArgs& a, Stream s) {
+  p.dtype == DType::bf16 ? launch<__nv_bfloat16, kD, V>(p, a, s) : launch<__half, kD, V>(p, a, s);
+}
+
+/// A version of the note's table: d = 64 or 128 (kVersionD).
 template <class V>
 void run(const Problem& p, const NativeFwdArgs& a, void*, Stream s) {
-  if (p.dtype == DType::bf16)
-    p.d == 64 ? launch<__nv_bfloat16, 64, V>(p, a, s) : launch<__nv_bfloat16, 128, V>(p, a, s);
-  else
-    p.d == 64 ? launch<__half, 64, V>(p, a, s) : launch<__half, 128, V>(p, a, s);
+  p.d == 64 ? run_d<V, 64>(p, a, s) : run_d<V, 128>(p, a, s);
 }
 
 // The versions of the note's table. Each changes one thing over an earlier one; v6,
@@ -293,6 +298,8 @@ using V14n = Version<   2,   128,  64,    true,  true,  true, 0, 1, true, true>;
 using V15c = Version<   1,   64,   64,    true,  true,  true, 0, 1, true, true, true>;  // + one barrier per block
 using V15n = Version<   2,   64,   64,    true,  true,  true, 0, 1, true, true, true>;
 using V15n64 = Version< 2,   128,  64,    true,  true,  true, 0, 1, true, true, true>;
+//                                                                  [warps]
+using V15w = Version<   1,   64,   64,    true,  true,  true, 0, 1, true, true, true, 8>;  // d = 256: 8 warps × 16 rows
 
 /// v7: with the causal mask, 64-row blocks (less work wasted on diagonal blocks, twice
 /// the blocks to balance), heaviest first; without it, v5's 128-row blocks.
@@ -333,37 +340,51 @@ void run_v14(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
   p.causal && p.d == 64 ? run<V13c>(p, a, ws, s) : p.d == 64 ? run<V14n>(p, a, ws, s) : run<V13n>(p, a, ws, s);
 }
 
+/// Query rows per block and keys per K/V block of version V at head dimension d, as
+/// the CPU model takes them (forward_br, forward_bc), and its lazy rescaling.
+template <class V>
+constexpr bool model_blocks(bool causal, int d) {
+  return 16 * V::kMT * V::kWarps == forward_br(causal, d) && V::bc(d) == forward_bc(causal, d) && V::kLazyRescale;
+}
+
 /// v15, the production kernel: v14 with the next K/V block's copies issued after the
-/// opening barrier (one barrier per block instead of two).
-void run_v15(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
-  static_assert(V15c::kMT * 64 == forward_br(true, 64) && V15n::kMT * 64 == forward_br(true, 128) &&
-                    V15n64::kMT * 64 == forward_br(false, 64) && V15n::kMT * 64 == forward_br(false, 128) &&
-                    V15c::bc(64) == forward_bc(true, 64) && V15n::bc(128) == forward_bc(true, 128) &&
-                    V15n64::bc(64) == forward_bc(false, 64) && V15n::bc(128) == forward_bc(false, 128) &&
-                    V15c::kLazyRescale && V15n::kLazyRescale && V15n64::kLazyRescale,
+/// opening barrier (one barrier per block instead of two). d = 32 takes d = 64's
+/// blocks, d = 96 d = 128's; d = 256 (128 accumulators per thread for 16 rows) has
+/// one 16-row tile per warp and 8 warps.
+void run_v15(const Problem& p, const NativeFwdArgs& a, void*, Stream s) {
+  static_assert(model_blocks<V15c>(true, 64) && model_blocks<V15n64>(false, 64) && model_blocks<V15c>(true, 32) &&
+                    model_blocks<V15n64>(false, 32) && model_blocks<V15n>(true, 128) &&
+                    model_blocks<V15n>(false, 128) && model_blocks<V15n>(true, 96) && model_blocks<V15n>(false, 96) &&
+                    model_blocks<V15w>(true, 256) && model_blocks<V15w>(false, 256),
                 "the CPU model uses the production kernel's blocks and rescaling");
-  p.causal && p.d == 64 ? run<V15c>(p, a, ws, s) : p.d == 64 ? run<V15n64>(p, a, ws, s) : run<V15n>(p, a, ws, s);
+  switch (p.d) {
+    case 32: return p.causal ? run_d<V15c, 32>(p, a, s) : run_d<V15n64, 32>(p, a, s);
+    case 64: return p.causal ? run_d<V15c, 64>(p, a, s) : run_d<V15n64, 64>(p, a, s);
+    case 96: return run_d<V15n, 96>(p, a, s);
+    case 128: return run_d<V15n, 128>(p, a, s);
+    default: return run_d<V15w, 256>(p, a, s);  // require_supported: d = 256
+  }
 }
 
 }  // namespace
 
-const GpuForward kForward{"step06 forward", 128, no_workspace, "", nullptr, run_v15, kSupportedD};
+const GpuForward kForward{"step06 forward", 256, no_workspace, "", nullptr, run_v15, kSupportedD};
 const GpuForward kForwardVersions[kForwardVersionCount] = {
-    {"v3: swizzled shared memory", 128, no_workspace, "", nullptr, run<V3>, kSupportedD},
-    {"v4: + exp2, scale folded", 128, no_workspace, "", nullptr, run<V4>, kSupportedD},
-    {"v5: + 128-row blocks", 128, no_workspace, "", nullptr, run<V5>, kSupportedD},
-    {"v6: v5 with 32-key blocks at d = 128", 128, no_workspace, "", nullptr, run<V6>, kSupportedD},
-    {"v6b: v6 with 128-key blocks at d = 64", 128, no_workspace, "", nullptr, run<V6b>, kSupportedD},
-    {"v7: 64-row blocks when causal, heaviest first", 128, no_workspace, "", nullptr, run_v7, kSupportedD},
-    {"v8: + row sums reduced once, at the end", 128, no_workspace, "", nullptr, run_v8, kSupportedD},
-    {"v9: + 3 blocks per SM at d = 64", 128, no_workspace, "", nullptr, run_v9, kSupportedD},
-    {"v9c: v8 with 128-row blocks also when causal", 128, no_workspace, "", nullptr, run<V9c>, kSupportedD},
-    {"v10: v8, but 128-row blocks when causal at d = 128", 128, no_workspace, "", nullptr, run_v10, kSupportedD},
-    {"v11: + row max and sum as two independent chains", 128, no_workspace, "", nullptr, run_v11, kSupportedD},
-    {"v12: + the mask behind a warp-uniform branch", 128, no_workspace, "", nullptr, run_v12, kSupportedD},
-    {"v13: + O and l rescaled only when a max jumps by > 2^8", 128, no_workspace, "", nullptr, run_v13, kSupportedD},
-    {"v14: v13 with 128-key blocks at d = 64", 128, no_workspace, "", nullptr, run_v14, kSupportedD},
-    {"v15: v14 with one barrier fewer per K/V block", 128, no_workspace, "", nullptr, run_v15, kSupportedD},
+    {"v3: swizzled shared memory", 128, no_workspace, "", nullptr, run<V3>, kVersionD},
+    {"v4: + exp2, scale folded", 128, no_workspace, "", nullptr, run<V4>, kVersionD},
+    {"v5: + 128-row blocks", 128, no_workspace, "", nullptr, run<V5>, kVersionD},
+    {"v6: v5 with 32-key blocks at d = 128", 128, no_workspace, "", nullptr, run<V6>, kVersionD},
+    {"v6b: v6 with 128-key blocks at d = 64", 128, no_workspace, "", nullptr, run<V6b>, kVersionD},
+    {"v7: 64-row blocks when causal, heaviest first", 128, no_workspace, "", nullptr, run_v7, kVersionD},
+    {"v8: + row sums reduced once, at the end", 128, no_workspace, "", nullptr, run_v8, kVersionD},
+    {"v9: + 3 blocks per SM at d = 64", 128, no_workspace, "", nullptr, run_v9, kVersionD},
+    {"v9c: v8 with 128-row blocks also when causal", 128, no_workspace, "", nullptr, run<V9c>, kVersionD},
+    {"v10: v8, but 128-row blocks when causal at d = 128", 128, no_workspace, "", nullptr, run_v10, kVersionD},
+    {"v11: + row max and sum as two independent chains", 128, no_workspace, "", nullptr, run_v11, kVersionD},
+    {"v12: + the mask behind a warp-uniform branch", 128, no_workspace, "", nullptr, run_v12, kVersionD},
+    {"v13: + O and l rescaled only when a max jumps by > 2^8", 128, no_workspace, "", nullptr, run_v13, kVersionD},
+    {"v14: v13 with 128-key blocks at d = 64", 128, no_workspace, "", nullptr, run_v14, kVersionD},
+    {"v15: v14 with one barrier fewer per K/V block", 128, no_workspace, "", nullptr, run_v15, kVersionD},
 };
 
 }  // namespace fa::step06

@@ -91,6 +91,12 @@ __device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], std::uint32_t
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(a));
 }
 
+/// Columns of a shared-memory tile that holds rows of d elements: d rounded up to a
+/// multiple of 64, so that every row is whole 128-byte lines and the swizzle below
+/// applies. At d = 32 or 96 the columns past d are never copied and never read (the
+/// products stop at d): half or a quarter of the tile's bytes unused, no extra work.
+__host__ __device__ constexpr int smem_cols(int d) { return (d + 63) / 64 * 64; }
+
 /// A tile of kCols 16-bit elements per row, unpadded, with its 16-byte chunks
 /// swizzled: chunk c of row r is stored at chunk c ^ (r % 8). The 8 rows an
 /// ldmatrix reads at one logical chunk land in 8 different physical chunks, i.e.
@@ -109,31 +115,33 @@ struct Swizzled {
 };
 
 /// Async copy of a rows×kCols tile from global (rows consecutive, kCols apart) to
-/// a swizzled shared tile, 16 bytes per thread per copy, no registers on the way.
-/// Rows at or past `valid` are zero-filled: a source size of 0 bytes reads nothing.
-/// A thread copies the same chunk of every kThreads/kChunks-th row (a multiple of
-/// 8 rows apart), so its swizzled column is the same each time. With kWholeFast,
+/// a swizzled shared tile of smem_cols(kCols) columns, 16 bytes per thread per copy,
+/// no registers on the way. Rows at or past `valid` are zero-filled: a source size of
+/// 0 bytes reads nothing. A thread copies the same chunk of every kThreads/kChunks-th
+/// row (a multiple of 8 rows apart), so its swizzled column is the same each time;
+/// the threads of chunks past kCols (d = 32, 96) copy nothing. With kWholeFast,
 /// a tile whose rows all exist (all but a head's last) is copied from one pointer
 /// plus constant offsets, without the per-row bound and address arithmetic (the
 /// price: a second code path, i.e. registers, in a kernel that has none to spare).
 template <int kThreads, int kCols, int kRowsT, bool kWholeFast = false, class T>
 __device__ __forceinline__ void copy_tile_async(T* dst, const T* __restrict__ src, int valid) {
-  constexpr int kChunks = kCols / 8, kStep = kThreads / kChunks;
+  constexpr int kW = smem_cols(kCols), kChunks = kW / 8, kStep = kThreads / kChunks;
   static_assert(kStep % 8 == 0 && kRowsT % kStep == 0, "whole passes over the tile, 8-row aligned");
   const int r0 = threadIdx.x / kChunks, c = (threadIdx.x % kChunks) * 8;
-  const std::uint32_t d = smem_u32(dst + Swizzled<kCols>::at(r0, c));
+  if (kW != kCols && c >= kCols) return;  // the tile's unused columns
+  const std::uint32_t d = smem_u32(dst + Swizzled<kW>::at(r0, c));
   if (kWholeFast && valid >= kRowsT) {
     const T* g = src + r0 * kCols + c;
 #pragma unroll
     for (int i = 0; i < kRowsT / kStep; ++i)
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d + 2 * i * kStep * kCols),
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d + 2 * i * kStep * kW),
                    "l"(g + i * kStep * kCols));
     return;
   }
 #pragma unroll
   for (int r = r0, i = 0; i < kRowsT / kStep; r += kStep, ++i) {
     const T* g = src + std::size_t(r < valid ? r : 0) * kCols + c;  // a valid address even when not read
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d + 2 * i * kStep * kCols), "l"(g),
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d + 2 * i * kStep * kW), "l"(g),
                  "r"(r < valid ? 16 : 0));
   }
 }
@@ -200,7 +208,7 @@ __device__ __forceinline__ float exp2_approx(float x) {
 // flips chunk bits that the key's XOR does not carry into: the address of chunk
 // c0 + 2·kk is (address of chunk c0) XOR 32·kk bytes. One LOP per k step; moving
 // by rows is an immediate offset. This needs tiles that start at a multiple of
-// their row size (2·kD bytes) and first rows a0, b0 that are multiples of 8.
+// their row size (2·smem_cols(d) bytes) and first rows a0, b0 that are multiples of 8.
 
 /// The XOR addressing above assumes dynamic shared memory starts 1024-byte
 /// aligned (it does on every GPU we know; this makes "every" a checked claim).
@@ -210,13 +218,15 @@ __device__ __forceinline__ void require_aligned_smem(const void* base) {
 
 /// acc[mt][nt] += A·Bᵀ over kD columns, for a warp: A is kMT·16 rows of a swizzled
 /// shared tile (shared address A) starting at row a0, B is kNT·8 rows starting at
-/// row b0 (both kD columns, both row-major: B's rows are the product's columns).
+/// row b0 (both rows of d = kD elements in tiles of smem_cols(kD) columns, both
+/// row-major: B's rows are the product's columns).
 /// This is S = Q·Kᵀ in the forward, and Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ in the backward.
 template <class T, int kD, int kMT, int kNT>
 __device__ __forceinline__ void gemm_abt(float (&acc)[kMT][kNT][4], std::uint32_t A, int a0, std::uint32_t B,
                                          int b0) {
-  using L = Swizzled<kD>;
-  constexpr std::uint32_t kRow = 2 * kD;  // bytes per row
+  static_assert(kD % 16 == 0, "whole k steps of 16");
+  using L = Swizzled<smem_cols(kD)>;
+  constexpr std::uint32_t kRow = 2 * smem_cols(kD);  // bytes per row
   const int lane = threadIdx.x % 32;
   // ldmatrix_x4 of an A fragment: tiles (rows +0, cols +0), (+8, +0), (+0, +8), (+8, +8).
   const std::uint32_t a = A + L::bytes(a0 + lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16));
@@ -242,14 +252,17 @@ __device__ __forceinline__ void gemm_abt(float (&acc)[kMT][kNT][4], std::uint32_
 
 /// acc[mt][dt] += P·V for a warp, with P already in registers as A fragments
 /// (pa[mt][c]: rows 16·mt.., k chunk c of 16) and V a swizzled shared tile of kK
-/// rows × kD columns (shared address V), read transposed by ldmatrix: columns
-/// [n0, n0 + kN) of the product, n0 a multiple of kN. This is O += P·V in the
-/// forward, and dV += Pᵀ·dO, dK += dSᵀ·Q, dQ += dS·K in the backward.
+/// rows × kD columns (shared address V; smem_cols(kD) columns stored), read
+/// transposed by ldmatrix: columns [n0, n0 + kN) of the product, n0 a multiple of
+/// kN. This is O += P·V in the forward, and dV += Pᵀ·dO, dK += dSᵀ·Q, dQ += dS·K in
+/// the backward.
 template <class T, int kD, int kMT, int kK, int kN = kD>
 __device__ __forceinline__ void gemm_pv(float (&acc)[kMT][kN / 8][4], const std::uint32_t (&pa)[kMT][kK / 16][4],
                                         std::uint32_t V, int n0 = 0) {
-  using L = Swizzled<kD>;
-  constexpr std::uint32_t kRow = 2 * kD;
+  static_assert(kN % 16 == 0 && (kN == kD || (kN & (kN - 1)) == 0),
+                "pairs of n-tiles; a slice narrower than d is a power of two (the XOR below)");
+  using L = Swizzled<smem_cols(kD)>;
+  constexpr std::uint32_t kRow = 2 * smem_cols(kD);
   const int lane = threadIdx.x % 32;
   // Tiles (rows +0, cols +0), (+8, +0), (+0, +8), (+8, +8): B fragments of n-tiles dt, dt+1.
   // Column n0 + 8·dt is chunk n0/8 + dt; n0/8 and dt < kN/8 have no bit in common.

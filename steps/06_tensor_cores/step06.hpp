@@ -17,7 +17,9 @@
 // and dSᵀ through shared memory (forward.cu and backward.cu say how, mma.cuh holds
 // the pieces). The versions of the note's tables are listed at the end of forward.cu
 // (v3 … v15; v15 ships) and backward.cu (b1 … b13; b13 ships); v1 and v2 are in git
-// history. Limits: d = 64 or 128. Note: notes/06_tensor_cores.md.
+// history. Limits: d = 32, 64, 96, 128 or 256 (the versions: 64, 128); d = 32 and 96
+// are computed in shared tiles of 64 and 128 columns, d = 256 with 8 warps of 16 rows
+// (forward) and 64-key blocks (backward). Note: notes/06_tensor_cores.md.
 #pragma once
 
 #include "common/compare.hpp"
@@ -26,22 +28,24 @@
 
 namespace fa::step06 {
 
-/// Forward: query rows per thread block — 4 warps × 32, except 4 warps × 16 at d = 64
-/// with the causal mask (what measured fastest, forward.cu's v14 and v15).
-constexpr int forward_br(bool causal, int d) { return causal && d == 64 ? 64 : 128; }
-/// Forward: keys per K/V block — 128 at d = 64 without the mask, else 64 (v14, v15).
-constexpr int forward_bc(bool causal, int d) { return !causal && d == 64 ? 128 : 64; }
+/// Forward: query rows per thread block — 4 warps × 32, except 4 warps × 16 at d ≤ 64
+/// with the causal mask (what measured fastest, forward.cu's v14 and v15) and 8 warps
+/// × 16 at d = 256.
+constexpr int forward_br(bool causal, int d) { return causal && d <= 64 ? 64 : 128; }
+/// Forward: keys per K/V block — 128 at d ≤ 64 without the mask, else 64 (v14, v15).
+constexpr int forward_bc(bool causal, int d) { return !causal && d <= 64 ? 128 : 64; }
 constexpr float kLog2e = 1.4426950408889634f;  ///< log2(e): e^x = 2^(x·log2 e)
 /// Forward: O and ℓ are rescaled only when a row's max grows by more than 2^8
 /// (in log2 units; v13): until then the old max stays the reference.
 constexpr float kRescaleBits = 8.0f;
-/// Backward: keys per thread block — 4 warps × 32 at d = 64; at d = 128 8 warps, 4 × 32
-/// along the keys (b8 on).
-constexpr int backward_keys(int /*d*/) { return 128; }
+/// Backward: keys per thread block — 4 warps × 32 at d ≤ 64; at d = 128 8 warps, 4 × 32
+/// along the keys (b8 on); at d = 96 4 warps × 16; at d = 256 8 warps, 2 × 32.
+constexpr int backward_keys(int d) { return d == 96 || d == 256 ? 64 : 128; }
 constexpr int kBwdQueries = 64;  ///< backward: queries per step of the inner loop
-inline constexpr int kSupportedD[] = {64, 128, 0};
+inline constexpr int kSupportedD[] = {32, 64, 96, 128, 256, 0};  ///< the production kernels
+inline constexpr int kVersionD[] = {64, 128, 0};                 ///< the versions of the note's tables
 
-/// Throws fa::Error unless p is bf16 or fp16 with d = 64 or 128.
+/// Throws fa::Error unless p is bf16 or fp16 with d in kSupportedD.
 void require_supported(const Problem& p);
 
 /// CPU model: the kernel's tiles, rounding where it rounds (inputs, P before P·V,

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Step 06 beside PyTorch's FlashAttention-2 (and cuDNN) backends, forward and
-# backward, bf16 (with the forward versions of the note's table) and fp16: each
-# dtype's rows come from one fa_bench run and one peers.py run right after it.
+# backward, bf16 (with the versions of the note's tables) and fp16 at d = 64, 128,
+# and bf16 at d = 32, 96, 256: each pair of files comes from one fa_bench run and
+# one peers.py run right after it.
 #   bash tools/bench/step06_bench.sh notes/results/h200 [build-gpu]
 set -uo pipefail
 dest=${1:?results folder}; BUILD=${2:-build-gpu}
@@ -14,4 +15,9 @@ python3 tools/bench/peers.py --dtypes bf16 --dir fwd,bwd --backends flash,cudnn 
   2> "$dest/bench06_fp16.log"; tail -1 "$dest/bench06_fp16.log"
 python3 tools/bench/peers.py --dtypes fp16 --dir fwd,bwd --backends flash --reps 10 --csv "$dest/peers06_fp16.csv" \
   2> "$dest/peers06_fp16.log" && rm -f "$dest/bench06_fp16.kernels"; tail -1 "$dest/peers06_fp16.log"
+# The other head dimensions of the production kernels (no versions there), bf16, beside FA-2.
+"$BUILD/tools/bench/fa_bench" --dtype bf16 --d 32,96,256 --dir fwd,bwd --csv "$dest/bench06_dims.csv" --reps 10 \
+  2> "$dest/bench06_dims.log"; tail -1 "$dest/bench06_dims.log"
+python3 tools/bench/peers.py --dtypes bf16 --d 32,96,256 --dir fwd,bwd --backends flash --reps 10 \
+  --csv "$dest/peers06_dims.csv" 2> "$dest/peers06_dims.log"; tail -1 "$dest/peers06_dims.log"
 # (bench06_fp16.kernels, where present, says which kernels an older fp16 pair measured: update_docs.py)

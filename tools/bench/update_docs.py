@@ -222,13 +222,14 @@ def table_step06_bwd_versions(D):
     return out
 
 
-def table_step06(D, dtype="bf16"):
-    """Step 06 (production kernels) beside PyTorch's backends, every shape, one run."""
-    suffix = "" if dtype == "bf16" else "_" + dtype
+def table_step06(D, dtype="bf16", suffix=None):
+    """Step 06 (production kernels) beside PyTorch's backends, every shape, one run.
+    The files are bench06<suffix>.csv and peers06<suffix>.csv (suffix: "_fp16", "_dims")."""
+    suffix = ("" if dtype == "bf16" else "_" + dtype) if suffix is None else suffix
     rows, peers = load(D.folder, f"bench06{suffix}.csv"), load(D.folder, f"peers06{suffix}.csv")
     if not rows:
         return [f"(no bench06{suffix}.csv yet: run tools/bench/step06_bench.sh)"]
-    backends = [("flash", "FA-2")] + ([("cudnn", "cuDNN")] if dtype == "bf16" else [])
+    backends = [("flash", "FA-2")] + ([("cudnn", "cuDNN")] if any(p["impl"] == "torch-cudnn" for p in peers) else [])
     # A results folder may say that its pair of files measured other kernels than the shipped
     # ones (bench06<suffix>.kernels, one line); step06_bench.sh removes it when it writes a new pair.
     kernels = os.path.join(D.folder, f"bench06{suffix}.kernels")
@@ -257,7 +258,7 @@ def table_step06(D, dtype="bf16"):
                     worst = (ratio, r)
         out.append(f"| {'forward' if r['dir'] == 'fwd' else 'backward'} | {r['d']} | {'yes' if r['causal'] == '1' else 'no'} "
                    f"| {r['N']} | {fmt_ms(r['ms'])} | {t:.1f} | " + " | ".join(cells) + " |")
-    if dtype == "bf16":  # how much the reference itself moves between sessions
+    if suffix == "":  # how much the reference itself moves between sessions
         old = load(D.folder, "peers06_v2.csv")
         diffs = []
         for r in old:
@@ -380,6 +381,7 @@ TABLES = {
     "step02": lambda D: table_step(D, "02", "fwd"), "step03": lambda D: table_step(D, "03", "fwd"),
     "step04": lambda D: table_step(D, "04", "fwd"), "step05": lambda D: table_step(D, "05", "bwd"),
     "figures": table_figures, "step06": table_step06, "step06-fp16": lambda D: table_step06(D, "fp16"),
+    "step06-dims": lambda D: table_step06(D, "bf16", "_dims"),
     "sass06": table_sass06, "step06-summary": table_step06_summary, "step06-versions": table_step06_versions, "step06-bwd-versions": table_step06_bwd_versions,
     "step01-bandwidth": table_bandwidth,
 }
