@@ -309,7 +309,8 @@ __global__ void __launch_bounds__(32 * B::kWarps)
 ///   dV += Pᵀ·dO, dK += dSᵀ·Q (128 keys × d, over 64 queries): 4 (keys) × 2 (d)
 ///   dQ += dS·K (64 queries × d, over 128 keys): 2 (queries) × 4 (d)
 /// At d = 256 (kKeyWarps = 2) the block has 64 keys: Sᵀ, dPᵀ in 2 × 4 warps of 32 keys
-/// × 16 queries, dV, dK in 2 × 4 of 32 keys × d/4, dQ as above.
+/// × 16 queries, dV, dK in 2 × 4 of 32 keys × d/4, dQ as above. At d = 96 dQ is 4 × 2
+/// warps of 16 queries × 48 columns.
 /// Every fragment read from shared memory feeds two mma (two 16-row tiles per warp);
 /// in dkdv_kernel the warp owns 16 keys, and Qᵀ/dOᵀ fragments feed one each.
 template <class T, int kD, class B>
@@ -324,6 +325,9 @@ __global__ void __launch_bounds__(256)
   constexpr int kK = B::kKeys, kThreads = 256, kW = smem_cols(kD);
   constexpr int kKW = B::kKeyWarps, kOW = 8 / kKW;  // warps along the keys × along queries (Sᵀ) or d (dK, dV)
   constexpr int kSN = kQ / kOW / 8, kDN = kD / kOW;  // a warp's 8-query tiles of Sᵀ; its columns of dK, dV
+  // dQ: 2 (queries) × 4 (d/4 columns) warps of two 16-query tiles; at d = 96, where d/4
+  // is not a pair of 8-column tiles, 4 × 2 warps of one tile (16 queries × 48 columns).
+  constexpr int kQMT = (kD / 4) % 16 == 0 ? 2 : 1, kQQW = kQ / (16 * kQMT), kQN = kD / (8 / kQQW);
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* Ks = reinterpret_cast<T*>(smem_raw);  // [kK][kW], swizzled
   T* Vs = Ks + kK * kW;                    // [kK][kW]
@@ -342,7 +346,7 @@ __global__ void __launch_bounds__(256)
   const int kw = 32 * (warp % kKW);         // this warp's first key (Sᵀ, dPᵀ, dK, dV)
   const int qw = 8 * kSN * (warp / kKW);    // its first query column of Sᵀ, dPᵀ
   const int nw = kDN * (warp / kKW);        // its first column of dK, dV
-  const int qd = 32 * (warp % 2), nd = kD / 4 * (warp / 2);  // its first query and column of dQ
+  const int qd = 16 * kQMT * (warp % kQQW), nd = kQN * (warp / kQQW);  // its first query and column of dQ
   const std::size_t head = std::size_t(bh) * N * kD, stat = std::size_t(bh) * Np;
   const float mul = scale * kLog2e;
   const int first = tiles::first_q_block(causal, j, kQ, kK), blocks = tiles::q_blocks(N, kQ);
@@ -450,12 +454,12 @@ __global__ void __launch_bounds__(256)
       gemm_pv<T, kD, 2, kQ, kDN>(acc, a, smem_u32(b), nw);
     };
 
-    // dQ += dS·K: the warp's 32 queries × d/4 columns; dS's A fragments are dSᵀ read
+    // dQ += dS·K: the warp's 32 queries × d/4 columns (16 × d/2 at d = 96); dS's A fragments are dSᵀ read
     // transposed — tiles (keys +0, queries +0), (+0, +8), (+8, +0), (+8, +8).
     auto dq_product = [&] {
-      std::uint32_t qa[2][kK / 16][4];
+      std::uint32_t qa[kQMT][kK / 16][4];
 #pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
+      for (int mt = 0; mt < kQMT; ++mt)
 #pragma unroll
         for (int c = 0; c < kK / 16; ++c)
           if constexpr (B::kAddrOnce)  // rows +16c, columns +16mt (chunks +2mt)
@@ -463,20 +467,20 @@ __global__ void __launch_bounds__(256)
           else
             ldmatrix_x4<true>(qa[mt][c], smem_u32(dSs) + LS::bytes(16 * c + lane % 8 + 8 * (lane / 16),
                                                                     qd + 16 * mt + 8 * ((lane / 8) % 2)));
-      float dq[2][kD / 32][4] = {};
-      gemm_pv<T, kD, 2, kK, kD / 4>(dq, qa, smem_u32(Ks), nd);
+      float dq[kQMT][kQN / 8][4] = {};
+      gemm_pv<T, kD, kQMT, kK, kQN>(dq, qa, smem_u32(Ks), nd);
       if constexpr (B::kAddrOnce) {
         // One pointer for all 16 atomics (immediate offsets), so that no address
         // register is rewritten while the atomics before it may not have read it yet.
         float* const dst = dq0 + std::size_t(q0) * kD;
         auto add = [&](auto row_ok) {
 #pragma unroll
-          for (int mt = 0; mt < 2; ++mt)
+          for (int mt = 0; mt < kQMT; ++mt)
 #pragma unroll
             for (int h = 0; h < 2; ++h)
               if (row_ok(16 * mt + 8 * h))
 #pragma unroll
-                for (int dt = 0; dt < kD / 32; ++dt)
+                for (int dt = 0; dt < kQN / 8; ++dt)
                   atomicAdd(reinterpret_cast<float2*>(dst + (16 * mt + 8 * h) * kD + 8 * dt),
                             make_float2(dq[mt][dt][2 * h], dq[mt][dt][2 * h + 1]));
         };
@@ -486,14 +490,14 @@ __global__ void __launch_bounds__(256)
           add([&](int r) { return q0 + qd + g + r < N; });
       } else {
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
+        for (int mt = 0; mt < kQMT; ++mt)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int row = q0 + qd + 16 * mt + g + 8 * h;
             if (row >= N) continue;
             float* dst = dq_acc + head + std::size_t(row) * kD + nd + 2 * t;
 #pragma unroll
-            for (int dt = 0; dt < kD / 32; ++dt)
+            for (int dt = 0; dt < kQN / 8; ++dt)
               atomicAdd(reinterpret_cast<float2*>(dst + 8 * dt), make_float2(dq[mt][dt][2 * h], dq[mt][dt][2 * h + 1]));
           }
       }
@@ -592,9 +596,8 @@ using B10_64 = Bwd<4, 2, true, false, true, false, true>;  // b9's barrier also 
 using B11 = Bwd<8, 2, true, false, true, true, true, true>;        // b10 with addresses computed once at d = 128
 using B12 = Bwd<8, 2, true, false, true, true, true, true, true>;  // b11 with dQ before dK (FlashAttention-2's order)
 using B13 = Bwd<8, 2, true, false, true, true, true, true, false, true>;  // b11 with Sᵀ and dPᵀ back to back
-// The production kernel at the other head dimensions (d = 32 takes d = 64's B10_64):
-using B13_96 = Bwd<4, 1, true, false, true, false, true>;  // d = 96: 4 warps × 16 keys, dQ unsplit (96 columns)
-using B13_256 = Bwd<8, 2, true, false, true, true, true, true, false, true, 2>;  // d = 256: b13 with 64 keys, 2 × 4 warps
+// The production kernel at d = 256 (d = 32 takes d = 64's B10_64, d = 96 d = 128's B13):
+using B13_256 = Bwd<8, 2, true, false, true, true, true, true, false, true, 2>;  // b13 with 64 keys, 2 × 4 warps
 
 }  // namespace
 
@@ -608,18 +611,17 @@ void run_b9(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) { run<
 
 /// b13, the production backward: one barrier per query block at both d (b10); at
 /// d = 128 the loop's addresses computed once (b11) and Sᵀ, dPᵀ back to back (b13).
-/// d = 32 runs d = 64's kernel, d = 256 d = 128's with 64-key blocks; d = 96 has the
-/// dK/dV kernel of 16 keys per warp (the shared layout's d/4-column dQ slices would
-/// be 24 columns, not a pair of n-tiles).
+/// d = 32 runs d = 64's kernel, d = 96 d = 128's (dQ in 4 × 2 warps: d/4 = 24 columns
+/// is not a pair of n-tiles), d = 256 d = 128's with 64-key blocks.
 void run_b13(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) {
   static_assert(B10_64::kKeys == backward_keys(32) && B10_64::kKeys == backward_keys(64) &&
-                    B13_96::kKeys == backward_keys(96) && B13::kKeys == backward_keys(128) &&
+                    B13::kKeys == backward_keys(96) && B13::kKeys == backward_keys(128) &&
                     B13_256::kKeys == backward_keys(256),
                 "the CPU model uses the production kernel's blocks");
   switch (p.d) {
     case 32: return run_d<B10_64, 32>(p, a, ws, s);
     case 64: return run_d<B10_64, 64>(p, a, ws, s);
-    case 96: return run_d<B13_96, 96>(p, a, ws, s);
+    case 96: return run_d<B13, 96>(p, a, ws, s);
     case 128: return run_d<B13, 128>(p, a, ws, s);
     default: return run_d<B13_256, 256>(p, a, ws, s);  // require_supported: d = 256
   }

@@ -259,21 +259,27 @@ __device__ __forceinline__ void gemm_abt(float (&acc)[kMT][kNT][4], std::uint32_
 template <class T, int kD, int kMT, int kK, int kN = kD>
 __device__ __forceinline__ void gemm_pv(float (&acc)[kMT][kN / 8][4], const std::uint32_t (&pa)[kMT][kK / 16][4],
                                         std::uint32_t V, int n0 = 0) {
-  static_assert(kN % 16 == 0 && (kN == kD || (kN & (kN - 1)) == 0),
-                "pairs of n-tiles; a slice narrower than d is a power of two (the XOR below)");
+  static_assert(kN % 16 == 0, "pairs of n-tiles");
   using L = Swizzled<smem_cols(kD)>;
   constexpr std::uint32_t kRow = 2 * smem_cols(kD);
+  constexpr bool kXor = kN == kD || (kN & (kN - 1)) == 0;  // see below
   const int lane = threadIdx.x % 32;
   // Tiles (rows +0, cols +0), (+8, +0), (+0, +8), (+8, +8): B fragments of n-tiles dt, dt+1.
-  // Column n0 + 8·dt is chunk n0/8 + dt; n0/8 and dt < kN/8 have no bit in common.
-  std::uint32_t v = V + L::bytes(lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16));
-  if constexpr (kN < kD) v ^= 2u * n0;
+  // Column n0 + 8·dt is chunk n0/8 + dt; when kN is a power of two, n0/8 and dt < kN/8
+  // have no bit in common and one XOR moves the address. Otherwise (a 48-column slice
+  // at d = 96) each pair's address comes from the layout, once, before the loop.
+  const int r = lane % 8 + 8 * ((lane / 8) % 2), c8 = 8 * (lane / 16);
+  std::uint32_t v = V + L::bytes(r, c8), vd[kXor ? 1 : kN / 16];
+  if constexpr (kXor && kN < kD) v ^= 2u * n0;
+  if constexpr (!kXor)
+#pragma unroll
+    for (int dt = 0; dt < kN / 8; dt += 2) vd[dt / 2] = V + L::bytes(r, n0 + 8 * dt + c8);
 #pragma unroll
   for (int c = 0; c < kK / 16; ++c)
 #pragma unroll
     for (int dt = 0; dt < kN / 8; dt += 2) {
       std::uint32_t bf[4];
-      ldmatrix_x4<true>(bf, (v ^ (16u * dt)) + 16 * kRow * c);
+      ldmatrix_x4<true>(bf, (kXor ? v ^ (16u * dt) : vd[dt / 2]) + 16 * kRow * c);
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt) {
         Mma<T>::run(acc[mt][dt], pa[mt][c], bf[0], bf[1]);

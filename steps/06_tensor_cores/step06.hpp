@@ -38,9 +38,9 @@ constexpr float kLog2e = 1.4426950408889634f;  ///< log2(e): e^x = 2^(x·log2 e)
 /// Forward: O and ℓ are rescaled only when a row's max grows by more than 2^8
 /// (in log2 units; v13): until then the old max stays the reference.
 constexpr float kRescaleBits = 8.0f;
-/// Backward: keys per thread block — 4 warps × 32 at d ≤ 64; at d = 128 8 warps, 4 × 32
-/// along the keys (b8 on); at d = 96 4 warps × 16; at d = 256 8 warps, 2 × 32.
-constexpr int backward_keys(int d) { return d == 96 || d == 256 ? 64 : 128; }
+/// Backward: keys per thread block — 4 warps × 32 at d ≤ 64; at d = 96 and 128 8 warps,
+/// 4 × 32 along the keys (b8 on); at d = 256 8 warps, 2 × 32.
+constexpr int backward_keys(int d) { return d == 256 ? 64 : 128; }
 constexpr int kBwdQueries = 64;  ///< backward: queries per step of the inner loop
 inline constexpr int kSupportedD[] = {32, 64, 96, 128, 256, 0};  ///< the production kernels
 inline constexpr int kVersionD[] = {64, 128, 0};                 ///< the versions of the note's tables
