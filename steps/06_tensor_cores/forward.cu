@@ -1,7 +1,7 @@
 // Step 06 forward kernel: the online-softmax forward on tensor cores.
 //
-// A thread block of 4 warps owns kMT·64 query rows; warp w owns kMT·16 of them
-// (rows 16·kMT·w ..), as kMT stacked 16-row mma tiles. Per K/V block j:
+// A thread block of 4 warps (8 at d = 256) owns 16·kMT query rows per warp; warp w
+// owns rows 16·kMT·w .., as kMT stacked 16-row mma tiles. Per K/V block j:
 //   S = Q_i·K_jᵀ           mma.sync, fragments by ldmatrix from swizzled smem
 //   online softmax          on the S accumulators, in registers (a row = one quad);
 //                           the mask only on blocks it can touch, O and ℓ rescaled
@@ -12,6 +12,7 @@
 // The versions of the note's table are one kernel with different Version
 // arguments (listed at the end of this file), so each can be measured beside the
 // others. v1 (plain 32-bit shared loads) and v2 (padded rows) are in git history.
+// Shared tiles have smem_cols(d) columns (d = 32, 96: 64, 128; mma.cuh).
 #include <cstdint>
 
 #include "common/cuda_check.cuh"
