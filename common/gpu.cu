@@ -56,14 +56,13 @@ namespace {
 
 void check_supported(const char* name, int max_d, const Problem& p, const int* only_d = nullptr) {
   p.validate();
-  if (max_d > 0 && p.d > max_d)
-    throw Error(std::string(name) + " supports head dimensions up to d = " + std::to_string(max_d) +
-                " (got d = " + std::to_string(p.d) + ")");
-  if (only_d) {
+  if (!takes_d(max_d, only_d, p.d)) {
+    if (max_d > 0 && p.d > max_d)
+      throw Error(std::string(name) + " supports head dimensions up to d = " + std::to_string(max_d) +
+                  " (got d = " + std::to_string(p.d) + ")");
     std::string list;
-    bool ok = false;
-    for (const int* x = only_d; *x; ++x) ok |= (*x == p.d), list += (list.empty() ? "" : ", ") + std::to_string(*x);
-    if (!ok) throw Error(std::string(name) + " supports d = " + list + " (got d = " + std::to_string(p.d) + ")");
+    for (const int* x = only_d; *x; ++x) list += (list.empty() ? "" : ", ") + std::to_string(*x);
+    throw Error(std::string(name) + " supports d = " + list + " (got d = " + std::to_string(p.d) + ")");
   }
   if (p.heads() > 65535) throw Error(std::string(name) + ": B·H must be at most 65535 (one grid dimension)");
   std::string why;

@@ -67,4 +67,14 @@ struct GpuBackward {
 
 inline std::size_t no_workspace(const Problem&) { return 0; }
 
+/// Whether kernels that take head dimensions up to max_d (0: any), and only those in
+/// the 0-terminated list only_d where it is not null, run at head dimension d.
+inline bool takes_d(int max_d, const int* only_d, int d) {
+  if (max_d > 0 && d > max_d) return false;
+  if (!only_d) return true;
+  for (const int* x = only_d; *x; ++x)
+    if (*x == d) return true;
+  return false;
+}
+
 }  // namespace fa
