@@ -60,9 +60,7 @@ void check_supported(const char* name, int max_d, const Problem& p, const int* o
     if (max_d > 0 && p.d > max_d)
       throw Error(std::string(name) + " supports head dimensions up to d = " + std::to_string(max_d) +
                   " (got d = " + std::to_string(p.d) + ")");
-    std::string list;
-    for (const int* x = only_d; *x; ++x) list += (list.empty() ? "" : ", ") + std::to_string(*x);
-    throw Error(std::string(name) + " supports d = " + list + " (got d = " + std::to_string(p.d) + ")");
+    throw Error(std::string(name) + " supports d = " + d_list(only_d) + " (got d = " + std::to_string(p.d) + ")");
   }
   if (p.heads() > 65535) throw Error(std::string(name) + ": B·H must be at most 65535 (one grid dimension)");
   std::string why;

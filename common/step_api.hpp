@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "common/problem.hpp"
 
@@ -75,6 +76,13 @@ inline bool takes_d(int max_d, const int* only_d, int d) {
   for (const int* x = only_d; *x; ++x)
     if (*x == d) return true;
   return false;
+}
+
+/// The head dimensions of a 0-terminated list, for error messages: "32, 64, 96".
+inline std::string d_list(const int* only_d) {
+  std::string list;
+  for (const int* x = only_d; *x; ++x) list += (list.empty() ? "" : ", ") + std::to_string(*x);
+  return list;
 }
 
 }  // namespace fa

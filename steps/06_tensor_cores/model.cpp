@@ -13,10 +13,8 @@ namespace fa::step06 {
 void require_supported(const Problem& p) {
   p.validate();
   if (p.dtype == DType::fp32) throw Error("step06 computes in bf16 or fp16: set the problem's dtype");
-  bool ok = false;
-  std::string list;
-  for (const int* d = kSupportedD; *d; ++d) ok |= *d == p.d, list += (list.empty() ? "" : ", ") + std::to_string(*d);
-  if (!ok) throw Error("step06 supports d = " + list + " (got d = " + std::to_string(p.d) + ")");
+  if (!takes_d(0, kSupportedD, p.d))
+    throw Error("step06 supports d = " + d_list(kSupportedD) + " (got d = " + std::to_string(p.d) + ")");
 }
 
 std::vector<float> rounded(const std::vector<float>& x, DType t) {
