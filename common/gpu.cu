@@ -53,18 +53,57 @@ int sm_count() {
 }
 
 namespace {
+__global__ void arch_kernel(int* out) {
+#ifdef __CUDA_ARCH__
+  *out = __CUDA_ARCH__;
+#endif
+}
+}  // namespace
 
-void check_supported(const char* name, int max_d, const Problem& p, const int* only_d = nullptr) {
+int device_code_arch() {
+  DeviceBuffer<int> b(std::vector<int>{0});
+  arch_kernel<<<1, 1>>>(b.get());
+  FA_CHECK_LAUNCH();
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  return b.download()[0] / 10;
+}
+
+int compute_capability() {
+  int dev = 0, major = 0, minor = 0;
+  FA_CUDA_CHECK(cudaGetDevice(&dev));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  return 10 * major + minor;
+}
+
+std::string too_old(int min_sm) {
+  const int cc = compute_capability();
+  if (cc >= min_sm) return {};
+  int dev = 0;
+  cudaDeviceProp prop{};
+  FA_CUDA_CHECK(cudaGetDevice(&dev));
+  FA_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  return "needs a GPU of compute capability " + std::to_string(min_sm / 10) + "." + std::to_string(min_sm % 10) +
+         " or newer (sm_" + std::to_string(min_sm) + "+; it is compiled out of older architectures), and this " +
+         prop.name + " is sm_" + std::to_string(cc);
+}
+
+namespace {
+
+template <class Step>
+void check_supported(const Step& s, const Problem& p) {
   p.validate();
-  if (!takes_d(max_d, only_d, p.d)) {
-    if (max_d > 0 && p.d > max_d)
-      throw Error(std::string(name) + " supports head dimensions up to d = " + std::to_string(max_d) +
+  if (!takes_d(s.max_d, s.only_d, p.d)) {
+    if (s.max_d > 0 && p.d > s.max_d)
+      throw Error(std::string(s.name) + " supports head dimensions up to d = " + std::to_string(s.max_d) +
                   " (got d = " + std::to_string(p.d) + ")");
-    throw Error(std::string(name) + " supports d = " + d_list(only_d) + " (got d = " + std::to_string(p.d) + ")");
+    throw Error(std::string(s.name) + " supports d = " + d_list(s.only_d) + " (got d = " + std::to_string(p.d) + ")");
   }
-  if (p.heads() > 65535) throw Error(std::string(name) + ": B·H must be at most 65535 (one grid dimension)");
+  if (p.heads() > 65535) throw Error(std::string(s.name) + ": B·H must be at most 65535 (one grid dimension)");
   std::string why;
-  if (!available(&why)) throw Error(std::string(name) + " needs a GPU: " + why);
+  if (!available(&why)) throw Error(std::string(s.name) + " needs a GPU: " + why);
+  why = too_old(s.min_sm);
+  if (!why.empty()) throw Error(std::string(s.name) + " " + why);
 }
 
 std::string gib(std::size_t bytes) {
@@ -142,7 +181,7 @@ std::size_t backward_bytes(const GpuBackward& s, const Problem& p) {
 }
 
 ForwardOut forward(const GpuForward& s, const Problem& p, const Qkv& in, bool softmax) {
-  check_supported(s.name, s.max_d, p, s.only_d);
+  check_supported(s, p);
   check_dtype(s, p);
   const std::size_t ws_bytes = s.workspace_bytes(p);
   check_memory(s.name, forward_bytes(s, p), ws_bytes, s.workspace_what);
@@ -166,7 +205,7 @@ ForwardOut forward(const GpuForward& s, const Problem& p, const Qkv& in, bool so
 
 Grads backward(const GpuBackward& s, const Problem& p, const Qkv& in, const ForwardOut& fwd,
                const std::vector<float>& dout) {
-  check_supported(s.name, s.max_d, p, s.only_d);
+  check_supported(s, p);
   check_dtype(s, p);
   const std::size_t ws_bytes = s.workspace_bytes(p);
   check_memory(s.name, backward_bytes(s, p), ws_bytes, s.workspace_what);
@@ -217,7 +256,7 @@ Timing time_launches(Launch&& launch, int reps) {
 }  // namespace
 
 Timing time_forward(const GpuForward& s, const Problem& p, int reps) {
-  check_supported(s.name, s.max_d, p, s.only_d);
+  check_supported(s, p);
   check_dtype(s, p);
   check_memory(s.name, forward_bytes(s, p), s.workspace_bytes(p), s.workspace_what);
   const Qkv in = random_qkv(p, 7);
@@ -236,7 +275,7 @@ Timing time_forward(const GpuForward& s, const Problem& p, int reps) {
 }
 
 Timing time_backward(const GpuBackward& s, const Problem& p, int reps) {
-  check_supported(s.name, s.max_d, p, s.only_d);
+  check_supported(s, p);
   check_dtype(s, p);
   check_memory(s.name, backward_bytes(s, p), s.workspace_bytes(p), s.workspace_what);
   const Qkv in = random_qkv(p, 7);

@@ -21,6 +21,19 @@ std::string describe_device();
 /// Multiprocessors of the current device.
 int sm_count();
 
+/// Compute capability of the current device ×10: 90 on an H200, 75 on a T4.
+int compute_capability();
+
+/// The architecture the device code that runs here was compiled for (__CUDA_ARCH__
+/// / 10, read by a kernel): 90 for a sm_90 build on an H200; 80 when a build of
+/// `80-virtual` (PTX only) is JIT-compiled by the driver — the sm_80 code path, run
+/// on a newer GPU. Throws when the build holds no code this GPU can run.
+int device_code_arch();
+
+/// Empty when the current device can run kernels built for compute capability
+/// min_sm (×10) and up; else why not, in one line naming the device.
+std::string too_old(int min_sm);
+
 /// Runs a forward step on host tensors. Outputs are filled with the poison
 /// pattern before the launch, so unwritten elements are visible to compare().
 /// Throws fa::Error when d is unsupported or the device cannot hold the data.

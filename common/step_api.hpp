@@ -54,6 +54,9 @@ struct GpuForward {
   void (*run_native)(const Problem&, const NativeFwdArgs&, void* workspace, Stream) = nullptr;
   /// Head dimensions the step takes, when it takes only some (0-terminated); empty: 1..max_d.
   const int* only_d = nullptr;
+  /// The oldest GPU the kernels run on, as compute capability ×10 (80: sm_80); 0: any.
+  /// Older architectures get the kernels compiled out, and a clear error at run time.
+  int min_sm = 0;
 };
 
 struct GpuBackward {
@@ -64,6 +67,7 @@ struct GpuBackward {
   void (*run)(const Problem&, const BwdArgs&, void* workspace, Stream);  ///< fp32 steps
   void (*run_native)(const Problem&, const NativeBwdArgs&, void* workspace, Stream) = nullptr;  ///< 16-bit steps
   const int* only_d = nullptr;  ///< as GpuForward::only_d
+  int min_sm = 0;               ///< as GpuForward::min_sm
 };
 
 inline std::size_t no_workspace(const Problem&) { return 0; }

@@ -146,5 +146,17 @@ TEST_CASE("GPU wrappers: poisoned outputs, memory and size checks", "[gpu]") {
     const GpuForward small{"small", 4, no_workspace, "", writes_nothing};
     CHECK(test::contains(test::error_of([&] { gpu::forward(small, p, in, true); }), "up to d = 4"));
   }
+  SECTION("a GPU older than the step's architecture is refused in one line") {
+    // A step built for one compute capability past this GPU's: what step 06 (sm_80)
+    // meets on a T4 (sm_75), reproduced on whatever GPU runs the test.
+    const int newer = gpu::compute_capability() + 10;
+    const GpuForward future{"future", 0, no_workspace, "", writes_nothing, nullptr, nullptr, newer};
+    const std::string e = test::error_of([&] { gpu::forward(future, p, in, true); });
+    INFO(e);
+    CHECK(test::contains(e, "future needs a GPU of compute capability " + std::to_string(newer / 10) + "."));
+    CHECK(test::contains(e, "sm_" + std::to_string(gpu::compute_capability())));
+    CHECK(e.find('\n') == std::string::npos);
+    CHECK(gpu::too_old(gpu::compute_capability()).empty());
+  }
 }
 #endif

@@ -44,6 +44,7 @@ int padded_rows(int N) { return tiles::q_blocks(N, kQ) * kQ; }
 template <class T, int kD>
 __global__ void preprocess_kernel(int N, int Np, int rows, const T* __restrict__ o, const T* __restrict__ dout,
                                   const float* __restrict__ lse, float* __restrict__ l2, float* __restrict__ dsum) {
+#if FA_STEP06_ARCH_OK  // compiled out before sm_80 (mma.cuh)
   const int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (r >= rows) return;
   const int bh = r / Np, n = r % Np;
@@ -60,6 +61,7 @@ __global__ void preprocess_kernel(int N, int Np, int rows, const T* __restrict__
     dsum[r] = acc;
     l2[r] = n < N ? lse[std::size_t(bh) * N + n] * kLog2e : 0.0f;
   }
+#endif
 }
 
 /// The query side of a dK/dV kernel's shared memory: two buffers each of Q_i and
@@ -157,6 +159,7 @@ __global__ void __launch_bounds__(32 * B::kWarps)
     dkdv_kernel(int N, int Np, bool causal, float scale, const T* __restrict__ q, const T* __restrict__ k,
                 const T* __restrict__ v, const T* __restrict__ dout, const float* __restrict__ l2,
                 const float* __restrict__ dsum, float* __restrict__ dq_acc, T* __restrict__ dk, T* __restrict__ dv) {
+#if FA_STEP06_ARCH_OK  // compiled out before sm_80 (mma.cuh)
   static_assert(!B::kShared && !B::kAddrOnce && !B::kDqBeforeDk && !B::kJoinProducts,
                 "the shared layout, and what b11-b13 change in it, are dkdv_shared_kernel's");
   constexpr int kWarps = B::kWarps, kMT = B::kMT, kK = B::kKeys, kThreads = 32 * kWarps;
@@ -288,17 +291,13 @@ __global__ void __launch_bounds__(32 * B::kWarps)
       float* dst = dq_acc + head + std::size_t(row) * kD + n0 + 2 * t;
 #pragma unroll
       for (int dt = 0; dt < kN / 8; ++dt) {
-#if __CUDA_ARCH__ >= 900
-        atomicAdd(reinterpret_cast<float2*>(dst + 8 * dt), make_float2(dq[0][dt][2 * h], dq[0][dt][2 * h + 1]));
-#else
-        atomicAdd(dst + 8 * dt, dq[0][dt][2 * h]);
-        atomicAdd(dst + 8 * dt + 1, dq[0][dt][2 * h + 1]);
-#endif
+        atomic_add2(dst + 8 * dt, dq[0][dt][2 * h], dq[0][dt][2 * h + 1]);
       }
     }
     end_block<B::kLateLoad>();  // dSs and buffer `buf` are free for the next iteration
   }
   store_dkdv<T, kD>(dk, dv, dk_acc, dv_acc, scale, head, k0 + w0, 0, N);  // dK = scale·Σ dSᵀ·Q
+#endif
 }
 
 /// The dK/dV kernel with FlashAttention-2's division of the work: 8 warps, 128 keys,
@@ -319,6 +318,7 @@ __global__ void __launch_bounds__(256)
                        const T* __restrict__ v, const T* __restrict__ dout, const float* __restrict__ l2,
                        const float* __restrict__ dsum, float* __restrict__ dq_acc, T* __restrict__ dk,
                        T* __restrict__ dv) {
+#if FA_STEP06_ARCH_OK  // compiled out before sm_80 (mma.cuh)
   static_assert(B::kWarps == 8 && B::kMT == 2 && B::kShared && B::kMaskBranch && !B::kStagger &&
                     (B::kKeyWarps == 4 || B::kKeyWarps == 2),
                 "the 4 × 2 (or 2 × 4) and 2 × 4 warp layouts of 32-row tiles, the mask behind a branch");
@@ -481,8 +481,7 @@ __global__ void __launch_bounds__(256)
               if (row_ok(16 * mt + 8 * h))
 #pragma unroll
                 for (int dt = 0; dt < kQN / 8; ++dt)
-                  atomicAdd(reinterpret_cast<float2*>(dst + (16 * mt + 8 * h) * kD + 8 * dt),
-                            make_float2(dq[mt][dt][2 * h], dq[mt][dt][2 * h + 1]));
+                  atomic_add2(dst + (16 * mt + 8 * h) * kD + 8 * dt, dq[mt][dt][2 * h], dq[mt][dt][2 * h + 1]);
         };
         if (q0 + kQ <= N)
           add([](int) { return true; });
@@ -498,7 +497,7 @@ __global__ void __launch_bounds__(256)
             float* dst = dq_acc + head + std::size_t(row) * kD + nd + 2 * t;
 #pragma unroll
             for (int dt = 0; dt < kQN / 8; ++dt)
-              atomicAdd(reinterpret_cast<float2*>(dst + 8 * dt), make_float2(dq[mt][dt][2 * h], dq[mt][dt][2 * h + 1]));
+              atomic_add2(dst + 8 * dt, dq[mt][dt][2 * h], dq[mt][dt][2 * h + 1]);
           }
       }
     };
@@ -509,16 +508,19 @@ __global__ void __launch_bounds__(256)
     end_block<B::kLateLoad>();  // Pᵀ, dSᵀ and buffer `buf` are free for the next iteration
   }
   store_dkdv<T, kD>(dk, dv, dk_acc, dv_acc, scale, head, k0 + kw, nw, N);
+#endif
 }
 
 /// dQ = scale·accumulator in 16 bits, four elements per thread (n is a multiple of 4).
 template <class T>
 __global__ void convert_kernel(std::size_t n, float scale, const float* __restrict__ acc, T* __restrict__ dq) {
+#if FA_STEP06_ARCH_OK  // compiled out before sm_80 (mma.cuh)
   const std::size_t e = 4 * (std::size_t(blockIdx.x) * blockDim.x + threadIdx.x);
   if (e >= n) return;
   const float4 a = *reinterpret_cast<const float4*>(acc + e);
   const uint2 r{Mma<T>::pack(scale * a.x, scale * a.y), Mma<T>::pack(scale * a.z, scale * a.w)};
   *reinterpret_cast<uint2*>(dq + e) = r;
+#endif
 }
 
 struct Workspace {
@@ -627,21 +629,21 @@ void run_b13(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) {
   }
 }
 constexpr const char* kWorkspace = "the fp32 dQ accumulator and D, L·log2 e (B·H·N·(d + 2) floats)";
-const GpuBackward kBackward{"step06 backward", 256, workspace_bytes, kWorkspace, nullptr, run_b13, kSupportedD};
+const GpuBackward kBackward{"step06 backward", 256, workspace_bytes, kWorkspace, nullptr, run_b13, kSupportedD, kMinSm};
 const GpuBackward kBackwardVersions[kBackwardVersionCount] = {
-    {"b1: 64 keys per block, 4 warps", 128, workspace_bytes, kWorkspace, nullptr, run<B1>, kVersionD},
-    {"b2: 128 keys per block, 8 warps", 128, workspace_bytes, kWorkspace, nullptr, run<B2>, kVersionD},
-    {"b3: + heaviest key blocks first", 128, workspace_bytes, kWorkspace, nullptr, run<B3>, kVersionD},
-    {"b4: b3 with 64-key blocks at d = 64", 128, workspace_bytes, kWorkspace, nullptr, run_b4, kVersionD},
-    {"b5: + query blocks staggered per key block", 128, workspace_bytes, kWorkspace, nullptr, run<B5_64, B5_128>, kVersionD},
-    {"b6: b4 with the mask behind a warp-uniform branch", 128, workspace_bytes, kWorkspace, nullptr, run<B6_64, B6_128>, kVersionD},
-    {"b7: b6 with 32 keys per warp at d = 64", 128, workspace_bytes, kWorkspace, nullptr, run<B7_64, B6_128>, kVersionD},
-    {"b8: b7, FlashAttention-2's warp layouts at d = 128", 128, workspace_bytes, kWorkspace, nullptr, run<B7_64, B8>, kVersionD},
-    {"b9: b8 with one barrier fewer per query block", 128, workspace_bytes, kWorkspace, nullptr, run_b9, kVersionD},
-    {"b10: b9 with one barrier fewer also at d = 64", 128, workspace_bytes, kWorkspace, nullptr, run<B10_64, B9>, kVersionD},
-    {"b11: b10 with addresses computed once at d = 128", 128, workspace_bytes, kWorkspace, nullptr, run<B10_64, B11>, kVersionD},
-    {"b12: b11 with dQ between dV and dK (FlashAttention-2's order)", 128, workspace_bytes, kWorkspace, nullptr, run<B10_64, B12>, kVersionD},
-    {"b13: b11 with the S and dP products back to back", 128, workspace_bytes, kWorkspace, nullptr, run_b13, kVersionD},
+    {"b1: 64 keys per block, 4 warps", 128, workspace_bytes, kWorkspace, nullptr, run<B1>, kVersionD, kMinSm},
+    {"b2: 128 keys per block, 8 warps", 128, workspace_bytes, kWorkspace, nullptr, run<B2>, kVersionD, kMinSm},
+    {"b3: + heaviest key blocks first", 128, workspace_bytes, kWorkspace, nullptr, run<B3>, kVersionD, kMinSm},
+    {"b4: b3 with 64-key blocks at d = 64", 128, workspace_bytes, kWorkspace, nullptr, run_b4, kVersionD, kMinSm},
+    {"b5: + query blocks staggered per key block", 128, workspace_bytes, kWorkspace, nullptr, run<B5_64, B5_128>, kVersionD, kMinSm},
+    {"b6: b4 with the mask behind a warp-uniform branch", 128, workspace_bytes, kWorkspace, nullptr, run<B6_64, B6_128>, kVersionD, kMinSm},
+    {"b7: b6 with 32 keys per warp at d = 64", 128, workspace_bytes, kWorkspace, nullptr, run<B7_64, B6_128>, kVersionD, kMinSm},
+    {"b8: b7, FlashAttention-2's warp layouts at d = 128", 128, workspace_bytes, kWorkspace, nullptr, run<B7_64, B8>, kVersionD, kMinSm},
+    {"b9: b8 with one barrier fewer per query block", 128, workspace_bytes, kWorkspace, nullptr, run_b9, kVersionD, kMinSm},
+    {"b10: b9 with one barrier fewer also at d = 64", 128, workspace_bytes, kWorkspace, nullptr, run<B10_64, B9>, kVersionD, kMinSm},
+    {"b11: b10 with addresses computed once at d = 128", 128, workspace_bytes, kWorkspace, nullptr, run<B10_64, B11>, kVersionD, kMinSm},
+    {"b12: b11 with dQ between dV and dK (FlashAttention-2's order)", 128, workspace_bytes, kWorkspace, nullptr, run<B10_64, B12>, kVersionD, kMinSm},
+    {"b13: b11 with the S and dP products back to back", 128, workspace_bytes, kWorkspace, nullptr, run_b13, kVersionD, kMinSm},
 };
 
 }  // namespace fa::step06

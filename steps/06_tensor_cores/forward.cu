@@ -69,6 +69,7 @@ template <class T, int kD, class V>
 __global__ void __launch_bounds__(V::kThreads, kD <= 64 ? V::kMinBlocks64 : 0)
     forward_kernel(int N, bool causal, float scale, const T* __restrict__ q, const T* __restrict__ k,
                    const T* __restrict__ v, T* __restrict__ o, float* __restrict__ lse) {
+#if FA_STEP06_ARCH_OK  // compiled out before sm_80 (mma.cuh)
   constexpr int kMT = V::kMT, kBc = V::bc(kD), kRows = 16 * kMT * V::kWarps;  // query rows per block
   constexpr int kThreads = V::kThreads, kW = smem_cols(kD);  // kW: a shared tile's columns
   constexpr bool kExp2 = V::kExp2, kHeavyFirst = V::kHeavyFirst;
@@ -247,6 +248,7 @@ __global__ void __launch_bounds__(V::kThreads, kD <= 64 ? V::kMinBlocks64 : 0)
             Mma<T>::pack(acc[mt][dt][2 * h] * inv, acc[mt][dt][2 * h + 1] * inv);
       if (t == 0) lse[std::size_t(bh) * N + row] = online::lse(kExp2 ? m[mt][h] * scale : m[mt][h], l[mt][h]);
     }
+#endif
 }
 
 template <class T, int kD, class V>
@@ -369,23 +371,23 @@ void run_v15(const Problem& p, const NativeFwdArgs& a, void*, Stream s) {
 
 }  // namespace
 
-const GpuForward kForward{"step06 forward", 256, no_workspace, "", nullptr, run_v15, kSupportedD};
+const GpuForward kForward{"step06 forward", 256, no_workspace, "", nullptr, run_v15, kSupportedD, kMinSm};
 const GpuForward kForwardVersions[kForwardVersionCount] = {
-    {"v3: swizzled shared memory", 128, no_workspace, "", nullptr, run<V3>, kVersionD},
-    {"v4: + exp2, scale folded", 128, no_workspace, "", nullptr, run<V4>, kVersionD},
-    {"v5: + 128-row blocks", 128, no_workspace, "", nullptr, run<V5>, kVersionD},
-    {"v6: v5 with 32-key blocks at d = 128", 128, no_workspace, "", nullptr, run<V6>, kVersionD},
-    {"v6b: v6 with 128-key blocks at d = 64", 128, no_workspace, "", nullptr, run<V6b>, kVersionD},
-    {"v7: 64-row blocks when causal, heaviest first", 128, no_workspace, "", nullptr, run_v7, kVersionD},
-    {"v8: + row sums reduced once, at the end", 128, no_workspace, "", nullptr, run_v8, kVersionD},
-    {"v9: + 3 blocks per SM at d = 64", 128, no_workspace, "", nullptr, run_v9, kVersionD},
-    {"v9c: v8 with 128-row blocks also when causal", 128, no_workspace, "", nullptr, run<V9c>, kVersionD},
-    {"v10: v8, but 128-row blocks when causal at d = 128", 128, no_workspace, "", nullptr, run_v10, kVersionD},
-    {"v11: + row max and sum as two independent chains", 128, no_workspace, "", nullptr, run_v11, kVersionD},
-    {"v12: + the mask behind a warp-uniform branch", 128, no_workspace, "", nullptr, run_v12, kVersionD},
-    {"v13: + O and l rescaled only when a max jumps by > 2^8", 128, no_workspace, "", nullptr, run_v13, kVersionD},
-    {"v14: v13 with 128-key blocks at d = 64", 128, no_workspace, "", nullptr, run_v14, kVersionD},
-    {"v15: v14 with one barrier fewer per K/V block", 128, no_workspace, "", nullptr, run_v15, kVersionD},
+    {"v3: swizzled shared memory", 128, no_workspace, "", nullptr, run<V3>, kVersionD, kMinSm},
+    {"v4: + exp2, scale folded", 128, no_workspace, "", nullptr, run<V4>, kVersionD, kMinSm},
+    {"v5: + 128-row blocks", 128, no_workspace, "", nullptr, run<V5>, kVersionD, kMinSm},
+    {"v6: v5 with 32-key blocks at d = 128", 128, no_workspace, "", nullptr, run<V6>, kVersionD, kMinSm},
+    {"v6b: v6 with 128-key blocks at d = 64", 128, no_workspace, "", nullptr, run<V6b>, kVersionD, kMinSm},
+    {"v7: 64-row blocks when causal, heaviest first", 128, no_workspace, "", nullptr, run_v7, kVersionD, kMinSm},
+    {"v8: + row sums reduced once, at the end", 128, no_workspace, "", nullptr, run_v8, kVersionD, kMinSm},
+    {"v9: + 3 blocks per SM at d = 64", 128, no_workspace, "", nullptr, run_v9, kVersionD, kMinSm},
+    {"v9c: v8 with 128-row blocks also when causal", 128, no_workspace, "", nullptr, run<V9c>, kVersionD, kMinSm},
+    {"v10: v8, but 128-row blocks when causal at d = 128", 128, no_workspace, "", nullptr, run_v10, kVersionD, kMinSm},
+    {"v11: + row max and sum as two independent chains", 128, no_workspace, "", nullptr, run_v11, kVersionD, kMinSm},
+    {"v12: + the mask behind a warp-uniform branch", 128, no_workspace, "", nullptr, run_v12, kVersionD, kMinSm},
+    {"v13: + O and l rescaled only when a max jumps by > 2^8", 128, no_workspace, "", nullptr, run_v13, kVersionD, kMinSm},
+    {"v14: v13 with 128-key blocks at d = 64", 128, no_workspace, "", nullptr, run_v14, kVersionD, kMinSm},
+    {"v15: v14 with one barrier fewer per K/V block", 128, no_workspace, "", nullptr, run_v15, kVersionD, kMinSm},
 };
 
 }  // namespace fa::step06

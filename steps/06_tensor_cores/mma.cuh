@@ -17,6 +17,21 @@
 
 #include <cstdint>
 
+// The oldest architecture step 06 runs on: sm_80 (Ampere), for mma.sync on bf16
+// (m16n8k16) and cp.async. A build that also targets an older GPU (sm_75, a T4)
+// compiles every step-06 kernel body out of that architecture — the instructions
+// would not assemble there — and the host side refuses to launch them on such a
+// GPU with one line (kMinSm in step06.hpp, GpuForward::min_sm). Each kernel body sits inside
+// `#if FA_STEP06_ARCH_OK`; the host pass and sm_80 on see the whole body.
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+#define FA_STEP06_ARCH_OK 1
+#else
+#define FA_STEP06_ARCH_OK 0
+// That pass sees the kernels' compile-time fields (forward.cu's Version, say)
+// declared and never used: warning 177, an error under FA_WERROR.
+#pragma nv_diag_suppress 177
+#endif
+
 namespace fa::step06 {
 
 /// The one instruction, per element type: D = A·B + D, fp32 accumulators.
@@ -192,6 +207,18 @@ __device__ __forceinline__ void begin_block(int next, int end, F&& load_next) {
 template <bool kLateLoad>
 __device__ __forceinline__ void end_block() {
   if constexpr (!kLateLoad) __syncthreads();
+}
+
+/// p[0] += a, p[1] += b in device memory (p 8-byte aligned), atomically per element:
+/// dQ's accumulation. sm_90 has a vector atomic for float2 (one RED.E.ADD.F32x2 of 8
+/// bytes); before Hopper, as on the A100 or an RTX 4090, it is two scalar REDs.
+__device__ __forceinline__ void atomic_add2(float* p, float a, float b) {
+#if __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(p), make_float2(a, b));
+#else
+  atomicAdd(p, a);
+  atomicAdd(p + 1, b);
+#endif
 }
 
 /// 2^x on the special-function unit (one MUFU.EX2; 2^−∞ = 0). With the softmax

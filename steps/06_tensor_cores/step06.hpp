@@ -42,6 +42,9 @@ constexpr float kRescaleBits = 8.0f;
 /// 4 × 32 along the keys (b8 on); at d = 256 8 warps, 2 × 32.
 constexpr int backward_keys(int d) { return d == 256 ? 64 : 128; }
 constexpr int kBwdQueries = 64;  ///< backward: queries per step of the inner loop
+/// The oldest GPU step 06 runs on, compute capability ×10: sm_80 (A100, RTX 30xx/40xx,
+/// H100/H200). Older architectures (sm_75, a T4) have its kernels compiled out (mma.cuh).
+constexpr int kMinSm = 80;
 inline constexpr int kSupportedD[] = {32, 64, 96, 128, 256, 0};  ///< the production kernels
 inline constexpr int kVersionD[] = {64, 128, 0};                 ///< the versions of the note's tables
 
