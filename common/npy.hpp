@@ -1,35 +1,86 @@
 // NumPy .npy files in and out, so users bring Q, K, V from NumPy or PyTorch
 // (np.save) and take O, L and gradients back (np.load).
 //
-// Reads float32 or float64 ('<f4', '<f8'), C order, 1 to 4 dimensions (float64 is
-// converted to float32, the steps' interface type). Writes float32 only.
+// Reading follows NumPy's format (NEP 1, numpy/lib/format.py) exactly, or refuses:
+// versions 1.0, 2.0 and 3.0; the header is a Python literal dict read by the same
+// grammar as Python's (quotes, escapes, adjacent strings, comments, parentheses,
+// int literals such as 1_0 or 0x10, a sign; a key given twice: the last wins) with
+// NumPy's checks on it (exactly the keys 'descr', 'fortran_order', 'shape'; a tuple
+// of ints; a bool; at most 10000 header bytes). Where NumPy would read a file
+// differently from this reader, or not at all, the file is refused with one line
+// naming it and what is wrong. Supported: float32 and float64, either byte order, C
+// order, 1 to 4 dimensions (float64 is converted to float32, the steps' interface
+// type). The header is read and checked against the file's real size before any
+// memory is taken for the data.
+//
+// Writing is all-or-nothing (OutputFiles): float32, version 1.0, 64-byte aligned.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
 namespace fa {
+
+/// What a .npy header says, once checked against the file.
+struct NpyHeader {
+  std::vector<long long> shape;  ///< each entry ≥ 0
+  std::size_t count = 0;         ///< elements: the product of shape (checked for overflow)
+  int itemsize = 4;              ///< 4 (float32) or 8 (float64)
+  bool big_endian = false;       ///< '>f4' / '>f8'
+  int version = 1;               ///< the format's major version: 1, 2 or 3
+  std::size_t data_offset = 0;   ///< where the data starts
+};
 
 struct NpyArray {
   std::vector<long long> shape;
   std::vector<float> data;
 };
 
+/// Parses the header bytes of a .npy file (everything from the magic string on) as
+/// NumPy would; throws fa::Error "<path>: …" on anything NumPy would not read the
+/// same way. `file_size` is the file's real size: the data must fit in it.
+NpyHeader parse_npy_header(const std::string& bytes, std::size_t file_size, const std::string& path);
+
+/// Reads and checks one file's header only (a few hundred bytes, whatever the shape).
+NpyHeader read_npy_header(const std::string& path);
+
 /// Reads one .npy file; throws fa::Error naming the file and what is wrong
-/// (missing, unreadable, not a .npy, wrong dtype, Fortran order, truncated).
+/// (missing, not a regular file, not a .npy, a header NumPy would read otherwise,
+/// wrong dtype, Fortran order, truncated, trailing bytes).
 NpyArray read_npy(const std::string& path);
 
-/// The bytes of a float32 .npy file (version 1.0 header, C order).
+/// The bytes of a float32 .npy file (version 1.0 header, C order, 64-byte aligned).
 std::string npy_bytes(const std::vector<long long>& shape, const std::vector<float>& data);
 
-/// Writes several output files all-or-nothing: each goes to a temporary file
-/// beside its target first; only when every one was written completely are they
-/// renamed into place. On any failure the temporaries are removed and no target
-/// file is created or changed.
+/// `s` as one printable line of at most `max` characters: control and non-ASCII
+/// bytes as \xHH, the rest cut with "…" — what error messages quote from a file.
+std::string printable(const std::string& s, std::size_t max = 60);
+
+/// Throws fa::Error unless every output path can be written without touching
+/// anything else: no two outputs name the same file, no output names an input (by
+/// device and inode, through links and "..", or by path for files yet to exist),
+/// and every output is a regular file or does not exist yet, with one name only,
+/// in a directory that exists and can be written. Symbolic links, directories,
+/// devices and FIFOs are refused, not written through.
+void check_output_paths(const std::vector<std::string>& outputs, const std::vector<std::string>& inputs);
+
+/// Writes several output files all-or-nothing. Each goes first to a new temporary
+/// file beside its target (mkstemp: ".<name>.XXXXXX", a name nobody else owns),
+/// written in full and flushed to disk; only when every one was written are they
+/// renamed over their targets (an existing target keeps its permission bits). On
+/// any failure the temporaries are removed, no target is created or changed, and the
+/// error says why (the errno of the call that failed). While it writes, SIGINT,
+/// SIGTERM, SIGHUP and SIGQUIT remove the temporaries before the program ends, and
+/// SIGXFSZ (a file-size limit) is ignored so that the write fails with EFBIG and is
+/// reported like any other. (SIGKILL cannot be caught: a hidden temporary can stay.)
 class OutputFiles {
  public:
   void add(const std::string& path, const std::vector<long long>& shape, const std::vector<float>& data);
-  void commit();  ///< throws fa::Error; afterwards, all targets exist or none changed
+  /// Throws fa::Error; afterwards, all targets hold the new data or none changed.
+  /// `inputs` are the files read, which no output may replace.
+  void commit(const std::vector<std::string>& inputs = {});
+
  private:
   struct Item {
     std::string path;

@@ -1,12 +1,16 @@
 // Tests of the flashattn program: runs on user .npy tensors, and the promise for
 // bad input — one line on stderr, exit status 2, no output file created or changed.
+#include <dirent.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 
@@ -151,6 +155,134 @@ TEST_CASE("flashattn rejects bad input with one line, status 2, and writes nothi
   }
   remove_all({"cli_q.npy", "cli_k.npy", "cli_v.npy", "cli_k8.npy", "cli_empty.npy", "cli_nan.npy", "cli_text.npy",
               "cli_keep.npy", "cli_out.txt", "cli_err.txt"});
+}
+
+TEST_CASE("flashattn never loses or corrupts a file: colliding, odd and failing outputs", "[cpu]") {
+  REQUIRE(kInPrivateDir);
+  const Problem p = test::make(1, 1, 300, 64, false);
+  write_inputs(p, 5, true);
+  std::ofstream("cli_keep.npy") << "precious";
+  ::mkdir("cli_dir", 0755);
+  std::ofstream("cli_other.npy") << "other";
+  REQUIRE(::symlink("cli_other.npy", "cli_link.npy") == 0);
+  struct Case {
+    std::string args;
+    const char* says;
+  };
+  const std::string in = std::string("run --step reference ") + kIn;
+  std::vector<Case> cases = {
+      {in + " --out cli_keep.npy --lse cli_keep.npy", "named for two outputs"},
+      {in + " --out cli_o.npy --lse ./cli_o.npy", "named for two outputs"},
+      {in + " --out cli_o.npy --lse cli_dir", "is a directory"},
+      {in + " --out cli_q.npy", "is an input"},
+      {in + " --out cli_o.npy --do cli_q.npy --dq cli_dq.npy --dk cli_q.npy --dv cli_dv.npy", "is an input"},
+      {in + " --out cli_link.npy", "symbolic link"},
+      {in + " --out /dev/null", "not a regular file"},
+      {in + " --out no_such_dir/cli_o.npy", "No such file or directory"},
+      {in + " --out cli_keep.npy/x.npy", "is not a directory"},
+  };
+  if (exists("/dev/full")) cases.push_back({in + " --out /dev/full", "not a regular file"});
+  // A file-size limit: the write fails with EFBIG half-way (SIGXFSZ is ignored while
+  // writing), which is reported as such, and the existing target stays.
+  cases.push_back({"ulimit -f 16; " + std::string(FA_FLASHATTN) + " " + in + " --out cli_keep.npy", "File too large"});
+  for (const Case& c : cases) {
+    INFO(c.args);
+    const bool shell = c.args.rfind("ulimit", 0) == 0;
+    const Result r = shell ? [&] {
+      const int raw = std::system(("(" + c.args + ") >cli_out.txt 2>cli_err.txt").c_str());
+      std::ifstream e("cli_err.txt");
+      std::stringstream ss;
+      ss << e.rdbuf();
+      return Result{WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, ss.str()};
+    }()
+                           : flashattn(c.args);
+    INFO("stderr: " << r.err);
+    CHECK(r.status == 2);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(test::contains(r.err, c.says));
+    std::ifstream keep("cli_keep.npy");
+    std::string content;
+    keep >> content;
+    CHECK(content == "precious");
+    CHECK_FALSE(exists("cli_o.npy"));
+    CHECK_FALSE(exists("cli_dq.npy"));
+    CHECK(read_npy("cli_q.npy").shape == std::vector<long long>{p.N, p.d});
+    struct stat st{};
+    CHECK((::lstat("cli_link.npy", &st) == 0 && S_ISLNK(st.st_mode)));
+    CHECK((::stat("/dev/null", &st) == 0 && S_ISCHR(st.st_mode)));
+    // No temporaries: every name here is one the test made.
+    int hidden = 0;
+    if (DIR* d = opendir(".")) {
+      while (dirent* e = readdir(d)) hidden += e->d_name[0] == '.' && std::strcmp(e->d_name, ".") && std::strcmp(e->d_name, "..");
+      closedir(d);
+    }
+    CHECK(hidden == 0);
+  }
+  ::rmdir("cli_dir");
+  remove_all({"cli_q.npy", "cli_k.npy", "cli_v.npy", "cli_keep.npy", "cli_other.npy", "cli_link.npy", "cli_out.txt",
+              "cli_err.txt"});
+}
+
+TEST_CASE("flashattn reads what NumPy reads, refuses the rest before reading on, and checks results", "[cpu]") {
+  REQUIRE(kInPrivateDir);
+  const Problem p = test::make(1, 1, 17, 8, false);
+  write_inputs(p, 6, true);
+  auto raw_npy = [](const std::string& path, const std::string& shape, std::size_t floats) {
+    std::string h = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape + ", }";
+    while ((10 + h.size() + 1) % 64) h.push_back(' ');
+    h.push_back('\n');
+    std::string out("\x93NUMPY\x01\x00", 8);
+    out.push_back(char(h.size() & 0xff));
+    out.push_back(char(h.size() >> 8));
+    std::ofstream(path, std::ios::binary) << out << h << std::string(4 * floats, '\0');
+  };
+  // The element count wraps in 64 bits to 272: refused, not run on another shape.
+  raw_npy("cli_wrap.npy", "(4611686018427387905, 2, 17, 8)", 272);
+  // 2 GiB claimed by a 192-byte file: refused at once, without taking the memory.
+  raw_npy("cli_claim.npy", "(1, 1, 32768, 16384)", 16);
+  raw_npy("cli_k9.npy", "(17, 9)", 17 * 9);
+  struct Case {
+    std::string args;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"run --step reference --q cli_wrap.npy --k cli_wrap.npy --v cli_wrap.npy --out cli_o.npy", "overflows 64 bits"},
+      {"run --step reference --q cli_claim.npy --k cli_k.npy --v cli_v.npy --out cli_o.npy", "truncated"},
+      // K is refused on its header, before V is even opened.
+      {"run --step reference --q cli_q.npy --k cli_claim.npy --v missing.npy --out cli_o.npy", "truncated"},
+      {"run --step reference --q cli_q.npy --k cli_k9.npy --v missing.npy --out cli_o.npy",
+       "cli_k9.npy: K has shape (17, 9) but Q has (17, 8)"},
+      {"run --step reference --q cli_q.npy --k cli_claim.npy --v cli_v.npy --out cli_o.npy", "cli_claim.npy: "},
+      {"run --step reference --q cli_q.npy --k cli_k.npy --v missing.npy --out cli_o.npy", "missing.npy: cannot open"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.args);
+    const Result r = flashattn(c.args);
+    INFO("stderr: " << r.err);
+    CHECK(r.status == 2);
+    CHECK(test::contains(r.err, c.says));
+    CHECK_FALSE(exists("cli_o.npy"));
+  }
+  // Memory stays near the files' real sizes (the largest child so far: well under the 2 GiB claimed).
+  rusage usage{};
+  getrusage(RUSAGE_CHILDREN, &usage);
+  CHECK(usage.ru_maxrss < 512 * 1024);  // kilobytes
+
+  // Finite inputs whose results do not fit float32: L = m + log ℓ with m = scale·q·k
+  // ≈ 1e40 (the reference computes in fp64; the output type is float32). An error,
+  // and nothing written.
+  const std::vector<float> big(std::size_t(p.N) * p.d, 1e20f);
+  save("cli_big.npy", {p.N, p.d}, big);
+  const Result r = flashattn(
+      "run --step reference --q cli_big.npy --k cli_big.npy --v cli_big.npy --out cli_o.npy --lse cli_l.npy");
+  INFO(r.err);
+  CHECK(r.status == 2);
+  CHECK(test::contains(r.err, "L is Inf at [0]"));
+  CHECK(test::contains(r.err, "nothing written"));
+  CHECK_FALSE(exists("cli_o.npy"));
+  CHECK_FALSE(exists("cli_l.npy"));
+  remove_all({"cli_q.npy", "cli_k.npy", "cli_v.npy", "cli_wrap.npy", "cli_claim.npy", "cli_k9.npy", "cli_big.npy", "cli_out.txt",
+              "cli_err.txt"});
 }
 
 TEST_CASE("flashattn refuses a GPU step when there is no GPU", "[cpu]") {

@@ -8,11 +8,15 @@
 //
 // Errors: one line on stderr, exit status 2, and no output file created or changed.
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <map>
+#include <new>
 #include <sstream>
 
 #include "common/compare.hpp"
@@ -62,7 +66,7 @@ Args parse(int argc, char** argv, int first, const std::vector<std::string>& wit
     }
     bool known = false;
     for (const auto& w : with_value) known |= (k == w);
-    if (!known) throw Error("unknown option '" + k + "' (see flashattn --help)");
+    if (!known) throw Error("unknown option '" + printable(k, 40) + "' (see flashattn --help)");
     if (i + 1 >= argc) throw Error("option " + k + " needs a value");
     a.kv[k] = argv[++i];
   }
@@ -76,7 +80,7 @@ int to_int(const std::string& s, const std::string& what) {
     if (used == s.size() && v >= 0 && v <= 1 << 30) return int(v);
   } catch (...) {
   }
-  throw Error(what + " must be a non-negative integer (got '" + s + "')");
+  throw Error(what + " must be a non-negative integer (got '" + printable(s, 40) + "')");
 }
 
 std::string fmt(double x, int prec = 3) {
@@ -213,16 +217,48 @@ int list() {
 }
 
 // ---- run --------------------------------------------------------------------------
-struct Input {
-  std::vector<long long> shape;
-  std::vector<float> data;
-};
 
-Input load(const Args& a, const std::string& opt, const char* name) {
-  if (!a.kv.count(opt)) throw Error(std::string("missing ") + opt + " (the " + name + " tensor)");
-  NpyArray x = read_npy(a.kv.at(opt));
-  if (x.shape.size() < 2) throw Error(a.kv.at(opt) + ": " + name + " must have 2 to 4 dimensions: [N, d], [H, N, d] or [B, H, N, d]");
-  return {x.shape, std::move(x.data)};
+/// "[1, 0, 17, 3]": flat index i of a tensor of this shape.
+std::string index_str(std::size_t i, const std::vector<long long>& shape) {
+  std::vector<long long> idx(shape.size());
+  for (std::size_t k = shape.size(); k-- > 0;) {
+    idx[k] = (long long)(i % std::size_t(shape[k]));
+    i /= std::size_t(shape[k]);
+  }
+  std::string s = "[";
+  for (std::size_t k = 0; k < idx.size(); ++k) s += (k ? ", " : "") + std::to_string(idx[k]);
+  return s + "]";
+}
+
+std::string shape_str(const std::vector<long long>& shape) {
+  std::string s = "(";
+  for (std::size_t k = 0; k < shape.size(); ++k) s += (k ? ", " : "") + std::to_string(shape[k]);
+  return s + (shape.size() == 1 ? ",)" : ")");
+}
+
+/// An input's values must be finite and, for a 16-bit step, stay finite once rounded to its type.
+void require_representable(const std::vector<float>& x, const std::vector<long long>& shape, DType t,
+                           const std::string& what) {
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    if (!std::isfinite(x[i]))
+      throw Error(what + " holds " + (std::isnan(x[i]) ? "NaN" : "Inf") + " at " + index_str(i, shape) +
+                  ": attention needs finite inputs");
+    if (t != DType::fp32 && !std::isfinite(round_to(t, x[i])))
+      throw Error(what + " holds " + fmt(x[i], 4) + " at " + index_str(i, shape) + ", which is Inf in " +
+                  dtype_name(t) + " (largest finite value " + (t == DType::fp16 ? "65504" : "3.39e38") + ")");
+  }
+}
+
+/// A result that does not fit float32 is an error, not a file: finite inputs can
+/// still overflow inside (scale·q·k past 3.4e38, or a gradient past it).
+void require_finite_result(const std::vector<float>& x, const std::vector<long long>& shape, const std::string& step,
+                           const std::string& what) {
+  for (std::size_t i = 0; i < x.size(); ++i)
+    if (!std::isfinite(x[i]))
+      throw Error("step " + step + ": " + what + " is " + (std::isnan(x[i]) ? "NaN" : "Inf") + " at " +
+                  index_str(i, shape) +
+                  " although the inputs are finite: their values overflow the arithmetic (the scores "
+                  "scale·q·k, or the gradients, must stay well below 3.4e38); nothing written");
 }
 
 int run(const Args& a) {
@@ -238,12 +274,41 @@ int run(const Args& a) {
     std::string why;
     if (!have_gpu(&why)) throw Error("step " + s.id + " runs on the GPU: " + why);
   }
+  for (const char* opt : {"--q", "--k", "--v"})
+    if (!a.kv.count(opt)) throw Error(std::string("missing ") + opt + " (the " + (opt + 2) + " tensor)");
 
-  const Input q = load(a, "--q", "Q"), k = load(a, "--k", "K"), v = load(a, "--v", "V");
-  if (k.shape != q.shape || v.shape != q.shape)
-    throw Error("Q, K and V must have the same shape (attention with N keys for N queries)");
+  // Every path first: no output may be an input, a second output, a link, a
+  // directory or a device — refused before anything is read or run.
+  std::vector<std::string> inputs = {a.kv.at("--q"), a.kv.at("--k"), a.kv.at("--v")}, outputs = {a.kv.at("--out")};
+  if (want_bwd) inputs.push_back(a.kv.at("--do"));
+  if (a.kv.count("--lse")) outputs.push_back(a.kv.at("--lse"));
+  if (want_bwd)
+    for (const char* opt : {"--dq", "--dk", "--dv"}) outputs.push_back(a.kv.at(opt));
+  check_output_paths(outputs, inputs);
+
+  // Then the headers, one file at a time: a file is refused before the next is
+  // opened, and before any data is read.
+  const std::vector<std::pair<const char*, const char*>> tensors = {{"--q", "Q"}, {"--k", "K"}, {"--v", "V"}, {"--do", "dO"}};
+  std::vector<long long> sh;
+  for (const auto& [opt, name] : tensors) {
+    if (!a.kv.count(opt)) continue;
+    const std::string& path = a.kv.at(opt);
+    const NpyHeader h = read_npy_header(path);
+    if (sh.empty()) {
+      if (h.shape.size() < 2 || h.shape.size() > 4)
+        throw Error(printable(path, 200) + ": Q has shape " + shape_str(h.shape) +
+                    "; it must have 2 to 4 dimensions: [N, d], [H, N, d] or [B, H, N, d]");
+      for (long long x : h.shape)
+        if (x > INT32_MAX)
+          throw Error(printable(path, 200) + ": Q's shape " + shape_str(h.shape) + " has a dimension over 2^31 - 1");
+      sh = h.shape;
+    } else if (h.shape != sh) {
+      throw Error(printable(path, 200) + ": " + name + " has shape " + shape_str(h.shape) + " but Q has " +
+                  shape_str(sh) + (std::string(name) == "dO" ? " (dO must have the shape of O, which is Q's)"
+                                                               : " (Q, K and V must have the same shape: N keys for N queries)"));
+    }
+  }
   Problem p;
-  const auto& sh = q.shape;
   const std::size_t r = sh.size();
   p.B = r == 4 ? int(sh[0]) : 1;
   p.H = r >= 3 ? int(sh[r - 3]) : 1;
@@ -258,38 +323,49 @@ int run(const Args& a) {
                   " (got --dtype " + a.kv.at("--dtype") + ")");
   }
   if (a.kv.count("--scale")) {
-    try {
-      p.scale = std::stof(a.kv.at("--scale"));
-    } catch (...) {
-      throw Error("--scale must be a number (got '" + a.kv.at("--scale") + "')");
-    }
+    const std::string& t = a.kv.at("--scale");
+    char* end = nullptr;
+    errno = 0;
+    const float x = std::strtof(t.c_str(), &end);
+    if (t.empty() || end != t.c_str() + t.size() || errno == ERANGE)
+      throw Error("--scale must be a number (got '" + printable(t, 40) + "')");
+    p.scale = x;
   }
   p.validate();
-  Qkv in{q.data, k.data, v.data};
-  require_finite(in.q, a.kv.at("--q"));
-  require_finite(in.k, a.kv.at("--k"));
-  require_finite(in.v, a.kv.at("--v"));
-  Input dO;
-  if (want_bwd) {
-    dO = load(a, "--do", "dO");
-    if (dO.shape != q.shape) throw Error("dO must have the shape of Q");
-    require_finite(dO.data, a.kv.at("--do"));
-  }
 
-  const ForwardOut out = s.forward(p, in);
+  // The data, each file checked as it arrives.
+  auto load = [&](const char* opt, const char* name) {
+    NpyArray x = read_npy(a.kv.at(opt));
+    if (x.shape != sh) throw Error(printable(a.kv.at(opt), 200) + ": changed while being read");
+    require_representable(x.data, sh, p.dtype, printable(a.kv.at(opt), 200) + " (" + name + ")");
+    return std::move(x.data);
+  };
+  Qkv in;
+  in.q = load("--q", "Q");
+  in.k = load("--k", "K");
+  in.v = load("--v", "V");
+  std::vector<float> dO;
+  if (want_bwd) dO = load("--do", "dO");
+
   std::vector<long long> lshape(sh.begin(), sh.end() - 1);
+  const ForwardOut out = s.forward(p, in);
+  require_finite_result(out.o, sh, s.id, "O");
+  if (s.softmax) require_finite_result(out.lse, lshape, s.id, "L");
   OutputFiles files;
   files.add(a.kv.at("--out"), sh, out.o);
   if (a.kv.count("--lse")) files.add(a.kv.at("--lse"), lshape, out.lse);
   if (want_bwd) {
-    const Grads g = s.backward(p, in, out, dO.data);
+    const Grads g = s.backward(p, in, out, dO);
+    require_finite_result(g.dq, sh, s.id, "dQ");
+    require_finite_result(g.dk, sh, s.id, "dK");
+    require_finite_result(g.dv, sh, s.id, "dV");
     files.add(a.kv.at("--dq"), sh, g.dq);
     files.add(a.kv.at("--dk"), sh, g.dk);
     files.add(a.kv.at("--dv"), sh, g.dv);
   }
-  files.commit();
-  std::cout << "step " << s.id << ": " << p.str() << " -> " << a.kv.at("--out") << (want_bwd ? " and gradients" : "")
-            << "\n";
+  files.commit(inputs);
+  std::cout << "step " << s.id << ": " << p.str() << " -> " << printable(a.kv.at("--out"), 200)
+            << (want_bwd ? " and gradients" : "") << "\n";
   return 0;
 }
 
@@ -314,9 +390,15 @@ int main(int argc, char** argv) {
       return run(parse(argc, argv, 2,
                        {"--step", "--q", "--k", "--v", "--out", "--lse", "--scale", "--dtype", "--do", "--dq", "--dk", "--dv"}));
     }
-    throw Error("unknown command '" + cmd + "' (commands: tour, run, list; see flashattn --help)");
+    throw Error("unknown command '" + printable(cmd, 40) + "' (commands: tour, run, list; see flashattn --help)");
+  } catch (const std::bad_alloc&) {
+    std::cerr << "flashattn: error: out of host memory (the tensors do not fit in this machine's memory)\n";
+    return 2;
   } catch (const std::exception& e) {
-    std::cerr << "flashattn: error: " << e.what() << "\n";
+    std::string line = e.what();  // one line, whatever a message quotes
+    for (char& c : line)
+      if (static_cast<unsigned char>(c) < 0x20) c = ' ';
+    std::cerr << "flashattn: error: " << line << "\n";
     return 2;
   }
 }

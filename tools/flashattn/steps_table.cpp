@@ -2,6 +2,7 @@
 
 #include <cctype>
 
+#include "common/npy.hpp"
 #include "reference/reference.hpp"
 #include "steps/01_naive/step01.hpp"
 #include "steps/02_fused/step02.hpp"
@@ -115,7 +116,7 @@ const StepEntry& find_step(const std::string& id) {
     if (s.id == key) return s;
   std::string known;
   for (const auto& s : step_table()) known += (known.empty() ? "" : ", ") + s.id;
-  throw Error("unknown step '" + id + "' (this build has: " + known + ")");
+  throw Error("unknown step '" + printable(id, 40) + "' (this build has: " + known + ")");
 }
 
 }  // namespace fa
