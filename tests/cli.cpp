@@ -44,15 +44,17 @@ struct Result {
   std::string err;
 };
 
-/// Runs flashattn with `args`, returning its exit status and its stderr.
-Result flashattn(const std::string& args) {
-  const std::string cmd = std::string(FA_FLASHATTN) + " " + args + " >cli_out.txt 2>cli_err.txt";
+/// Runs a shell command line, returning its exit status and its stderr.
+Result shell(const std::string& line) {
+  const std::string cmd = "(" + line + ") >cli_out.txt 2>cli_err.txt";
   const int raw = std::system(cmd.c_str());
   std::ifstream e("cli_err.txt");
   std::stringstream ss;
   ss << e.rdbuf();
   return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, ss.str()};
 }
+/// Runs flashattn with `args`.
+Result flashattn(const std::string& args) { return shell(std::string(FA_FLASHATTN) + " " + args); }
 
 void save(const std::string& path, const std::vector<long long>& shape, const std::vector<float>& data) {
   OutputFiles f;
@@ -76,6 +78,12 @@ Qkv write_inputs(const Problem& p, std::uint64_t seed, bool two_d) {
 }
 
 const char* kIn = "--q cli_q.npy --k cli_k.npy --v cli_v.npy";
+
+/// A command line and what its one-line error must say.
+struct Case {
+  std::string args;
+  const char* says;
+};
 
 }  // namespace
 
@@ -116,10 +124,6 @@ TEST_CASE("flashattn rejects bad input with one line, status 2, and writes nothi
   // An existing output file must survive a failed run untouched.
   std::ofstream("cli_keep.npy") << "precious";
 
-  struct Case {
-    const char* args;
-    const char* says;
-  };
   const Case cases[] = {
       {"run --step reference --q missing.npy --k cli_k.npy --v cli_v.npy --out cli_keep.npy", "cannot open"},
       {"run --step reference --q cli_text.npy --k cli_k.npy --v cli_v.npy --out cli_keep.npy", "not a .npy"},
@@ -165,10 +169,6 @@ TEST_CASE("flashattn never loses or corrupts a file: colliding, odd and failing 
   ::mkdir("cli_dir", 0755);
   std::ofstream("cli_other.npy") << "other";
   REQUIRE(::symlink("cli_other.npy", "cli_link.npy") == 0);
-  struct Case {
-    std::string args;
-    const char* says;
-  };
   const std::string in = std::string("run --step reference ") + kIn;
   std::vector<Case> cases = {
       {in + " --out cli_keep.npy --lse cli_keep.npy", "named for two outputs"},
@@ -187,15 +187,7 @@ TEST_CASE("flashattn never loses or corrupts a file: colliding, odd and failing 
   cases.push_back({"ulimit -f 16; " + std::string(FA_FLASHATTN) + " " + in + " --out cli_keep.npy", "File too large"});
   for (const Case& c : cases) {
     INFO(c.args);
-    const bool shell = c.args.rfind("ulimit", 0) == 0;
-    const Result r = shell ? [&] {
-      const int raw = std::system(("(" + c.args + ") >cli_out.txt 2>cli_err.txt").c_str());
-      std::ifstream e("cli_err.txt");
-      std::stringstream ss;
-      ss << e.rdbuf();
-      return Result{WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, ss.str()};
-    }()
-                           : flashattn(c.args);
+    const Result r = c.args.rfind("ulimit", 0) == 0 ? shell(c.args) : flashattn(c.args);
     INFO("stderr: " << r.err);
     CHECK(r.status == 2);
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
@@ -241,10 +233,6 @@ TEST_CASE("flashattn reads what NumPy reads, refuses the rest before reading on,
   // 2 GiB claimed by a 192-byte file: refused at once, without taking the memory.
   raw_npy("cli_claim.npy", "(1, 1, 32768, 16384)", 16);
   raw_npy("cli_k9.npy", "(17, 9)", 17 * 9);
-  struct Case {
-    std::string args;
-    const char* says;
-  };
   const Case cases[] = {
       {"run --step reference --q cli_wrap.npy --k cli_wrap.npy --v cli_wrap.npy --out cli_o.npy", "overflows 64 bits"},
       {"run --step reference --q cli_claim.npy --k cli_k.npy --v cli_v.npy --out cli_o.npy", "truncated"},
