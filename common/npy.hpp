@@ -54,7 +54,7 @@ NpyArray read_npy(const std::string& path);
 std::string npy_bytes(const std::vector<long long>& shape, const std::vector<float>& data);
 
 /// `s` as one printable line of at most `max` characters: control and non-ASCII
-/// bytes as \xHH, the rest cut with "…" — what error messages quote from a file.
+/// bytes as `\\xHH`, the rest cut with "..." — what error messages quote from a file.
 std::string printable(const std::string& s, std::size_t max = 60);
 
 /// Throws fa::Error unless every output path can be written without touching
