@@ -33,6 +33,11 @@ FA_HD int last_kv_block(int N, bool causal, int i, int br = kBr, int bc = kBc) {
 /// First query block that needs K/V block j (causal: the one holding row j·B_c).
 FA_HD int first_q_block(bool causal, int j, int br = kBr, int bc = kBc) { return causal ? (j * bc) / br : 0; }
 
+/// Whether score (query, key) of a head of N keys is left out: a key past the end,
+/// or, with the causal mask, a key after the query. (Queries past the end need no
+/// test: their rows are computed on zero-filled tiles and never stored.)
+FA_HD bool masked(int query, int key, int N, bool causal) { return key >= N || (causal && key > query); }
+
 /// Rows of block `blk` (blocks of `rows` rows) that lie inside the sequence.
 FA_HD int valid_rows(int N, int blk, int rows) { return N - blk * rows < rows ? N - blk * rows : rows; }
 

@@ -178,11 +178,13 @@ __device__ __forceinline__ void cp_async_wait() {
 /// The top of iteration i of a two-stage cp.async pipeline: make block i's tiles
 /// visible to the whole thread block and start the copies of block next = i+1 if
 /// next < end (load_next issues them). Two orders:
-///   kLateLoad = false: issue i+1, wait for block i only, barrier — the other buffer
-///     must be free already, so the iteration ends with a barrier (end_block);
-///   kLateLoad = true: wait for block i, barrier, issue i+1 — every warp has passed
-///     the barrier, so it is done with the buffer i+1 overwrites: no closing barrier.
-template <bool kLateLoad, class F>
+///   kLateLoad = true (the production kernels): wait for block i, barrier, issue i+1 —
+///     every warp has passed the barrier, so it is done with the buffer i+1
+///     overwrites: one barrier per iteration;
+///   kLateLoad = false (the early versions of note 06): issue i+1, wait for block i
+///     only, barrier — the other buffer must be free already, so the iteration ends
+///     with a second barrier (end_block).
+template <bool kLateLoad = true, class F>
 __device__ __forceinline__ void begin_block(int next, int end, F&& load_next) {
   if constexpr (kLateLoad) {
     cp_async_wait<0>();  // block i: this thread's copies landed ...

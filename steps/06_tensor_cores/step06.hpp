@@ -1,46 +1,62 @@
 // Step 06 — tensor cores: steps 03 and 05 on mma.sync, FlashAttention-2 style.
 //
 // Adds over steps 03–05: 16-bit inputs (bf16 or fp16) and the tensor cores.
-// Forward: each warp owns 32 query rows of a B_r = 128 block (16 of a 64-row block
-// at d = 64 with the causal mask); S = Q·Kᵀ and O += P·V are mma.sync m16n8k16
-// products with fp32 accumulators, and the online softmax runs on the accumulator
-// fragments in registers: a row's statistics m, ℓ never leave the four lanes that
-// hold it. P goes from the S accumulators straight into the A operand of the P·V
-// product, rounded to 16 bits (the one rounding inside the algorithm). Fragments
-// come from swizzled shared memory by ldmatrix, K/V tiles by cp.async into two
-// buffers, exp is exp2 with the scale folded in, the mask is applied only on the
-// blocks it can touch, O and ℓ are rescaled only when a row's max jumps by more than
-// 2^8, and with the causal mask the longest query blocks are launched first.
-// Backward: K/V outer (a block owns 128 keys and their dK, dV in registers), P and
-// dS rebuilt per query block on tensor cores, dQ added into an fp32 accumulator with
-// atomics; at d = 128 the work is split in FlashAttention-2's warp layouts with Pᵀ
-// and dSᵀ through shared memory (forward.cu and backward.cu say how, mma.cuh holds
-// the pieces). The versions of the note's tables are listed at the end of forward.cu
-// (v3 … v15; v15 ships) and backward.cu (b1 … b13; b13 ships); v1 and v2 are in git
-// history. Limits: d = 32, 64, 96, 128 or 256 (the versions: 64, 128); d = 32 and 96
-// are computed in shared tiles of 64 and 128 columns, d = 256 with 8 warps of 16 rows
-// (forward) and 64-key blocks (backward). Note: notes/06_tensor_cores.md.
+// Forward (forward.cu): each warp owns 16 or 32 query rows of a block (forward_tile);
+// S = Q·Kᵀ and O += P·V are mma.sync m16n8k16 products with fp32 accumulators, and
+// the online softmax runs on the accumulator fragments in registers: a row's
+// statistics m, ℓ never leave the four lanes that hold it. P goes from the S
+// accumulators straight into the A operand of the P·V product, rounded to 16 bits
+// (the one rounding inside the algorithm). Fragments come from swizzled shared memory
+// by ldmatrix, K/V tiles by cp.async into two buffers, exp is exp2 with the scale
+// folded in, the mask is applied only on the blocks it can touch, O and ℓ are
+// rescaled only when a row's max jumps by more than 2^8, and with the causal mask the
+// longest query blocks are launched first.
+// Backward (backward.cu, backward.cuh): K/V outer (a block owns 128 keys and their
+// dK, dV in registers), P and dS rebuilt per query block on tensor cores, dQ added
+// into an fp32 accumulator with atomics; from d = 96 on the work is split in
+// FlashAttention-2's warp layouts with Pᵀ and dSᵀ through shared memory. mma.cuh holds
+// the pieces both use. The versions of note 06's tables, one idea at a time, are
+// versions_forward.cu and versions_backward.cu.
+// Limits: d = 32, 64, 96, 128 or 256 (the versions: 64, 128); d = 32 and 96 are
+// computed in shared tiles of 64 and 128 columns. GPUs: sm_80 and newer (kMinSm).
+// Note: notes/06_tensor_cores.md.
 #pragma once
 
 #include "common/compare.hpp"
+#include "common/hd.hpp"
 #include "common/hbm.hpp"
 #include "common/step_api.hpp"
 
 namespace fa::step06 {
 
-/// Forward: query rows per thread block — 4 warps × 32, except 4 warps × 16 at d ≤ 64
-/// with the causal mask (what measured fastest, forward.cu's v14 and v15) and 8 warps
-/// × 16 at d = 256.
-constexpr int forward_br(bool causal, int d) { return causal && d <= 64 ? 64 : 128; }
-/// Forward: keys per K/V block — 128 at d ≤ 64 without the mask, else 64 (v14, v15).
-constexpr int forward_bc(bool causal, int d) { return !causal && d <= 64 ? 128 : 64; }
+/// The forward kernel's block shape: `warps` warps, each owning `m_tiles` 16-row mma
+/// tiles of query rows, and `keys` keys per K/V block. One table for every d (what
+/// measured fastest: note 06), read by the kernel's launch and the CPU model alike.
+struct FwdTile {
+  int warps;    ///< warps per thread block
+  int m_tiles;  ///< 16-row tiles per warp: 16·m_tiles·warps query rows per block (B_r)
+  int keys;     ///< keys per K/V block (B_c)
+  FA_HD constexpr int rows() const { return 16 * m_tiles * warps; }
+  FA_HD constexpr int threads() const { return 32 * warps; }
+};
+/// 128 query rows (32 per warp) and 64 keys, except: at d ≤ 64 with the causal mask 64
+/// rows (16 per warp: less work wasted on the diagonal, twice the blocks to balance);
+/// at d ≤ 64 without it 128 keys (the per-block costs shared by twice the products);
+/// at d = 256 8 warps of 16 rows (128 fp32 accumulators a thread for 16 rows).
+FA_HD constexpr FwdTile forward_tile(bool causal, int d) {
+  if (d == 256) return {8, 1, 64};
+  if (d <= 64) return causal ? FwdTile{4, 1, 64} : FwdTile{4, 2, 128};
+  return {4, 2, 64};
+}
+constexpr int forward_br(bool causal, int d) { return forward_tile(causal, d).rows(); }  ///< B_r
+constexpr int forward_bc(bool causal, int d) { return forward_tile(causal, d).keys; }    ///< B_c
 constexpr float kLog2e = 1.4426950408889634f;  ///< log2(e): e^x = 2^(x·log2 e)
 /// Forward: O and ℓ are rescaled only when a row's max grows by more than 2^8
 /// (in log2 units; v13): until then the old max stays the reference.
 constexpr float kRescaleBits = 8.0f;
 /// Backward: keys per thread block — 4 warps × 32 at d ≤ 64; at d = 96 and 128 8 warps,
 /// 4 × 32 along the keys (b8 on); at d = 256 8 warps, 2 × 32.
-constexpr int backward_keys(int d) { return d == 256 ? 64 : 128; }
+FA_HD constexpr int backward_keys(int d) { return d == 256 ? 64 : 128; }
 constexpr int kBwdQueries = 64;  ///< backward: queries per step of the inner loop
 /// The oldest GPU step 06 runs on, compute capability ×10: sm_80 (A100, RTX 30xx/40xx,
 /// H100/H200). Older architectures (sm_75, a T4) have its kernels compiled out (mma.cuh).
@@ -85,12 +101,12 @@ constexpr Tolerance kBf16Reorder{4e-3, 1.6e-2, "bf16 (8-bit mantissa) P and O af
 constexpr Tolerance kFp16Reorder{5e-4, 2e-3, "fp16 (11-bit mantissa) P and O after reordered fp32 sums"};
 
 extern const GpuForward kForward;
-constexpr int kForwardVersionCount = 15;
-/// The forward versions of the note's table (forward.cu lists them), for the bench.
+constexpr int kForwardVersionCount = 10;
+/// The forward versions of the note's table (versions_forward.cu), for the bench and tests.
 extern const GpuForward kForwardVersions[kForwardVersionCount];
 extern const GpuBackward kBackward;
-constexpr int kBackwardVersionCount = 13;
-/// The backward versions of the note's table (backward.cu lists them), for the bench.
+constexpr int kBackwardVersionCount = 11;
+/// The backward versions of the note's table (versions_backward.cu), for the bench and tests.
 extern const GpuBackward kBackwardVersions[kBackwardVersionCount];
 
 }  // namespace fa::step06

@@ -128,34 +128,34 @@ STEP06_FWD = [  # (version, bench file suffix, step id in it, what changed)
     ("v3", "", "06v3", "XOR-swizzled shared memory instead of padded rows"),
     ("v4", "", "06v4", "exp2 with the scale folded in: one FFMA + one MUFU.EX2 per score"),
     ("v5", "", "06v5", "128 query rows per block, 32 per warp: each K/V fragment feeds two mma"),
-    ("v6", "", "06v6", "v5 with 32-key blocks at d = 128 (no spills)"),
-    ("v6b", "", "06v6b", "v6 with 128-key blocks at d = 64"),
+    ("v6", "_retired", "06v6", "v5 with 32-key blocks at d = 128 (no spills; not kept)"),
+    ("v6b", "_retired", "06v6b", "v6 with 128-key blocks at d = 64 (not kept)"),
     ("v7", "", "06v7", "causal: v4's 64-row blocks, heaviest query blocks launched first"),
     ("v8", "", "06v8", "row sums ℓ added across the quad once, after the last block"),
-    ("v9", "", "06v9", "v8 with ≥ 3 blocks per SM at d = 64 (registers capped at 168)"),
-    ("v9c", "", "06v9c", "v8 with 128-row blocks also when causal"),
+    ("v9", "_retired", "06v9", "v8 with ≥ 3 blocks per SM at d = 64 (registers capped at 168; not kept)"),
+    ("v9c", "_retired", "06v9c", "v8 with 128-row blocks also when causal (not kept)"),
     ("v10", "", "06v10", "v8, but v9c's 128-row blocks when causal at d = 128"),
-    ("v11", "", "06v11", "v10 with each row's max and sum as two dependency chains (not kept)"),
+    ("v11", "_retired", "06v11", "v10 with each row's max and sum as two dependency chains (not kept)"),
     ("v12", "", "06v12", "the mask's comparisons behind a warp-uniform branch instead of predicated on every block"),
     ("v13", "", "06v13", "O and ℓ rescaled only when a row's max grows by more than 2^8; shuffles only then"),
     ("v14", "", "06v14", "v13 with 128-key blocks at d = 64 without the mask"),
     ("v15", "", "06v15", "**production**: v14 with the next K/V block's copies issued after the opening barrier: one barrier fewer per block"),
 ]
 STEP06_BWD = [
-    ("b1", "06b1", "dK/dV outer, 64 keys per block (4 warps × 16), dQ by fp32 float2 atomics"),
-    ("b2", "06b2", "128 keys per block, 8 warps: Q_i, dO_i loaded and dQ atomics issued once per 128 keys"),
-    ("b3", "06b3", "key blocks with the most query blocks launched first (grid: heads × blocks)"),
-    ("b4", "06b4", "b3 with b1's 64-key blocks at d = 64"),
-    ("b5", "06b5", "b4 with the query blocks staggered per key block (not kept)"),
-    ("b6", "06b6", "b4 with the mask behind a warp-uniform branch (as v12)"),
-    ("b7", "06b7", "b6 with 32 keys per warp at d = 64 (4 warps, 128 keys; queries in two halves of 32)"),
-    ("b8", "06b8", "b7, and at d = 128 FlashAttention-2's warp layouts with Pᵀ, dSᵀ in shared memory"),
-    ("b9", "06b9", "b8 with the next query block's copies after the opening barrier: one barrier fewer"),
-    ("b10", "06b10", "b9 with one barrier fewer also at d = 64"),
-    ("b11", "06b11", "b10 with the d = 128 loop's addresses computed once (XORs and immediate offsets; "
+    ("b1", "", "06b1", "dK/dV outer, 64 keys per block (4 warps × 16), dQ by fp32 float2 atomics"),
+    ("b2", "", "06b2", "128 keys per block, 8 warps: Q_i, dO_i loaded and dQ atomics issued once per 128 keys"),
+    ("b3", "", "06b3", "key blocks with the most query blocks launched first (grid: heads × blocks)"),
+    ("b4", "", "06b4", "b3 with b1's 64-key blocks at d = 64"),
+    ("b5", "_retired", "06b5", "b4 with the query blocks staggered per key block (not kept)"),
+    ("b6", "", "06b6", "b4 with the mask behind a warp-uniform branch (as v12)"),
+    ("b7", "", "06b7", "b6 with 32 keys per warp at d = 64 (4 warps, 128 keys; queries in two halves of 32)"),
+    ("b8", "", "06b8", "b7, and at d = 128 FlashAttention-2's warp layouts with Pᵀ, dSᵀ in shared memory"),
+    ("b9", "", "06b9", "b8 with the next query block's copies after the opening barrier: one barrier fewer"),
+    ("b10", "", "06b10", "b9 with one barrier fewer also at d = 64"),
+    ("b11", "", "06b11", "b10 with the d = 128 loop's addresses computed once (XORs and immediate offsets; "
      "whole tiles copied and dQ added from one pointer)"),
-    ("b12", "06b12", "b11 with dQ and its atomics between dV and dK, FlashAttention-2's order (not kept)"),
-    ("b13", "06b13", "**production**: b11 with Sᵀ and dPᵀ computed back to back, before the exponentials and the mask's "
+    ("b12", "_retired", "06b12", "b11 with dQ and its atomics between dV and dK, FlashAttention-2's order (not kept)"),
+    ("b13", "", "06b13", "**production**: b11 with Sᵀ and dPᵀ computed back to back, before the exponentials and the mask's "
      "branch (one basic block: ptxas interleaves the two products)"),
 ]
 
@@ -193,7 +193,7 @@ def table_step06_versions(D):
            f"FlashAttention-2 of the same run). v1 and v2 were measured in earlier sessions (each with its own "
            f"FA-2 column), v3–v15 side by side in one run. Profiler: Nsight Compute on one launch at d = 128, "
            f"not causal — warp instructions, the two largest stall reasons (cycles per issued instruction), "
-           f"shared-memory bank conflicts per wavefront, local-memory (spill) loads.", "",
+           f"shared-memory bank conflicts per wavefront, local-memory (spill) loads. " + retired_note(D), "",
            "| version | change | d = 64 | d = 128 | d = 128, N = 16384 | d = 128, causal | profiler (d = 128) |",
            "|---|---|---|---|---|---|---|"]
     for ver, suffix, step, change in STEP06_FWD:
@@ -206,19 +206,28 @@ def table_step06_versions(D):
     return out
 
 
+def retired_note(D):
+    """Where the versions measured and not kept live: the commit named beside their data."""
+    path = os.path.join(D.folder, "bench06_retired.commit")
+    commit = open(path).read().strip() if os.path.exists(path) else "?"
+    return (f"Versions marked “not kept” left the code; their cells are from the last run that had them "
+            f"(`bench06_retired.csv`, code in commit {commit}), each against FlashAttention-2 of that run.")
+
+
 def table_step06_bwd_versions(D):
-    rows, peers = load(D.folder, "bench06.csv"), load(D.folder, "peers06.csv")
     out = [f"bf16, B·H·N = 65536, on {D.device}, one run. Each cell: TFLOP/s (× PyTorch FlashAttention-2's "
            f"backward of the same run; FLOPs counted as 2.5 × the forward's). Profiler: the dK/dV kernel, "
-           f"d = 128, N = 4096, not causal.", "",
+           f"d = 128, N = 4096, not causal. " + retired_note(D), "",
            "| version | change | d = 64, N = 4096 | d = 128, N = 4096 | d = 128, N = 16384 | d = 64, causal, N = 4096 "
            "| d = 128, causal, N = 16384 | profiler (dK/dV kernel) |",
            "|---|---|---|---|---|---|---|---|"]
-    for ver, step, change in STEP06_BWD:
+    for ver, suffix, step, change in STEP06_BWD:
+        rows, peers = load(D.folder, f"bench06{suffix}.csv"), load(D.folder, f"peers06{suffix}.csv")
+
         def cell(d, causal, N):
             return speed_cell(D, rows, peers, step, "bwd", d, causal, N)
         out.append(f"| {ver} | {change} | {cell(64, 0, 4096)} | {cell(128, 0, 4096)} | {cell(128, 0, 16384)} | "
-                   f"{cell(64, 1, 4096)} | {cell(128, 1, 16384)} | {ncu_facts(D, step, 'bwd')} |")
+                   f"{cell(64, 1, 4096)} | {cell(128, 1, 16384)} | {ncu_facts(D, step, 'bwd', suffix=suffix)} |")
     return out
 
 

@@ -30,7 +30,7 @@ if [ "$PHASE" != bench ]; then
   short() { "$DEMANGLE" | sed -E 's/fa::step06::\(anonymous namespace\):://; s/__nv_bfloat16/bf16/g; s/__half/fp16/g; s/\((int|unsigned long)[^)]*\)//'; }
   { echo "ptxas (-Xptxas -v), step 06 kernels (bf16; fp16 compiles to the same counts):"
     for f in forward backward; do  # both at once, printed in this order
-      nvcc -std=c++17 -I. -DFA_HAVE_CUDA=1 -O3 -arch=sm_90 -Xptxas -v -c steps/06_tensor_cores/$f.cu -o /dev/null \
+      nvcc -std=c++20 -I. -DFA_HAVE_CUDA=1 -O3 -arch=sm_90 -Xptxas -v -c steps/06_tensor_cores/$f.cu -o /dev/null \
         >"$OUT/ptxas-$f.log" 2>&1 &
     done
     wait
