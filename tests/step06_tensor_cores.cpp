@@ -197,6 +197,54 @@ TEST_CASE("step06 backward versions of the note's table meet the budget", "[gpu]
     }
 }
 
+// The versions as sub-steps: each against the one before it. Two versions that do the
+// same arithmetic in the same order must agree bit for bit: v15 moves a barrier (v14's
+// arithmetic), b13 reorders two independent products and b11's dK, dV sums are kept
+// (dQ's atomics add in any order). Elsewhere a version changes how P is rounded or
+// summed: the kernel-vs-model tolerances apply.
+TEST_CASE("step06 each forward version matches the one before it; v15 equals v14 bit for bit", "[gpu]") {
+  for (const Problem& base : test::sweep({113, 1000}, {64, 128})) {
+    const Problem p = lowp(base, DType::bf16);
+    const Qkv in = inputs(p, 78);
+    const GpuForward* prev = nullptr;
+    ForwardOut before;
+    for (const GpuForward& version : step06::kForwardVersions) {
+      const ForwardOut out = gpu::forward(version, p, in, true);
+      if (prev) {
+        INFO(version.name << " against " << prev->name << ", " << p.str() << ", seed 78");
+        const bool same = std::string(version.name).rfind("v15:", 0) == 0;
+        FA_CHECK_CLOSE("O", out.o, before.o, same ? tol::kBitExact : step06::kBf16Reorder, test::shape_o(p));
+        FA_CHECK_CLOSE("L", out.lse, before.lse, same ? tol::kBitExact : tol::kFp32Reorder, test::shape_l(p));
+      }
+      prev = &version;
+      before = out;
+    }
+  }
+}
+
+TEST_CASE("step06 each backward version matches the one before it; b13's dK, dV equal b11's bit for bit", "[gpu]") {
+  for (const Problem& base : test::sweep({113, 1000}, {64, 128})) {
+    const Problem p = lowp(base, DType::bf16);
+    const Qkv in = inputs(p, 84);
+    const std::vector<float> dout = grad_out(p, 85);
+    const ForwardOut fwd = gpu::forward(step06::kForward, p, in, true);
+    const GpuBackward* prev = nullptr;
+    Grads before;
+    for (const GpuBackward& version : step06::kBackwardVersions) {
+      const Grads g = gpu::backward(version, p, in, fwd, dout);
+      if (prev) {
+        INFO(version.name << " against " << prev->name << ", " << p.str() << ", seeds 84, 85");
+        const bool same = std::string(version.name).rfind("b13:", 0) == 0;
+        FA_CHECK_CLOSE("dQ", g.dq, before.dq, step06::kBf16Reorder, test::shape_o(p));
+        FA_CHECK_CLOSE("dK", g.dk, before.dk, same ? tol::kBitExact : step06::kBf16Reorder, test::shape_o(p));
+        FA_CHECK_CLOSE("dV", g.dv, before.dv, same ? tol::kBitExact : step06::kBf16Reorder, test::shape_o(p));
+      }
+      prev = &version;
+      before = g;
+    }
+  }
+}
+
 TEST_CASE("step06 backward kernel meets the gradient budget and matches its model", "[gpu]") {
   for (DType t : {DType::bf16, DType::fp16})
     for (const Problem& base : test::sweep({1, 113, 1000}, kAllD)) {

@@ -78,7 +78,8 @@ def main():
     out = open(a.csv, "w")
     out.write("version,dir,N,d,causal,metric,ncu_metric,value\n")
     for direction, d, causal in (c.split(":") for c in a.cases.split(",")):
-        kernel = "forward_kernel" if direction == "fwd" else "dkdv_"  # dkdv_kernel, dkdv_shared_kernel
+        # the production kernels and the versions' (versions_forward.cu, versions_backward.cu)
+        kernel = "forward_kernel|version_kernel" if direction == "fwd" else "dkdv_|version_(dkdv|shared)_kernel"
         cmd = ncu_cmd(a, metrics, kernel) + [a.bench, "--dtype", "bf16", "--once", "--versions", "--steps", "06",
                                              "--dir", direction, "--N", a.N, "--d", d, "--causal", causal]
         r = subprocess.run(cmd, capture_output=True, text=True)
