@@ -134,7 +134,7 @@ STEP06_FWD = [  # (version, bench file suffix, step id in it, what changed)
     ("v8", "", "06v8", "row sums ℓ added across the quad once, after the last block"),
     ("v9", "_retired", "06v9", "v8 with ≥ 3 blocks per SM at d = 64 (registers capped at 168; not kept)"),
     ("v9c", "_retired", "06v9c", "v8 with 128-row blocks also when causal (not kept)"),
-    ("v10", "", "06v10", "v8, but v9c's 128-row blocks when causal at d = 128"),
+    ("v10", "", "06v10", "v8, but 128-row blocks when causal at d = 128 (as v9c)"),
     ("v11", "_retired", "06v11", "v10 with each row's max and sum as two dependency chains (not kept)"),
     ("v12", "", "06v12", "the mask's comparisons behind a warp-uniform branch instead of predicated on every block"),
     ("v13", "", "06v13", "O and ℓ rescaled only when a row's max grows by more than 2^8; shuffles only then"),
@@ -228,6 +228,37 @@ def table_step06_bwd_versions(D):
             return speed_cell(D, rows, peers, step, "bwd", d, causal, N)
         out.append(f"| {ver} | {change} | {cell(64, 0, 4096)} | {cell(128, 0, 4096)} | {cell(128, 0, 16384)} | "
                    f"{cell(64, 1, 4096)} | {cell(128, 1, 16384)} | {ncu_facts(D, step, 'bwd', suffix=suffix)} |")
+    return out
+
+
+def profiler_short(D, step, direction, suffix):
+    """Instructions and the largest stall: the lesson's one-line profiler reading."""
+    cell = ncu_facts(D, step, direction, suffix=suffix)
+    return ", ".join(cell.split(", ")[:2]) if cell != "—" else cell
+
+
+def table_step06_lesson(D, direction):
+    """The lesson: one row per idea that was kept, in the order found (note 06)."""
+    ideas = STEP06_FWD if direction == "fwd" else [(v, s, st, c) for v, s, st, c in STEP06_BWD]
+    kept = [(v, s, st, c.replace("**production**: ", "")) for v, s, st, c in ideas
+            if s != "_retired"]
+    if direction == "fwd":
+        cols = [("d = 64", 64, 0, 4096), ("d = 128", 128, 0, 4096), ("d = 128, causal", 128, 1, 4096)]
+    else:
+        cols = [("d = 64", 64, 0, 4096), ("d = 128", 128, 0, 4096), ("d = 128, N = 16384", 128, 0, 16384)]
+    what = "forward" if direction == "fwd" else "backward (FLOPs: 2.5 × the forward's)"
+    out = [f"bf16, B·H·N = 65536, N = 4096 unless noted, on {D.device}: TFLOP/s of the {what} "
+           f"(× PyTorch FlashAttention-2 of the same run), and what Nsight Compute counted at d = 128, N = 4096 "
+           f"(warp instructions; the largest stall, in cycles per instruction). The last row is the production "
+           f"kernel; v1 and v2 were measured in earlier sessions, each beside FlashAttention-2 of its own run "
+           f"(their code is in git history). Every version, with the ones not kept: "
+           f"[the appendix](06_appendix.md).", "",
+           "| step | the idea | " + " | ".join(c[0] for c in cols) + " | profiler |",
+           "|---|---|" + "---|" * len(cols) + "---|"]
+    for ver, suffix, step, change in kept:
+        rows, peers = load(D.folder, f"bench06{suffix}.csv"), load(D.folder, f"peers06{suffix}.csv")
+        cells = [speed_cell(D, rows, peers, step, direction, d, causal, N) for _, d, causal, N in cols]
+        out.append(f"| {ver} | {change} | " + " | ".join(cells) + f" | {profiler_short(D, step, direction, suffix)} |")
     return out
 
 
@@ -407,6 +438,8 @@ TABLES = {
     "step04": lambda D: table_step(D, "04", "fwd"), "step05": lambda D: table_step(D, "05", "bwd"),
     "figures": table_figures, "step06": table_step06, "step06-fp16": lambda D: table_step06(D, "fp16"),
     "step06-dims": lambda D: table_step06(D, "bf16", "_dims"),
+    "step06-lesson-fwd": lambda D: table_step06_lesson(D, "fwd"),
+    "step06-lesson-bwd": lambda D: table_step06_lesson(D, "bwd"),
     "sass06": table_sass06, "step06-summary": table_step06_summary, "step06-versions": table_step06_versions, "step06-bwd-versions": table_step06_bwd_versions,
     "step01-bandwidth": table_bandwidth,
 }
