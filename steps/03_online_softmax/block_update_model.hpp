@@ -31,10 +31,11 @@ inline void model_update_block(std::vector<float>& acc, ModelStats& st, const st
       for (int c = 0; c < kBc; ++c) mx = std::fmax(mx, S[r * kBc + c]);
       const float m_new = std::fmax(st.m[r], mx);
       for (int c = 0; c < kBc; ++c) sum += (S[r * kBc + c] = online::prob(S[r * kBc + c], m_new));
-      const float alpha = opt.forget_rescale ? 1.0f : online::rescale(st.m[r], m_new);
-      st.l[r] = alpha * st.l[r] + sum;
+      const float alpha = online::rescale(st.m[r], m_new);
+      st.l[r] = (opt.forget == Forget::o_and_l ? 1.0f : alpha) * st.l[r] + sum;
       st.m[r] = m_new;
-      for (int c = 0; c < d; ++c) acc[r * d + c] *= alpha;
+      if (opt.forget == Forget::nothing)
+        for (int c = 0; c < d; ++c) acc[r * d + c] *= alpha;
     }
   }
   accumulate(acc, S, Vj, d);

@@ -14,9 +14,17 @@
 
 namespace fa::step03 {
 
+/// The forgotten-rescale bug, for the tests: which of the running sums are left
+/// unscaled when a block raises the max.
+enum class Forget {
+  nothing,   ///< the correct update
+  o,         ///< the lecture's bug: O keeps its old scale, ℓ is rescaled
+  o_and_l,   ///< both keep it: each block's weights relative to the max of its time
+};
+
 struct ModelOptions {
-  bool softmax = true;          ///< false: step 02's arithmetic (the compile-time switch of the kernel)
-  bool forget_rescale = false;  ///< the classic bug: O and ℓ not rescaled by e^(m − m_new)
+  bool softmax = true;              ///< false: step 02's arithmetic (the compile-time switch of the kernel)
+  Forget forget = Forget::nothing;  ///< the classic bug, in either form
 };
 
 ModelForward model_forward(const Problem& p, const Qkv& in, ModelOptions opt = {});
