@@ -111,7 +111,7 @@ def table_step(D, step, direction):
 def table_bandwidth(D, step="01", d=64):
     """Bytes a step moves by its formula, over its measured time: is HBM its limit?"""
     out = [f"Step {step} forward, d = {d}, not causal: the bytes its formula says it moves, over its time, on "
-           f"{D.device}; compare with the ~4 TB/s of a device-to-device copy on this GPU (../shared/PERF.md).", "",
+           f"{D.device}; compare with the ~4 TB/s of a device-to-device copy on this GPU (measured on the H200 used here: a large device-to-device copy).", "",
            "| N | H | formula (GB) | ms | implied bandwidth (TB/s) |", "|---|---|---|---|---|"]
     if D.bench and "formula_bytes" not in D.bench[0]:
         return ["(bench.csv predates the formula_bytes column: rerun tools/bench/run_all.sh)"]
