@@ -9,6 +9,9 @@ and maxn.csv (fa_bench --max-n) from --dir; writes PNGs there:
   tflops_vs_n.png   TFLOP/s vs N, same runs
   hbm_vs_n.png      HBM bytes vs N, log-log: the notes' formulas and ncu's DRAM bytes
   memory_vs_n.png   peak extra device memory vs N
+and, from claims*.csv (tools/bench/claims.sh):
+  speedup_vs_n.png  speed-up over standard attention (PyTorch math, step 01) vs N
+  claims_memory.png extra device memory vs N for one head, log-log
 """
 import argparse
 import csv
@@ -70,6 +73,8 @@ def main():
         fig.savefig(os.path.join(a.dir, fname), dpi=110)
         plt.close(fig)
 
+    claims(a.dir)
+
     traffic = rows(os.path.join(a.dir, "traffic.csv"))
     if traffic:
         fig, ax = plt.subplots(figsize=(7, 5))
@@ -89,6 +94,66 @@ def main():
         fig.tight_layout()
         fig.savefig(os.path.join(a.dir, "hbm_vs_n.png"), dpi=110)
         plt.close(fig)
+
+
+def claims(folder):
+    """The lecture's claims (tools/bench/claims.sh): speed-up over standard attention
+    against N, and extra device memory against N on log scales."""
+    ours = rows(os.path.join(folder, "claims.csv")) + rows(os.path.join(folder, "claims06.csv"))
+    peers = rows(os.path.join(folder, "claims_peers.csv"))
+    if not ours or not peers:
+        return
+    gpu = ours[0]["gpu"]
+
+    def times(data, **kw):
+        return {int(r["N"]): float(r["ms"]) for r in data
+                if r["status"] == "ok" and all(r[k] == v for k, v in kw.items())}
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
+    for ax, direction, fused in zip(axes, ("fwd", "bwd"), ("03", "05")):
+        m32 = times(peers, impl="torch-math", dtype="fp32", dir=direction)
+        m16 = times(peers, impl="torch-math", dtype="bf16", dir=direction)
+        s01 = times(ours, step="01", dir=direction)
+        for name, t, base in ((f"step {fused} (fp32) over PyTorch math fp32", times(ours, step=fused, dir=direction), m32),
+                              (f"step {fused} (fp32) over step 01", times(ours, step=fused, dir=direction), s01),
+                              ("step 06 (bf16) over PyTorch math bf16", times(ours, step="06", dir=direction), m16)):
+            xs = sorted(n for n in t if n in base)
+            ax.plot(xs, [base[n] / t[n] for n in xs], "o-", label=name)
+        ax.axhspan(2, 4, color="grey", alpha=0.15, label="the lecture's 2–4×")
+        ax.axhline(1, color="black", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("N (B·H·N = 65536, d = 64, not causal)")
+        ax.set_ylabel("speed-up over standard attention (×)")
+        ax.set_title("forward" if direction == "fwd" else "backward")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{gpu}: FlashAttention's speed-up over standard attention, one run")
+    fig.tight_layout()
+    fig.savefig(os.path.join(folder, "speedup_vs_n.png"), dpi=110)
+    plt.close(fig)
+
+    mem = (rows(os.path.join(folder, "claims_memory.csv")) + rows(os.path.join(folder, "claims_memory06.csv"))
+           + rows(os.path.join(folder, "claims_memory_peers.csv")))
+    if not mem:
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5))
+    for ax, direction in zip(axes, ("fwd", "bwd")):
+        for name, pts in sorted(series(mem, 64, 0, direction, "scratch_bytes").items()):
+            pts = [(n, b) for n, b in pts if b > 0]
+            if pts:
+                xs, ys = zip(*pts)
+                ax.plot(xs, ys, "o-" if name.startswith("step") else "s--", label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("N (one head: B = H = 1, d = 64)")
+        ax.set_ylabel("extra device memory (bytes)")
+        ax.set_title(("forward" if direction == "fwd" else "backward") + ": N² against N")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{gpu}: extra memory beside the inputs and outputs")
+    fig.tight_layout()
+    fig.savefig(os.path.join(folder, "claims_memory.png"), dpi=110)
+    plt.close(fig)
 
 
 if __name__ == "__main__":

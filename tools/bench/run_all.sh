@@ -27,5 +27,7 @@ python3 tools/bench/peers.py --csv "$dest/peers.csv" --reps 7 2> "$dest/peers.lo
 echo "== $(date +%T) ncu traffic"
 python3 tools/bench/ncu_traffic.py --bench "$BUILD/tools/bench/fa_bench" --csv "$dest/traffic.csv" 2> "$dest/ncu.log"
 cat "$dest/traffic.csv"
+echo "== $(date +%T) the lecture's claims: speed-up over standard attention, memory against N"
+bash tools/bench/claims.sh "$dest" "$BUILD"
 echo "== $(date +%T) plots"
 python3 tools/bench/plot.py --dir "$dest" && ls "$dest"
