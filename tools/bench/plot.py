@@ -96,6 +96,24 @@ def main():
         plt.close(fig)
 
 
+def log_axes(ax, xlabel, ylabel, title):
+    """Both axes logarithmic (N in powers of two), labels, grid and legend."""
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def save(fig, folder, name, title):
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(os.path.join(folder, name), dpi=110)
+    plt.close(fig)
+
+
 def claims(folder):
     """The lecture's claims (tools/bench/claims.sh): speed-up over standard attention
     against N, and extra device memory against N on log scales."""
@@ -120,17 +138,9 @@ def claims(folder):
             ax.plot(xs, [base[n] / t[n] for n in xs], "o-", label=name)
         ax.axhspan(2, 4, color="grey", alpha=0.15, label="the lecture's 2–4×")
         ax.axhline(1, color="black", lw=0.8)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("N (B·H·N = 65536, d = 64, not causal)")
-        ax.set_ylabel("speed-up over standard attention (×)")
-        ax.set_title("forward" if direction == "fwd" else "backward")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle(f"{gpu}: FlashAttention's speed-up over standard attention, one run")
-    fig.tight_layout()
-    fig.savefig(os.path.join(folder, "speedup_vs_n.png"), dpi=110)
-    plt.close(fig)
+        log_axes(ax, "N (B·H·N = 65536, d = 64, not causal)", "speed-up over standard attention (×)",
+                 "forward" if direction == "fwd" else "backward")
+    save(fig, folder, "speedup_vs_n.png", f"{gpu}: FlashAttention's speed-up over standard attention, one run")
 
     mem = (rows(os.path.join(folder, "claims_memory.csv")) + rows(os.path.join(folder, "claims_memory06.csv"))
            + rows(os.path.join(folder, "claims_memory_peers.csv")))
@@ -143,17 +153,9 @@ def claims(folder):
             if pts:
                 xs, ys = zip(*pts)
                 ax.plot(xs, ys, "o-" if name.startswith("step") else "s--", label=name)
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("N (one head: B = H = 1, d = 64)")
-        ax.set_ylabel("extra device memory (bytes)")
-        ax.set_title(("forward" if direction == "fwd" else "backward") + ": N² against N")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
-    fig.suptitle(f"{gpu}: extra memory beside the inputs and outputs")
-    fig.tight_layout()
-    fig.savefig(os.path.join(folder, "claims_memory.png"), dpi=110)
-    plt.close(fig)
+        log_axes(ax, "N (one head: B = H = 1, d = 64)", "extra device memory (bytes)",
+                 ("forward" if direction == "fwd" else "backward") + ": N² against N")
+    save(fig, folder, "claims_memory.png", f"{gpu}: extra memory beside the inputs and outputs")
 
 
 if __name__ == "__main__":
