@@ -1,7 +1,12 @@
 // Step 04 tests: K/V-outer order against step 03 — the same updates in the same
-// order, so bit for bit — for several group sizes, and its traffic formula.
+// order, so bit for bit — for several group sizes, and its traffic formula; and the
+// lecture's Θ(N²d²/M) for steps 02–04, with the on-chip budget M varied.
+#include <cmath>
+
 #include "reference/reference.hpp"
+#include "steps/02_fused/step02.hpp"
 #include "steps/02_fused/tile.hpp"
+#include "steps/02_fused/tile_model.hpp"
 #include "steps/03_online_softmax/step03.hpp"
 #include "steps/04_kv_outer/step04.hpp"
 #include "tests/check.hpp"
@@ -21,6 +26,49 @@ TEST_CASE("step04 model equals step 03's model bit for bit, for any group size",
       const ModelForward s4 = step04::model_forward(p, in, G);
       FA_CHECK_CLOSE("O", s4.out.o, s3.out.o, tol::kBitExact, test::shape_o(p));
       FA_CHECK_CLOSE("L", s4.out.lse, s3.out.lse, tol::kBitExact, test::shape_l(p));
+    }
+  }
+}
+
+TEST_CASE("steps 02-04: traffic follows Θ(N²d²/M) as the on-chip budget M grows", "[cpu]") {
+  // The CPU models with blocks chosen from M (tiles::tiles_for): the counted traffic
+  // equals each note's formula at every M, falls as M grows, and the re-reads of K and
+  // V, 2·N·d·T_r = 2N²d/b, stay within a constant factor of N²d²/M: 2M/(bd), which is
+  // 8 + (2b + 4)/d when the b × b blocks use M up — between 8 and 9.3 here (b ≤ d/2).
+  const int d = 64;
+  for (bool causal : {false, true}) {
+    const Problem p = make(1, 1, 1024, d, causal);
+    const Qkv in = random_qkv(p, 53);
+    const ForwardOut ref = reference::forward(p, in);
+    std::uint64_t prev02 = ~0ull, prev03 = ~0ull, prev04 = ~0ull;
+    for (std::size_t M : {1100, 2200, 4400, 9300}) {  // b = 4, 8, 16, 32
+      const tiles::Tiles t = tiles::tiles_for(M, d);
+      INFO(p.str() << ", M = " << M << " elements: " << t.br << " x " << t.bc << " blocks");
+      CHECK(tiles::forward_on_chip(d, t) + 2 * std::size_t(t.br) <= M);  // the blocks fit the budget
+      step03::ModelOptions opt;
+      opt.tiles = t;
+      const ModelForward m02 = step02::model_forward(p, in, t), m03 = step03::model_forward(p, in, opt);
+      const int G = tiles::q_blocks(p.N, t.br);  // Algorithm 1: one group, K and V read once
+      const ModelForward m04 = step04::model_forward(p, in, G, t);
+      // Still exact attention with any blocks.
+      FA_CHECK_CLOSE("O (step 03)", m03.out.o, ref.o, tol::kFp32Forward, test::shape_o(p));
+      FA_CHECK_CLOSE("O (step 04)", m04.out.o, m03.out.o, tol::kBitExact, test::shape_o(p));
+      const Traffic f02 = step02::traffic_forward(p, t), f03 = step03::traffic_forward(p, t),
+                    f04 = step04::traffic_forward(p, G, t);
+      CHECK(m02.traffic.total() == f02.total());
+      CHECK(m03.traffic.total() == f03.total());
+      CHECK(m04.traffic.total() == f04.total());
+      CHECK(f02.total() < prev02);  // falls as M grows
+      CHECK(f03.total() < prev03);
+      CHECK(f04.total() < prev04);
+      prev02 = f02.total(), prev03 = f03.total(), prev04 = f04.total();
+      if (!causal) {
+        const double N = p.N, rereads = double(f02.read) - N * d;  // everything but Q's one read
+        const double ratio = rereads * double(M) / (N * N * d * d);
+        CHECK(std::fabs(ratio - 2.0 * double(M) / (double(t.br) * d)) < 1e-9);  // 2·N·d·(N/b) exactly
+        CHECK(ratio >= 8.0);  // M ≥ 4bd + b² + 2b
+        CHECK(ratio < 9.3);   // and M is nearly used up
+      }
     }
   }
 }

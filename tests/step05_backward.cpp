@@ -77,6 +77,23 @@ TEST_CASE("step05 model's HBM traffic equals the note's formula, and has no N² 
   CHECK(step05::traffic_backward(p).total() < step01::traffic_backward(p).total());
 }
 
+TEST_CASE("step05's extra memory is Θ(N): one float per row, D", "[cpu]") {
+  // The model's one array beyond its inputs and outputs is D, sized by workspace_bytes —
+  // the kernel's workspace too. Doubling N doubles it, at every N (step 01's backward
+  // keeps P, dP and dS instead: 3·N² floats per head, quadrupling).
+  for (int heads : {1, 16}) {
+    std::size_t prev = 0;
+    for (int N = 1024; N <= 1 << 20; N *= 2) {
+      const Problem p = make(1, heads, N, 64, false);
+      const std::size_t w = step05::workspace_bytes(p);
+      INFO("H = " << heads << ", N = " << N << ": " << w << " bytes");
+      CHECK(w == sizeof(float) * std::size_t(heads) * std::size_t(N));
+      if (prev) CHECK(w == 2 * prev);
+      prev = w;
+    }
+  }
+}
+
 #ifdef FA_HAVE_CUDA
 TEST_CASE("step05 kernels match step 01's backward, the reference and the model", "[gpu]") {
   for (const Problem& p : test::sweep()) {

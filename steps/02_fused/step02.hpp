@@ -12,13 +12,15 @@
 
 #include "common/hbm.hpp"
 #include "common/step_api.hpp"
+#include "steps/02_fused/tile.hpp"
 
 namespace fa::step02 {
 
-/// CPU model: the kernel's block loops over counted HBM arrays (O in out.o).
-ModelForward model_forward(const Problem& p, const Qkv& in);
+/// CPU model: the kernel's block loops over counted HBM arrays (O in out.o), with the
+/// kernel's 32 × 32 blocks or others (tiles::tiles_for an on-chip budget M).
+ModelForward model_forward(const Problem& p, const Qkv& in, tiles::Tiles t = {});
 /// The note's closed-form traffic (elements).
-Traffic traffic_forward(const Problem& p);
+Traffic traffic_forward(const Problem& p, tiles::Tiles t = {});
 
 extern const GpuForward kForward;  ///< O = (scale·QKᵀ)V, fused
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "common/hd.hpp"
 #include "common/problem.hpp"
@@ -18,6 +19,25 @@ constexpr int kMaxD = 256;     ///< largest head dimension the fused kernels tak
 /// Shared-memory row stride for a tile of width d: odd, so that 32 lanes reading
 /// 32 different rows at the same column hit 32 different banks.
 FA_HD constexpr int padded(int d) { return d | 1; }
+
+/// Block sizes of the fused steps' CPU models: the kernels' (B_r = B_c = 32) by
+/// default, or chosen from an on-chip budget (tiles_for).
+struct Tiles {
+  int br = kBr, bc = kBc;
+};
+
+/// Square blocks b × b for an on-chip budget of M elements: the forward holds Q_i, O_i,
+/// K_j, V_j (4·b·d), S_ij (b²) and a row's m, ℓ (2b), so b is the largest with
+/// 4·b·d + b² + 2b ≤ M — close to the lecture's B_c = M/(4d) while b ≪ d. With N/b
+/// query blocks each re-reading K and V, that traffic is 2·N·d·N/b =
+/// (8 + (2b + 4)/d)·N²d²/M when M is used up: Θ(N²d²/M) (note 02).
+inline Tiles tiles_for(std::size_t M, int d) {
+  int b = 0;
+  while (4 * std::size_t(b + 1) * d + std::size_t(b + 1) * (b + 1) + 2 * std::size_t(b + 1) <= M) ++b;
+  if (b < 1) throw Error("an on-chip budget of " + std::to_string(M) + " elements holds no 1-row tile at d = " +
+                         std::to_string(d));
+  return {b, b};
+}
 
 // The block sizes default to steps 02–05's; step 06 passes its own (64 × 64).
 FA_HD int q_blocks(int N, int br = kBr) { return (N + br - 1) / br; }   ///< T_r

@@ -16,31 +16,35 @@ inline void load_tile(std::vector<float>& dst, const Hbm& src, std::size_t base,
     for (int c = 0; c < d; ++c) dst[r * d + c] = r < valid ? src.load(base + std::size_t(r) * d + c) : 0.0f;
 }
 
-/// S[r][c] = mask(r, c, scale·Σ_x A[r][x]·B[c][x]), S is kBr×kBc.
+/// S[r][c] = mask(r, c, scale·Σ_x A[r][x]·B[c][x]), S is br×bc (A: br rows, B: bc rows).
 template <class Mask>
 void scores(std::vector<float>& S, const std::vector<float>& A, const std::vector<float>& B, int d, float scale,
-            Mask mask) {
-  for (int r = 0; r < kBr; ++r)
-    for (int c = 0; c < kBc; ++c) {
+            Mask mask, Tiles t = {}) {
+  for (int r = 0; r < t.br; ++r)
+    for (int c = 0; c < t.bc; ++c) {
       float acc = 0.0f;
       for (int x = 0; x < d; ++x) acc += A[r * d + x] * B[c * d + x];
-      S[r * kBc + c] = mask(r, c, scale * acc);
+      S[r * t.bc + c] = mask(r, c, scale * acc);
     }
 }
 
-/// acc (32×d) += S·B; kTransS: acc += Sᵀ·B (S is kBr×kBc, B is 32×d), j in order.
+/// acc (br×d) += S·B with B bc×d; kTransS: acc (bc×d) += Sᵀ·B with B br×d. S is
+/// br×bc; the inner sum runs in order.
 template <bool kTransS = false>
-void accumulate(std::vector<float>& acc, const std::vector<float>& S, const std::vector<float>& B, int d) {
-  for (int r = 0; r < 32; ++r)
+void accumulate(std::vector<float>& acc, const std::vector<float>& S, const std::vector<float>& B, int d, Tiles t = {}) {
+  const int rows = kTransS ? t.bc : t.br, inner = kTransS ? t.br : t.bc;
+  for (int r = 0; r < rows; ++r)
     for (int c = 0; c < d; ++c) {
       float a = acc[r * d + c];
-      for (int j = 0; j < 32; ++j) a += (kTransS ? S[j * kBc + r] : S[r * kBc + j]) * B[j * d + c];
+      for (int j = 0; j < inner; ++j) a += (kTransS ? S[j * t.bc + r] : S[r * t.bc + j]) * B[j * d + c];
       acc[r * d + c] = a;
     }
 }
 
 /// On-chip elements the fused forward kernels hold: Q_i, K_j, V_j, the S tile and
 /// the B_r×d accumulator (shared memory + registers).
-inline std::size_t forward_on_chip(int d) { return std::size_t(kBr) * d * 2 + 2 * std::size_t(kBc) * d + kBr * kBc; }
+inline std::size_t forward_on_chip(int d, Tiles t = {}) {
+  return std::size_t(t.br) * d * 2 + 2 * std::size_t(t.bc) * d + std::size_t(t.br) * t.bc;
+}
 
 }  // namespace fa::tiles

@@ -10,27 +10,28 @@
 
 namespace fa::step03 {
 
-/// Running statistics of a query block's kBr rows.
+/// Running statistics of a query block's rows.
 struct ModelStats {
-  std::vector<float> m = std::vector<float>(tiles::kBr, -INFINITY), l = std::vector<float>(tiles::kBr, 0.0f);
+  explicit ModelStats(int rows = tiles::kBr) : m(std::size_t(rows), -INFINITY), l(std::size_t(rows), 0.0f) {}
+  std::vector<float> m, l;
 };
 
 inline void model_update_block(std::vector<float>& acc, ModelStats& st, const std::vector<float>& Qi,
                                const std::vector<float>& Kj, const std::vector<float>& Vj, std::vector<float>& S,
                                int q0, int k0, int kv, const Problem& p, ModelOptions opt) {
   using namespace tiles;
-  const int d = p.d;
+  const int d = p.d, br = opt.tiles.br, bc = opt.tiles.bc;
   const float kMasked = opt.softmax ? -INFINITY : 0.0f;
   scores(S, Qi, Kj, d, p.softmax_scale(), [&](int r, int c, float s) {
     const bool masked = c >= kv || (p.causal && k0 + c > q0 + r);
     return masked ? kMasked : s;
-  });
+  }, opt.tiles);
   if (opt.softmax) {
-    for (int r = 0; r < kBr; ++r) {
+    for (int r = 0; r < br; ++r) {
       float mx = -INFINITY, sum = 0.0f;
-      for (int c = 0; c < kBc; ++c) mx = std::fmax(mx, S[r * kBc + c]);
+      for (int c = 0; c < bc; ++c) mx = std::fmax(mx, S[r * bc + c]);
       const float m_new = std::fmax(st.m[r], mx);
-      for (int c = 0; c < kBc; ++c) sum += (S[r * kBc + c] = online::prob(S[r * kBc + c], m_new));
+      for (int c = 0; c < bc; ++c) sum += (S[r * bc + c] = online::prob(S[r * bc + c], m_new));
       const float alpha = online::rescale(st.m[r], m_new);
       st.l[r] = (opt.forget == Forget::o_and_l ? 1.0f : alpha) * st.l[r] + sum;
       st.m[r] = m_new;
@@ -38,7 +39,7 @@ inline void model_update_block(std::vector<float>& acc, ModelStats& st, const st
         for (int c = 0; c < d; ++c) acc[r * d + c] *= alpha;
     }
   }
-  accumulate(acc, S, Vj, d);
+  accumulate(acc, S, Vj, d, opt.tiles);
 }
 
 }  // namespace fa::step03

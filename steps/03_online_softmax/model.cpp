@@ -11,21 +11,22 @@ ModelForward model_forward(const Problem& p, const Qkv& in, ModelOptions opt) {
   ModelForward r;
   Hbm Q(in.q, r.traffic), K(in.k, r.traffic), V(in.v, r.traffic), O(p.elems(), r.traffic);
   Hbm L(opt.softmax ? p.rows() : 0, r.traffic);
-  const int N = p.N, d = p.d;
+  const int N = p.N, d = p.d, br = opt.tiles.br, bc = opt.tiles.bc;
   for (std::size_t bh = 0; bh < p.heads(); ++bh) {
     const std::size_t head = bh * N * d;
-    for (int i = 0; i < q_blocks(N); ++i) {
-      OnChip chip(forward_on_chip(d) + 2 * kBr);
-      auto Qi = chip.tile(kBr * d, "Q_i"), Kj = chip.tile(kBc * d, "K_j"), Vj = chip.tile(kBc * d, "V_j");
-      auto S = chip.tile(kBr * kBc, "S_ij"), acc = chip.tile(kBr * d, "O_i");
-      chip.tile(2 * kBr, "m_i, l_i");
-      ModelStats st;
-      const int q0 = i * kBr, rows = valid_rows(N, i, kBr);
-      load_tile(Qi, Q, head + std::size_t(q0) * d, kBr, rows, d);
-      for (int j = 0; j <= last_kv_block(N, p.causal, i); ++j) {
-        const int k0 = j * kBc, kv = valid_rows(N, j, kBc);
-        load_tile(Kj, K, head + std::size_t(k0) * d, kBc, kv, d);
-        load_tile(Vj, V, head + std::size_t(k0) * d, kBc, kv, d);
+    for (int i = 0; i < q_blocks(N, br); ++i) {
+      OnChip chip(forward_on_chip(d, opt.tiles) + 2 * std::size_t(br));
+      auto Qi = chip.tile(std::size_t(br) * d, "Q_i"), Kj = chip.tile(std::size_t(bc) * d, "K_j");
+      auto Vj = chip.tile(std::size_t(bc) * d, "V_j"), S = chip.tile(std::size_t(br) * bc, "S_ij");
+      auto acc = chip.tile(std::size_t(br) * d, "O_i");
+      chip.tile(2 * std::size_t(br), "m_i, l_i");
+      ModelStats st(br);
+      const int q0 = i * br, rows = valid_rows(N, i, br);
+      load_tile(Qi, Q, head + std::size_t(q0) * d, br, rows, d);
+      for (int j = 0; j <= last_kv_block(N, p.causal, i, br, bc); ++j) {
+        const int k0 = j * bc, kv = valid_rows(N, j, bc);
+        load_tile(Kj, K, head + std::size_t(k0) * d, bc, kv, d);
+        load_tile(Vj, V, head + std::size_t(k0) * d, bc, kv, d);
         model_update_block(acc, st, Qi, Kj, Vj, S, q0, k0, kv, p, opt);
       }
       for (int rr = 0; rr < rows; ++rr) {
@@ -40,10 +41,10 @@ ModelForward model_forward(const Problem& p, const Qkv& in, ModelOptions opt) {
   return r;
 }
 
-Traffic traffic_forward(const Problem& p) {
+Traffic traffic_forward(const Problem& p, Tiles t) {
   // Step 02's traffic plus L: N more writes per head.
   const std::uint64_t Nd = std::uint64_t(p.N) * p.d;
-  return {p.heads() * (Nd + 2 * kv_rows_visited(p) * p.d), p.heads() * (Nd + p.N)};
+  return {p.heads() * (Nd + 2 * kv_rows_visited(p, t.br, t.bc) * p.d), p.heads() * (Nd + p.N)};
 }
 
 }  // namespace fa::step03

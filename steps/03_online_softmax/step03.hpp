@@ -11,6 +11,7 @@
 
 #include "common/hbm.hpp"
 #include "common/step_api.hpp"
+#include "steps/02_fused/tile.hpp"
 
 namespace fa::step03 {
 
@@ -25,10 +26,11 @@ enum class Forget {
 struct ModelOptions {
   bool softmax = true;              ///< false: step 02's arithmetic (the compile-time switch of the kernel)
   Forget forget = Forget::nothing;  ///< the classic bug, in either form
+  tiles::Tiles tiles = {};          ///< the kernel's 32 × 32 blocks, or tiles::tiles_for an on-chip budget
 };
 
 ModelForward model_forward(const Problem& p, const Qkv& in, ModelOptions opt = {});
-Traffic traffic_forward(const Problem& p);
+Traffic traffic_forward(const Problem& p, tiles::Tiles t = {});
 
 extern const GpuForward kForward;           ///< softmax attention: O and L
 extern const GpuForward kForwardNoSoftmax;  ///< the same kernel with the softmax compiled out

@@ -16,31 +16,34 @@ int default_group(const Problem& p, int sms) {
   return int(std::max(1LL, (Tr + groups_per_head - 1) / groups_per_head));
 }
 
-ModelForward model_forward(const Problem& p, const Qkv& in, int G) {
+ModelForward model_forward(const Problem& p, const Qkv& in, int G, Tiles tl) {
   p.validate();
   if (G < 1) throw Error("step04: the group size must be at least 1");
   ModelForward r;
   Traffic& t = r.traffic;
   Hbm Q(in.q, t), K(in.k, t), V(in.v, t), O(p.elems(), t), L(p.rows(), t);
   Hbm M(p.rows(), t), Ell(p.rows(), t);  // the workspace: m_i and ℓ_i between K/V blocks
-  const int N = p.N, d = p.d, Tr = q_blocks(N);
+  const int N = p.N, d = p.d, br = tl.br, bc = tl.bc, Tr = q_blocks(N, br);
+  step03::ModelOptions opt;
+  opt.tiles = tl;
   for (std::size_t bh = 0; bh < p.heads(); ++bh) {
     const std::size_t head = bh * N * d;
     for (int i_begin = 0; i_begin < Tr; i_begin += G) {  // one thread block per group
       const int i_end = std::min(Tr, i_begin + G);
-      OnChip chip(forward_on_chip(d) + 2 * kBr);
-      auto Qi = chip.tile(kBr * d, "Q_i"), Kj = chip.tile(kBc * d, "K_j"), Vj = chip.tile(kBc * d, "V_j");
-      auto S = chip.tile(kBr * kBc, "S_ij"), acc = chip.tile(kBr * d, "O_i");
-      chip.tile(2 * kBr, "m_i, l_i");
-      for (int j = 0; j <= last_kv_block(N, p.causal, i_end - 1); ++j) {
-        const int k0 = j * kBc, kv = valid_rows(N, j, kBc);
-        load_tile(Kj, K, head + std::size_t(k0) * d, kBc, kv, d);
-        load_tile(Vj, V, head + std::size_t(k0) * d, kBc, kv, d);
+      OnChip chip(forward_on_chip(d, tl) + 2 * std::size_t(br));
+      auto Qi = chip.tile(std::size_t(br) * d, "Q_i"), Kj = chip.tile(std::size_t(bc) * d, "K_j");
+      auto Vj = chip.tile(std::size_t(bc) * d, "V_j"), S = chip.tile(std::size_t(br) * bc, "S_ij");
+      auto acc = chip.tile(std::size_t(br) * d, "O_i");
+      chip.tile(2 * std::size_t(br), "m_i, l_i");
+      for (int j = 0; j <= last_kv_block(N, p.causal, i_end - 1, br, bc); ++j) {
+        const int k0 = j * bc, kv = valid_rows(N, j, bc);
+        load_tile(Kj, K, head + std::size_t(k0) * d, bc, kv, d);
+        load_tile(Vj, V, head + std::size_t(k0) * d, bc, kv, d);
         for (int i = i_begin; i < i_end; ++i) {
-          if (j > last_kv_block(N, p.causal, i)) continue;  // above the diagonal: skipped
-          const int q0 = i * kBr, rows = valid_rows(N, i, kBr);
-          load_tile(Qi, Q, head + std::size_t(q0) * d, kBr, rows, d);
-          step03::ModelStats st;
+          if (j > last_kv_block(N, p.causal, i, br, bc)) continue;  // above the diagonal: skipped
+          const int q0 = i * br, rows = valid_rows(N, i, br);
+          load_tile(Qi, Q, head + std::size_t(q0) * d, br, rows, d);
+          step03::ModelStats st(br);
           std::fill(acc.begin(), acc.end(), 0.0f);
           if (j > 0)  // (m_i, ℓ_i, O_i) come back from device memory
             for (int rr = 0; rr < rows; ++rr) {
@@ -48,8 +51,8 @@ ModelForward model_forward(const Problem& p, const Qkv& in, int G) {
               st.m[rr] = M.load(row), st.l[rr] = Ell.load(row);
               for (int c = 0; c < d; ++c) acc[rr * d + c] = O.load(head + std::size_t(q0 + rr) * d + c);
             }
-          step03::model_update_block(acc, st, Qi, Kj, Vj, S, q0, k0, kv, p, {});
-          const bool last = j == last_kv_block(N, p.causal, i);
+          step03::model_update_block(acc, st, Qi, Kj, Vj, S, q0, k0, kv, p, opt);
+          const bool last = j == last_kv_block(N, p.causal, i, br, bc);
           for (int rr = 0; rr < rows; ++rr) {
             const std::size_t row = bh * N + q0 + rr;
             for (int c = 0; c < d; ++c)
@@ -69,15 +72,15 @@ ModelForward model_forward(const Problem& p, const Qkv& in, int G) {
   return r;
 }
 
-Traffic traffic_forward(const Problem& p, int G) {
-  const int N = p.N, d = p.d, Tr = q_blocks(N);
+Traffic traffic_forward(const Problem& p, int G, Tiles t) {
+  const int N = p.N, d = p.d, Tr = q_blocks(N, t.br);
   std::uint64_t rd = 0, wr = 0;
   for (int i_begin = 0; i_begin < Tr; i_begin += G) {  // K_j, V_j once per group
-    const int j_end = last_kv_block(N, p.causal, std::min(Tr, i_begin + G) - 1);
-    rd += 2ull * d * std::min(N, (j_end + 1) * kBc);
+    const int j_end = last_kv_block(N, p.causal, std::min(Tr, i_begin + G) - 1, t.br, t.bc);
+    rd += 2ull * d * std::min(N, (j_end + 1) * t.bc);
   }
   for (int i = 0; i < Tr; ++i) {
-    const std::uint64_t rows = valid_rows(N, i, kBr), visits = last_kv_block(N, p.causal, i) + 1;
+    const std::uint64_t rows = valid_rows(N, i, t.br), visits = last_kv_block(N, p.causal, i, t.br, t.bc) + 1;
     rd += rows * d * visits               // Q_i at every visit
           + rows * (d + 2) * (visits - 1);  // O_i, m_i, ℓ_i at every visit but the first
     wr += rows * (d + 2) * (visits - 1)   // O_i, m_i, ℓ_i after every visit but the last

@@ -18,6 +18,7 @@
 
 #include "common/hbm.hpp"
 #include "common/step_api.hpp"
+#include "steps/02_fused/tile.hpp"
 
 namespace fa::step04 {
 
@@ -25,8 +26,10 @@ namespace fa::step04 {
 /// groups for ~2 thread blocks per SM, at most T_r per group.
 int default_group(const Problem& p, int sms);
 
-ModelForward model_forward(const Problem& p, const Qkv& in, int group);
-Traffic traffic_forward(const Problem& p, int group);
+/// CPU model with groups of `group` query blocks, with the kernel's 32 × 32 blocks or
+/// others (tiles::tiles_for an on-chip budget M).
+ModelForward model_forward(const Problem& p, const Qkv& in, int group, tiles::Tiles t = {});
+Traffic traffic_forward(const Problem& p, int group, tiles::Tiles t = {});
 
 extern const GpuForward kForward;            ///< default group size
 extern const GpuForward kForwardAlgorithm1;  ///< G = T_r: one thread block per head, the paper's loop

@@ -133,10 +133,8 @@ void run(const Problem& p, const BwdArgs& a, void* ws, Stream s) {
   });
 }
 
-std::size_t workspace(const Problem& p) { return p.rows() * sizeof(float); }
-
 }  // namespace
 
-const GpuBackward kBackward{"step05 backward", kMaxD, workspace, "D (B·H·N floats)", run};
+const GpuBackward kBackward{"step05 backward", kMaxD, workspace_bytes, "D (B·H·N floats)", run};
 
 }  // namespace fa::step05

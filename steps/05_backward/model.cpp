@@ -34,7 +34,8 @@ ModelBackward model_backward(const Problem& p, const Qkv& in, const ForwardOut& 
   ModelBackward res;
   Traffic& t = res.traffic;
   Hbm Q(in.q, t), K(in.k, t), V(in.v, t), O(fwd.o, t), L(fwd.lse, t), dO(dout, t);
-  Hbm dQ(p.elems(), t), dK(p.elems(), t), dV(p.elems(), t), D(p.rows(), t);
+  Hbm dQ(p.elems(), t), dK(p.elems(), t), dV(p.elems(), t);
+  Hbm D(workspace_bytes(p) / sizeof(float), t);  // the one array beyond inputs and outputs: the workspace
   const int N = p.N, d = p.d;
   const float scale = p.softmax_scale();
   const std::size_t on_chip = 4 * std::size_t(kBr) * d + 2 * kBr * kBc + 2 * kBr + 2 * std::size_t(kBc) * d;
@@ -113,5 +114,7 @@ Traffic traffic_backward(const Problem& p) {
   t.written += N * d;
   return {t.read * p.heads(), t.written * p.heads()};
 }
+
+std::size_t workspace_bytes(const Problem& p) { return p.rows() * sizeof(float); }
 
 }  // namespace fa::step05

@@ -24,6 +24,9 @@ namespace fa::step05 {
 
 ModelBackward model_backward(const Problem& p, const Qkv& in, const ForwardOut& fwd, const std::vector<float>& dout);
 Traffic traffic_backward(const Problem& p);
+/// Extra device memory beside the inputs and outputs: D = rowsum(dO∘O), one float per
+/// row — Θ(N) per head, where step 01's backward keeps P, dP and dS (Θ(N²)).
+std::size_t workspace_bytes(const Problem& p);
 
 extern const GpuBackward kBackward;
 

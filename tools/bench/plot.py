@@ -12,6 +12,8 @@ and maxn.csv (fa_bench --max-n) from --dir; writes PNGs there:
 and, from claims*.csv (tools/bench/claims.sh):
   speedup_vs_n.png  speed-up over standard attention (PyTorch math, step 01) vs N
   claims_memory.png extra device memory vs N for one head, log-log
+and, from --cpu-dir's traffic_vs_m.csv (flashattn traffic, no GPU needed):
+  traffic_vs_m.png  steps 02-04's counted HBM traffic vs the on-chip budget M
 """
 import argparse
 import csv
@@ -47,7 +49,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--dir", required=True)
     ap.add_argument("--d", type=int, default=64)
+    ap.add_argument("--cpu-dir", default=os.path.join(os.path.dirname(__file__), "..", "..", "notes", "results", "cpu"),
+                    help="where flashattn traffic's CSV is (traffic_vs_m.png goes there)")
     a = ap.parse_args()
+    traffic_vs_m(a.cpu_dir)
     data = rows(os.path.join(a.dir, "bench.csv")) + rows(os.path.join(a.dir, "peers.csv"))
     gpu = data[0]["gpu"] if data else "GPU"
     for key, fname, ylabel, logy in [("ms", "time_vs_n.png", "time (ms, median)", True),
@@ -111,6 +116,29 @@ def save(fig, folder, name, title):
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(os.path.join(folder, name), dpi=110)
+    plt.close(fig)
+
+
+def traffic_vs_m(cpu_dir):
+    """Steps 02-04's counted traffic against the on-chip budget M (flashattn traffic)."""
+    data = [r for r in rows(os.path.join(cpu_dir, "traffic_vs_m.csv")) if r["causal"] == "0"]
+    if not data:
+        return
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for step in ("02", "03", "04"):
+        pts = sorted((int(r["M"]), int(r["model_read"]) + int(r["model_written"])) for r in data if r["step"] == step)
+        ax.plot(*zip(*pts), "o-", label=f"step {step} (CPU model, counted)")
+    pts = sorted({(int(r["M"]), float(r["n2d2_over_M"])) for r in data})
+    ax.plot(*zip(*pts), "k--", label="N²d²/M")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("on-chip budget M (elements)")
+    ax.set_ylabel("HBM elements read + written")
+    ax.set_title(f"Θ(N²d²/M): N = {data[0]['N']}, d = {data[0]['d']}, not causal")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(cpu_dir, "traffic_vs_m.png"), dpi=110)
     plt.close(fig)
 
 

@@ -474,6 +474,32 @@ def table_claims(D, N=(1024, 2048, 4096, 8192, 16384)):
     return out
 
 
+def table_traffic_m(D):
+    """Steps 02-04's counted traffic against the on-chip budget M (`flashattn traffic`, CPU models)."""
+    path = os.path.join(ROOT, "notes", "results", "cpu", "traffic_vs_m.csv")
+    data = [r for r in load(os.path.dirname(path), os.path.basename(path)) if r["causal"] == "0"]
+    if not data:
+        return ["(not generated yet: `flashattn traffic > notes/results/cpu/traffic_vs_m.csv`)"]
+    r0 = data[0]
+    out = [f"N = {r0['N']}, d = {r0['d']}, not causal, one head: the CPU models' counted HBM traffic (elements read "
+           f"+ written; each equals its formula) with b × b blocks chosen from an on-chip budget of M elements "
+           f"(`tiles::tiles_for`), and that traffic over N²d²/M — a constant while b ≪ d "
+           f"(`flashattn traffic`; the file `notes/results/cpu/traffic_vs_m.csv`, causal rows too).", "",
+           "| M (elements) | b | step 02 | × N²d²/M | step 03 | × N²d²/M | step 04 (G = T_r) | × N²d²/M |",
+           "|---|---|---|---|---|---|---|---|"]
+    for M in sorted({int(r["M"]) for r in data}):
+        cells = {r["step"]: r for r in data if int(r["M"]) == M}
+        if set(cells) != {"02", "03", "04"}:
+            continue
+        bound = float(cells["02"]["n2d2_over_M"])
+
+        def cell(step):
+            total = int(cells[step]["model_read"]) + int(cells[step]["model_written"])
+            return f"{total / 1e6:.2f} M | {total / bound:.2f}"
+        out.append(f"| {M} | {cells['02']['br']} | {cell('02')} | {cell('03')} | {cell('04')} |")
+    return out
+
+
 def table_figures(D):
     return [f"![{n}]({rel(os.path.join(D.folder, n + '.png'))})"
             for n in ("speedup_vs_n", "claims_memory", "time_vs_n", "tflops_vs_n", "hbm_vs_n", "memory_vs_n")
@@ -490,7 +516,7 @@ TABLES = {
     "step06-lesson-fwd": lambda D: table_step06_lesson(D, "fwd"),
     "step06-lesson-bwd": lambda D: table_step06_lesson(D, "bwd"),
     "sass06": table_sass06, "step06-summary": table_step06_summary, "step06-versions": table_step06_versions, "step06-bwd-versions": table_step06_bwd_versions,
-    "step01-bandwidth": table_bandwidth, "claims": table_claims,
+    "step01-bandwidth": table_bandwidth, "claims": table_claims, "traffic-m": table_traffic_m,
 }
 MARK = re.compile(r"(<!-- fa:table (\S+) -->\n)(.*?)(<!-- /fa:table -->)", re.S)
 

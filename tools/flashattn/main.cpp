@@ -4,6 +4,7 @@
 //   flashattn run --step ID --q Q.npy --k K.npy --v V.npy --out O.npy [--lse L.npy]
 //                 [--causal] [--scale S] [--do dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]
 //   flashattn list                                                 the steps in this build
+//   flashattn traffic [--N n] [--d d] [--causal] [--M m1,m2,…]     HBM traffic of steps 02–04 against M
 //   flashattn --help
 //
 // Errors: one line on stderr, exit status 2, and no output file created or changed.
@@ -23,6 +24,9 @@
 #include "common/npy.hpp"
 #include "reference/reference.hpp"
 #include "tools/flashattn/steps_table.hpp"
+#include "steps/04_kv_outer/step04.hpp"
+#include "steps/03_online_softmax/step03.hpp"
+#include "steps/02_fused/step02.hpp"
 #ifdef FA_HAVE_CUDA
 #include "common/gpu.hpp"
 #endif
@@ -47,6 +51,10 @@ Usage:
       picks the 16-bit type of step 06 (default bf16); inputs are rounded to it.
   flashattn list
       The steps in this build, which need a GPU, which have a backward.
+  flashattn traffic [--N n] [--d d] [--causal] [--M m1,m2,...]
+      The HBM traffic of steps 02-04 (their CPU models, counted) with blocks
+      chosen from an on-chip budget of M elements, as CSV: the lecture's
+      Theta(N^2 d^2 / M), and how far the counts follow it. No GPU needed.
 
 Exit status: 0 on success, 2 on bad input (one line on stderr, nothing written).
 )";
@@ -216,6 +224,37 @@ int list() {
   return 0;
 }
 
+// ---- traffic against M ------------------------------------------------------------
+int traffic(const Args& a) {
+  Problem p;
+  p.N = a.kv.count("--N") ? to_int(a.kv.at("--N"), "--N") : 1024;
+  p.d = a.kv.count("--d") ? to_int(a.kv.at("--d"), "--d") : 64;
+  p.causal = a.causal;
+  p.validate();
+  std::vector<std::size_t> Ms;
+  std::stringstream list(a.kv.count("--M") ? a.kv.at("--M") : "1100,2200,4400,9300,18800");
+  for (std::string m; std::getline(list, m, ',');) Ms.push_back(std::size_t(to_int(m, "--M")));
+  const Qkv in = random_qkv(p, 1);
+  std::printf("step,N,d,causal,M,br,bc,model_read,model_written,formula_total,n2d2_over_M\n");
+  for (std::size_t M : Ms) {
+    const tiles::Tiles t = tiles::tiles_for(M, p.d);
+    step03::ModelOptions opt;
+    opt.tiles = t;
+    const int G = tiles::q_blocks(p.N, t.br);  // Algorithm 1: one group per head
+    const std::pair<const char*, std::pair<Traffic, Traffic>> rows[] = {
+        {"02", {step02::model_forward(p, in, t).traffic, step02::traffic_forward(p, t)}},
+        {"03", {step03::model_forward(p, in, opt).traffic, step03::traffic_forward(p, t)}},
+        {"04", {step04::model_forward(p, in, G, t).traffic, step04::traffic_forward(p, G, t)}},
+    };
+    const double bound = double(p.N) * p.N * p.d * p.d / double(M);
+    for (const auto& [step, tr] : rows)
+      std::printf("%s,%d,%d,%d,%zu,%d,%d,%llu,%llu,%llu,%.1f\n", step, p.N, p.d, int(p.causal), M, t.br, t.bc,
+                  (unsigned long long)tr.first.read, (unsigned long long)tr.first.written,
+                  (unsigned long long)tr.second.total(), bound);
+  }
+  return 0;
+}
+
 // ---- run --------------------------------------------------------------------------
 
 /// "[1, 0, 17, 3]": flat index i of a tensor of this shape.
@@ -382,6 +421,7 @@ int main(int argc, char** argv) {
     if (cmd == "tour") return tour(parse(argc, argv, 2, tour_opts));
     if (cmd.rfind("--", 0) == 0) return tour(parse(argc, argv, 1, tour_opts));
     if (cmd == "list") return list();
+    if (cmd == "traffic") return traffic(parse(argc, argv, 2, {"--N", "--d", "--M"}));
     if (cmd == "run") {
       if (argc > 2 && (std::string(argv[2]) == "--help" || std::string(argv[2]) == "-h")) {
         std::cout << kHelp;

@@ -76,12 +76,15 @@ std::vector<StepEntry> make_table() {
                [](const Problem& p) { return step01::traffic_forward(p, true); }, step01::traffic_backward,
                FA_GPU(step01::kForward), FA_GPU(step01::kBackward), "notes/01_naive.md"});
   t.push_back({"02", "fused, no softmax: O = (scale*QK^T)V, K/V tiled", true, false,
-               on_gpu(FA_GPU(step02::kForward), false), {}, step02::model_forward, {}, step02::traffic_forward, {},
+               on_gpu(FA_GPU(step02::kForward), false), {},
+               [](const Problem& p, const Qkv& in) { return step02::model_forward(p, in); }, {},
+               [](const Problem& p) { return step02::traffic_forward(p); }, {},
                FA_GPU(step02::kForward), nullptr, "notes/02_fused.md"});
   t.push_back({"03", "online softmax, Q outer: m, l, O kept on chip", true, true,
                on_gpu(FA_GPU(step03::kForward), true), {},
                [](const Problem& p, const Qkv& in) { return step03::model_forward(p, in); }, {},
-               step03::traffic_forward, {}, FA_GPU(step03::kForward), nullptr, "notes/03_online_softmax.md"});
+               [](const Problem& p) { return step03::traffic_forward(p); }, {}, FA_GPU(step03::kForward), nullptr,
+               "notes/03_online_softmax.md"});
   t.push_back({"04", "K/V outer (Algorithm 1): m, l, O in device memory", true, true,
                on_gpu(FA_GPU(step04::kForward), true), {},
                [](const Problem& p, const Qkv& in) { return step04::model_forward(p, in, step04::default_group(p, sms())); },
