@@ -73,11 +73,16 @@ ModelForward model_forward(const Problem& p, const Qkv& in, bool softmax) {
     for (int i = 0; i < p.N; ++i) {
       const std::size_t row = bh * NN + std::size_t(i) * p.N;
       const int vis = visible(p, i);
+      // exercise 01-softmax: the row's softmax in three passes over its visible scores S(row + j), j < vis: the max m, the sum l of e^(s - m), then P = e^(s - m) / l (0 for j >= vis)
+      // stub: (void)vis;
+      // stub: float m = 0.0f, l = 1.0f;
+      // stub: for (int j = 0; j < p.N; ++j) P.store(row + j, 0.0f);
       float m = -INFINITY;
       for (int j = 0; j < vis; ++j) m = std::fmax(m, S.load(row + j));
       float l = 0;
       for (int j = 0; j < vis; ++j) l += std::exp(S.load(row + j) - m);
       for (int j = 0; j < p.N; ++j) P.store(row + j, j < vis ? std::exp(S.load(row + j) - m) / l : 0.0f);
+      // end exercise
       L.store(bh * p.N + i, m + std::log(l));
     }
     // Kernel 3: O = P·V.

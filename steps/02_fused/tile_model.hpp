@@ -36,7 +36,10 @@ void accumulate(std::vector<float>& acc, const std::vector<float>& S, const std:
   for (int r = 0; r < rows; ++r)
     for (int c = 0; c < d; ++c) {
       float a = acc[r * d + c];
+      // exercise 02-accumulate: add row r of S (S[r * t.bc + j]; with kTransS, column r: S[j * t.bc + r]) times B's column c (B[j * d + c]) into a, j in order
+      // stub: (void)inner, (void)S, (void)B;
       for (int j = 0; j < inner; ++j) a += (kTransS ? S[j * t.bc + r] : S[r * t.bc + j]) * B[j * d + c];
+      // end exercise
       acc[r * d + c] = a;
     }
 }

@@ -18,7 +18,13 @@ namespace fa::online {
 /// e^(m_old − m_new): how much the old ℓ and O shrink. Before the first block
 /// (m_old = −∞, ℓ = 0, O = 0) it is 0 — written out so −∞ − (−∞) never makes NaN.
 /// When the block brings no new max it is exactly 1 (the lecture's degenerate case).
-FA_HD float rescale(float m_old, float m_new) { return m_old == -INFINITY ? 0.0f : expf(m_old - m_new); }
+FA_HD float rescale(float m_old, float m_new) {
+  // exercise 03-rescale: the factor e^(m_old - m_new) that moves the old sums to the new maximum, 0 before the first block (m_old = -inf), without computing -inf - (-inf)
+  // stub: (void)m_old, (void)m_new;
+  // stub: return 1.0f;
+  return m_old == -INFINITY ? 0.0f : expf(m_old - m_new);
+  // end exercise
+}
 
 /// e^(s − m_new), the unnormalised probability; 0 for a masked score.
 FA_HD float prob(float s, float m_new) { return s == -INFINITY ? 0.0f : expf(s - m_new); }
@@ -49,10 +55,13 @@ FA_HD MergeWeights merge_weights(float m1, float m2) {
 
 /// Merges partial state 2 into state 1; O has d elements.
 FA_HD void merge(float& m1, float& l1, float* o1, float m2, float l2, const float* o2, int d) {
+  // exercise 03-merge: the merge rule — both parts' l and O weighted to the common maximum (merge_weights), then m1 = that maximum
+  // stub: (void)m1, (void)l1, (void)o1, (void)m2, (void)l2, (void)o2, (void)d;
   const MergeWeights w = merge_weights(m1, m2);
   l1 = w.w1 * l1 + w.w2 * l2;
   for (int c = 0; c < d; ++c) o1[c] = w.w1 * o1[c] + w.w2 * o2[c];
   m1 = w.m;
+  // end exercise
 }
 
 }  // namespace fa::online

@@ -45,12 +45,15 @@ ModelForward model_forward(const Problem& p, const Qkv& in, int G, Tiles tl) {
           load_tile(Qi, Q, head + std::size_t(q0) * d, br, rows, d);
           step03::ModelStats st(br);
           std::fill(acc.begin(), acc.end(), 0.0f);
+          // exercise 04-kv-outer: from the second K/V block on, query block i's state comes back from device memory: m_i (M), l_i (Ell) per row, and O_i (O)
+          // stub: (void)M, (void)Ell;
           if (j > 0)  // (m_i, ℓ_i, O_i) come back from device memory
             for (int rr = 0; rr < rows; ++rr) {
               const std::size_t row = bh * N + q0 + rr;
               st.m[rr] = M.load(row), st.l[rr] = Ell.load(row);
               for (int c = 0; c < d; ++c) acc[rr * d + c] = O.load(head + std::size_t(q0 + rr) * d + c);
             }
+          // end exercise
           step03::model_update_block(acc, st, Qi, Kj, Vj, S, q0, k0, kv, p, opt);
           const bool last = j == last_kv_block(N, p.causal, i, br, bc);
           for (int rr = 0; rr < rows; ++rr) {

@@ -12,8 +12,12 @@ struct PdS {
   float p, ds;
 };
 FA_HD PdS rebuild(float s, float dp, float L, float D) {
+  // exercise 05-ds: P rebuilt from the saved L (no max, no sum: L has both), and dS = P·(dP − D)
+  // stub: (void)s, (void)dp, (void)L, (void)D;
+  // stub: return {0.0f, 0.0f};
   const float p = online::prob(s, L);  // masked s = −∞ gives 0
   return {p, p * (dp - D)};
+  // end exercise
 }
 
 }  // namespace fa::step05

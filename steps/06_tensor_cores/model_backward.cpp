@@ -67,8 +67,12 @@ ModelBackward model_backward(const Problem& p, const Qkv& in, const ForwardOut& 
             for (int c = 0; c < d; ++c) s += Kj[kr * d + c] * Qi[qr * d + c], dp += Vj[kr * d + c] * dOi[qr * d + c];
             const bool masked = p.causal && k0 + kr > q0 + qr;
             const float pr = masked ? 0.0f : std::exp(scale * s - Li[qr]);
+            // exercise 06-ds: dS = P∘(dP − D) in fp32, then P and dS rounded to the 16-bit type where the kernel rounds them (round_to)
+            // stub: const float p16 = round_to(t, pr), ds16 = round_to(t, pr * dp);
+            // stub: (void)Di;
             const float ds = pr * (dp - Di[qr]);
             const float p16 = round_to(t, pr), ds16 = round_to(t, ds);
+            // end exercise
             dS[kr * kQ + qr] = ds16;
             for (int c = 0; c < d; ++c) dv_part[c] += p16 * dOi[qr * d + c], dk_part[c] += ds16 * Qi[qr * d + c];
           }

@@ -204,6 +204,14 @@ int tour(const Args& a) {
                   scratch.c_str());
     }
   }
+  std::cout << "\nExercises, cut from the steps' own code and graded by their tests (tools/course/exercise.py\n"
+               "list | start ID | reset ID; then ctest --test-dir build -R stepNN):\n";
+  {
+    std::stringstream ex(FA_EXERCISES);
+    std::map<std::string, std::string> by_step;
+    for (std::string id; ex >> id;) by_step[id.substr(0, 2)] += (by_step[id.substr(0, 2)].empty() ? "" : ", ") + id;
+    for (const auto& [step, ids] : by_step) std::cout << "  step " << step << ": " << ids << "\n";
+  }
   std::cout << "\nmax |err|: largest element-wise difference from the fp64 reference (step 02: from the\n"
                "reference's attention without softmax; step 06: computed in bf16, so ~1e-3 is its rounding). HBM MB: elements each step reads and writes in device\n"
                "memory by its note's formula (= its CPU model's count), x 4 bytes. scratch MB: extra device memory.\n"
