@@ -89,6 +89,30 @@ __device__ __forceinline__ void store_dkdv(T* __restrict__ dk, T* __restrict__ d
     }
 }
 
+/// A warp's dQ tile (kMT 16-row tiles × kNT 8-column tiles) added into the fp32
+/// accumulator. `dst` points at the thread's first element (row g, column 2t of the
+/// tile); every atomic is reached from it by an immediate offset, so that no address
+/// register is rewritten while the atomics before it may not have read it yet. Rows
+/// at or past N (row0: the thread's first row) are skipped; a tile known to lie inside
+/// the sequence (`whole`) takes the branch-free path.
+template <int kD, int kMT, int kNT>
+__device__ __forceinline__ void add_dq(float* dst, const float (&dq)[kMT][kNT][4], bool whole, int row0, int N) {
+  auto add = [&](auto row_ok) {
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        if (row_ok(16 * mt + 8 * h))
+#pragma unroll
+          for (int dt = 0; dt < kNT; ++dt)
+            atomic_add2(dst + (16 * mt + 8 * h) * kD + 8 * dt, dq[mt][dt][2 * h], dq[mt][dt][2 * h + 1]);
+  };
+  if (whole)
+    add([](int) { return true; });
+  else
+    add([&](int r) { return row0 + r < N; });
+}
+
 /// dQ = scale·accumulator in 16 bits, four elements per thread (n is a multiple of 4).
 template <class T>
 __global__ void convert_kernel(std::size_t n, float scale, const float* __restrict__ acc, T* __restrict__ dq) {

@@ -337,23 +337,7 @@ __global__ void __launch_bounds__(256)
       float dq[kQMT][kQN / 8][4] = {};
       gemm_pv<T, kD, kQMT, kK, kQN>(dq, qa, smem_u32(Ks), nd);
       if constexpr (V(kD).addr_once) {
-        // One pointer for all 16 atomics (immediate offsets), so that no address
-        // register is rewritten while the atomics before it may not have read it yet.
-        float* const dst = dq0 + std::size_t(q0) * kD;
-        auto add = [&](auto row_ok) {
-#pragma unroll
-          for (int mt = 0; mt < kQMT; ++mt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-              if (row_ok(16 * mt + 8 * h))
-#pragma unroll
-                for (int dt = 0; dt < kQN / 8; ++dt)
-                  atomic_add2(dst + (16 * mt + 8 * h) * kD + 8 * dt, dq[mt][dt][2 * h], dq[mt][dt][2 * h + 1]);
-        };
-        if (q0 + kQ <= N)
-          add([](int) { return true; });
-        else
-          add([&](int r) { return q0 + qd + g + r < N; });
+        add_dq<kD>(dq0 + std::size_t(q0) * kD, dq, q0 + kQ <= N, q0 + qd + g, N);  // one pointer for all atomics
       } else {
 #pragma unroll
         for (int mt = 0; mt < kQMT; ++mt)
