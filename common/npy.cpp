@@ -467,6 +467,16 @@ bool host_little_endian() {
 
 constexpr std::size_t kMaxHeader = 10000;  // numpy.lib.format's max_header_size (np.load's default)
 
+/// Where the header starts (after magic, version and length): 10 in version 1, else 12.
+std::size_t header_start(int major) { return major == 1 ? 10 : 12; }
+/// The little-endian header length after the version bytes (`bytes` holds them).
+std::size_t header_length(const std::string& bytes, int major) {
+  std::size_t hlen = 0;
+  for (std::size_t k = 0; k < header_start(major) - 8; ++k)
+    hlen |= std::size_t(static_cast<unsigned char>(bytes[8 + k])) << (8 * k);
+  return hlen;
+}
+
 }  // namespace
 
 NpyHeader parse_npy_header(const std::string& bytes, std::size_t file_size, const std::string& path) {
@@ -482,10 +492,9 @@ NpyHeader parse_npy_header(const std::string& bytes, std::size_t file_size, cons
     fail(path, "format version " + std::to_string(major) + "." + std::to_string(minor) +
                    " (NumPy reads versions 1.0, 2.0 and 3.0)");
   h.version = major;
-  const std::size_t len_bytes = major == 1 ? 2 : 4, start = 8 + len_bytes;
+  const std::size_t start = header_start(major);
   if (bytes.size() < start) fail(path, "truncated: the file ends inside the header length");
-  std::size_t hlen = 0;
-  for (std::size_t k = 0; k < len_bytes; ++k) hlen |= std::size_t(static_cast<unsigned char>(bytes[8 + k])) << (8 * k);
+  const std::size_t hlen = header_length(bytes, major);
   if (hlen > kMaxHeader * (major == 3 ? 4 : 1))  // (UTF-8: up to 4 bytes a character)
     fail(path, "the header is " + std::to_string(hlen) + " bytes; NumPy refuses headers over " +
                    std::to_string(kMaxHeader) + " characters");
@@ -618,10 +627,9 @@ NpyHeader header_of(const InputFile& f, const std::string& path) {
   bytes.resize(f.read(&bytes[0], 12, path));
   if (bytes.size() >= 8 && std::memcmp(bytes.data(), "\x93NUMPY", 6) == 0) {
     const int major = static_cast<unsigned char>(bytes[6]);
-    const std::size_t start = major == 1 ? 10 : 12;
+    const std::size_t start = header_start(major);
     if (bytes.size() >= start && (major == 1 || major == 2 || major == 3)) {
-      std::size_t hlen = 0;
-      for (std::size_t k = 0; k < start - 8; ++k) hlen |= std::size_t(static_cast<unsigned char>(bytes[8 + k])) << (8 * k);
+      const std::size_t hlen = header_length(bytes, major);
       if (hlen <= 4 * kMaxHeader) {  // (parse_npy_header refuses longer headers unread)
         const std::size_t old = bytes.size(), want = start + hlen;
         if (old < want) {
@@ -673,12 +681,14 @@ NpyArray read_npy(const std::string& path) {
   return a;
 }
 
+std::string shape_tuple(const std::vector<long long>& shape) {
+  std::string s = "(";
+  for (std::size_t k = 0; k < shape.size(); ++k) s += (k ? ", " : "") + std::to_string(shape[k]);
+  return s + (shape.size() == 1 ? ",)" : ")");  // (3,) keeps its comma, (2, 3) does not
+}
+
 std::string npy_bytes(const std::vector<long long>& shape, const std::vector<float>& data) {
-  std::string dims;
-  for (auto s : shape) dims += std::to_string(s) + ", ";
-  if (shape.size() > 1) dims.erase(dims.size() - 2);  // (3,) keeps its comma, (2, 3) does not
-  else if (!dims.empty()) dims.pop_back();
-  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + dims + "), }";
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': " + shape_tuple(shape) + ", }";
   // Pad with spaces so that magic + length + header + '\n' is a multiple of 64.
   const std::size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');

@@ -50,6 +50,9 @@ NpyHeader read_npy_header(const std::string& path);
 /// wrong dtype, Fortran order, truncated, trailing bytes).
 NpyArray read_npy(const std::string& path);
 
+/// A shape as the Python tuple a header holds: "(2, 3)", "(3,)", "()".
+std::string shape_tuple(const std::vector<long long>& shape);
+
 /// The bytes of a float32 .npy file (version 1.0 header, C order, 64-byte aligned).
 std::string npy_bytes(const std::vector<long long>& shape, const std::vector<float>& data);
 

@@ -265,33 +265,15 @@ int traffic(const Args& a) {
 
 // ---- run --------------------------------------------------------------------------
 
-/// "[1, 0, 17, 3]": flat index i of a tensor of this shape.
-std::string index_str(std::size_t i, const std::vector<long long>& shape) {
-  std::vector<long long> idx(shape.size());
-  for (std::size_t k = shape.size(); k-- > 0;) {
-    idx[k] = (long long)(i % std::size_t(shape[k]));
-    i /= std::size_t(shape[k]);
-  }
-  std::string s = "[";
-  for (std::size_t k = 0; k < idx.size(); ++k) s += (k ? ", " : "") + std::to_string(idx[k]);
-  return s + "]";
-}
-
-std::string shape_str(const std::vector<long long>& shape) {
-  std::string s = "(";
-  for (std::size_t k = 0; k < shape.size(); ++k) s += (k ? ", " : "") + std::to_string(shape[k]);
-  return s + (shape.size() == 1 ? ",)" : ")");
-}
-
 /// An input's values must be finite and, for a 16-bit step, stay finite once rounded to its type.
 void require_representable(const std::vector<float>& x, const std::vector<long long>& shape, DType t,
                            const std::string& what) {
   for (std::size_t i = 0; i < x.size(); ++i) {
     if (!std::isfinite(x[i]))
-      throw Error(what + " holds " + (std::isnan(x[i]) ? "NaN" : "Inf") + " at " + index_str(i, shape) +
+      throw Error(what + " holds " + (std::isnan(x[i]) ? "NaN" : "Inf") + " at " + Shape{shape}.index_of(i) +
                   ": attention needs finite inputs");
     if (t != DType::fp32 && !std::isfinite(round_to(t, x[i])))
-      throw Error(what + " holds " + fmt(x[i], 4) + " at " + index_str(i, shape) + ", which is Inf in " +
+      throw Error(what + " holds " + fmt(x[i], 4) + " at " + Shape{shape}.index_of(i) + ", which is Inf in " +
                   dtype_name(t) + " (largest finite value " + (t == DType::fp16 ? "65504" : "3.39e38") + ")");
   }
 }
@@ -303,7 +285,7 @@ void require_finite_result(const std::vector<float>& x, const std::vector<long l
   for (std::size_t i = 0; i < x.size(); ++i)
     if (!std::isfinite(x[i]))
       throw Error("step " + step + ": " + what + " is " + (std::isnan(x[i]) ? "NaN" : "Inf") + " at " +
-                  index_str(i, shape) +
+                  Shape{shape}.index_of(i) +
                   " although the inputs are finite: their values overflow the arithmetic (the scores "
                   "scale·q·k, or the gradients, must stay well below 3.4e38); nothing written");
 }
@@ -343,15 +325,15 @@ int run(const Args& a) {
     const NpyHeader h = read_npy_header(path);
     if (sh.empty()) {
       if (h.shape.size() < 2 || h.shape.size() > 4)
-        throw Error(printable(path, 200) + ": Q has shape " + shape_str(h.shape) +
+        throw Error(printable(path, 200) + ": Q has shape " + shape_tuple(h.shape) +
                     "; it must have 2 to 4 dimensions: [N, d], [H, N, d] or [B, H, N, d]");
       for (long long x : h.shape)
         if (x > INT32_MAX)
-          throw Error(printable(path, 200) + ": Q's shape " + shape_str(h.shape) + " has a dimension over 2^31 - 1");
+          throw Error(printable(path, 200) + ": Q's shape " + shape_tuple(h.shape) + " has a dimension over 2^31 - 1");
       sh = h.shape;
     } else if (h.shape != sh) {
-      throw Error(printable(path, 200) + ": " + name + " has shape " + shape_str(h.shape) + " but Q has " +
-                  shape_str(sh) + (std::string(name) == "dO" ? " (dO must have the shape of O, which is Q's)"
+      throw Error(printable(path, 200) + ": " + name + " has shape " + shape_tuple(h.shape) + " but Q has " +
+                  shape_tuple(sh) + (std::string(name) == "dO" ? " (dO must have the shape of O, which is Q's)"
                                                                : " (Q, K and V must have the same shape: N keys for N queries)"));
     }
   }
