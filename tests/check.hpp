@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdlib>
+#include <fstream>
 #include <sstream>
+#include <string>
 
 #include "common/compare.hpp"
 #include "common/problem.hpp"
@@ -57,6 +59,27 @@ std::string error_of(F&& f) {
     return e.what();
   }
   return "";
+}
+
+/// A hand-made .npy file: magic, version `major`, the header length, `dict` padded with
+/// spaces and '\n' to a multiple of `align` (64 as np.save writes it, 16 as old NumPy
+/// did), then `data`.
+inline std::string npy_file(const std::string& dict, const std::string& data = "", int major = 1,
+                            std::size_t align = 64) {
+  const std::size_t pre = major == 1 ? 10 : 12;
+  std::string h = dict;
+  while ((pre + h.size() + 1) % align) h.push_back(' ');
+  h.push_back('\n');
+  std::string out("\x93NUMPY", 6);
+  out.push_back(char(major));
+  out.push_back('\0');
+  for (std::size_t k = 0; k < pre - 8; ++k) out.push_back(char((h.size() >> (8 * k)) & 0xff));
+  return out + h + data;
+}
+
+/// Writes `bytes` to `path` as they are.
+inline void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
 }
 
 /// True when `text` contains `part` (Catch2 v2 and v3 spell their matchers differently).

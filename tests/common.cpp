@@ -14,20 +14,7 @@ using namespace fa;
 
 namespace {
 std::string tmp_path(const std::string& name) { return "fa_test_" + name; }
-void write_raw(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
-}
 bool exists(const std::string& path) { return std::ifstream(path).good(); }
-// A hand-made .npy with an arbitrary header dict.
-std::string npy_with_header(std::string dict, std::size_t payload_bytes) {
-  std::string h = dict;
-  while ((10 + h.size() + 1) % 64) h.push_back(' ');
-  h.push_back('\n');
-  std::string out("\x93NUMPY\x01\x00", 8);
-  out.push_back(char(h.size() & 0xff));
-  out.push_back(char(h.size() >> 8));
-  return out + h + std::string(payload_bytes, '\0');
-}
 }  // namespace
 
 TEST_CASE(".npy float32 round trip, 1-D to 4-D", "[cpu]") {
@@ -46,10 +33,10 @@ TEST_CASE(".npy float32 round trip, 1-D to 4-D", "[cpu]") {
 }
 
 TEST_CASE(".npy float64 is read and converted", "[cpu]") {
-  std::string f = npy_with_header("{'descr': '<f8', 'fortran_order': False, 'shape': (2, 2), }", 0);
+  std::string f = test::npy_file("{'descr': '<f8', 'fortran_order': False, 'shape': (2, 2), }");
   const double vals[4] = {1.5, -2.25, 3.0, 1e-3};
   f.append(reinterpret_cast<const char*>(vals), sizeof vals);
-  write_raw(tmp_path("f8.npy"), f);
+  test::write_file(tmp_path("f8.npy"), f);
   const NpyArray a = read_npy(tmp_path("f8.npy"));
   REQUIRE(a.data.size() == 4);
   CHECK(a.data[1] == -2.25f);
@@ -60,15 +47,15 @@ TEST_CASE(".npy float64 is read and converted", "[cpu]") {
 TEST_CASE(".npy errors name the file and the problem", "[cpu]") {
   auto message = [](const std::string& path) { return test::error_of([&] { read_npy(path); }); };
   CHECK(message("does_not_exist.npy").find("cannot open") != std::string::npos);
-  write_raw(tmp_path("text.npy"), "hello, not numpy");
+  test::write_file(tmp_path("text.npy"), "hello, not numpy");
   CHECK(message(tmp_path("text.npy")).find("not a .npy") != std::string::npos);
-  write_raw(tmp_path("i4.npy"), npy_with_header("{'descr': '<i4', 'fortran_order': False, 'shape': (2,), }", 8));
+  test::write_file(tmp_path("i4.npy"), test::npy_file("{'descr': '<i4', 'fortran_order': False, 'shape': (2,), }", std::string(8, '\0')));
   CHECK(message(tmp_path("i4.npy")).find("dtype '<i4'") != std::string::npos);
-  write_raw(tmp_path("fo.npy"), npy_with_header("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", 16));
+  test::write_file(tmp_path("fo.npy"), test::npy_file("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", std::string(16, '\0')));
   CHECK(message(tmp_path("fo.npy")).find("Fortran") != std::string::npos);
-  write_raw(tmp_path("short.npy"), npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (4, 4), }", 12));
+  test::write_file(tmp_path("short.npy"), test::npy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (4, 4), }", std::string(12, '\0')));
   CHECK(message(tmp_path("short.npy")).find("truncated") != std::string::npos);
-  write_raw(tmp_path("5d.npy"), npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1, 1, 1, 2), }", 8));
+  test::write_file(tmp_path("5d.npy"), test::npy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1, 1, 1, 2), }", std::string(8, '\0')));
   CHECK(message(tmp_path("5d.npy")).find("dimensions") != std::string::npos);
   for (auto n : {"text", "i4", "fo", "short", "5d"}) std::remove(tmp_path(std::string(n) + ".npy").c_str());
 }

@@ -22,19 +22,6 @@ using namespace fa;
 
 namespace {
 
-/// A .npy file: magic, version, length, `dict` padded with spaces and '\n' to a
-/// multiple of `align` (64 as np.save writes; 16 as NumPy before 1.x did), then `data`.
-std::string npy(const std::string& dict, const std::string& data = "", int major = 1, std::size_t align = 64) {
-  const std::size_t pre = major == 1 ? 10 : 12;
-  std::string h = dict;
-  while ((pre + h.size() + 1) % align) h.push_back(' ');
-  h.push_back('\n');
-  std::string out("\x93NUMPY", 6);
-  out.push_back(char(major));
-  out.push_back('\0');
-  for (std::size_t k = 0; k < pre - 8; ++k) out.push_back(char((h.size() >> (8 * k)) & 0xff));
-  return out + h + data;
-}
 std::string floats(std::initializer_list<float> xs) {
   std::string s;
   for (float x : xs) s.append(reinterpret_cast<const char*>(&x), 4);
@@ -58,9 +45,6 @@ struct PrivateDir {
   }
 } kDir;
 
-void write_raw(const std::string& path, const std::string& bytes) {
-  std::ofstream(path, std::ios::binary).write(bytes.data(), std::streamsize(bytes.size()));
-}
 std::string slurp(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   std::stringstream ss;
@@ -115,22 +99,22 @@ TEST_CASE("npy: headers NumPy writes, and the variants it reads the same way", "
   };
   for (const Ok& c : cases) {
     INFO(c.header);
-    const std::string file = npy(c.header, d6);
+    const std::string file = test::npy_file(c.header, d6);
     const NpyHeader h = parse(file);
     CHECK(h.shape == c.shape);
     CHECK(h.itemsize == 4);
-    write_raw("ok.npy", file);
+    test::write_file("ok.npy", file);
     const NpyArray a = read_npy("ok.npy");
     CHECK(a.data == std::vector<float>{1, 2, 3, 4, 5, 6});
   }
   // 1_0 is ten, as in Python (not 1, as a prefix reader makes it).
-  CHECK(parse(npy(dict("'<f4'", "(1_0,)"), std::string(40, '\0'))).shape == std::vector<long long>{10});
+  CHECK(parse(test::npy_file(dict("'<f4'", "(1_0,)"), std::string(40, '\0'))).shape == std::vector<long long>{10});
   // Versions 2.0 and 3.0 (UTF-8, here with a comment in it), and the old 16-byte alignment.
-  CHECK(parse(npy(dict("'<f4'", "(2, 3)"), d6, 2)).version == 2);
-  CHECK(parse(npy(dict("'<f4'", "(2, 3)") + " # \xc3\xa9t\xc3\xa9", d6, 3)).version == 3);
-  CHECK(parse(npy(dict("'<f4'", "(2, 3)"), d6, 1, 16)).shape == std::vector<long long>{2, 3});
+  CHECK(parse(test::npy_file(dict("'<f4'", "(2, 3)"), d6, 2)).version == 2);
+  CHECK(parse(test::npy_file(dict("'<f4'", "(2, 3)") + " # \xc3\xa9t\xc3\xa9", d6, 3)).version == 3);
+  CHECK(parse(test::npy_file(dict("'<f4'", "(2, 3)"), d6, 1, 16)).shape == std::vector<long long>{2, 3});
   // Zero-size arrays are valid files (the CLI refuses N = 0 itself).
-  CHECK(parse(npy(dict("'<f4'", "(0, 4)"))).count == 0);
+  CHECK(parse(test::npy_file(dict("'<f4'", "(0, 4)"))).count == 0);
 }
 
 TEST_CASE("npy: float64 and big-endian data are read exactly", "[cpu]") {
@@ -142,9 +126,9 @@ TEST_CASE("npy: float64 and big-endian data are read exactly", "[cpu]") {
   const std::string le4 = floats({1.5f, -2.25f, 3e38f});
   for (int e = 0; e < 3; ++e)
     for (int b = 3; b >= 0; --b) be4.push_back(le4[std::size_t(4 * e + b)]);
-  write_raw("le8.npy", npy(dict("'<f8'", "(3,)"), le8));
-  write_raw("be8.npy", npy(dict("'>f8'", "(3,)"), be8));
-  write_raw("be4.npy", npy(dict("'>f4'", "(3,)"), be4));
+  test::write_file("le8.npy", test::npy_file(dict("'<f8'", "(3,)"), le8));
+  test::write_file("be8.npy", test::npy_file(dict("'>f8'", "(3,)"), be8));
+  test::write_file("be4.npy", test::npy_file(dict("'>f4'", "(3,)"), be4));
   const std::vector<float> want8 = {1.5f, -2.25f, float(1e-3)};
   CHECK(read_npy("le8.npy").data == want8);
   CHECK(read_npy("be8.npy").data == want8);
@@ -161,67 +145,67 @@ TEST_CASE("npy: what NumPy refuses or would read otherwise is refused, in one li
   const std::string ctrl = "'<f4\x01\x1b[31m'";
   const Bad cases[] = {
       // shapes
-      {npy(dict("'<f4'", "(1.5, 4)"), d6), "is a float, not an integer"},
-      {npy(dict("'<f4'", "(1e3,)"), d6), "is a float"},
-      {npy(dict("'<f4'", "(2j,)"), d6), "is a float"},
-      {npy(dict("'<f4'", "(1_, 6)"), d6), "not an integer literal"},
-      {npy(dict("'<f4'", "(1__0, 6)"), d6), "not an integer literal"},
-      {npy(dict("'<f4'", "(0x, 6)"), d6), "not an integer literal"},
-      {npy(dict("'<f4'", "(0b12, 6)"), d6), "not an integer literal"},
-      {npy(dict("'<f4'", "(06,)"), d6), "leading zeros"},
-      {npy(dict("'<f4'", "(-1, 6)"), d6), "is negative"},
-      {npy(dict("'<f4'", "(--2, 3)"), d6), "two signs"},
-      {npy(dict("'<f4'", "(True, 6)"), d6), "is a bool"},
-      {npy(dict("'<f4'", "(None, 6)"), d6), "is None"},
-      {npy(dict("'<f4'", "('6',)"), d6), "is a string"},
-      {npy(dict("'<f4'", "(9223372036854775808,)"), d6), "too large"},
-      {npy(dict("'<f4'", "(99999999999999999999999999,)"), d6), "too large"},
-      {npy(dict("'<f4'", "(4611686018427387905, 2, 17, 8)"), std::string(272 * 4, '\0')), "overflows 64 bits"},
-      {npy(dict("'<f4'", "(2305843009213693952, 2)"), d6), "overflows 64 bits"},
-      {npy(dict("'<f4'", "(2,,3)"), d6), "unexpected character"},
-      {npy(dict("'<f4'", "(,2)"), d6), "unexpected character"},
-      {npy(dict("'<f4'", "[2, 3]"), d6), "'shape' is a list"},
-      {npy(dict("'<f4'", "6"), d6), "'shape' is an integer"},
-      {npy(dict("'<f4'", "(6)"), d6), "'shape' is an integer"},
-      {npy(dict("'<f4'", "()"), floats({1})), "has 0 dimensions"},
-      {npy(dict("'<f4'", "(1, 1, 1, 1, 6)"), d6), "has 5 dimensions"},
-      {npy(dict("'<f4'", "(2 3)"), d6), "expected ','"},
-      {npy(dict("'<f4'", "(2, 3"), d6), "unexpected character"},
-      {npy(dict("'<f4'", "((((((((((((((((((((((((((((((((((6))))))))))))))))))))))))))))))))))"), d6), "nested"},
+      {test::npy_file(dict("'<f4'", "(1.5, 4)"), d6), "is a float, not an integer"},
+      {test::npy_file(dict("'<f4'", "(1e3,)"), d6), "is a float"},
+      {test::npy_file(dict("'<f4'", "(2j,)"), d6), "is a float"},
+      {test::npy_file(dict("'<f4'", "(1_, 6)"), d6), "not an integer literal"},
+      {test::npy_file(dict("'<f4'", "(1__0, 6)"), d6), "not an integer literal"},
+      {test::npy_file(dict("'<f4'", "(0x, 6)"), d6), "not an integer literal"},
+      {test::npy_file(dict("'<f4'", "(0b12, 6)"), d6), "not an integer literal"},
+      {test::npy_file(dict("'<f4'", "(06,)"), d6), "leading zeros"},
+      {test::npy_file(dict("'<f4'", "(-1, 6)"), d6), "is negative"},
+      {test::npy_file(dict("'<f4'", "(--2, 3)"), d6), "two signs"},
+      {test::npy_file(dict("'<f4'", "(True, 6)"), d6), "is a bool"},
+      {test::npy_file(dict("'<f4'", "(None, 6)"), d6), "is None"},
+      {test::npy_file(dict("'<f4'", "('6',)"), d6), "is a string"},
+      {test::npy_file(dict("'<f4'", "(9223372036854775808,)"), d6), "too large"},
+      {test::npy_file(dict("'<f4'", "(99999999999999999999999999,)"), d6), "too large"},
+      {test::npy_file(dict("'<f4'", "(4611686018427387905, 2, 17, 8)"), std::string(272 * 4, '\0')), "overflows 64 bits"},
+      {test::npy_file(dict("'<f4'", "(2305843009213693952, 2)"), d6), "overflows 64 bits"},
+      {test::npy_file(dict("'<f4'", "(2,,3)"), d6), "unexpected character"},
+      {test::npy_file(dict("'<f4'", "(,2)"), d6), "unexpected character"},
+      {test::npy_file(dict("'<f4'", "[2, 3]"), d6), "'shape' is a list"},
+      {test::npy_file(dict("'<f4'", "6"), d6), "'shape' is an integer"},
+      {test::npy_file(dict("'<f4'", "(6)"), d6), "'shape' is an integer"},
+      {test::npy_file(dict("'<f4'", "()"), floats({1})), "has 0 dimensions"},
+      {test::npy_file(dict("'<f4'", "(1, 1, 1, 1, 6)"), d6), "has 5 dimensions"},
+      {test::npy_file(dict("'<f4'", "(2 3)"), d6), "expected ','"},
+      {test::npy_file(dict("'<f4'", "(2, 3"), d6), "unexpected character"},
+      {test::npy_file(dict("'<f4'", "((((((((((((((((((((((((((((((((((6))))))))))))))))))))))))))))))))))"), d6), "nested"},
       // keys and the dict
-      {npy("{'descr': '<f4', 'shape': (6,)}", d6), "the header's keys are {'descr', 'shape'}"},
-      {npy("{'descr': '<f4', 'fortran_order': False, 'shape': (6,), 'extra': 1}", d6), "'extra'"},
-      {npy("{'descr', 'fortran_order', 'shape'}", d6), "expected ':'"},
-      {npy("{1: '<f4', 'fortran_order': False, 'shape': (6,)}", d6), "not a string"},
-      {npy("['descr', '<f4']", d6), "does not start with '{'"},
-      {npy("\n{'descr': '<f4', 'fortran_order': False, 'shape': (6,)}", d6), "does not start with '{'"},
-      {npy(dict("'<f4'", "(6,)") + " x", d6), "unexpected text after the dict"},
-      {npy("{'descr': '<f4', 'fortran_order': False, 'shape': (6,)", d6), "expected ',' or '}'"},
-      {npy(dict("'<f4'", "(6,)", "0"), d6), "True or False"},
-      {npy(dict("'<f4'", "(6,)", "false"), d6), "is not a literal"},
-      {npy(dict("'<f4'", "(2, 3)", "True"), d6), "Fortran"},
+      {test::npy_file("{'descr': '<f4', 'shape': (6,)}", d6), "the header's keys are {'descr', 'shape'}"},
+      {test::npy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (6,), 'extra': 1}", d6), "'extra'"},
+      {test::npy_file("{'descr', 'fortran_order', 'shape'}", d6), "expected ':'"},
+      {test::npy_file("{1: '<f4', 'fortran_order': False, 'shape': (6,)}", d6), "not a string"},
+      {test::npy_file("['descr', '<f4']", d6), "does not start with '{'"},
+      {test::npy_file("\n{'descr': '<f4', 'fortran_order': False, 'shape': (6,)}", d6), "does not start with '{'"},
+      {test::npy_file(dict("'<f4'", "(6,)") + " x", d6), "unexpected text after the dict"},
+      {test::npy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (6,)", d6), "expected ',' or '}'"},
+      {test::npy_file(dict("'<f4'", "(6,)", "0"), d6), "True or False"},
+      {test::npy_file(dict("'<f4'", "(6,)", "false"), d6), "is not a literal"},
+      {test::npy_file(dict("'<f4'", "(2, 3)", "True"), d6), "Fortran"},
       // descr
-      {npy(dict("'<i4'", "(6,)"), d6), "dtype '<i4' is not supported"},
-      {npy(dict("'<f2'", "(6,)"), d6), "dtype '<f2' is not supported"},
-      {npy(dict("'|b1'", "(6,)"), d6), "is not supported"},
-      {npy(dict("'float32'", "(6,)"), d6), "is not supported"},
-      {npy(dict("[('a', '<f4')]", "(6,)"), d6), "structured dtype"},
-      {npy(dict("b'<f4'", "(6,)"), d6), "'descr' is bytes"},
-      {npy(dict("f'<f4'", "(6,)"), d6), "an f-string"},
-      {npy(dict("'<f4\n'", "(6,)"), d6), "a line break inside a string"},
-      {npy(dict("'\\N{LESS-THAN SIGN}f4'", "(6,)"), d6), "\\N{...}"},
-      {npy(dict("'\\x3'", "(6,)"), d6), "truncated \\x escape"},
-      {npy(dict(ctrl, "(6,)"), d6), "is not supported"},
+      {test::npy_file(dict("'<i4'", "(6,)"), d6), "dtype '<i4' is not supported"},
+      {test::npy_file(dict("'<f2'", "(6,)"), d6), "dtype '<f2' is not supported"},
+      {test::npy_file(dict("'|b1'", "(6,)"), d6), "is not supported"},
+      {test::npy_file(dict("'float32'", "(6,)"), d6), "is not supported"},
+      {test::npy_file(dict("[('a', '<f4')]", "(6,)"), d6), "structured dtype"},
+      {test::npy_file(dict("b'<f4'", "(6,)"), d6), "'descr' is bytes"},
+      {test::npy_file(dict("f'<f4'", "(6,)"), d6), "an f-string"},
+      {test::npy_file(dict("'<f4\n'", "(6,)"), d6), "a line break inside a string"},
+      {test::npy_file(dict("'\\N{LESS-THAN SIGN}f4'", "(6,)"), d6), "\\N{...}"},
+      {test::npy_file(dict("'\\x3'", "(6,)"), d6), "truncated \\x escape"},
+      {test::npy_file(dict(ctrl, "(6,)"), d6), "is not supported"},
       // the format
-      {std::string("\x93NUMPY\x01\x01", 8) + npy(dict("'<f4'", "(6,)"), d6).substr(8), "format version 1.1"},
-      {std::string("\x93NUMPY\x04\x00", 8) + npy(dict("'<f4'", "(6,)"), d6).substr(8), "format version 4.0"},
-      {npy(dict("'<f4'", "(6,)") + std::string(10001, ' '), d6), "NumPy refuses headers over 10000"},
-      {npy(dict("'<f4'", "(6,)") + std::string(10001, ' '), d6, 2), "NumPy refuses headers over 10000"},
-      {npy(dict("'<f4'", "(6,)") + std::string("\0", 1), d6), "NUL"},
-      {npy(dict("'<f4'", "(6,)") + " # \xff", d6, 3), "not valid UTF-8"},
-      {npy(dict("'<f4'", "(6,)") + " \xc3\xa9", d6, 1), "unexpected text after the dict"},
-      {npy(dict("'<f4'", "(6,)"), d6 + "xx"), "past the data"},
-      {npy(dict("'<f4'", "(1, 1, 32768, 16384)"), d6), "truncated"},
+      {std::string("\x93NUMPY\x01\x01", 8) + test::npy_file(dict("'<f4'", "(6,)"), d6).substr(8), "format version 1.1"},
+      {std::string("\x93NUMPY\x04\x00", 8) + test::npy_file(dict("'<f4'", "(6,)"), d6).substr(8), "format version 4.0"},
+      {test::npy_file(dict("'<f4'", "(6,)") + std::string(10001, ' '), d6), "NumPy refuses headers over 10000"},
+      {test::npy_file(dict("'<f4'", "(6,)") + std::string(10001, ' '), d6, 2), "NumPy refuses headers over 10000"},
+      {test::npy_file(dict("'<f4'", "(6,)") + std::string("\0", 1), d6), "NUL"},
+      {test::npy_file(dict("'<f4'", "(6,)") + " # \xff", d6, 3), "not valid UTF-8"},
+      {test::npy_file(dict("'<f4'", "(6,)") + " \xc3\xa9", d6, 1), "unexpected text after the dict"},
+      {test::npy_file(dict("'<f4'", "(6,)"), d6 + "xx"), "past the data"},
+      {test::npy_file(dict("'<f4'", "(1, 1, 32768, 16384)"), d6), "truncated"},
       {"PK\x03\x04 a zip file", "not a .npy file"},
       {"", "is empty"},
   };
@@ -236,7 +220,7 @@ TEST_CASE("npy: what NumPy refuses or would read otherwise is refused, in one li
     for (unsigned char ch : e) CHECK((ch >= 0x20 || ch == '\t'));
   }
   // A 5000-character descr is quoted in a few dozen characters.
-  const std::string e = refusal(npy(dict("'" + std::string(5000, 'x') + "'", "(6,)"), d6));
+  const std::string e = refusal(test::npy_file(dict("'" + std::string(5000, 'x') + "'", "(6,)"), d6));
   CHECK(test::contains(e, "is not supported"));
   CHECK(e.size() < 300);
 }
@@ -244,14 +228,14 @@ TEST_CASE("npy: what NumPy refuses or would read otherwise is refused, in one li
 TEST_CASE("npy: every truncation of a valid file is refused", "[cpu]") {
   REQUIRE(kDir.ok);
   for (int major : {1, 2, 3}) {
-    const std::string file = npy(dict("'<f8'", "(2, 3)"), std::string(48, '\x01'), major);
+    const std::string file = test::npy_file(dict("'<f8'", "(2, 3)"), std::string(48, '\x01'), major);
     for (std::size_t len = 0; len < file.size(); ++len) {
       INFO("version " << major << ", " << len << " of " << file.size() << " bytes");
       const std::string e = refusal(file.substr(0, len));
       CHECK((test::contains(e, "truncated") || test::contains(e, "is empty") ||
              test::contains(e, "not a header NumPy would read")));
       // The same through the file reader, which reads no more than the header announces.
-      write_raw("cut.npy", file.substr(0, len));
+      test::write_file("cut.npy", file.substr(0, len));
       CHECK(test::error_of([] { read_npy("cut.npy"); }) == std::string("cut.npy") + e.substr(5));
     }
   }
@@ -262,7 +246,7 @@ TEST_CASE("npy: a rejected file costs memory by its real size, not its claim", "
   REQUIRE(kDir.ok);
   // 4 TiB claimed in a 192-byte file: refused before anything is allocated (under
   // ASan an allocation of that size would abort, not throw).
-  write_raw("huge.npy", npy(dict("'<f4'", "(1024, 1024, 1024, 1024)"), std::string(64, '\0')));
+  test::write_file("huge.npy", test::npy_file(dict("'<f4'", "(1024, 1024, 1024, 1024)"), std::string(64, '\0')));
   CHECK(test::contains(test::error_of([] { read_npy("huge.npy"); }), "truncated: the header promises 1099511627776"));
   CHECK(test::contains(test::error_of([] { read_npy_header("huge.npy"); }), "truncated"));
   // Not a regular file: a directory, a device.
@@ -274,10 +258,10 @@ TEST_CASE("npy: a rejected file costs memory by its real size, not its claim", "
 
 TEST_CASE("npy: outputs never replace an input, each other, a link, a directory or a device", "[cpu]") {
   REQUIRE(kDir.ok);
-  write_raw("in.npy", npy(dict("'<f4'", "(1,)"), floats({1})));
+  test::write_file("in.npy", test::npy_file(dict("'<f4'", "(1,)"), floats({1})));
   ::mkdir("sub", 0755);
-  write_raw("file", "x");
-  write_raw("other.npy", "x");
+  test::write_file("file", "x");
+  test::write_file("other.npy", "x");
   REQUIRE(::symlink("other.npy", "link.npy") == 0);
   REQUIRE(::symlink("nowhere", "dangling.npy") == 0);
   REQUIRE(::link("other.npy", "hard.npy") == 0);
@@ -328,7 +312,7 @@ TEST_CASE("npy: outputs never replace an input, each other, a link, a directory 
 TEST_CASE("npy: a commit writes all or nothing, with the real reason, and leaves no temporaries", "[cpu]") {
   REQUIRE(kDir.ok);
   SECTION("one good target and one impossible one: neither is written") {
-    write_raw("keep.npy", "precious");
+    test::write_file("keep.npy", "precious");
     OutputFiles f;
     f.add("keep.npy", {2}, {1.0f, 2.0f});
     f.add("no_such_directory/bad.npy", {2}, {1.0f, 2.0f});
@@ -339,8 +323,8 @@ TEST_CASE("npy: a commit writes all or nothing, with the real reason, and leaves
     std::remove("keep.npy");
   }
   SECTION("a user's own O.npy.partial is neither used nor removed; modes are kept") {
-    write_raw("O.npy.partial", "mine");
-    write_raw("O.npy", "old");
+    test::write_file("O.npy.partial", "mine");
+    test::write_file("O.npy", "old");
     ::chmod("O.npy", 0640);
     OutputFiles f;
     f.add("O.npy", {3}, {1.0f, 2.0f, 3.0f});
@@ -355,7 +339,7 @@ TEST_CASE("npy: a commit writes all or nothing, with the real reason, and leaves
     std::remove("O.npy");
   }
   SECTION("a write that fails half-way (a file-size limit): EFBIG, reported, nothing left") {
-    write_raw("big.npy", "old");
+    test::write_file("big.npy", "old");
     const pid_t pid = fork();
     if (pid == 0) {  // the child: a 4 kB limit, a 400 kB output
       rlimit lim{4096, 4096};
