@@ -55,9 +55,9 @@ def main():
     traffic_vs_m(a.cpu_dir)
     data = rows(os.path.join(a.dir, "bench.csv")) + rows(os.path.join(a.dir, "peers.csv"))
     gpu = data[0]["gpu"] if data else "GPU"
-    for key, fname, ylabel, logy in [("ms", "time_vs_n.png", "time (ms, median)", True),
-                                     ("tflops", "tflops_vs_n.png", "TFLOP/s (4·B·H·N²·d, ×2.5 backward)", True),
-                                     ("scratch_bytes", "memory_vs_n.png", "peak extra device memory (bytes)", True)]:
+    for key, fname, ylabel in [("ms", "time_vs_n.png", "time (ms, median)"),
+                               ("tflops", "tflops_vs_n.png", "TFLOP/s (4·B·H·N²·d, ×2.5 backward)"),
+                               ("scratch_bytes", "memory_vs_n.png", "peak extra device memory (bytes)")]:
         fig, axes = plt.subplots(1, 2, figsize=(13, 5))
         for ax, direction in zip(axes, ["fwd", "bwd"]):
             for name, pts in series(data, a.d, 0, direction, key).items():
@@ -65,18 +65,9 @@ def main():
                 if key == "scratch_bytes" and max(ys) == 0:
                     continue
                 ax.plot(xs, ys, "o-" if name.startswith("step") else "s--", label=name)
-            ax.set_xscale("log", base=2)
-            if logy:
-                ax.set_yscale("log")
-            ax.set_xlabel("N (B·H·N = 65536 rows)")
-            ax.set_ylabel(ylabel)
-            ax.set_title(f"{'forward' if direction == 'fwd' else 'backward'}, d = {a.d}, not causal")
-            ax.grid(True, which="both", alpha=0.3)
-            ax.legend(fontsize=7)
-        fig.suptitle(gpu)
-        fig.tight_layout()
-        fig.savefig(os.path.join(a.dir, fname), dpi=110)
-        plt.close(fig)
+            log_axes(ax, "N (B·H·N = 65536 rows)", ylabel,
+                     f"{'forward' if direction == 'fwd' else 'backward'}, d = {a.d}, not causal")
+        save(fig, a.dir, fname, gpu)
 
     claims(a.dir)
 
@@ -130,13 +121,8 @@ def traffic_vs_m(cpu_dir):
         ax.plot(*zip(*pts), "o-", label=f"step {step} (CPU model, counted)")
     pts = sorted({(int(r["M"]), float(r["n2d2_over_M"])) for r in data})
     ax.plot(*zip(*pts), "k--", label="N²d²/M")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("on-chip budget M (elements)")
-    ax.set_ylabel("HBM elements read + written")
-    ax.set_title(f"Θ(N²d²/M): N = {data[0]['N']}, d = {data[0]['d']}, not causal")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
+    log_axes(ax, "on-chip budget M (elements)", "HBM elements read + written",
+             f"Θ(N²d²/M): N = {data[0]['N']}, d = {data[0]['d']}, not causal")
     fig.tight_layout()
     fig.savefig(os.path.join(cpu_dir, "traffic_vs_m.png"), dpi=110)
     plt.close(fig)

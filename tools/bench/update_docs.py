@@ -239,8 +239,7 @@ def profiler_short(D, step, direction, suffix):
 
 def table_step06_lesson(D, direction):
     """The lesson: one row per idea that was kept, in the order found (note 06)."""
-    ideas = STEP06_FWD if direction == "fwd" else [(v, s, st, c) for v, s, st, c in STEP06_BWD]
-    kept = [(v, s, st, c.replace("**production**: ", "")) for v, s, st, c in ideas
+    kept = [(v, s, st, c.replace("**production**: ", "")) for v, s, st, c in (STEP06_FWD if direction == "fwd" else STEP06_BWD)
             if s != "_retired"]
     if direction == "fwd":
         cols = [("d = 64", 64, 0, 4096), ("d = 128", 128, 0, 4096), ("d = 128, causal", 128, 1, 4096)]

@@ -120,9 +120,7 @@ def start(ex_id):
 
 
 def started():
-    if not os.path.isdir(SAVED):
-        return []
-    return [e for e in scan_saved()]
+    return scan_saved() if os.path.isdir(SAVED) else []
 
 
 def scan_saved():
