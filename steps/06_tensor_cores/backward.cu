@@ -126,17 +126,7 @@ __global__ void __launch_bounds__(128)
         for (int c = 0; c < kH / 16; ++c) to_a<T>(sa[mt][c], ds[mt][2 * c], ds[mt][2 * c + 1]);
       gemm_pv<T, kD, kMT, kH>(dk_acc, sa, smem_u32(Qb + c0 * kW));
 
-      // dSᵀ to shared memory: register c of sa[mt] holds keys 16mt + g (+8), queries c0 + 16c + 2t (+8).
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int c = 0; c < kH / 16; ++c) {
-          const int r = w0 + 16 * mt + g, col = c0 + 16 * c + 2 * t;
-          *reinterpret_cast<std::uint32_t*>(dSs + LS::at(r, col)) = sa[mt][c][0];
-          *reinterpret_cast<std::uint32_t*>(dSs + LS::at(r + 8, col)) = sa[mt][c][1];
-          *reinterpret_cast<std::uint32_t*>(dSs + LS::at(r, col + 8)) = sa[mt][c][2];
-          *reinterpret_cast<std::uint32_t*>(dSs + LS::at(r + 8, col + 8)) = sa[mt][c][3];
-        }
+      store_ds_t(dSs, sa, w0, c0);  // dSᵀ to shared memory, for dQ
     }
     __syncthreads();  // dSᵀ complete
 

@@ -89,6 +89,25 @@ __device__ __forceinline__ void store_dkdv(T* __restrict__ dk, T* __restrict__ d
     }
 }
 
+/// A warp's dSᵀ, as A fragments sa[mt][c] (16-bit pairs), into the swizzled kK × kQ
+/// tile dSs for the dQ product: register c of sa[mt] holds keys w0 + 16mt + g (+8) and
+/// queries c0 + 16c + 2t (+8).
+template <class T, int kMT, int kChunks>
+__device__ __forceinline__ void store_ds_t(T* dSs, const std::uint32_t (&sa)[kMT][kChunks][4], int w0, int c0) {
+  using LS = Swizzled<kQ>;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int r = w0 + 16 * mt + g, col = c0 + 16 * c + 2 * t;
+      *reinterpret_cast<std::uint32_t*>(dSs + LS::at(r, col)) = sa[mt][c][0];
+      *reinterpret_cast<std::uint32_t*>(dSs + LS::at(r + 8, col)) = sa[mt][c][1];
+      *reinterpret_cast<std::uint32_t*>(dSs + LS::at(r, col + 8)) = sa[mt][c][2];
+      *reinterpret_cast<std::uint32_t*>(dSs + LS::at(r + 8, col + 8)) = sa[mt][c][3];
+    }
+}
+
 /// A warp's dQ tile (kMT 16-row tiles × kNT 8-column tiles) added into the fp32
 /// accumulator. `dst` points at the thread's first element (row g, column 2t of the
 /// tile); every atomic is reached from it by an immediate offset, so that no address

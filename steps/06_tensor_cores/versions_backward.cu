@@ -53,6 +53,8 @@ __global__ void __launch_bounds__(32 * V(kD).warps)
   const std::size_t head = std::size_t(bh) * N * kD, stat = std::size_t(bh) * Np;
   const float mul = scale * kLog2e;
   const int first = tiles::first_q_block(causal, j, kQ, kK), blocks = tiles::q_blocks(N, kQ);
+  // (first + it, through a lambda: written out, ptxas schedules the versions differently
+  // from what the tables measured.)
   auto q_block = [&](int it) { return first + it; };
 
   const QueryTiles<T, kD> qt{Qs, dOs, Lsm, Dsm};
@@ -125,18 +127,7 @@ __global__ void __launch_bounds__(32 * V(kD).warps)
         for (int c = 0; c < kH / 16; ++c) to_a<T>(sa[mt][c], ds[mt][2 * c], ds[mt][2 * c + 1]);
       gemm_pv<T, kD, kMT, kH>(dk_acc, sa, smem_u32(Qb + c0 * kW));
 
-      // dSᵀ to shared memory: register c of sa[mt] holds keys 16mt + g (+8), queries c0 + 16c + 2t (+8).
-      using LS = Swizzled<kQ>;
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-        for (int c = 0; c < kH / 16; ++c) {
-          const int r = w0 + 16 * mt + g, col = c0 + 16 * c + 2 * t;
-          *reinterpret_cast<std::uint32_t*>(dSs + LS::at(r, col)) = sa[mt][c][0];
-          *reinterpret_cast<std::uint32_t*>(dSs + LS::at(r + 8, col)) = sa[mt][c][1];
-          *reinterpret_cast<std::uint32_t*>(dSs + LS::at(r, col + 8)) = sa[mt][c][2];
-          *reinterpret_cast<std::uint32_t*>(dSs + LS::at(r + 8, col + 8)) = sa[mt][c][3];
-        }
+      store_ds_t(dSs, sa, w0, c0);  // dSᵀ to shared memory, for dQ
     }
     __syncthreads();
 
