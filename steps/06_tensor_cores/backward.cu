@@ -88,15 +88,7 @@ __global__ void __launch_bounds__(128)
           for (int x = 0; x < 4; ++x)  // x = 2h + e: key row g + 8h, query column 8nt + 2t + e
             pt[mt][nt][x] = exp2_approx(fmaf(pt[mt][nt][x], mul, -Lb[c0 + 8 * nt + 2 * t + x % 2]));
       if (mask) {  // warp-uniform: a branch around the comparisons
-#pragma unroll
-        for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < kH / 8; ++nt)
-#pragma unroll
-            for (int x = 0; x < 4; ++x) {
-              const int key = k0 + w0 + 16 * mt + g + 8 * (x / 2), query = q0 + c0 + 8 * nt + 2 * t + x % 2;
-              if (tiles::masked(query, key, N, causal)) pt[mt][nt][x] = 0.0f;
-            }
+        mask_tiles(pt, k0 + w0, q0 + c0, 0.0f, [&](int key, int query) { return tiles::masked(query, key, N, causal); });
       }
 
       // dV_j += Pᵀ·dO_i, Pᵀ rounded to 16 bits (done first: its fragments die before dPᵀ lives).
@@ -240,15 +232,7 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
           for (int x = 0; x < 4; ++x) pt[mt][nt][x] = exp2_approx(fmaf(pt[mt][nt][x], mul, -Lb[qw + 8 * nt + 2 * t + x % 2]));
       if (k0 + kK > N || q0 + kQ > N || (causal && k0 + kw + 31 > q0 + qw)) {  // warp-uniform
-#pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-          for (int nt = 0; nt < kSN; ++nt)
-#pragma unroll
-            for (int x = 0; x < 4; ++x) {
-              const int key = k0 + kw + 16 * mt + g + 8 * (x / 2), query = q0 + qw + 8 * nt + 2 * t + x % 2;
-              if (tiles::masked(query, key, N, causal)) pt[mt][nt][x] = 0.0f;
-            }
+        mask_tiles(pt, k0 + kw, q0 + qw, 0.0f, [&](int key, int query) { return tiles::masked(query, key, N, causal); });
       }
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)

@@ -80,6 +80,25 @@ __device__ __forceinline__ void to_a(std::uint32_t (&a)[4], const float (&c0)[4]
   a[3] = Mma<T>::pack(c1[2], c1[3]);
 }
 
+/// The mask on a warp's accumulator tiles: element x of tile [mt][nt] sits at row
+/// row0 + 16·mt + g + 8·(x / 2) and column col0 + 8·nt + 2t + x % 2 (the C layout
+/// above); where drop(row, column) says so it becomes `fill` (−∞ for a score, 0 for
+/// a probability). Called behind the warp-uniform test of whether the tiles can meet
+/// the mask at all, so that almost every block skips the comparisons. (The backward
+/// kernels' Pᵀ mask. The forward writes the same loop out over S: through this helper
+/// ptxas orders its index arithmetic differently from the binary that was measured.)
+template <int kMT, int kNT, class Drop>
+__device__ __forceinline__ void mask_tiles(float (&acc)[kMT][kNT][4], int row0, int col0, float fill, Drop drop) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int x = 0; x < 4; ++x)
+        if (drop(row0 + 16 * mt + g + 8 * (x / 2), col0 + 8 * nt + 2 * t + x % 2)) acc[mt][nt][x] = fill;
+}
+
 /// A pointer into shared memory as a 32-bit shared-space address: what ldmatrix
 /// and cp.async take, and half the registers of a generic 64-bit pointer.
 __device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
