@@ -1,6 +1,6 @@
 # fa_add_step(<NN> <name> MODEL <cpu sources> [KERNELS <cuda sources>] [DEPENDS <steps>]
 #             TESTS <test sources> [TEST_DEPENDS <earlier steps the tests compare with>]
-#             [MIN_SM <cc×10: the oldest GPU its kernels run on, e.g. 80>])
+#             [MIN_SM <cc×10: the oldest GPU its kernels run on, e.g. 80>] [EXACT_SM])
 #
 # Makes, for step NN:
 #   stepNN         the step's library: its CPU model always, its kernels when CUDA is on
@@ -8,9 +8,10 @@
 #   ctest "stepNN cpu"   the tests tagged [cpu]: they run everywhere
 #   ctest "stepNN gpu"   the tests tagged [gpu] (CUDA builds only). With no usable GPU the
 #                        executable exits 77, which CTest reports as "Not Run", never "Passed";
-#                        so does a GPU older than MIN_SM.
+#                        so does a GPU older than MIN_SM (with EXACT_SM: any GPU but
+#                        MIN_SM, for architecture-specific code such as sm_90a).
 function(fa_add_step number name)
-  cmake_parse_arguments(FA "" "MIN_SM" "MODEL;KERNELS;DEPENDS;TESTS;TEST_DEPENDS" ${ARGN})
+  cmake_parse_arguments(FA "EXACT_SM" "MIN_SM" "MODEL;KERNELS;DEPENDS;TESTS;TEST_DEPENDS" ${ARGN})
   set(lib step${number})
   set(sources ${FA_MODEL})
   if(FA_HAVE_CUDA)
@@ -29,15 +30,19 @@ function(fa_add_step number name)
     if(NOT FA_MIN_SM)
       set(FA_MIN_SM 0)
     endif()
-    fa_add_tests(${lib} GPU MIN_SM ${FA_MIN_SM} ${FA_TESTS})
+    set(exact)
+    if(FA_EXACT_SM)
+      set(exact EXACT_SM)
+    endif()
+    fa_add_tests(${lib} GPU MIN_SM ${FA_MIN_SM} ${exact} ${FA_TESTS})
     target_link_libraries(${lib}_tests PRIVATE ${lib} ${FA_TEST_DEPENDS})
   endif()
 endfunction()
 
-# fa_add_tests(<name> [GPU] [MIN_SM <cc×10>] <sources>): a test executable <name>_tests
+# fa_add_tests(<name> [GPU] [MIN_SM <cc×10>] [EXACT_SM] <sources>): a test executable <name>_tests
 # and its CTest entries ("<name> cpu", and "<name> gpu" when GPU is given and CUDA is on).
 function(fa_add_tests name)
-  cmake_parse_arguments(FA "GPU" "MIN_SM" "" ${ARGN})
+  cmake_parse_arguments(FA "GPU;EXACT_SM" "MIN_SM" "" ${ARGN})
   if(NOT FA_MIN_SM)
     set(FA_MIN_SM 0)
   endif()
@@ -47,7 +52,11 @@ function(fa_add_tests name)
   add_test(NAME "${name} cpu" COMMAND ${name}_tests "[cpu]")
   set_tests_properties("${name} cpu" PROPERTIES LABELS cpu)
   if(FA_HAVE_CUDA AND FA_GPU)
-    add_test(NAME "${name} gpu" COMMAND ${name}_tests --gpu --gpu-min-sm ${FA_MIN_SM} "[gpu]")
+    set(exact)
+    if(FA_EXACT_SM)
+      set(exact --gpu-exact-sm)
+    endif()
+    add_test(NAME "${name} gpu" COMMAND ${name}_tests --gpu --gpu-min-sm ${FA_MIN_SM} ${exact} "[gpu]")
     set_tests_properties("${name} gpu" PROPERTIES LABELS gpu SKIP_RETURN_CODE 77)
   endif()
 endfunction()

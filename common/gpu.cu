@@ -76,13 +76,17 @@ int compute_capability() {
   return 10 * major + minor;
 }
 
-std::string too_old(int min_sm) {
+std::string too_old(int min_sm, bool exact) {
   const int cc = compute_capability();
-  if (cc >= min_sm) return {};
+  if (exact ? cc == min_sm : cc >= min_sm) return {};
   int dev = 0;
   cudaDeviceProp prop{};
   FA_CUDA_CHECK(cudaGetDevice(&dev));
   FA_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  if (exact)
+    return "needs a GPU of compute capability " + std::to_string(min_sm / 10) + "." + std::to_string(min_sm % 10) +
+           " (its kernels are sm_" + std::to_string(min_sm) + "a code, which no other architecture runs), and this " +
+           prop.name + " is sm_" + std::to_string(cc);
   return "needs a GPU of compute capability " + std::to_string(min_sm / 10) + "." + std::to_string(min_sm % 10) +
          " or newer (sm_" + std::to_string(min_sm) + "+; it is compiled out of older architectures), and this " +
          prop.name + " is sm_" + std::to_string(cc);
@@ -102,7 +106,7 @@ void check_supported(const Step& s, const Problem& p) {
   if (p.heads() > 65535) throw Error(std::string(s.name) + ": B·H must be at most 65535 (one grid dimension)");
   std::string why;
   if (!available(&why)) throw Error(std::string(s.name) + " needs a GPU: " + why);
-  why = too_old(s.min_sm);
+  why = too_old(s.min_sm, s.exact_sm);
   if (!why.empty()) throw Error(std::string(s.name) + " " + why);
 }
 

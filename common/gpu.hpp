@@ -31,8 +31,9 @@ int compute_capability();
 int device_code_arch();
 
 /// Empty when the current device can run kernels built for compute capability
-/// min_sm (×10) and up; else why not, in one line naming the device.
-std::string too_old(int min_sm);
+/// min_sm (×10) and up — exactly min_sm when `exact` (architecture-specific code,
+/// sm_90a) —; else why not, in one line naming the device.
+std::string too_old(int min_sm, bool exact = false);
 
 /// Runs a forward step on host tensors. Outputs are filled with the poison
 /// pattern before the launch, so unwritten elements are visible to compare().

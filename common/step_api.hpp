@@ -57,6 +57,8 @@ struct GpuForward {
   /// The oldest GPU the kernels run on, as compute capability ×10 (80: sm_80); 0: any.
   /// Older architectures get the kernels compiled out, and a clear error at run time.
   int min_sm = 0;
+  /// The kernels are architecture-specific code (sm_90a): they run on min_sm only.
+  bool exact_sm = false;
 };
 
 struct GpuBackward {
@@ -68,6 +70,7 @@ struct GpuBackward {
   void (*run_native)(const Problem&, const NativeBwdArgs&, void* workspace, Stream) = nullptr;  ///< 16-bit steps
   const int* only_d = nullptr;  ///< as GpuForward::only_d
   int min_sm = 0;               ///< as GpuForward::min_sm
+  bool exact_sm = false;        ///< as GpuForward::exact_sm
 };
 
 inline std::size_t no_workspace(const Problem&) { return 0; }

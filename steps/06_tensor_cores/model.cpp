@@ -1,6 +1,6 @@
 // CPU model of step 06's forward: step 03's block update with the kernel's tiles
 // (forward_br(causal, d) query rows × forward_bc(causal, d) keys), its lazy rescaling
-// and 16-bit rounding.
+// and 16-bit rounding. Step 07 runs the same model with its own tiles.
 #include <algorithm>
 #include <cmath>
 
@@ -29,12 +29,16 @@ Qkv rounded_inputs(const Problem& p, const Qkv& in) {
 
 ModelForward model_forward(const Problem& p, const Qkv& in) {
   require_supported(p);
+  return model_forward_tiled(p, in, forward_br(p.causal, p.d), forward_bc(p.causal, p.d));
+}
+
+ModelForward model_forward_tiled(const Problem& p, const Qkv& in, int kBr, int kBc) {
   ModelForward r;
   const DType t = p.dtype;
   // The device holds 16-bit tensors: rounding happens once, on the way in.
   Hbm Q(rounded(in.q, t), r.traffic), K(rounded(in.k, t), r.traffic), V(rounded(in.v, t), r.traffic);
   Hbm O(p.elems(), r.traffic), L(p.rows(), r.traffic);
-  const int N = p.N, d = p.d, kBr = forward_br(p.causal, d), kBc = forward_bc(p.causal, d);
+  const int N = p.N, d = p.d;
   const float scale = p.softmax_scale();
   std::vector<float> s(kBc);
   for (std::size_t bh = 0; bh < p.heads(); ++bh) {
@@ -96,11 +100,12 @@ ModelForward model_forward(const Problem& p, const Qkv& in) {
   return r;
 }
 
-Traffic traffic_forward(const Problem& p) {
-  // Step 03's formula with step 06's tiles: Q once, K and V once per query block that needs them.
+Traffic traffic_forward(const Problem& p) { return traffic_forward_tiled(p, forward_br(p.causal, p.d), forward_bc(p.causal, p.d)); }
+
+Traffic traffic_forward_tiled(const Problem& p, int br, int bc) {
+  // Step 03's formula with these tiles: Q once, K and V once per query block that needs them.
   const std::uint64_t Nd = std::uint64_t(p.N) * p.d;
-  return {p.heads() * (Nd + 2 * tiles::kv_rows_visited(p, forward_br(p.causal, p.d), forward_bc(p.causal, p.d)) * p.d),
-          p.heads() * (Nd + p.N)};
+  return {p.heads() * (Nd + 2 * tiles::kv_rows_visited(p, br, bc) * p.d), p.heads() * (Nd + p.N)};
 }
 
 ForwardOut naive_lowp(const Problem& p, const Qkv& in) {

@@ -71,6 +71,10 @@ void require_supported(const Problem& p);
 /// O at the end). p.dtype is bf16 or fp16.
 ModelForward model_forward(const Problem& p, const Qkv& in);
 Traffic traffic_forward(const Problem& p);  ///< elements (×2 bytes, L ×4)
+/// The same model and traffic for blocks of br query rows × bc keys (step 07's tiles;
+/// p is not checked against step 06's head dimensions).
+ModelForward model_forward_tiled(const Problem& p, const Qkv& in, int br, int bc);
+Traffic traffic_forward_tiled(const Problem& p, int br, int bc);
 
 /// The naive same-dtype computation that FlashAttention's tests measure against:
 /// inputs, S, P and O each rounded to p.dtype, sums in fp32.

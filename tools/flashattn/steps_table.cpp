@@ -10,6 +10,7 @@
 #include "steps/04_kv_outer/step04.hpp"
 #include "steps/05_backward/step05.hpp"
 #include "steps/06_tensor_cores/step06.hpp"
+#include "steps/07_hopper/step07.hpp"
 #ifdef FA_HAVE_CUDA
 #include "common/gpu.hpp"
 #endif
@@ -100,6 +101,12 @@ std::vector<StepEntry> make_table() {
 #ifdef FA_HAVE_CUDA
   for (const GpuForward& v : step06::kForwardVersions) t.back().forward_versions.push_back(&v);
   for (const GpuBackward& v : step06::kBackwardVersions) t.back().backward_versions.push_back(&v);
+#endif
+  t.push_back({"07", "Hopper: TMA, wgmma, warp specialisation, bf16/fp16, FA-3 style (forward)", true, true,
+               on_gpu(FA_GPU(step07::kForward), true), {}, step07::model_forward, {}, step07::traffic_forward, {},
+               FA_GPU(step07::kForward), nullptr, "notes/07_hopper.md", DType::bf16});
+#ifdef FA_HAVE_CUDA
+  for (const GpuForward& v : step07::kForwardVersions) t.back().forward_versions.push_back(&v);
 #endif
   return t;
 }

@@ -1,0 +1,246 @@
+// The pieces of step 07's forward, shared by the production kernel (forward.cu) and
+// the versions of note 07's table (versions_forward.cu): the shared-memory plan, the
+// producer's loop, and a consumer warpgroup's products, mask, softmax and epilogue.
+#pragma once
+
+#include <cstdint>
+
+#include "steps/02_fused/tile.hpp"
+#include "steps/03_online_softmax/online_softmax.hpp"
+#include "steps/06_tensor_cores/mma.cuh"
+#include "steps/06_tensor_cores/step06.hpp"
+#include "steps/07_hopper/hopper.cuh"
+#include "steps/07_hopper/step07.hpp"
+
+namespace fa::step07 {
+
+/// Shared memory of a block, in bytes from a 1024-aligned base: Q (one 64-row tile
+/// per consumer), the K and V rings of kStages blocks of kBc keys, the mbarriers.
+template <int kD, int kBc, int kStages>
+struct Smem {
+  static constexpr int kQBytes = kRowsPerConsumer * kD * 2;  ///< one consumer's Q tile
+  static constexpr int kKVBytes = kBc * kD * 2;              ///< one K (or V) block
+  static constexpr int q = 0;
+  static constexpr int k = q + kConsumers * kQBytes;
+  static constexpr int v = k + kStages * kKVBytes;
+  static constexpr int bars = v + kStages * kKVBytes;
+  static constexpr int bytes = bars + 8 * (1 + 4 * kStages);  ///< + 1024 for the base's alignment
+};
+
+/// The mbarriers: Q's, and per stage K's and V's "full" (TMA done) and "empty" (all
+/// consumer warps done with the buffer: one arrival per warp).
+struct Barriers {
+  std::uint64_t *q_full, *k_full, *k_empty, *v_full, *v_empty;
+  __device__ Barriers(unsigned char* at, int stages)
+      : q_full(reinterpret_cast<std::uint64_t*>(at)), k_full(q_full + 1), k_empty(k_full + stages),
+        v_full(k_empty + stages), v_empty(v_full + stages) {}
+  /// By one thread, before the block's first __syncthreads.
+  __device__ void init(int stages, int consumer_warps) {
+    cuda::ptx::mbarrier_init(q_full, 1);
+    for (int s = 0; s < stages; ++s) {
+      cuda::ptx::mbarrier_init(&k_full[s], 1);
+      cuda::ptx::mbarrier_init(&v_full[s], 1);
+      cuda::ptx::mbarrier_init(&k_empty[s], consumer_warps);
+      cuda::ptx::mbarrier_init(&v_empty[s], consumer_warps);
+    }
+    cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);  // visible to TMA
+  }
+};
+
+/// The 1024-aligned base of dynamic shared memory (TMA's 128-byte swizzle repeats
+/// every 1024 bytes, and the wgmma descriptors assume tiles on that boundary).
+__device__ __forceinline__ unsigned char* aligned_smem(unsigned char* raw) {
+  return raw + ((1024 - smem_addr(raw) % 1024) % 1024);
+}
+
+// Named barrier ids (0 is __syncthreads'): each consumer's turn, each consumer's epilogue.
+__device__ __forceinline__ int turn_bar(int c) { return 1 + c; }
+__device__ __forceinline__ int epilogue_bar(int c) { return 1 + kConsumers + c; }
+
+/// The K/V ring, by one thread: K_j and V_j for j = first..last into stage j % kStages,
+/// each after the stage's previous block was released by every consumer warp.
+template <int kD, int kBc, int kStages>
+__device__ void load_kv(const CUtensorMap* k_map, const CUtensorMap* v_map, unsigned char* smem, const Barriers& b,
+                        int j, int bh) {
+  using L = Smem<kD, kBc, kStages>;
+  const int s = j % kStages;
+  const std::uint32_t phase = (j / kStages) % 2;
+  // A buffer's first use waits on parity 1, which a fresh barrier reports as done.
+  wait(&b.k_empty[s], phase ^ 1);
+  arrive_expecting(&b.k_full[s], L::kKVBytes);
+  load_tile(k_map, smem + L::k + s * L::kKVBytes, &b.k_full[s], j * kBc, bh);
+  wait(&b.v_empty[s], phase ^ 1);
+  arrive_expecting(&b.v_full[s], L::kKVBytes);
+  load_tile(v_map, smem + L::v + s * L::kKVBytes, &b.v_full[s], j * kBc, bh);
+}
+
+/// Both consumers' Q tiles, by one thread, completing on q_full.
+template <int kD, int kBc, int kStages>
+__device__ void load_q(const CUtensorMap* q_map, unsigned char* smem, const Barriers& b, int q0, int bh) {
+  using L = Smem<kD, kBc, kStages>;
+  arrive_expecting(b.q_full, kConsumers * L::kQBytes);
+  for (int c = 0; c < kConsumers; ++c)
+    load_tile(q_map, smem + L::q + c * L::kQBytes, b.q_full, q0 + c * kRowsPerConsumer, bh);
+}
+
+/// A consumer warpgroup: 64 query rows of the block, their O, m, ℓ in registers.
+/// Thread layout: warp w of the warpgroup owns rows 16w..16w+15, lane = 4g + t.
+template <class T, int kD, int kBc, int kStages, bool kCausal>
+struct Consumer {
+  using L = Smem<kD, kBc, kStages>;
+  static constexpr float kLog2e = step06::kLog2e;
+
+  unsigned char* smem;
+  const Barriers& bars;
+  int c, warp, lane, g, t, r0, N;
+  float mul;  // exp(scale·(s − m)) = 2^(s·mul − m·mul): m is kept in units of s
+  std::uint32_t q_tile;
+
+  float o[kD / 2] = {};  // O: 64 × kD; register 4n + 2h + e = row g + 8h, column 8n + 2t + e
+  float m[2] = {-INFINITY, -INFINITY};  // [row g, g+8]: the running max, in units of s
+  float l[2] = {0.0f, 0.0f};            // [row g, g+8]: this lane's part of ℓ
+  float s[kBc / 2];                     // S, then P (fp32): 64 × kBc in the same layout
+  std::uint32_t p[kBc / 16][4];         // P in 16 bits as wgmma A fragments: [k step][register]
+
+  __device__ Consumer(unsigned char* smem_, const Barriers& b, int consumer, int q0, int N_, float scale)
+      : smem(smem_), bars(b), c(consumer), warp(threadIdx.x / 32 % 4), lane(threadIdx.x % 32), g(lane / 4),
+        t(lane % 4), r0(q0 + consumer * kRowsPerConsumer + 16 * (threadIdx.x / 32 % 4)), N(N_),
+        mul(scale * kLog2e), q_tile(smem_addr(smem_ + L::q + consumer * L::kQBytes)) {}
+
+  /// S = Q_c·K_jᵀ from stage `stage`: kD/16 k steps, both operands K-major in shared
+  /// memory (16 columns = 32 bytes into a panel; the next panel after 4 steps).
+  __device__ void issue_qk(int stage) {
+    const std::uint32_t k_tile = smem_addr(smem + L::k + stage * L::kKVBytes);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      const std::uint32_t col = (kk % 4) * 32;
+      Wgmma<T, kBc>::template ss<0, 0>(s, descriptor(q_tile + (kk / 4) * kRowsPerConsumer * 128 + col, 0),
+                                       descriptor(k_tile + (kk / 4) * kBc * 128 + col, 0), kk > 0);
+    }
+    wgmma_commit();
+  }
+  /// O += P·V_j from stage `stage`: kBc/16 k steps of 16 V rows (2048 bytes); V is
+  /// MN-major (its rows are the k index), its panels kBc·128 bytes apart (LBO).
+  __device__ void issue_pv(int stage) {
+    const std::uint32_t v_tile = smem_addr(smem + L::v + stage * L::kKVBytes);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBc / 16; ++kk)
+      Wgmma<T, kD>::template rs<1>(o, p[kk], descriptor(v_tile + kk * 16 * 128, kBc * 128), true);
+    wgmma_commit();
+  }
+  __device__ void wait_s() { wgmma_wait<0>(s); }
+  /// Waits for S while the P·V issued after it may still run.
+  __device__ void wait_s_not_pv() { wgmma_wait<1>(s); }
+  /// Waits for P·V: only then may O be rescaled and P's registers be overwritten.
+  __device__ void wait_pv() {
+    wgmma_wait<0>(o);
+    fence_registers(p);
+  }
+  __device__ void release_k(int stage) {
+    if (lane == 0) arrive(&bars.k_empty[stage]);
+  }
+  __device__ void release_v(int stage) {
+    if (lane == 0) arrive(&bars.v_empty[stage]);
+  }
+
+  /// The mask, only on blocks where this warp's rows can meet it: the last (keys past
+  /// N) and, when causal, blocks reaching past the warp's first row.
+  __device__ void mask(int j) {
+    const int k0 = j * kBc;
+    if (k0 + kBc > N || (kCausal && k0 + kBc - 1 > r0)) {
+#pragma unroll
+      for (int x = 0; x < kBc / 2; ++x) {  // x = 4n + 2h + e: row g + 8h, key 8n + 2t + e
+        const int row = r0 + g + 8 * (x % 4 / 2), col = k0 + 8 * (x / 4) + 2 * t + x % 2;
+        if (tiles::masked(row, col, N, kCausal)) s[x] = -INFINITY;
+      }
+    }
+  }
+
+  /// Online softmax on S — step 06's, with its lazy rescaling: m moves only when some
+  /// row of the warp saw its max grow by more than 2^kRescaleBits. S becomes P (fp32),
+  /// m and ℓ move; returns whether O must be multiplied by alpha (per row h).
+  __device__ bool softmax(float (&alpha)[2]) {
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int x = 0; x < kBc / 2; ++x) mx[x % 4 / 2] = fmaxf(mx[x % 4 / 2], s[x]);
+    bool grow = false;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) grow |= (mx[h] - m[h]) * mul > step06::kRescaleBits;
+    const bool rescale = __any_sync(0xffffffffu, grow);  // one decision per warp: no divergence
+    float ms[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      alpha[h] = 1.0f;
+      if (rescale) {  // the row's max: the quad holding it
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
+        const float m_new = fmaxf(m[h], mx[h]);
+        // 0 on the first block (m = −∞); −∞ − (−∞) kept out.
+        alpha[h] = step06::exp2_approx(m[h] * mul - (m_new == -INFINITY ? 0.0f : m_new * mul));
+        m[h] = m_new;
+      }
+      ms[h] = m[h] == -INFINITY ? 0.0f : m[h] * mul;
+    }
+    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int x = 0; x < kBc / 2; ++x) {  // one FFMA and one MUFU.EX2 per score
+      s[x] = step06::exp2_approx(fmaf(s[x], mul, -ms[x % 4 / 2]));
+      sum[x % 4 / 2] += s[x];
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) l[h] = (rescale ? alpha[h] * l[h] : l[h]) + sum[h];
+    return rescale;
+  }
+  __device__ void rescale_o(const float (&alpha)[2]) {
+#pragma unroll
+    for (int x = 0; x < kD / 2; ++x) o[x] *= alpha[x % 4 / 2];
+  }
+  /// P rounded to 16 bits into the A fragments of P·V (the one rounding inside the
+  /// algorithm): registers 4n..4n+3 of S are columns 8n..8n+7; two n make a k step.
+  __device__ void to_p() {
+#pragma unroll
+    for (int kk = 0; kk < kBc / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) p[kk][r] = step06::Mma<T>::pack(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
+  }
+
+  /// Epilogue: ℓ = the quad's four parts; O/ℓ in 16 bits into this consumer's own Q
+  /// tile (its last S is done; the panel layout is what the TMA store reads); L =
+  /// m·scale + log ℓ from registers; one thread stores the 64 rows by TMA (rows past
+  /// N dropped by the map) and waits until shared memory has been read.
+  __device__ void store(const CUtensorMap* o_map, float* lse, int q0, int bh, float scale) {
+    unsigned char* o_tile = smem + L::q + c * L::kQBytes;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
+      l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+      const float inv = 1.0f / l[h];
+      const int r = 16 * warp + g + 8 * h;
+#pragma unroll
+      for (int n = 0; n < kD / 8; ++n)
+        *reinterpret_cast<std::uint32_t*>(o_tile + swizzled(kRowsPerConsumer, r, 8 * n + 2 * t)) =
+            step06::Mma<T>::pack(o[4 * n + 2 * h] * inv, o[4 * n + 2 * h + 1] * inv);
+      const int row = r0 + g + 8 * h;
+      if (t == 0 && row < N) lse[std::size_t(bh) * N + row] = online::lse(m[h] * scale, l[h]);
+    }
+    // Ordinary stores, then a TMA read of them: the async proxy must see them.
+    cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+    named_sync(epilogue_bar(c), 128);
+    if (threadIdx.x % 128 == 0) {
+      store_tile(o_map, o_tile, q0 + c * kRowsPerConsumer, bh);
+      cuda::ptx::cp_async_bulk_commit_group();
+      cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
+    }
+  }
+};
+
+/// The four tensor maps of a forward launch: Q and O in 64-row boxes (one consumer's
+/// rows), K and V in boxes of kBc keys.
+struct ForwardMaps {
+  CUtensorMap q, k, v, o;
+};
+ForwardMaps forward_maps(const Problem& p, const NativeFwdArgs& a, int keys);
+
+}  // namespace fa::step07

@@ -1,0 +1,176 @@
+// Step 07's Hopper building blocks, for its forward (and, next, its backward):
+//   the tensor memory accelerator (TMA): tensor maps made on the host, tile copies
+//     that complete on an mbarrier, tile stores;
+//   mbarriers: wait on a phase, arrive, arrive expecting bytes;
+//   wgmma: the shared-memory matrix descriptor, fence / commit / wait, and the
+//     products themselves (Wgmma<T, N>, its instructions in wgmma_ops.cuh);
+//   warp specialisation: setmaxnreg and named barriers.
+// Where the CUDA Toolkit's libcu++ has the instruction (cuda::ptx: TMA, mbarrier,
+// fences, bulk groups) it is used; inline PTX only for what CUDA 13.0's libcu++ lacks
+// (wgmma, setmaxnreg, named barriers), each with its PTX ISA section.
+//
+// One layout everywhere: a tile of R rows × d columns of 16-bit elements lives in
+// shared memory as d/64 panels of R rows × 64 columns (128 bytes a row), each panel
+// with the 128-byte swizzle (16-byte chunk c of row r stored at chunk c XOR r % 8).
+// TMA writes exactly that (a 4-d tensor map: 64 columns, rows, panels, heads), and it
+// is the canonical layout that a wgmma descriptor with 128-byte swizzle reads.
+#pragma once
+
+#include <cuda.h>  // CUtensorMap and its enums (types only: the driver is reached at run time)
+#include <cuda/ptx>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "common/problem.hpp"
+
+// wgmma and setmaxnreg exist only in the sm_90a target (step 07 builds for nothing
+// else: its CMakeLists.txt). The host pass sees the whole body.
+#if !defined(__CUDA_ARCH__) || (defined(__CUDA_ARCH_FEAT_SM90_ALL))
+#define FA_STEP07_ARCH_OK 1
+#else
+#define FA_STEP07_ARCH_OK 0
+#endif
+
+namespace fa::step07 {
+
+// ---------------------------------------------------------------------------------
+// Host: tensor maps.
+
+/// A TMA tensor map over one [B·H, N, d] tensor of 16-bit elements, read or written
+/// in boxes of `box_rows` rows × all d columns: a 4-d map (64 columns, N rows, d/64
+/// panels, B·H heads) whose box lands in shared memory as the panels above, with
+/// the 128-byte swizzle. Rows past N read as zeros and are not written.
+/// Made through the driver's cuTensorMapEncodeTiled, reached by
+/// cudaGetDriverEntryPointByVersion: nothing links libcuda by hand.
+CUtensorMap make_tile_map(const void* base, DType t, int N, std::size_t heads, int d, int box_rows);
+
+// ---------------------------------------------------------------------------------
+// Device: the 128-byte-swizzled panel layout.
+
+constexpr int kPanel = 64;  ///< columns of a panel: 64 16-bit elements = 128 bytes a row
+
+/// Byte offset of element (r, c) in a tile of `rows` rows in panels.
+__host__ __device__ constexpr std::uint32_t swizzled(int rows, int r, int c) {
+  return std::uint32_t((c / kPanel) * rows * 128 + r * 128 + ((((c % kPanel) / 8) ^ (r % 8)) * 16) + (c % 8) * 2);
+}
+
+__device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// ---------------------------------------------------------------------------------
+// mbarriers (cuda::ptx) and TMA copies.
+
+/// Blocks until the barrier's phase with this parity has completed.
+__device__ __forceinline__ void wait(std::uint64_t* bar, std::uint32_t parity) {
+  while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
+  }
+}
+/// This thread's arrival, announcing `bytes` that TMA copies will complete on it.
+__device__ __forceinline__ void arrive_expecting(std::uint64_t* bar, std::uint32_t bytes) {
+  (void)cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared,
+                                             bar, bytes);
+}
+__device__ __forceinline__ void arrive(std::uint64_t* bar) { (void)cuda::ptx::mbarrier_arrive(bar); }
+
+/// TMA: the box of `map` at (row, head) into shared memory at dst; it completes on bar.
+__device__ __forceinline__ void load_tile(const CUtensorMap* map, void* dst, std::uint64_t* bar, int row, int head) {
+  const std::int32_t at[4] = {0, row, 0, head};
+  cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, dst, map, at, bar);
+}
+/// TMA: shared memory at src into the box of `map` at (row, head); rows past N are
+/// dropped by the map's bounds. Completes in a bulk group of the issuing thread.
+__device__ __forceinline__ void store_tile(const CUtensorMap* map, const void* src, int row, int head) {
+  const std::int32_t at[4] = {0, row, 0, head};
+  cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_global, cuda::ptx::space_shared, map, at, src);
+}
+
+// ---------------------------------------------------------------------------------
+// wgmma (PTX ISA 8.0, sm_90a: "Asynchronous Warpgroup Level Matrix Multiply-Accumulate
+// Instructions"). A warpgroup is 4 consecutive warps; warp w of it owns rows 16w..16w+15
+// of the m64 product. The fp32 accumulators of m64nNk16 are N/2 registers a thread in
+// the mma.sync C layout repeated along N: register 4j + 2h + e holds row g + 8h and
+// column 8j + 2t + e (lane = 4g + t).
+
+/// The shared-memory matrix descriptor ("Matrix Descriptor Format"): start address,
+/// leading- and stride-dimension byte offsets (all >> 4), swizzle mode 1 = 128 bytes.
+/// For the panel layout above:
+///   K-major operand (Q, K: the k index runs along a row): SBO = 1024, the step from
+///     8 rows to the next 8; LBO unused; the k-th 16-column step is start + 32·k bytes
+///     inside a panel, and the next panel is `rows`·128 bytes further;
+///   MN-major operand (V in P·V: the n index runs along a row): SBO = 1024, the step
+///     from 8 k-rows to the next 8; LBO = the panel size, the step from 64 n-columns to
+///     the next 64; the k-th 16-row step is start + 2048·k.
+/// Tiles start 1024-byte aligned, so the base-offset field stays 0.
+__device__ __forceinline__ std::uint64_t descriptor(std::uint32_t addr, std::uint32_t lbo) {
+  return std::uint64_t((addr & 0x3FFFF) >> 4) | std::uint64_t((lbo & 0x3FFFF) >> 4) << 16 |
+         std::uint64_t(1024 >> 4) << 32 | std::uint64_t(1) << 62;
+}
+
+/// "wgmma.fence": orders this warpgroup's register writes (accumulators, A fragments)
+/// before the wgmma that reads them.
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+/// "wgmma.commit_group": the wgmmas issued since the last commit become one group.
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+/// "wgmma.wait_group N": waits until at most N groups are pending. The accumulators
+/// of a pending group must not be touched: the "+f" ties below make the compiler
+/// keep them where the instruction writes them.
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+template <int N, int R>
+__device__ __forceinline__ void wgmma_wait(float (&acc)[R]) {
+  wgmma_wait<N>();
+#pragma unroll
+  for (int i = 0; i < R; ++i) asm volatile("" : "+f"(acc[i])::"memory");
+}
+/// The same tie for A fragments a pending rs product reads: their registers are not
+/// reused before this point.
+template <int K>
+__device__ __forceinline__ void fence_registers(std::uint32_t (&a)[K][4]) {
+#pragma unroll
+  for (int k = 0; k < K; ++k)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) asm volatile("" : "+r"(a[k][r])::"memory");
+}
+
+/// D(64×N, fp32) (+)= A(64×16)·B(16×N) for one k step: ss with A and B by descriptor,
+/// rs with A from registers. kTransA, kTransB: 0 K-major, 1 MN-major.
+template <class T, int N>
+struct Wgmma {
+  template <int kTransA, int kTransB>
+  __device__ static void ss(float (&d)[N / 2], std::uint64_t a, std::uint64_t b, bool accumulate);
+  template <int kTransB>
+  __device__ static void rs(float (&d)[N / 2], const std::uint32_t (&a)[4], std::uint64_t b, bool accumulate);
+};
+
+// ---------------------------------------------------------------------------------
+// Warp specialisation.
+
+/// "setmaxnreg" (PTX ISA 8.0, sm_90a, "Miscellaneous Instructions: setmaxnreg"): the
+/// warpgroup gives registers back to the block's pool (dec) or takes them (inc).
+template <int kRegs>
+__device__ __forceinline__ void release_registers() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs>
+__device__ __forceinline__ void claim_registers() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+/// Named barriers ("Parallel Synchronization and Communication Instructions: bar,
+/// barrier"): `sync` waits until `threads` threads arrived at barrier `id` (its own
+/// arrival included); `arrive` arrives without waiting. Id 0 is __syncthreads'.
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+}  // namespace fa::step07
+
+#include "steps/07_hopper/wgmma_ops.cuh"

@@ -1,0 +1,67 @@
+// Step 07 — Hopper: step 06's forward on the tensor memory accelerator, wgmma and
+// warp specialisation, FlashAttention-3 style.
+//
+// Adds over step 06 (same algorithm, same rounding points, new hardware):
+//   TMA        Q, K, V tiles copied by the tensor memory accelerator from tensor maps
+//              made on the host, completing on mbarriers; K/V in a ring of stages.
+//              The map's bounds do the tail (rows past N read as zeros).
+//   wgmma      S = Q·Kᵀ with both operands in shared memory (descriptors over the
+//              128-byte swizzle TMA writes) and O += P·V with P from registers, on a
+//              warpgroup (4 warps, 64 query rows) instead of a warp (16 rows).
+//   warp specialisation
+//              a producer warpgroup only issues TMA and gives its registers away
+//              (setmaxnreg); two consumer warpgroups only compute.
+//   ping-pong  the two consumer warpgroups take turns on the tensor cores (named
+//              barriers), so one's softmax runs under the other's products;
+//   overlap    within a warpgroup, S of block j+1 is issued before P·V of block j,
+//              and the softmax of j+1 runs while P·V of j is on the tensor cores.
+//   epilogue   O through shared memory and a TMA store; L written as in every step.
+// Limits: d = 64, 128 or 256, bf16 or fp16; a Hopper GPU (sm_90: the kernels are
+// built for sm_90a only, and refuse anything else in one line).
+// Note: notes/07_hopper.md.
+#pragma once
+
+#include "common/hd.hpp"
+#include "common/hbm.hpp"
+#include "common/step_api.hpp"
+
+namespace fa::step07 {
+
+/// The forward's block shape. A thread block is 3 warpgroups (384 threads): the
+/// producer and two consumers of kRowsPerConsumer query rows each.
+constexpr int kConsumers = 2;
+constexpr int kRowsPerConsumer = 64;                          ///< wgmma's M
+constexpr int kRows = kConsumers * kRowsPerConsumer;          ///< B_r: query rows a block
+constexpr int kThreads = 128 * (1 + kConsumers);              ///< threads a block
+struct FwdTile {
+  int keys;    ///< B_c: keys per K/V block (the N of S = Q·Kᵀ's wgmma)
+  int stages;  ///< K/V blocks in flight: the depth of the TMA ring
+};
+/// 128 keys, two stages, except 80 keys at d = 256, where a consumer thread holds
+/// 128 fp32 accumulators of O and the K/V ring needs 2·2·80·256·2 bytes of shared
+/// memory (FlashAttention-3's shape).
+FA_HD constexpr FwdTile forward_tile(int d) { return d == 256 ? FwdTile{80, 2} : FwdTile{128, 2}; }
+/// Registers a thread after setmaxnreg: the producer gives back down to 24, each
+/// consumer takes 240 (24·128 + 2·240·128 = 64512 of the SM's 65536).
+constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+
+/// The GPU step 07 runs on, compute capability ×10: exactly sm_90 (H100, H200, H20):
+/// its kernels are sm_90a code, which no other architecture runs.
+constexpr int kSm = 90;
+inline constexpr int kSupportedD[] = {64, 128, 256, 0};
+
+/// Throws fa::Error unless p is bf16 or fp16 with d in kSupportedD.
+void require_supported(const Problem& p);
+
+/// CPU model: step 06's model with step 07's blocks (kRows query rows × forward_tile
+/// keys) — the same rounding points (inputs, P before P·V, O at the end) and the
+/// same lazy rescaling (the kernel decides per warp, the model per row).
+ModelForward model_forward(const Problem& p, const Qkv& in);
+Traffic traffic_forward(const Problem& p);  ///< elements (×2 bytes, L ×4)
+
+extern const GpuForward kForward;
+constexpr int kForwardVersionCount = 7;
+/// The forward versions of note 07's table (versions_forward.cu), for the bench and tests.
+extern const GpuForward kForwardVersions[kForwardVersionCount];
+
+}  // namespace fa::step07

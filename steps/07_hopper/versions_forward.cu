@@ -1,0 +1,222 @@
+// Step 07's forward as note 07 measures it, one Hopper idea at a time: the versions of
+// the lesson's table. Each is a configuration with named fields (FwdVersion) built
+// from the one before it; one kernel takes them all, made of the same pieces as the
+// production kernel (forward.cuh). h4 is the production kernel itself (forward.cu).
+//   h1  TMA + wgmma: two warpgroups that both compute; the first thread of consumer 0
+//       also issues the copies, one K/V block ahead; per block S, softmax, P·V in turn
+//   h2  + warp specialisation: a producer warpgroup issues the copies and gives its
+//       registers to the consumers (setmaxnreg)
+//   h3  + ping-pong: the consumers take turns on the tensor cores (named barriers)
+//   h4  + in a warpgroup, S_{j+1} issued before P_j·V_j, its softmax under that product
+//   h5, h6  h4 with 64- and 176-key blocks (block shapes)
+#include <cstdint>
+
+#include "common/cuda_check.cuh"
+#include "steps/07_hopper/forward.cuh"
+
+namespace fa::step07 {
+namespace {
+
+/// One version of the forward kernel, by what it adds.
+struct FwdVersion {
+  bool specialised = false;  ///< a producer warpgroup (else consumer 0's first thread issues the copies)
+  bool pingpong = false;     ///< the consumers take turns issuing their products
+  bool overlap = false;      ///< S_{j+1} issued before P_j·V_j; softmax under P·V
+  int keys = 128;            ///< keys per K/V block
+};
+using Version = FwdVersion (*)(int d);
+
+template <class T, int kD, bool kCausal, Version V>
+__global__ void __launch_bounds__(V(kD).specialised ? kThreads : 128 * kConsumers, 1)
+    version_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
+                   const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
+                   float* __restrict__ lse, int N, float scale) {
+#if FA_STEP07_ARCH_OK
+  constexpr FwdVersion kV = V(kD);
+  constexpr int kBc = kV.keys, kStages = 2;
+  // The overlap keeps V_{j−1} in use while K_j is read: only a producer can keep the
+  // ring full then (one computing thread would wait on the buffer it is itself using).
+  static_assert(!kV.overlap || kV.specialised, "the overlap needs a producer warpgroup");
+  using L = Smem<kD, kBc, kStages>;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = aligned_smem(smem_raw);
+  Barriers bars(smem + L::bars, kStages);
+  const int i = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y;
+  const int q0 = i * kRows;
+  const int last = tiles::last_kv_block(N, kCausal, i, kRows, kBc);
+  if (threadIdx.x == 0) bars.init(kStages, 4 * kConsumers);
+  __syncthreads();
+
+  const int first_consumer = kV.specialised ? 128 : 0;
+  if (kV.specialised && threadIdx.x < 128) {
+    release_registers<kProducerRegs>();
+    if (threadIdx.x == 0) {
+      load_q<kD, kBc, kStages>(&q_map, smem, bars, q0, bh);
+      for (int j = 0; j <= last; ++j) load_kv<kD, kBc, kStages>(&k_map, &v_map, smem, bars, j, bh);
+    }
+    return;
+  }
+  if constexpr (kV.specialised) claim_registers<kConsumerRegs>();
+  Consumer<T, kD, kBc, kStages, kCausal> w(smem, bars, (threadIdx.x - first_consumer) / 128, q0, N, scale);
+  const int c = w.c;
+  // Without a producer, one computing thread issues the copies: Q and block 0 first,
+  // then block j+1 at the start of block j (after both consumers released its stage).
+  const bool issuer = !kV.specialised && threadIdx.x == 0;
+  if (issuer) {
+    load_q<kD, kBc, kStages>(&q_map, smem, bars, q0, bh);
+    load_kv<kD, kBc, kStages>(&k_map, &v_map, smem, bars, 0, bh);
+  }
+  // Turns on the tensor cores (ping-pong): consumer 1 lets consumer 0 go first; the
+  // last turn of consumer 1 hands nothing on, since consumer 0's turns are over.
+  auto begin_turn = [&] {
+    if (kV.pingpong) named_sync(turn_bar(c), 2 * 128);
+  };
+  auto end_turn = [&](bool final) {
+    if (kV.pingpong && !(final && c == 1)) named_arrive(turn_bar(1 - c), 2 * 128);
+  };
+  if (kV.pingpong && c == 1) named_arrive(turn_bar(0), 2 * 128);
+  wait(bars.q_full, 0);
+  float alpha[2];
+
+  if constexpr (!kV.overlap) {
+    // Per block, in order: S, softmax, P·V (a turn for each product).
+    for (int j = 0; j <= last; ++j) {
+      const int sj = j % kStages;
+      const std::uint32_t phase = (j / kStages) % 2;
+      if (issuer && j + 1 <= last) load_kv<kD, kBc, kStages>(&k_map, &v_map, smem, bars, j + 1, bh);
+      begin_turn();
+      wait(&bars.k_full[sj], phase);
+      w.issue_qk(sj);
+      end_turn(false);
+      w.wait_s();
+      w.release_k(sj);
+      w.mask(j);
+      if (w.softmax(alpha)) w.rescale_o(alpha);
+      w.to_p();
+      begin_turn();
+      wait(&bars.v_full[sj], phase);
+      w.issue_pv(sj);
+      end_turn(j == last);
+      w.wait_pv();
+      w.release_v(sj);
+    }
+  } else {
+    // The production schedule (forward.cu).
+    begin_turn();
+    wait(&bars.k_full[0], 0);
+    w.issue_qk(0);
+    end_turn(false);
+    w.wait_s();
+    w.release_k(0);
+    w.mask(0);
+    w.softmax(alpha);
+    w.to_p();
+    for (int j = 1; j <= last; ++j) {
+      const int sj = j % kStages, sp = (j - 1) % kStages;
+      begin_turn();
+      wait(&bars.k_full[sj], (j / kStages) % 2);
+      w.issue_qk(sj);
+      wait(&bars.v_full[sp], ((j - 1) / kStages) % 2);
+      w.issue_pv(sp);
+      end_turn(false);
+      w.wait_s_not_pv();
+      w.release_k(sj);
+      w.mask(j);
+      const bool rescale = w.softmax(alpha);
+      w.wait_pv();
+      w.release_v(sp);
+      if (rescale) w.rescale_o(alpha);
+      w.to_p();
+    }
+    begin_turn();
+    wait(&bars.v_full[last % kStages], (last / kStages) % 2);
+    w.issue_pv(last % kStages);
+    end_turn(true);
+    w.wait_pv();
+  }
+  w.store(&o_map, lse, q0, bh, scale);
+#endif
+}
+
+template <Version V, class T, int kD, bool kCausal>
+void launch(const Problem& p, const NativeFwdArgs& a, Stream stream) {
+  constexpr FwdVersion kV = V(kD);
+  const ForwardMaps m = forward_maps(p, a, kV.keys);
+  const std::size_t smem = Smem<kD, kV.keys, 2>::bytes + 1024;
+  set_smem_limit(version_kernel<T, kD, kCausal, V>, smem);
+  const dim3 grid(unsigned(tiles::q_blocks(p.N, kRows)), unsigned(p.heads()));
+  version_kernel<T, kD, kCausal, V><<<grid, kV.specialised ? kThreads : 128 * kConsumers, smem, stream>>>(
+      m.q, m.k, m.v, m.o, a.lse, p.N, p.softmax_scale());
+  FA_CHECK_LAUNCH();
+}
+
+template <Version V, int kD>
+void run_d(const Problem& p, const NativeFwdArgs& a, Stream s) {
+  if (p.dtype == DType::bf16)
+    p.causal ? launch<V, __nv_bfloat16, kD, true>(p, a, s) : launch<V, __nv_bfloat16, kD, false>(p, a, s);
+  else
+    p.causal ? launch<V, __half, kD, true>(p, a, s) : launch<V, __half, kD, false>(p, a, s);
+}
+
+template <Version V>
+void run(const Problem& p, const NativeFwdArgs& a, void*, Stream s) {
+  switch (p.d) {
+    case 64: return run_d<V, 64>(p, a, s);
+    case 128: return run_d<V, 128>(p, a, s);
+    default: return run_d<V, 256>(p, a, s);  // gpu::forward checked d against the version's list
+  }
+}
+
+// The versions, each from the one before it. Blocks of 128 keys (80 at d = 256), as
+// the production kernel's (forward_tile).
+FA_HD constexpr FwdVersion h1(int d) {  // TMA + wgmma, every warpgroup computes
+  FwdVersion v;
+  v.keys = forward_tile(d).keys;
+  return v;
+}
+FA_HD constexpr FwdVersion h2(int d) {  // + a producer warpgroup, setmaxnreg
+  FwdVersion v = h1(d);
+  v.specialised = true;
+  return v;
+}
+FA_HD constexpr FwdVersion h3(int d) {  // + ping-pong between the consumers
+  FwdVersion v = h2(d);
+  v.pingpong = true;
+  return v;
+}
+FA_HD constexpr FwdVersion h4(int d) {  // + softmax under P·V in a warpgroup: the production kernel
+  FwdVersion v = h3(d);
+  v.overlap = true;
+  return v;
+}
+FA_HD constexpr FwdVersion h5(int d) {  // h4 with 64-key blocks
+  FwdVersion v = h4(d);
+  v.keys = 64;
+  return v;
+}
+FA_HD constexpr FwdVersion h6(int d) {  // h4 with 176-key blocks (FlashAttention-3's at d = 128); not at d = 256
+  FwdVersion v = h4(d);
+  v.keys = d == 256 ? 80 : 176;
+  return v;
+}
+static_assert(h4(64).keys == forward_tile(64).keys && h4(128).keys == forward_tile(128).keys &&
+                  h4(256).keys == forward_tile(256).keys && forward_tile(64).stages == 2 &&
+                  forward_tile(128).stages == 2 && forward_tile(256).stages == 2,
+              "h4 is the production kernel's configuration");
+
+constexpr int kNarrowD[] = {64, 128, 0};  // h6: 176 keys of K and V do not fit beside Q at d = 256
+
+}  // namespace
+
+const GpuForward kForwardVersions[kForwardVersionCount] = {
+    {"h1: TMA + wgmma, no warp specialisation", 256, no_workspace, "", nullptr, run<h1>, kSupportedD, kSm, true},
+    {"h2: + a producer warpgroup (setmaxnreg)", 256, no_workspace, "", nullptr, run<h2>, kSupportedD, kSm, true},
+    {"h3: + ping-pong between the consumers", 256, no_workspace, "", nullptr, run<h3>, kSupportedD, kSm, true},
+    {"h4: + softmax under P.V in a warpgroup (production)", 256, no_workspace, "", nullptr, kForward.run_native,
+     kSupportedD, kSm, true},
+    {"h4v: h4 in the versions' kernel", 256, no_workspace, "", nullptr, run<h4>, kSupportedD, kSm, true},
+    {"h5: h4 with 64-key blocks", 256, no_workspace, "", nullptr, run<h5>, kSupportedD, kSm, true},
+    {"h6: h4 with 176-key blocks", 128, no_workspace, "", nullptr, run<h6>, kNarrowD, kSm, true},
+};
+
+}  // namespace fa::step07

@@ -1,0 +1,192 @@
+// Step 07 tests. Step 07 computes step 06's algorithm with Hopper's instructions, so
+// it is held to the same rule (against the fp64 reference on the same 16-bit inputs,
+// at most twice the error of a naive same-dtype computation), to its CPU model (step
+// 06's model with step 07's blocks) and to step 06's kernel on the same inputs, to a
+// few 16-bit units: the fp32 sums run in another order (wgmma's, over other blocks).
+#include <iterator>
+
+#include "reference/reference.hpp"
+#include "steps/06_tensor_cores/step06.hpp"
+#include "steps/07_hopper/step07.hpp"
+#include "tests/check.hpp"
+#ifdef FA_HAVE_CUDA
+#include "common/gpu.hpp"
+#endif
+
+using namespace fa;
+using fa::test::make;
+
+namespace {
+Problem lowp(Problem p, DType t) {
+  p.dtype = t;
+  return p;
+}
+
+Qkv inputs(const Problem& p, std::uint64_t seed) { return step06::rounded_inputs(p, random_qkv(p, seed)); }
+
+/// err(step) <= 2·err(naive same-dtype), for O and L, against the fp64 reference;
+/// every element finite and written.
+void check_budget(const Problem& p, const Qkv& in, const ForwardOut& got, const char* who) {
+  const ForwardOut ref = reference::forward(p, in), naive = step06::naive_lowp(p, in);
+  const double eo = step06::max_abs_error(got.o, ref.o), no = step06::max_abs_error(naive.o, ref.o);
+  const double el = step06::max_abs_error(got.lse, ref.lse), nl = step06::max_abs_error(naive.lse, ref.lse);
+  INFO(who << ": max |O − ref| = " << eo << " (naive " << dtype_name(p.dtype) << ": " << no << "), max |L − ref| = "
+           << el << " (naive: " << nl << ")");
+  CHECK(eo <= 2 * no);
+  CHECK(el <= 2 * nl + 1e-6);  // + 1e-6: at N = 1 both L errors are 0 up to fp32 rounding
+  for (const auto* x : {&got.o, &got.lse}) {
+    const auto r = compare(*x, *x, Tolerance{1.0, 0.0, "finite and written"});
+    CHECK(r.nan == 0);
+    CHECK(r.unwritten == 0);
+  }
+}
+
+const Tolerance& reorder(DType t) { return t == DType::bf16 ? step06::kBf16Reorder : step06::kFp16Reorder; }
+
+/// Every head dimension step 07 takes (kSupportedD, without its 0).
+const std::vector<int> kAllD(std::begin(step07::kSupportedD), std::end(step07::kSupportedD) - 1);
+}  // namespace
+
+TEST_CASE("step07 model meets the error budget of its 16-bit type", "[cpu]") {
+  for (DType t : {DType::bf16, DType::fp16})
+    for (const Problem& base : test::sweep({1, 17, 113}, kAllD)) {
+      const Problem p = lowp(base, t);
+      INFO(p.str() << ", seed 91");
+      const Qkv in = inputs(p, 91);
+      check_budget(p, in, step07::model_forward(p, in).out, "model");
+    }
+}
+
+TEST_CASE("step07 model's blocks: 128 query rows, 128 keys (80 at d = 256)", "[cpu]") {
+  // The model is step 06's with step 07's tiles: at N = 200 a block boundary of one
+  // step falls inside a block of the other, so equal outputs would mean equal tiles.
+  for (int d : kAllD) {
+    CHECK(step07::forward_tile(d).keys == (d == 256 ? 80 : 128));
+    CHECK(step07::kRows == 128);
+  }
+  const Problem p = lowp(make(1, 1, 300, 64, false), DType::bf16);
+  const Qkv in = inputs(p, 92);
+  const ModelForward m = step07::model_forward(p, in), r = step06::model_forward_tiled(p, in, 128, 128);
+  FA_CHECK_CLOSE("O: step 07's model = step 06's with 128 × 128 blocks", m.out.o, r.out.o, tol::kBitExact,
+                 test::shape_o(p));
+}
+
+TEST_CASE("step07 model's HBM traffic equals the formula", "[cpu]") {
+  for (const Problem& base : {make(1, 1, 1, 64, false), make(2, 1, 130, 64, true), make(1, 2, 300, 128, false),
+                              make(1, 1, 257, 128, true), make(1, 2, 200, 256, true)}) {
+    const Problem p = lowp(base, DType::bf16);
+    INFO(p.str());
+    const ModelForward mf = step07::model_forward(p, random_qkv(p, 1));
+    const Traffic f = step07::traffic_forward(p);
+    CHECK(mf.traffic.read == f.read);
+    CHECK(mf.traffic.written == f.written);
+  }
+}
+
+TEST_CASE("step07 model refuses fp32 problems and other head dimensions", "[cpu]") {
+  const Problem p = make(1, 1, 8, 64, false);
+  CHECK(test::contains(test::error_of([&] { step07::model_forward(p, random_qkv(p, 1)); }), "bf16 or fp16"));
+  const Problem q = lowp(make(1, 1, 8, 96, false), DType::bf16);
+  CHECK(test::contains(test::error_of([&] { step07::model_forward(q, random_qkv(q, 1)); }), "d = 64, 128, 256"));
+}
+
+#ifdef FA_HAVE_CUDA
+TEST_CASE("step07 kernel meets the error budget, matches its model and step 06", "[gpu]") {
+  for (DType t : {DType::bf16, DType::fp16})
+    for (const Problem& base : test::sweep({1, 17, 113, 1000}, kAllD)) {
+      const Problem p = lowp(base, t);
+      INFO(p.str() << ", seed 93");
+      const Qkv in = inputs(p, 93);
+      const ForwardOut out = gpu::forward(step07::kForward, p, in, true);
+      check_budget(p, in, out, "kernel");
+      const ForwardOut s06 = gpu::forward(step06::kForward, p, in, true);
+      FA_CHECK_CLOSE("O vs step 06", out.o, s06.o, reorder(t), test::shape_o(p));
+      FA_CHECK_CLOSE("L vs step 06", out.lse, s06.lse, tol::kFp32Reorder, test::shape_l(p));
+      if (p.N <= 113) {
+        const ModelForward m = step07::model_forward(p, in);
+        FA_CHECK_CLOSE("O vs model", out.o, m.out.o, reorder(t), test::shape_o(p));
+        FA_CHECK_CLOSE("L vs model", out.lse, m.out.lse, tol::kFp32Reorder, test::shape_l(p));
+      }
+    }
+}
+
+TEST_CASE("step07 kernel at N = 4097 (one past a tile multiple), several heads", "[gpu]") {
+  if (test::quick()) return;
+  for (int d : kAllD)
+    for (bool causal : {false, true}) {
+      const Problem p = lowp(make(1, 2, 4097, d, causal), DType::bf16);
+      INFO(p.str() << ", seed 94");
+      const Qkv in = inputs(p, 94);
+      const ForwardOut out = gpu::forward(step07::kForward, p, in, true);
+      if (d == 64) check_budget(p, in, out, "kernel");  // the fp64 reference: one d is enough
+      const ForwardOut s06 = gpu::forward(step06::kForward, p, in, true);
+      FA_CHECK_CLOSE("O vs step 06", out.o, s06.o, step06::kBf16Reorder, test::shape_o(p));
+      FA_CHECK_CLOSE("L vs step 06", out.lse, s06.lse, tol::kFp32Reorder, test::shape_l(p));
+    }
+}
+
+TEST_CASE("step07 with huge logits stays finite and within budget", "[gpu]") {
+  // Scores of ±~100 after scaling: P is one-hot-like, exp must not overflow anywhere.
+  for (int d : kAllD) {
+    const Problem p = lowp(make(1, 2, 300, d, true, 8.0f), DType::bf16);
+    INFO(p.str());
+    const Qkv in = inputs(p, 95);
+    check_budget(p, in, gpu::forward(step07::kForward, p, in, true), "kernel");
+  }
+}
+
+TEST_CASE("step07 rescales correctly when the row max keeps rising", "[gpu]") {
+  // Component 0 of every query is 16 and of key j is 20·j/N: a row's max climbs
+  // block after block, some blocks by more than 2^8 (O and ℓ rescaled), some by less.
+  for (const Problem& base : test::sweep({1000}, kAllD)) {
+    const Problem p = lowp(base, DType::bf16);
+    INFO(p.str());
+    Qkv in = random_qkv(p, 96);
+    for (std::size_t bh = 0; bh < p.heads(); ++bh)
+      for (int r = 0; r < p.N; ++r) {
+        const std::size_t at = (bh * p.N + r) * p.d;
+        in.q[at] = 16.0f;
+        in.k[at] = 20.0f * float(r) / float(p.N);
+      }
+    in = step06::rounded_inputs(p, in);
+    const ForwardOut out = gpu::forward(step07::kForward, p, in, true);
+    check_budget(p, in, out, "kernel");
+    const ModelForward m = step07::model_forward(p, in);
+    FA_CHECK_CLOSE("O vs model", out.o, m.out.o, step06::kBf16Reorder, test::shape_o(p));
+    FA_CHECK_CLOSE("L vs model", out.lse, m.out.lse, tol::kFp32Reorder, test::shape_l(p));
+  }
+}
+
+TEST_CASE("step07 refuses what it does not support", "[gpu]") {
+  const Problem p = make(1, 1, 8, 64, false);
+  const Qkv in = random_qkv(p, 1);
+  CHECK(test::contains(test::error_of([&] { gpu::forward(step07::kForward, p, in, true); }), "bf16 or fp16"));
+  const Problem q = lowp(make(1, 1, 8, 32, false), DType::bf16);
+  CHECK(test::contains(test::error_of([&] { gpu::forward(step07::kForward, q, random_qkv(q, 1), true); }),
+                       "d = 64, 128, 256"));
+}
+#endif
+
+#ifdef FA_HAVE_CUDA
+// The versions of note 07's table, each against the one before it: h1 … h4 change only
+// who issues what when, never the arithmetic, so they agree bit for bit; so does h4v
+// (h4 built from the versions' kernel) with h4 (the production kernel). h5 and h6
+// change the blocks, so the fp32 sums: the reorder tolerance, and the budget.
+TEST_CASE("step07 forward versions: h1 = h2 = h3 = h4 = h4v bit for bit; h5, h6 within budget", "[gpu]") {
+  for (DType t : {DType::bf16, DType::fp16})
+    for (const Problem& base : test::sweep({113, 1000}, kAllD)) {
+      const Problem p = lowp(base, t);
+      const Qkv in = inputs(p, 97);
+      const ForwardOut h4 = gpu::forward(step07::kForward, p, in, true);
+      for (const GpuForward& v : step07::kForwardVersions) {
+        if (!takes_d(v.max_d, v.only_d, p.d)) continue;
+        INFO(v.name << ", " << p.str() << ", seed 97");
+        const ForwardOut out = gpu::forward(v, p, in, true);
+        const bool same = std::string(v.name).rfind("h5", 0) != 0 && std::string(v.name).rfind("h6", 0) != 0;
+        FA_CHECK_CLOSE("O vs h4", out.o, h4.o, same ? tol::kBitExact : reorder(t), test::shape_o(p));
+        FA_CHECK_CLOSE("L vs h4", out.lse, h4.lse, same ? tol::kBitExact : tol::kFp32Reorder, test::shape_l(p));
+        if (!same) check_budget(p, in, out, v.name);
+      }
+    }
+}
+#endif

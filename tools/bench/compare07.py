@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Step 07's forward beside cuDNN, FlashAttention-2 and step 06, from one device run.
+
+  python3 tools/bench/compare07.py notes/results/h200 [--markdown]
+
+Reads bench07_t<tokens>.csv (fa_bench: steps 06, 07) and peers07_t<tokens>.csv
+(peers.py: torch-flash, torch-cudnn) for every B·H·N = tokens measured, and prints
+TFLOP/s per shape and the ratios step07/cuDNN and step07/FA-2 — every one of them,
+the ones below 1.0 included — with their range per (tokens, d, causal).
+"""
+import csv
+import glob
+import os
+import re
+import sys
+
+
+def load(path):
+    with open(path) as f:
+        return [r for r in csv.DictReader(f) if r.get("status") == "ok"]
+
+
+def table(folder):
+    rows = {}
+    for bench in sorted(glob.glob(os.path.join(folder, "bench07_t*.csv"))):
+        tokens = int(re.search(r"_t(\d+)\.csv$", bench).group(1))
+        peers = bench.replace("bench07_", "peers07_")
+        for r in load(bench) + (load(peers) if os.path.exists(peers) else []):
+            if r["dir"] != "fwd" or r["dtype"] != "bf16":
+                continue
+            who = {"06": "step06", "07": "step07"}.get(r["step"]) if r["impl"] == "fa" else r["impl"].replace("torch-", "")
+            key = (tokens, int(r["d"]), int(r["causal"]), int(r["N"]))
+            rows.setdefault(key, {})[who] = float(r["tflops"])
+    return rows
+
+
+def main():
+    folder = sys.argv[1] if len(sys.argv) > 1 else "notes/results/h200"
+    md = "--markdown" in sys.argv
+    rows = table(folder)
+    if not rows:
+        sys.exit(f"compare07: no bench07_t*.csv in {folder}")
+    cols = ["step07", "cudnn", "flash", "step06"]
+    if md:
+        print("| B·H·N | d | causal | N | step 07 | cuDNN | FA-2 | step 06 | 07/cuDNN | 07/FA-2 |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
+    else:
+        print(f"{'B·H·N':>7} {'d':>4} {'causal':>6} {'N':>6} " + " ".join(f"{c:>7}" for c in cols) + "  07/cuDNN  07/FA-2")
+    ranges = {}
+    for key in sorted(rows):
+        tokens, d, causal, N = key
+        r = rows[key]
+        if "step07" not in r:
+            continue
+        rc = r["step07"] / r["cudnn"] if "cudnn" in r else None
+        rf = r["step07"] / r["flash"] if "flash" in r else None
+        ranges.setdefault((tokens, d, causal), []).append((rc, rf))
+        vals = [f"{r[c]:.0f}" if c in r else "—" for c in cols]
+        ratio = [f"{x:.2f}" if x is not None else "—" for x in (rc, rf)]
+        if md:
+            print(f"| {tokens} | {d} | {'yes' if causal else 'no'} | {N} | " + " | ".join(vals) + " | " + " | ".join(ratio) + " |")
+        else:
+            print(f"{tokens:>7} {d:>4} {causal:>6} {N:>6} " + " ".join(f"{v:>7}" for v in vals) + f"  {ratio[0]:>8} {ratio[1]:>8}")
+    print()
+    for (tokens, d, causal), rs in sorted(ranges.items()):
+        c = [x for x, _ in rs if x is not None]
+        f = [y for _, y in rs if y is not None]
+        line = f"B·H·N = {tokens}, d = {d}, {'causal' if causal else 'not causal'}:"
+        if c:
+            line += f" step07/cuDNN {min(c):.2f}–{max(c):.2f} ({sum(x >= 1 for x in c)}/{len(c)} ≥ 1)"
+        if f:
+            line += f", step07/FA-2 {min(f):.2f}–{max(f):.2f} ({sum(y >= 1 for y in f)}/{len(f)} ≥ 1)"
+        print(("- " if md else "") + line)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Step 07 on the H200 in one call: build (sm_90; step 07 itself is sm_90a), its GPU
+# tests, compute-sanitizer (memcheck, racecheck, synccheck), the SASS facts, and the
+# forward beside step 06 and PyTorch's FlashAttention-2 and cuDNN backends.
+#   [PHASE=test|bench|all] bash tools/device/step07_check.sh [build-dir]
+# Results (bench07*.csv, peers07*.csv, versions07.csv, ncu07.csv, sass07.txt, device07.txt)
+# into $OUT/results.tgz, to be unpacked into notes/results/h200; logs into $OUT/logs.tgz
+# (only a few files come back from the machine).
+set -uo pipefail
+OUT=${OUT:-$PWD/gpu-logs}; BUILD=${1:-build-gpu}; R=$(mktemp -d); L=$(mktemp -d); PHASE=${PHASE:-all}
+trap 'tar -czf "$OUT/logs.tgz" -C "$L" . 2>/dev/null; tar -czf "$OUT/results.tgz" -C "$R" . 2>/dev/null' EXIT
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$R/device07.txt"
+t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null || exit 1
+cmake --build "$BUILD" -j16 --target step07_tests fa_bench flashattn >"$L/build.log" 2>&1 ||
+  { grep -B2 -A8 -E "error|FAILED" "$L/build.log" | head -60; exit 1; }
+stamp built
+exe=$BUILD/steps/07_hopper/step07_tests
+rc=0
+if [ "$PHASE" != bench ]; then
+  { echo "SASS of step 07's kernels (cuobjdump --dump-sass), per kernel: wgmma, TMA loads/stores, local memory"
+    cuobjdump --dump-sass "$BUILD"/steps/07_hopper/libstep07.a |
+      awk '/Function :/{f=$3} /HGMMA/{h[f]++} /UTMALDG/{ld[f]++} /UTMASTG/{st[f]++} /LDL|STL/{l[f]++}
+           END{for(k in h) printf "%s: %d HGMMA, %d UTMALDG, %d UTMASTG, %d LDL/STL\n", k, h[k], ld[k], st[k], l[k]}' |
+      (c++filt 2>/dev/null || cat) | sed -E 's/fa::step07::\(anonymous namespace\):://; s/__nv_bfloat16/bf16/g; s/__half/fp16/g; s/\(CUtensorMap_st.*//' | sort
+  } > "$R/sass07.txt" 2>&1; grep -c HGMMA "$R/sass07.txt"; grep -v " 0 LDL" "$R/sass07.txt" | head -5
+  timeout 300 "$exe" --gpu --gpu-min-sm 90 --gpu-exact-sm "[gpu]" >"$L/test07.log" 2>&1; rc=$?
+  tail -3 "$L/test07.log"; [ $rc -ne 0 ] && grep -B4 -A25 "FAILED" "$L/test07.log" | head -150
+  stamp tested
+  if [ $rc -eq 0 ]; then
+    for tool in memcheck racecheck synccheck; do
+      ( q=1; [ $tool = racecheck ] && q=2
+        FA_TEST_QUICK=$q timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$exe" --gpu "[gpu]" \
+          >"$L/san-$tool-step07.log" 2>&1
+        echo "$tool step07 rc=$? $(grep -hE 'SUMMARY|passed|failed' "$L/san-$tool-step07.log" | tr '\n' ' ')" ) &
+    done
+    wait
+    stamp sanitized
+  fi
+fi
+[ "$PHASE" = test ] && exit $rc
+[ $rc -ne 0 ] && exit $rc
+nvcc --version | tail -1 >> "$R/device07.txt"
+python3 -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())" >> "$R/device07.txt" 2>&1
+NS=${NS:-1024,2048,4096,8192,16384,32768}
+for tokens in ${TOKENS:-131072 524288}; do
+  "$BUILD/tools/bench/fa_bench" --steps 06,07 --dtype bf16 --d 64,128,256 --N "$NS" --dir fwd --tokens $tokens \
+    --reps 10 --csv "$R/bench07_t$tokens.csv" 2> "$L/bench07_t$tokens.log"; tail -1 "$L/bench07_t$tokens.log"
+  python3 tools/bench/peers.py --dtypes bf16 --d 64,128,256 --N "$NS" --dir fwd --backends flash,cudnn \
+    --tokens $tokens --reps 10 --csv "$R/peers07_t$tokens.csv" 2> "$L/peers07_t$tokens.log"; tail -1 "$L/peers07_t$tokens.log"
+  stamp "benched B·H·N = $tokens"
+done
+python3 tools/bench/compare07.py "$R" > "$R/compare07.txt"; tail -14 "$R/compare07.txt"
+# The lesson's rows: every version of note 07's table, two sizes, one run.
+"$BUILD/tools/bench/fa_bench" --steps 07 --versions --dtype bf16 --d 64,128,256 --N 4096,16384 --dir fwd \
+  --tokens 131072 --reps 10 --csv "$R/versions07.csv" 2> "$L/versions07.log"; tail -1 "$L/versions07.log"
+stamp "versions"
+# What the profiler shows per version (d = 128, N = 8192, B·H·N = 131072, not causal).
+timeout 240 ncu --clock-control none --csv --metrics gpu__time_duration.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,dram__bytes_read.sum,smsp__warp_issue_stalled_barrier_per_warp_active.pct,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct \
+  "$BUILD/tools/bench/fa_bench" --once --steps 07 --versions --dtype bf16 --d 128 --N 8192 --causal 0 --dir fwd \
+  --tokens 131072 > "$R/ncu07.csv" 2> "$L/ncu07.log"; echo "ncu rc=$? $(grep -c gpu__time "$R/ncu07.csv") kernels"
+stamp "profiled"
