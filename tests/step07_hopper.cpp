@@ -57,14 +57,16 @@ TEST_CASE("step07 model meets the error budget of its 16-bit type", "[cpu]") {
     }
 }
 
-TEST_CASE("step07 model's blocks: 128 query rows, 128 keys (80 at d = 256)", "[cpu]") {
+TEST_CASE("step07 model's blocks: 128 query rows (192 at d = 64), 128 keys (80 at d = 256)", "[cpu]") {
   // The model is step 06's with step 07's tiles: at N = 200 a block boundary of one
   // step falls inside a block of the other, so equal outputs would mean equal tiles.
   for (int d : kAllD) {
     CHECK(step07::forward_tile(d).keys == (d == 256 ? 80 : 128));
-    CHECK(step07::kRows == 128);
+    CHECK(step07::forward_tile(d).rows() == (d == 64 ? 192 : 128));
   }
-  const Problem p = lowp(make(1, 1, 300, 64, false), DType::bf16);
+  CHECK(step07::forward_tile(64).consumer_regs() == 160);
+  CHECK(step07::forward_tile(128).consumer_regs() == 240);
+  const Problem p = lowp(make(1, 1, 300, 128, false), DType::bf16);
   const Qkv in = inputs(p, 92);
   const ModelForward m = step07::model_forward(p, in), r = step06::model_forward_tiled(p, in, 128, 128);
   FA_CHECK_CLOSE("O: step 07's model = step 06's with 128 × 128 blocks", m.out.o, r.out.o, tol::kBitExact,
@@ -168,23 +170,23 @@ TEST_CASE("step07 refuses what it does not support", "[gpu]") {
 #endif
 
 #ifdef FA_HAVE_CUDA
-// The versions of note 07's table, each against the one before it: h1 … h4 change only
-// who issues what when, never the arithmetic, so they agree bit for bit; so does h4v
-// (h4 built from the versions' kernel) with h4 (the production kernel). h5 and h6
-// change the blocks, so the fp32 sums: the reorder tolerance, and the budget.
-TEST_CASE("step07 forward versions: h1 = h2 = h3 = h4 = h4v bit for bit; h5, h6 within budget", "[gpu]") {
+// The versions of note 07's table against the production kernel (h7): h1 … h4 change
+// only who issues what when, and h7 how many consumers share a block, never a row's
+// arithmetic, so they agree with it bit for bit. h5 and h6 change the K/V blocks, so
+// the fp32 sums: the reorder tolerance, and the budget.
+TEST_CASE("step07 forward versions: h1 = h2 = h3 = h4 = h7 bit for bit; h5, h6 within budget", "[gpu]") {
   for (DType t : {DType::bf16, DType::fp16})
     for (const Problem& base : test::sweep({113, 1000}, kAllD)) {
       const Problem p = lowp(base, t);
       const Qkv in = inputs(p, 97);
-      const ForwardOut h4 = gpu::forward(step07::kForward, p, in, true);
+      const ForwardOut h7 = gpu::forward(step07::kForward, p, in, true);
       for (const GpuForward& v : step07::kForwardVersions) {
         if (!takes_d(v.max_d, v.only_d, p.d)) continue;
         INFO(v.name << ", " << p.str() << ", seed 97");
         const ForwardOut out = gpu::forward(v, p, in, true);
         const bool same = std::string(v.name).rfind("h5", 0) != 0 && std::string(v.name).rfind("h6", 0) != 0;
-        FA_CHECK_CLOSE("O vs h4", out.o, h4.o, same ? tol::kBitExact : reorder(t), test::shape_o(p));
-        FA_CHECK_CLOSE("L vs h4", out.lse, h4.lse, same ? tol::kBitExact : tol::kFp32Reorder, test::shape_l(p));
+        FA_CHECK_CLOSE("O vs h7", out.o, h7.o, same ? tol::kBitExact : reorder(t), test::shape_o(p));
+        FA_CHECK_CLOSE("L vs h7", out.lse, h7.lse, same ? tol::kBitExact : tol::kFp32Reorder, test::shape_l(p));
         if (!same) check_budget(p, in, out, v.name);
       }
     }

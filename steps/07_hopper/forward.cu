@@ -26,14 +26,14 @@ namespace fa::step07 {
 namespace {
 
 template <class T, int kD, bool kCausal>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     forward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                    const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
                    float* __restrict__ lse, int N, float scale) {
 #if FA_STEP07_ARCH_OK
   constexpr FwdTile kTile = forward_tile(kD);  // the block shape: step07.hpp
-  constexpr int kBc = kTile.keys, kStages = kTile.stages;
-  using L = Smem<kD, kBc, kStages>;
+  constexpr int kBc = kTile.keys, kStages = kTile.stages, kConsumers = kTile.consumers, kRows = kTile.rows();
+  using L = Smem<kD, kBc, kStages, kConsumers>;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = aligned_smem(smem_raw);
   Barriers bars(smem + L::bars, kStages);
@@ -52,23 +52,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     //      their registers back.
     release_registers<kProducerRegs>();
     if (threadIdx.x == 0) {
-      load_q<kD, kBc, kStages>(&q_map, smem, bars, q0, bh);
-      for (int j = 0; j <= last; ++j) load_kv<kD, kBc, kStages>(&k_map, &v_map, smem, bars, j, bh);
+      load_q<kD, kBc, kStages, kConsumers>(&q_map, smem, bars, q0, bh);
+      for (int j = 0; j <= last; ++j) load_kv<kD, kBc, kStages, kConsumers>(&k_map, &v_map, smem, bars, j, bh);
     }
   } else {
     // ---- Consumer warpgroup c: 64 query rows.
-    claim_registers<kConsumerRegs>();
-    Consumer<T, kD, kBc, kStages, kCausal> w(smem, bars, threadIdx.x / 128 - 1, q0, N, scale);
-    const int c = w.c;
+    claim_registers<kTile.consumer_regs()>();
+    Consumer<T, kD, kBc, kStages, kConsumers, kCausal> w(smem, bars, threadIdx.x / 128 - 1, q0, N, scale);
+    const int c = w.c, next = (c + 1) % kConsumers;  // turns go round: 0, 1, (2,) 0, …
     float alpha[2];
 
-    // Prologue: consumer 1 lets consumer 0 take the first turn; block 0's S and softmax.
-    if (c == 1) named_arrive(turn_bar(0), 2 * 128);
+    // Prologue: the last consumer lets consumer 0 take the first turn; block 0's S and softmax.
+    if (c == kConsumers - 1) named_arrive(turn_bar(0), 2 * 128);
     wait(bars.q_full, 0);
     named_sync(turn_bar(c), 2 * 128);  // my turn on the tensor cores...
     wait(&bars.k_full[0], 0);
     w.issue_qk(0);
-    named_arrive(turn_bar(1 - c), 2 * 128);  // ...handed to the other consumer
+    named_arrive(turn_bar(next), 2 * 128);  // ...handed to the next consumer
     w.wait_s();
     w.release_k(0);
     w.mask(0);
@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       w.issue_qk(sj);
       wait(&bars.v_full[sp], ((j - 1) / kStages) % 2);
       w.issue_pv(sp);
-      named_arrive(turn_bar(1 - c), 2 * 128);
+      named_arrive(turn_bar(next), 2 * 128);
       w.wait_s_not_pv();
       w.release_k(sj);
       w.mask(j);
@@ -94,12 +94,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       w.to_p();
     }
 
-    // Epilogue: the last block's P·V (a turn too: consumer 1 hands no further turn
-    // to consumer 0, whose turns are over), then O and L out.
+    // Epilogue: the last block's P·V (a turn too: the last consumer hands no further
+    // turn to consumer 0, whose turns are over), then O and L out.
     named_sync(turn_bar(c), 2 * 128);
     wait(&bars.v_full[last % kStages], (last / kStages) % 2);
     w.issue_pv(last % kStages);
-    if (c == 0) named_arrive(turn_bar(1), 2 * 128);
+    if (c != kConsumers - 1) named_arrive(turn_bar(next), 2 * 128);
     w.wait_pv();
     w.store(&o_map, lse, q0, bh, scale);
   }
@@ -110,10 +110,10 @@ template <class T, int kD, bool kCausal>
 void launch(const Problem& p, const NativeFwdArgs& a, Stream stream) {
   constexpr FwdTile kTile = forward_tile(kD);
   const ForwardMaps m = forward_maps(p, a, kTile.keys);
-  const std::size_t smem = Smem<kD, kTile.keys, kTile.stages>::bytes + 1024;  // + the base's alignment
+  const std::size_t smem = Smem<kD, kTile.keys, kTile.stages, kTile.consumers>::bytes + 1024;  // + the base's alignment
   set_smem_limit(forward_kernel<T, kD, kCausal>, smem);
-  const dim3 grid(unsigned(tiles::q_blocks(p.N, kRows)), unsigned(p.heads()));
-  forward_kernel<T, kD, kCausal><<<grid, kThreads, smem, stream>>>(m.q, m.k, m.v, m.o, a.lse, p.N, p.softmax_scale());
+  const dim3 grid(unsigned(tiles::q_blocks(p.N, kTile.rows())), unsigned(p.heads()));
+  forward_kernel<T, kD, kCausal><<<grid, kTile.threads(), smem, stream>>>(m.q, m.k, m.v, m.o, a.lse, p.N, p.softmax_scale());
   FA_CHECK_LAUNCH();
 }
 

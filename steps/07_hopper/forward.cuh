@@ -16,7 +16,7 @@ namespace fa::step07 {
 
 /// Shared memory of a block, in bytes from a 1024-aligned base: Q (one 64-row tile
 /// per consumer), the K and V rings of kStages blocks of kBc keys, the mbarriers.
-template <int kD, int kBc, int kStages>
+template <int kD, int kBc, int kStages, int kConsumers>
 struct Smem {
   static constexpr int kQBytes = kRowsPerConsumer * kD * 2;  ///< one consumer's Q tile
   static constexpr int kKVBytes = kBc * kD * 2;              ///< one K (or V) block
@@ -55,14 +55,14 @@ __device__ __forceinline__ unsigned char* aligned_smem(unsigned char* raw) {
 
 // Named barrier ids (0 is __syncthreads'): each consumer's turn, each consumer's epilogue.
 __device__ __forceinline__ int turn_bar(int c) { return 1 + c; }
-__device__ __forceinline__ int epilogue_bar(int c) { return 1 + kConsumers + c; }
+__device__ __forceinline__ int epilogue_bar(int c) { return 1 + kMaxConsumers + c; }
 
 /// The K/V ring, by one thread: K_j and V_j for j = first..last into stage j % kStages,
 /// each after the stage's previous block was released by every consumer warp.
-template <int kD, int kBc, int kStages>
+template <int kD, int kBc, int kStages, int kConsumers>
 __device__ void load_kv(const CUtensorMap* k_map, const CUtensorMap* v_map, unsigned char* smem, const Barriers& b,
                         int j, int bh) {
-  using L = Smem<kD, kBc, kStages>;
+  using L = Smem<kD, kBc, kStages, kConsumers>;
   const int s = j % kStages;
   const std::uint32_t phase = (j / kStages) % 2;
   // A buffer's first use waits on parity 1, which a fresh barrier reports as done.
@@ -75,9 +75,9 @@ __device__ void load_kv(const CUtensorMap* k_map, const CUtensorMap* v_map, unsi
 }
 
 /// Both consumers' Q tiles, by one thread, completing on q_full.
-template <int kD, int kBc, int kStages>
+template <int kD, int kBc, int kStages, int kConsumers>
 __device__ void load_q(const CUtensorMap* q_map, unsigned char* smem, const Barriers& b, int q0, int bh) {
-  using L = Smem<kD, kBc, kStages>;
+  using L = Smem<kD, kBc, kStages, kConsumers>;
   arrive_expecting(b.q_full, kConsumers * L::kQBytes);
   for (int c = 0; c < kConsumers; ++c)
     load_tile(q_map, smem + L::q + c * L::kQBytes, b.q_full, q0 + c * kRowsPerConsumer, bh);
@@ -85,9 +85,9 @@ __device__ void load_q(const CUtensorMap* q_map, unsigned char* smem, const Barr
 
 /// A consumer warpgroup: 64 query rows of the block, their O, m, ℓ in registers.
 /// Thread layout: warp w of the warpgroup owns rows 16w..16w+15, lane = 4g + t.
-template <class T, int kD, int kBc, int kStages, bool kCausal>
+template <class T, int kD, int kBc, int kStages, int kConsumers, bool kCausal>
 struct Consumer {
-  using L = Smem<kD, kBc, kStages>;
+  using L = Smem<kD, kBc, kStages, kConsumers>;
   static constexpr float kLog2e = step06::kLog2e;
 
   unsigned char* smem;

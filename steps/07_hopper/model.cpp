@@ -14,9 +14,9 @@ void require_supported(const Problem& p) {
 
 ModelForward model_forward(const Problem& p, const Qkv& in) {
   require_supported(p);
-  return step06::model_forward_tiled(p, in, kRows, forward_tile(p.d).keys);
+  return step06::model_forward_tiled(p, in, forward_tile(p.d).rows(), forward_tile(p.d).keys);
 }
 
-Traffic traffic_forward(const Problem& p) { return step06::traffic_forward_tiled(p, kRows, forward_tile(p.d).keys); }
+Traffic traffic_forward(const Problem& p) { return step06::traffic_forward_tiled(p, forward_tile(p.d).rows(), forward_tile(p.d).keys); }
 
 }  // namespace fa::step07

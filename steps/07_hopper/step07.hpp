@@ -27,23 +27,31 @@
 
 namespace fa::step07 {
 
-/// The forward's block shape. A thread block is 3 warpgroups (384 threads): the
-/// producer and two consumers of kRowsPerConsumer query rows each.
-constexpr int kConsumers = 2;
-constexpr int kRowsPerConsumer = 64;                          ///< wgmma's M
-constexpr int kRows = kConsumers * kRowsPerConsumer;          ///< B_r: query rows a block
-constexpr int kThreads = 128 * (1 + kConsumers);              ///< threads a block
+/// The forward's block shape. A thread block is a producer warpgroup and `consumers`
+/// consumer warpgroups of kRowsPerConsumer query rows each.
+constexpr int kRowsPerConsumer = 64;  ///< wgmma's M
+constexpr int kMaxConsumers = 3;
+constexpr int kProducerRegs = 24;     ///< registers a producer thread keeps after setmaxnreg
 struct FwdTile {
-  int keys;    ///< B_c: keys per K/V block (the N of S = Q·Kᵀ's wgmma)
-  int stages;  ///< K/V blocks in flight: the depth of the TMA ring
+  int consumers;  ///< consumer warpgroups: B_r = 64·consumers query rows a block
+  int keys;       ///< B_c: keys per K/V block (the N of S = Q·Kᵀ's wgmma)
+  int stages;     ///< K/V blocks in flight: the depth of the TMA ring
+  FA_HD constexpr int rows() const { return kRowsPerConsumer * consumers; }
+  FA_HD constexpr int threads() const { return 128 * (1 + consumers); }
+  /// Registers a consumer thread takes by setmaxnreg: what the SM's 65536 leave after
+  /// the producer's 24·128, shared by the consumers, in steps of 8 (240 for two, 160
+  /// for three).
+  FA_HD constexpr int consumer_regs() const { return (65536 / 128 - kProducerRegs) / consumers / 8 * 8; }
 };
-/// 128 keys, two stages, except 80 keys at d = 256, where a consumer thread holds
-/// 128 fp32 accumulators of O and the K/V ring needs 2·2·80·256·2 bytes of shared
-/// memory (FlashAttention-3's shape).
-FA_HD constexpr FwdTile forward_tile(int d) { return d == 256 ? FwdTile{80, 2} : FwdTile{128, 2}; }
-/// Registers a thread after setmaxnreg: the producer gives back down to 24, each
-/// consumer takes 240 (24·128 + 2·240·128 = 64512 of the SM's 65536).
-constexpr int kProducerRegs = 24, kConsumerRegs = 240;
+/// Two consumers (128 query rows), 128 keys, two stages — except:
+///   d = 64: three consumers (192 rows), FlashAttention-3's shape: the exponentials
+///     cost as much as the products there, so a third warpgroup's softmax fills the
+///     tensor cores' gaps; its 160 registers hold O (32), S (64) and P (32);
+///   d = 256: 80 keys, where a consumer thread holds 128 fp32 accumulators of O and
+///     the K/V ring needs 2·2·80·256·2 bytes of shared memory (FlashAttention-3's).
+FA_HD constexpr FwdTile forward_tile(int d) {
+  return d == 64 ? FwdTile{3, 128, 2} : d == 256 ? FwdTile{2, 80, 2} : FwdTile{2, 128, 2};
+}
 
 /// The GPU step 07 runs on, compute capability ×10: exactly sm_90 (H100, H200, H20):
 /// its kernels are sm_90a code, which no other architecture runs.
@@ -53,8 +61,7 @@ inline constexpr int kSupportedD[] = {64, 128, 256, 0};
 /// Throws fa::Error unless p is bf16 or fp16 with d in kSupportedD.
 void require_supported(const Problem& p);
 
-/// CPU model: step 06's model with step 07's blocks (kRows query rows × forward_tile
-/// keys) — the same rounding points (inputs, P before P·V, O at the end) and the
+/// CPU model: step 06's model with step 07's blocks (forward_tile's rows × keys) — the same rounding points (inputs, P before P·V, O at the end) and the
 /// same lazy rescaling (the kernel decides per warp, the model per row).
 ModelForward model_forward(const Problem& p, const Qkv& in);
 Traffic traffic_forward(const Problem& p);  ///< elements (×2 bytes, L ×4)

@@ -1,7 +1,8 @@
 // Step 07's forward as note 07 measures it, one Hopper idea at a time: the versions of
 // the lesson's table. Each is a configuration with named fields (FwdVersion) built
 // from the one before it; one kernel takes them all, made of the same pieces as the
-// production kernel (forward.cuh). h4 is the production kernel itself (forward.cu).
+// production kernel (forward.cuh). The last row, h7, is the production kernel itself
+// (forward.cu): h4 but with three consumers at d = 64.
 //   h1  TMA + wgmma: two warpgroups that both compute; the first thread of consumer 0
 //       also issues the copies, one K/V block ahead; per block S, softmax, P·V in turn
 //   h2  + warp specialisation: a producer warpgroup issues the copies and gives its
@@ -9,6 +10,7 @@
 //   h3  + ping-pong: the consumers take turns on the tensor cores (named barriers)
 //   h4  + in a warpgroup, S_{j+1} issued before P_j·V_j, its softmax under that product
 //   h5, h6  h4 with 64- and 176-key blocks (block shapes)
+//   h7  h4 with three consumers (192 query rows) at d = 64: the production kernel
 #include <cstdint>
 
 #include "common/cuda_check.cuh"
@@ -26,8 +28,12 @@ struct FwdVersion {
 };
 using Version = FwdVersion (*)(int d);
 
+constexpr int kConsumers = 2;  // the versions: two consumers, 128 query rows a block
+constexpr int kRows = kConsumers * kRowsPerConsumer;
+constexpr FwdTile kTile{kConsumers, 128, 2};  // for the registers setmaxnreg gives (240)
+
 template <class T, int kD, bool kCausal, Version V>
-__global__ void __launch_bounds__(V(kD).specialised ? kThreads : 128 * kConsumers, 1)
+__global__ void __launch_bounds__(V(kD).specialised ? kTile.threads() : 128 * kConsumers, 1)
     version_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                    const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
                    float* __restrict__ lse, int N, float scale) {
@@ -37,7 +43,7 @@ __global__ void __launch_bounds__(V(kD).specialised ? kThreads : 128 * kConsumer
   // The overlap keeps V_{j−1} in use while K_j is read: only a producer can keep the
   // ring full then (one computing thread would wait on the buffer it is itself using).
   static_assert(!kV.overlap || kV.specialised, "the overlap needs a producer warpgroup");
-  using L = Smem<kD, kBc, kStages>;
+  using L = Smem<kD, kBc, kStages, kConsumers>;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = aligned_smem(smem_raw);
   Barriers bars(smem + L::bars, kStages);
@@ -51,20 +57,20 @@ __global__ void __launch_bounds__(V(kD).specialised ? kThreads : 128 * kConsumer
   if (kV.specialised && threadIdx.x < 128) {
     release_registers<kProducerRegs>();
     if (threadIdx.x == 0) {
-      load_q<kD, kBc, kStages>(&q_map, smem, bars, q0, bh);
-      for (int j = 0; j <= last; ++j) load_kv<kD, kBc, kStages>(&k_map, &v_map, smem, bars, j, bh);
+      load_q<kD, kBc, kStages, kConsumers>(&q_map, smem, bars, q0, bh);
+      for (int j = 0; j <= last; ++j) load_kv<kD, kBc, kStages, kConsumers>(&k_map, &v_map, smem, bars, j, bh);
     }
     return;
   }
-  if constexpr (kV.specialised) claim_registers<kConsumerRegs>();
-  Consumer<T, kD, kBc, kStages, kCausal> w(smem, bars, (threadIdx.x - first_consumer) / 128, q0, N, scale);
+  if constexpr (kV.specialised) claim_registers<kTile.consumer_regs()>();
+  Consumer<T, kD, kBc, kStages, kConsumers, kCausal> w(smem, bars, (threadIdx.x - first_consumer) / 128, q0, N, scale);
   const int c = w.c;
   // Without a producer, one computing thread issues the copies: Q and block 0 first,
   // then block j+1 at the start of block j (after both consumers released its stage).
   const bool issuer = !kV.specialised && threadIdx.x == 0;
   if (issuer) {
-    load_q<kD, kBc, kStages>(&q_map, smem, bars, q0, bh);
-    load_kv<kD, kBc, kStages>(&k_map, &v_map, smem, bars, 0, bh);
+    load_q<kD, kBc, kStages, kConsumers>(&q_map, smem, bars, q0, bh);
+    load_kv<kD, kBc, kStages, kConsumers>(&k_map, &v_map, smem, bars, 0, bh);
   }
   // Turns on the tensor cores (ping-pong): consumer 1 lets consumer 0 go first; the
   // last turn of consumer 1 hands nothing on, since consumer 0's turns are over.
@@ -83,7 +89,7 @@ __global__ void __launch_bounds__(V(kD).specialised ? kThreads : 128 * kConsumer
     for (int j = 0; j <= last; ++j) {
       const int sj = j % kStages;
       const std::uint32_t phase = (j / kStages) % 2;
-      if (issuer && j + 1 <= last) load_kv<kD, kBc, kStages>(&k_map, &v_map, smem, bars, j + 1, bh);
+      if (issuer && j + 1 <= last) load_kv<kD, kBc, kStages, kConsumers>(&k_map, &v_map, smem, bars, j + 1, bh);
       begin_turn();
       wait(&bars.k_full[sj], phase);
       w.issue_qk(sj);
@@ -142,10 +148,10 @@ template <Version V, class T, int kD, bool kCausal>
 void launch(const Problem& p, const NativeFwdArgs& a, Stream stream) {
   constexpr FwdVersion kV = V(kD);
   const ForwardMaps m = forward_maps(p, a, kV.keys);
-  const std::size_t smem = Smem<kD, kV.keys, 2>::bytes + 1024;
+  const std::size_t smem = Smem<kD, kV.keys, 2, kConsumers>::bytes + 1024;
   set_smem_limit(version_kernel<T, kD, kCausal, V>, smem);
   const dim3 grid(unsigned(tiles::q_blocks(p.N, kRows)), unsigned(p.heads()));
-  version_kernel<T, kD, kCausal, V><<<grid, kV.specialised ? kThreads : 128 * kConsumers, smem, stream>>>(
+  version_kernel<T, kD, kCausal, V><<<grid, kV.specialised ? kTile.threads() : 128 * kConsumers, smem, stream>>>(
       m.q, m.k, m.v, m.o, a.lse, p.N, p.softmax_scale());
   FA_CHECK_LAUNCH();
 }
@@ -201,8 +207,9 @@ FA_HD constexpr FwdVersion h6(int d) {  // h4 with 176-key blocks (FlashAttentio
 }
 static_assert(h4(64).keys == forward_tile(64).keys && h4(128).keys == forward_tile(128).keys &&
                   h4(256).keys == forward_tile(256).keys && forward_tile(64).stages == 2 &&
-                  forward_tile(128).stages == 2 && forward_tile(256).stages == 2,
-              "h4 is the production kernel's configuration");
+                  forward_tile(128).stages == 2 && forward_tile(256).stages == 2 &&
+                  forward_tile(128).consumers == kConsumers && forward_tile(256).consumers == kConsumers,
+              "h7, the production kernel, is h4 but for its three consumers at d = 64");
 
 constexpr int kNarrowD[] = {64, 128, 0};  // h6: 176 keys of K and V do not fit beside Q at d = 256
 
@@ -212,11 +219,11 @@ const GpuForward kForwardVersions[kForwardVersionCount] = {
     {"h1: TMA + wgmma, no warp specialisation", 256, no_workspace, "", nullptr, run<h1>, kSupportedD, kSm, true},
     {"h2: + a producer warpgroup (setmaxnreg)", 256, no_workspace, "", nullptr, run<h2>, kSupportedD, kSm, true},
     {"h3: + ping-pong between the consumers", 256, no_workspace, "", nullptr, run<h3>, kSupportedD, kSm, true},
-    {"h4: + softmax under P.V in a warpgroup (production)", 256, no_workspace, "", nullptr, kForward.run_native,
-     kSupportedD, kSm, true},
-    {"h4v: h4 in the versions' kernel", 256, no_workspace, "", nullptr, run<h4>, kSupportedD, kSm, true},
+    {"h4: + softmax under P.V in a warpgroup", 256, no_workspace, "", nullptr, run<h4>, kSupportedD, kSm, true},
     {"h5: h4 with 64-key blocks", 256, no_workspace, "", nullptr, run<h5>, kSupportedD, kSm, true},
     {"h6: h4 with 176-key blocks", 128, no_workspace, "", nullptr, run<h6>, kNarrowD, kSm, true},
+    {"h7: h4 with three consumers at d = 64 (production)", 256, no_workspace, "", nullptr, kForward.run_native,
+     kSupportedD, kSm, true},
 };
 
 }  // namespace fa::step07

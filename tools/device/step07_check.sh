@@ -23,7 +23,7 @@ if [ "$PHASE" != bench ]; then
     cuobjdump --dump-sass "$BUILD"/steps/07_hopper/libstep07.a |
       awk '/Function :/{f=$3} /HGMMA/{h[f]++} /UTMALDG/{ld[f]++} /UTMASTG/{st[f]++} /LDL|STL/{l[f]++}
            END{for(k in h) printf "%s: %d HGMMA, %d UTMALDG, %d UTMASTG, %d LDL/STL\n", k, h[k], ld[k], st[k], l[k]}' |
-      (c++filt 2>/dev/null || cat) | sed -E 's/fa::step07::\(anonymous namespace\):://; s/__nv_bfloat16/bf16/g; s/__half/fp16/g; s/\(CUtensorMap_st.*//' | sort
+      (c++filt 2>/dev/null || cat) | sed -E 's/fa::step07::\(anonymous namespace\):://; s/__nv_bfloat16/bf16/g; s/__half/fp16/g; s/\(CUtensorMap_st[^)]*\)//' | sort
   } > "$R/sass07.txt" 2>&1; grep -c HGMMA "$R/sass07.txt"; grep -v " 0 LDL" "$R/sass07.txt" | head -5
   timeout 300 "$exe" --gpu --gpu-min-sm 90 --gpu-exact-sm "[gpu]" >"$L/test07.log" 2>&1; rc=$?
   tail -3 "$L/test07.log"; [ $rc -ne 0 ] && grep -B4 -A25 "FAILED" "$L/test07.log" | head -150
@@ -56,8 +56,8 @@ python3 tools/bench/compare07.py "$R" > "$R/compare07.txt"; tail -14 "$R/compare
 "$BUILD/tools/bench/fa_bench" --steps 07 --versions --dtype bf16 --d 64,128,256 --N 4096,16384 --dir fwd \
   --tokens 131072 --reps 10 --csv "$R/versions07.csv" 2> "$L/versions07.log"; tail -1 "$L/versions07.log"
 stamp "versions"
-# What the profiler shows per version (d = 128, N = 8192, B·H·N = 131072, not causal).
-timeout 240 ncu --clock-control none --csv --metrics gpu__time_duration.sum,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,dram__bytes_read.sum,smsp__warp_issue_stalled_barrier_per_warp_active.pct,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct \
-  "$BUILD/tools/bench/fa_bench" --once --steps 07 --versions --dtype bf16 --d 128 --N 8192 --causal 0 --dir fwd \
+# What the profiler shows per version (d = 64 and 128, N = 8192, B·H·N = 131072, not causal).
+timeout 240 ncu --clock-control none --csv --metrics gpu__time_duration.sum,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_tensor_op_gmma.sum,dram__bytes_read.sum,smsp__warp_issue_stalled_barrier_per_warp_active.pct,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct \
+  "$BUILD/tools/bench/fa_bench" --once --steps 07 --versions --dtype bf16 --d 64,128 --N 8192 --causal 0 --dir fwd \
   --tokens 131072 > "$R/ncu07.csv" 2> "$L/ncu07.log"; echo "ncu rc=$? $(grep -c gpu__time "$R/ncu07.csv") kernels"
 stamp "profiled"
