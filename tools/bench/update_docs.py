@@ -505,6 +505,174 @@ def table_figures(D):
             if os.path.exists(os.path.join(D.folder, n + ".png"))]
 
 
+# ---- step 07 ---------------------------------------------------------------------------
+def device07(D):
+    """The GPU, driver, CUDA, torch and cuDNN of step 07's run (device07.txt)."""
+    path = os.path.join(D.folder, "device07.txt")
+    if not os.path.exists(path):
+        return D.device
+    dev = open(path).read().splitlines()
+    name, driver, _mem = [x.strip() for x in dev[0].split(",")]
+    cuda = re.search(r"cuda_(\d+\.\d+)", dev[1]) if len(dev) > 1 else None
+    torch = re.search(r"torch (\S+) cudnn (\d+)", dev[2]) if len(dev) > 2 else None
+    cudnn = ""
+    if torch:
+        v = int(torch.group(2))
+        cudnn = f", torch {torch.group(1)}, cuDNN {v // 10000}.{v // 100 % 100}.{v % 100}"
+    return f"{name}, driver {driver}, CUDA {cuda.group(1) if cuda else '?'}{cudnn}"
+
+
+def step07_rows(D):
+    """{(tokens, d, causal, N): {who: TFLOP/s}} from bench07_t*.csv and peers07_t*.csv (compare07.py)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import compare07
+    return compare07.table(D.folder)
+
+
+def table_step07_peers(D):
+    """Step 07's forward against cuDNN at every shape: TFLOP/s (× cuDNN), per B·H·N."""
+    rows = step07_rows(D)
+    Ns = sorted({k[3] for k in rows})
+    out = [f"bf16 forward, on {device07(D)}, one run: TFLOP/s of step 07 (× PyTorch SDPA's cuDNN backend on "
+           f"the same shapes, same run; B = 1, H = B·H·N / N). Every ratio, the ones below 1.0 included.", "",
+           "| B·H·N | d | causal | " + " | ".join(f"N = {n}" for n in Ns) + " |", "|---|---|---|" + "---|" * len(Ns)]
+    for tokens, d, causal in sorted({k[:3] for k in rows}):
+        cells = []
+        for n in Ns:
+            r = rows.get((tokens, d, causal, n), {})
+            if "step07" in r and "cudnn" in r:
+                ratio = r["step07"] / r["cudnn"]
+                b = "**" if round(ratio, 2) < 1 else ""
+                cells.append(f"{r['step07']:.0f} ({b}{ratio:.2f}{b})")
+            else:
+                cells.append("—")
+        out.append(f"| {tokens} | {d} | {'yes' if causal else 'no'} | " + " | ".join(cells) + " |")
+    return out
+
+
+def table_step07_summary(D):
+    """Ranges of step 07's ratios to cuDNN, FA-2 and step 06, per B·H·N and d (causal and not together)."""
+    rows = step07_rows(D)
+    out = [f"bf16 forward, N = 1024–32768, causal and not, on {device07(D)}, one run; ratios of TFLOP/s "
+           f"(bold: below 1.0).", "",
+           "| B·H·N | d | step 07, TFLOP/s | × cuDNN | × FlashAttention-2 | × step 06 | cells ≥ cuDNN |",
+           "|---|---|---|---|---|---|---|"]
+    for tokens, d in sorted({k[:2] for k in rows}):
+        sel = [r for k, r in rows.items() if k[:2] == (tokens, d) and "step07" in r]
+        def span(who):
+            x = [r["step07"] / r[who] for r in sel if who in r]
+            lo = f"**{min(x):.2f}**" if round(min(x), 2) < 1 else f"{min(x):.2f}"
+            return f"{lo}–{max(x):.2f}"
+        t = [r["step07"] for r in sel]
+        ok = sum(r["step07"] >= r["cudnn"] for r in sel if "cudnn" in r)
+        out.append(f"| {tokens} | {d} | {min(t):.0f}–{max(t):.0f} | {span('cudnn')} | {span('flash')} | "
+                   f"{span('step06')} | {ok} of {len(sel)} |")
+    both = [(k, r) for k, r in rows.items() if "step07" in r and "cudnn" in r]
+    below = [(k, r["step07"] / r["cudnn"]) for k, r in both if r["step07"] < r["cudnn"]]
+    long_ = [r["step07"] / r["cudnn"] for k, r in both if k[3] >= 8192]
+    flash = [r["step07"] / r["flash"] for k, r in both if "flash" in r]
+    out += ["", f"Below cuDNN in {len(below)} of {len(both)} shapes, all at N ≤ {max(k[3] for k, _ in below)} "
+                f"({min(x for _, x in below):.2f}–{max(x for _, x in below):.3f}×; at d = 64 in "
+                f"{sum(k[1] == 64 for k, _ in below)} of them). At N ≥ 8192: {min(long_):.2f}–{max(long_):.2f}× cuDNN. "
+                f"Against FlashAttention-2: {min(flash):.2f}–{max(flash):.2f}× in all {len(flash)}." if below else
+            f"At least cuDNN's speed in all {len(both)} shapes."]
+    return out
+
+
+STEP07_FWD = [("h1", "TMA + wgmma: two warpgroups compute, one of their threads issues the copies"),
+              ("h2", "+ a producer warpgroup that only copies and gives its registers away (setmaxnreg)"),
+              ("h3", "+ ping-pong: the consumers take turns on the tensor cores"),
+              ("h4", "+ softmax of block j under P·V of block j−1, in each warpgroup"),
+              ("h5", "block shape: h4 with 64 keys a block"),
+              ("h6", "block shape: h4 with 176 keys a block (not at d = 256)"),
+              ("h7", "**production**: h4 with three consumers (192 query rows) at d = 64")]
+
+
+def ncu07(D):
+    """{(version id, d): {metric: value}} from ncu07.csv (one launch per version, d = 64, 128)."""
+    path = os.path.join(D.folder, "ncu07.csv")
+    if not os.path.exists(path):
+        return {}
+    hdr, out, seen = None, {}, {}
+    for r in csv.reader(open(path)):
+        if r and r[0] == "ID":
+            hdr = r
+            continue
+        if not hdr or len(r) != len(hdr):
+            continue
+        x = dict(zip(hdr, r))
+        name = x["Kernel Name"]
+        m = re.search(r"::(h\d)>", name)
+        d = re.search(r"<[^,]+, (\d+),", name).group(1)
+        ver = m.group(1) if m else "h7"
+        # fa_bench --once runs the step's row first and its versions after: the first
+        # production launch is "07", the last one (the h7 row) is h7.
+        key = (ver, d)
+        if not m:
+            seen[d] = seen.get(d, 0) + (1 if x["Metric Name"] == "gpu__time_duration.sum" else 0)
+        out.setdefault(key, {})[x["Metric Name"]] = x["Metric Value"].replace(",", "")
+    return out
+
+
+def table_step07_lesson(D):
+    rows = load(D.folder, "versions07.csv")
+    prof = ncu07(D)
+    cols = [("d = 64", 64, 0, 16384), ("d = 128", 128, 0, 16384), ("d = 128, N = 4096", 128, 0, 4096),
+            ("d = 128, causal", 128, 1, 16384), ("d = 256", 256, 0, 16384)]
+    out = [f"bf16 forward, B·H·N = 131072, N = 16384 unless noted, on {device07(D)}, one run: TFLOP/s. "
+           f"Profiler (Nsight Compute, one launch, N = 8192, not causal, d = 64 / d = 128): tensor-pipe active "
+           f"(% of peak sustained) and warps stalled on a barrier (named barriers, mbarrier waits: % of "
+           f"active warps).", "",
+           "| step | the idea | " + " | ".join(c[0] for c in cols) + " | tensor pipe | barrier stall |",
+           "|---|---|" + "---|" * len(cols) + "---|---|"]
+    for ver, change in STEP07_FWD:
+        cells = []
+        for _, d, causal, N in cols:
+            r = D.find(rows, step=f"07{ver}", dir="fwd", d=d, causal=causal, N=N)
+            cells.append(f"{float(r['tflops']):.0f}" if r else "—")
+        p64, p128 = prof.get((ver, "64"), {}), prof.get((ver, "128"), {})
+        def two(metric):
+            a, b = p64.get(metric), p128.get(metric)
+            return f"{float(a):.0f}% / {float(b):.0f}%" if a and b and a != "n/a" and b != "n/a" else "—"
+        out.append(f"| {ver} | {change} | " + " | ".join(cells) + f" | "
+                   f"{two('sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active')} | "
+                   f"{two('smsp__warp_issue_stalled_barrier_per_warp_active.pct')} |")
+    return out
+
+
+def table_step07_gemm(D):
+    """Step 07's best TFLOP/s per d against the bf16 GEMM rate of the same session (gemm07.txt)."""
+    path = os.path.join(D.folder, "gemm07.txt")
+    if not os.path.exists(path):
+        return ["(no gemm07.txt: run tools/device/step07_check.sh)"]
+    gemm = float(open(path).read().split()[0])
+    rows = step07_rows(D)
+    out = [f"bf16 GEMM 8192³: {gemm:.0f} TFLOP/s. Step 07's forward, largest TFLOP/s over the shapes above:", "",
+           "| d | step 07, best | of the GEMM rate |", "|---|---|---|"]
+    for d in sorted({k[1] for k in rows}):
+        best = max(r["step07"] for k, r in rows.items() if k[1] == d and "step07" in r)
+        out.append(f"| {d} | {best:.0f} | {best / gemm:.2f}× |")
+    return out
+
+
+def table_ctest07(D):
+    path = os.path.join(D.folder, "ctest07.txt")
+    if not os.path.exists(path):
+        return ["(no ctest07.txt: run PHASE=final tools/device/step07_check.sh)"]
+    return ["```"] + open(path).read().strip().splitlines() + ["```"]
+
+
+def table_sass07(D):
+    path = os.path.join(D.folder, "sass07.txt")
+    lines = open(path).read().splitlines()[1:] if os.path.exists(path) else []
+    out = ["Per kernel (bf16; fp16 compiles to the same counts), from `cuobjdump --dump-sass` of the sm_90a build "
+           f"(`{rel(path)}`):", ""]
+    out += [f"- `{x.split(':')[0].replace('void ', '')}`: {x.split(': ', 1)[1]}" for x in lines
+            if "bf16" in x and x.startswith("void forward_kernel")]
+    out += ["", "The versions' kernels (h1–h6) likewise: no local memory in any of them."]
+    return out
+
+
 TABLES = {
     "steps": table_steps, "maxn": table_maxn, "traffic": table_traffic, "memory": table_memory, "peers": table_peers,
     "step01": lambda D: table_step(D, "01", "fwd"), "step01-bwd": lambda D: table_step(D, "01", "bwd"),
@@ -516,6 +684,8 @@ TABLES = {
     "step06-lesson-bwd": lambda D: table_step06_lesson(D, "bwd"),
     "sass06": table_sass06, "step06-summary": table_step06_summary, "step06-versions": table_step06_versions, "step06-bwd-versions": table_step06_bwd_versions,
     "step01-bandwidth": table_bandwidth, "claims": table_claims, "traffic-m": table_traffic_m,
+    "step07-peers": table_step07_peers, "step07-summary": table_step07_summary, "step07-lesson": table_step07_lesson,
+    "sass07": table_sass07, "step07-gemm": table_step07_gemm, "ctest07": table_ctest07,
 }
 MARK = re.compile(r"(<!-- fa:table (\S+) -->\n)(.*?)(<!-- /fa:table -->)", re.S)
 

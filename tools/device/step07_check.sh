@@ -2,7 +2,8 @@
 # Step 07 on the H200 in one call: build (sm_90; step 07 itself is sm_90a), its GPU
 # tests, compute-sanitizer (memcheck, racecheck, synccheck), the SASS facts, and the
 # forward beside step 06 and PyTorch's FlashAttention-2 and cuDNN backends.
-#   [PHASE=test|bench|all] bash tools/device/step07_check.sh [build-dir]
+#   [PHASE=test|bench|all|final] bash tools/device/step07_check.sh [build-dir]
+# (final: the whole build and ctest, and the GPU's bf16 GEMM rate)
 # Results (bench07*.csv, peers07*.csv, versions07.csv, ncu07.csv, sass07.txt, device07.txt)
 # into $OUT/results.tgz, to be unpacked into notes/results/h200; logs into $OUT/logs.tgz
 # (only a few files come back from the machine).
@@ -10,14 +11,35 @@ set -uo pipefail
 OUT=${OUT:-$PWD/gpu-logs}; BUILD=${1:-build-gpu}; R=$(mktemp -d); L=$(mktemp -d); PHASE=${PHASE:-all}
 trap 'tar -czf "$OUT/logs.tgz" -C "$L" . 2>/dev/null; tar -czf "$OUT/results.tgz" -C "$R" . 2>/dev/null' EXIT
 mkdir -p "$OUT"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$R/device07.txt"
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvcc --version | tail -1
+  python3 -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())" 2>&1; } > "$R/device07.txt"
 t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null || exit 1
-cmake --build "$BUILD" -j16 --target step07_tests fa_bench flashattn >"$L/build.log" 2>&1 ||
+targets="--target step07_tests fa_bench flashattn"; [ "$PHASE" = final ] && targets=
+cmake --build "$BUILD" -j16 $targets >"$L/build.log" 2>&1 ||
   { grep -B2 -A8 -E "error|FAILED" "$L/build.log" | head -60; exit 1; }
 stamp built
 exe=$BUILD/steps/07_hopper/step07_tests
 rc=0
+if [ "$PHASE" = final ]; then
+  # The whole suite after the last kernel change: the summary line for note 07, and the
+  # bf16 GEMM rate of this GPU for its scale.
+  (cd "$BUILD" && ctest -j4 --output-on-failure) >"$L/ctest.log" 2>&1; rc=$?
+  { grep -m1 "tests passed" "$L/ctest.log"; grep -E "Test +#[0-9]+: step07" "$L/ctest.log" | sed -E 's/ +/ /g; s/^ //'; } \
+    > "$R/ctest07.txt"; cat "$R/ctest07.txt"
+  python3 - > "$R/gemm07.txt" <<'PY'
+import statistics, torch
+a, b = (torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+for _ in range(3): a @ b
+ts = []
+for _ in range(20):
+    flush.zero_(); s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record(); a @ b; e.record(); e.synchronize(); ts.append(s.elapsed_time(e))
+print(f"{2 * 8192**3 / statistics.median(ts) / 1e9:.1f} TFLOP/s bf16 torch.matmul 8192^3, median of 20")
+PY
+  cat "$R/gemm07.txt"; stamp final; exit $rc
+fi
 if [ "$PHASE" != bench ]; then
   { echo "SASS of step 07's kernels (cuobjdump --dump-sass), per kernel: wgmma, TMA loads/stores, local memory"
     cuobjdump --dump-sass "$BUILD"/steps/07_hopper/libstep07.a |
@@ -41,8 +63,6 @@ if [ "$PHASE" != bench ]; then
 fi
 [ "$PHASE" = test ] && exit $rc
 [ $rc -ne 0 ] && exit $rc
-nvcc --version | tail -1 >> "$R/device07.txt"
-python3 -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())" >> "$R/device07.txt" 2>&1
 NS=${NS:-1024,2048,4096,8192,16384,32768}
 for tokens in ${TOKENS:-131072 524288}; do
   "$BUILD/tools/bench/fa_bench" --steps 06,07 --dtype bf16 --d 64,128,256 --N "$NS" --dir fwd --tokens $tokens \

@@ -48,7 +48,7 @@ Usage:
       Runs one step on your tensors (float32 or float64 .npy, C order, shape
       [N, d], [H, N, d] or [B, H, N, d]) and writes float32 results. With --do
       and the three gradient paths it also runs the step's backward. --dtype
-      picks the 16-bit type of step 06 (default bf16); inputs are rounded to it.
+      picks the 16-bit type of steps 06 and 07 (default bf16); inputs are rounded to it.
   flashattn list
       The steps in this build, which need a GPU, which have a backward.
   flashattn traffic [--N n] [--d d] [--causal] [--M m1,m2,...]
@@ -213,7 +213,7 @@ int tour(const Args& a) {
     for (const auto& [step, ids] : by_step) std::cout << "  step " << step << ": " << ids << "\n";
   }
   std::cout << "\nmax |err|: largest element-wise difference from the fp64 reference (step 02: from the\n"
-               "reference's attention without softmax; step 06: computed in bf16, so ~1e-3 is its rounding). HBM MB: elements each step reads and writes in device\n"
+               "reference's attention without softmax; steps 06, 07: computed in bf16, so ~1e-3 is their rounding). HBM MB: elements each step reads and writes in device\n"
                "memory by its note's formula (= its CPU model's count), x 4 bytes. scratch MB: extra device memory.\n"
                "Next: the notes in notes/, `flashattn list`, `flashattn run --help`.\n";
   return 0;

@@ -102,7 +102,7 @@ std::vector<StepEntry> make_table() {
   for (const GpuForward& v : step06::kForwardVersions) t.back().forward_versions.push_back(&v);
   for (const GpuBackward& v : step06::kBackwardVersions) t.back().backward_versions.push_back(&v);
 #endif
-  t.push_back({"07", "Hopper: TMA, wgmma, warp specialisation, bf16/fp16, FA-3 style (forward)", true, true,
+  t.push_back({"07", "Hopper: TMA, wgmma, warp-specialised, FA-3 style", true, true,
                on_gpu(FA_GPU(step07::kForward), true), {}, step07::model_forward, {}, step07::traffic_forward, {},
                FA_GPU(step07::kForward), nullptr, "notes/07_hopper.md", DType::bf16});
 #ifdef FA_HAVE_CUDA
