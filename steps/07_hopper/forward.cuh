@@ -24,22 +24,19 @@ struct Smem {
   static constexpr int k = q + kConsumers * kQBytes;
   static constexpr int v = k + kStages * kKVBytes;
   static constexpr int bars = v + kStages * kKVBytes;
-  static constexpr int bytes = bars + 8 * (2 + 4 * kStages);  ///< + 1024 for the base's alignment
+  static constexpr int bytes = bars + 8 * (1 + 4 * kStages);  ///< + 1024 for the base's alignment
 };
 
-/// The mbarriers: Q's "full" (TMA done) and "empty" (every consumer's O, staged in its
-/// Q buffer, stored: one arrival per consumer), and per stage K's and V's "full" and
-/// "empty" (all consumer warps done with the buffer: one arrival per warp).
+/// The mbarriers: Q's, and per stage K's and V's "full" (TMA done) and "empty" (all
+/// consumer warps done with the buffer: one arrival per warp).
 struct Barriers {
-  std::uint64_t *q_full, *q_empty, *k_full, *k_empty, *v_full, *v_empty;
+  std::uint64_t *q_full, *k_full, *k_empty, *v_full, *v_empty;
   __device__ Barriers(unsigned char* at, int stages)
-      : q_full(reinterpret_cast<std::uint64_t*>(at)), q_empty(q_full + 1), k_full(q_empty + 1),
-        k_empty(k_full + stages), v_full(k_empty + stages), v_empty(v_full + stages) {}
+      : q_full(reinterpret_cast<std::uint64_t*>(at)), k_full(q_full + 1), k_empty(k_full + stages),
+        v_full(k_empty + stages), v_empty(v_full + stages) {}
   /// By one thread, before the block's first __syncthreads.
-  __device__ void init(int stages, int consumers) {
-    const int consumer_warps = 4 * consumers;
+  __device__ void init(int stages, int consumer_warps) {
     cuda::ptx::mbarrier_init(q_full, 1);
-    cuda::ptx::mbarrier_init(q_empty, consumers);
     for (int s = 0; s < stages; ++s) {
       cuda::ptx::mbarrier_init(&k_full[s], 1);
       cuda::ptx::mbarrier_init(&v_full[s], 1);
@@ -60,15 +57,14 @@ __device__ __forceinline__ unsigned char* aligned_smem(unsigned char* raw) {
 __device__ __forceinline__ int turn_bar(int c) { return 1 + c; }
 __device__ __forceinline__ int epilogue_bar(int c) { return 1 + kMaxConsumers + c; }
 
-/// The K/V ring, by one thread: K/V block j of head bh into the ring's `slot`-th use
-/// (stage slot % kStages), after the stage's previous block was released by every
-/// consumer warp. A block that loops over tiles keeps counting slots across them.
+/// The K/V ring, by one thread: K_j and V_j for j = first..last into stage j % kStages,
+/// each after the stage's previous block was released by every consumer warp.
 template <int kD, int kBc, int kStages, int kConsumers>
 __device__ void load_kv(const CUtensorMap* k_map, const CUtensorMap* v_map, unsigned char* smem, const Barriers& b,
-                        int slot, int j, int bh) {
+                        int j, int bh) {
   using L = Smem<kD, kBc, kStages, kConsumers>;
-  const int s = slot % kStages;
-  const std::uint32_t phase = (slot / kStages) % 2;
+  const int s = j % kStages;
+  const std::uint32_t phase = (j / kStages) % 2;
   // A buffer's first use waits on parity 1, which a fresh barrier reports as done.
   wait(&b.k_empty[s], phase ^ 1);
   arrive_expecting(&b.k_full[s], L::kKVBytes);
@@ -236,7 +232,6 @@ struct Consumer {
       store_tile(o_map, o_tile, q0 + c * kRowsPerConsumer, bh);
       cuda::ptx::cp_async_bulk_commit_group();
       cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
-      arrive(bars.q_empty);  // the Q buffer may take the next tile's Q
     }
   }
 };

@@ -67,7 +67,7 @@ ModelForward model_forward(const Problem& p, const Qkv& in);
 Traffic traffic_forward(const Problem& p);  ///< elements (×2 bytes, L ×4)
 
 extern const GpuForward kForward;
-constexpr int kForwardVersionCount = 8;
+constexpr int kForwardVersionCount = 7;
 /// The forward versions of note 07's table (versions_forward.cu), for the bench and tests.
 extern const GpuForward kForwardVersions[kForwardVersionCount];
 

@@ -1,8 +1,8 @@
 // Step 07's forward as note 07 measures it, one Hopper idea at a time: the versions of
 // the lesson's table. Each is a configuration with named fields (FwdVersion) built
 // from the one before it; one kernel takes them all, made of the same pieces as the
-// production kernel (forward.cuh). The last row, h8, is the production kernel itself
-// (forward.cu): h7 on a persistent grid.
+// production kernel (forward.cuh). The last row, h7, is the production kernel itself
+// (forward.cu): h4 but with three consumers at d = 64.
 //   h1  TMA + wgmma: two warpgroups that both compute; the first thread of consumer 0
 //       also issues the copies, one K/V block ahead; per block S, softmax, P·V in turn
 //   h2  + warp specialisation: a producer warpgroup issues the copies and gives its
@@ -10,8 +10,7 @@
 //   h3  + ping-pong: the consumers take turns on the tensor cores (named barriers)
 //   h4  + in a warpgroup, S_{j+1} issued before P_j·V_j, its softmax under that product
 //   h5, h6  h4 with 64- and 176-key blocks (block shapes)
-//   h7  h4 with three consumers (192 query rows) at d = 64
-//   h8  h7 on a persistent grid, one block per SM looping over tiles: the production kernel
+//   h7  h4 with three consumers (192 query rows) at d = 64: the production kernel
 #include <cstdint>
 
 #include "common/cuda_check.cuh"
@@ -26,19 +25,21 @@ struct FwdVersion {
   bool pingpong = false;     ///< the consumers take turns issuing their products
   bool overlap = false;      ///< S_{j+1} issued before P_j·V_j; softmax under P·V
   int keys = 128;            ///< keys per K/V block
-  int consumers = 2;         ///< consumer warpgroups of 64 query rows
-  FA_HD constexpr FwdTile tile() const { return {consumers, keys, 2}; }
 };
 using Version = FwdVersion (*)(int d);
 
+constexpr int kConsumers = 2;  // the versions: two consumers, 128 query rows a block
+constexpr int kRows = kConsumers * kRowsPerConsumer;
+constexpr FwdTile kTile{kConsumers, 128, 2};  // for the registers setmaxnreg gives (240)
+
 template <class T, int kD, bool kCausal, Version V>
-__global__ void __launch_bounds__(V(kD).specialised ? V(kD).tile().threads() : 128 * V(kD).consumers, 1)
+__global__ void __launch_bounds__(V(kD).specialised ? kTile.threads() : 128 * kConsumers, 1)
     version_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                    const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
                    float* __restrict__ lse, int N, float scale) {
 #if FA_STEP07_ARCH_OK
   constexpr FwdVersion kV = V(kD);
-  constexpr int kBc = kV.keys, kStages = 2, kConsumers = kV.consumers, kRows = kV.tile().rows();
+  constexpr int kBc = kV.keys, kStages = 2;
   // The overlap keeps V_{j−1} in use while K_j is read: only a producer can keep the
   // ring full then (one computing thread would wait on the buffer it is itself using).
   static_assert(!kV.overlap || kV.specialised, "the overlap needs a producer warpgroup");
@@ -49,7 +50,7 @@ __global__ void __launch_bounds__(V(kD).specialised ? V(kD).tile().threads() : 1
   const int i = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y;
   const int q0 = i * kRows;
   const int last = tiles::last_kv_block(N, kCausal, i, kRows, kBc);
-  if (threadIdx.x == 0) bars.init(kStages, kConsumers);
+  if (threadIdx.x == 0) bars.init(kStages, 4 * kConsumers);
   __syncthreads();
 
   const int first_consumer = kV.specialised ? 128 : 0;
@@ -57,11 +58,11 @@ __global__ void __launch_bounds__(V(kD).specialised ? V(kD).tile().threads() : 1
     release_registers<kProducerRegs>();
     if (threadIdx.x == 0) {
       load_q<kD, kBc, kStages, kConsumers>(&q_map, smem, bars, q0, bh);
-      for (int j = 0; j <= last; ++j) load_kv<kD, kBc, kStages, kConsumers>(&k_map, &v_map, smem, bars, j, j, bh);
+      for (int j = 0; j <= last; ++j) load_kv<kD, kBc, kStages, kConsumers>(&k_map, &v_map, smem, bars, j, bh);
     }
     return;
   }
-  if constexpr (kV.specialised) claim_registers<kV.tile().consumer_regs()>();
+  if constexpr (kV.specialised) claim_registers<kTile.consumer_regs()>();
   Consumer<T, kD, kBc, kStages, kConsumers, kCausal> w(smem, bars, (threadIdx.x - first_consumer) / 128, q0, N, scale);
   const int c = w.c;
   // Without a producer, one computing thread issues the copies: Q and block 0 first,
@@ -69,17 +70,17 @@ __global__ void __launch_bounds__(V(kD).specialised ? V(kD).tile().threads() : 1
   const bool issuer = !kV.specialised && threadIdx.x == 0;
   if (issuer) {
     load_q<kD, kBc, kStages, kConsumers>(&q_map, smem, bars, q0, bh);
-    load_kv<kD, kBc, kStages, kConsumers>(&k_map, &v_map, smem, bars, 0, 0, bh);
+    load_kv<kD, kBc, kStages, kConsumers>(&k_map, &v_map, smem, bars, 0, bh);
   }
-  // Turns on the tensor cores (ping-pong), round the consumers: the last lets consumer
-  // 0 go first, and its last turn hands nothing on, since consumer 0's turns are over.
+  // Turns on the tensor cores (ping-pong): consumer 1 lets consumer 0 go first; the
+  // last turn of consumer 1 hands nothing on, since consumer 0's turns are over.
   auto begin_turn = [&] {
     if (kV.pingpong) named_sync(turn_bar(c), 2 * 128);
   };
   auto end_turn = [&](bool final) {
-    if (kV.pingpong && !(final && c == kConsumers - 1)) named_arrive(turn_bar((c + 1) % kConsumers), 2 * 128);
+    if (kV.pingpong && !(final && c == 1)) named_arrive(turn_bar(1 - c), 2 * 128);
   };
-  if (kV.pingpong && c == kConsumers - 1) named_arrive(turn_bar(0), 2 * 128);
+  if (kV.pingpong && c == 1) named_arrive(turn_bar(0), 2 * 128);
   wait(bars.q_full, 0);
   float alpha[2];
 
@@ -88,7 +89,7 @@ __global__ void __launch_bounds__(V(kD).specialised ? V(kD).tile().threads() : 1
     for (int j = 0; j <= last; ++j) {
       const int sj = j % kStages;
       const std::uint32_t phase = (j / kStages) % 2;
-      if (issuer && j + 1 <= last) load_kv<kD, kBc, kStages, kConsumers>(&k_map, &v_map, smem, bars, j + 1, j + 1, bh);
+      if (issuer && j + 1 <= last) load_kv<kD, kBc, kStages, kConsumers>(&k_map, &v_map, smem, bars, j + 1, bh);
       begin_turn();
       wait(&bars.k_full[sj], phase);
       w.issue_qk(sj);
@@ -147,10 +148,10 @@ template <Version V, class T, int kD, bool kCausal>
 void launch(const Problem& p, const NativeFwdArgs& a, Stream stream) {
   constexpr FwdVersion kV = V(kD);
   const ForwardMaps m = forward_maps(p, a, kV.keys);
-  const std::size_t smem = Smem<kD, kV.keys, 2, kV.consumers>::bytes + 1024;
+  const std::size_t smem = Smem<kD, kV.keys, 2, kConsumers>::bytes + 1024;
   set_smem_limit(version_kernel<T, kD, kCausal, V>, smem);
-  const dim3 grid(unsigned(tiles::q_blocks(p.N, kV.tile().rows())), unsigned(p.heads()));
-  version_kernel<T, kD, kCausal, V><<<grid, kV.specialised ? kV.tile().threads() : 128 * kV.consumers, smem, stream>>>(
+  const dim3 grid(unsigned(tiles::q_blocks(p.N, kRows)), unsigned(p.heads()));
+  version_kernel<T, kD, kCausal, V><<<grid, kV.specialised ? kTile.threads() : 128 * kConsumers, smem, stream>>>(
       m.q, m.k, m.v, m.o, a.lse, p.N, p.softmax_scale());
   FA_CHECK_LAUNCH();
 }
@@ -204,18 +205,11 @@ FA_HD constexpr FwdVersion h6(int d) {  // h4 with 176-key blocks (FlashAttentio
   v.keys = d == 256 ? 80 : 176;
   return v;
 }
-FA_HD constexpr FwdVersion h7(int d) {  // h4 with three consumers (192 query rows) at d = 64
-  FwdVersion v = h4(d);
-  if (d == 64) v.consumers = 3;
-  return v;
-}
-static_assert(h7(64).tile().consumers == forward_tile(64).consumers && h7(64).tile().keys == forward_tile(64).keys &&
-                  h7(128).tile().consumers == forward_tile(128).consumers &&
-                  h7(128).tile().keys == forward_tile(128).keys &&
-                  h7(256).tile().consumers == forward_tile(256).consumers &&
-                  h7(256).tile().keys == forward_tile(256).keys && forward_tile(64).stages == 2 &&
-                  forward_tile(128).stages == 2 && forward_tile(256).stages == 2,
-              "h8, the production kernel, is h7 on a persistent grid");
+static_assert(h4(64).keys == forward_tile(64).keys && h4(128).keys == forward_tile(128).keys &&
+                  h4(256).keys == forward_tile(256).keys && forward_tile(64).stages == 2 &&
+                  forward_tile(128).stages == 2 && forward_tile(256).stages == 2 &&
+                  forward_tile(128).consumers == kConsumers && forward_tile(256).consumers == kConsumers,
+              "h7, the production kernel, is h4 but for its three consumers at d = 64");
 
 constexpr int kNarrowD[] = {64, 128, 0};  // h6: 176 keys of K and V do not fit beside Q at d = 256
 
@@ -228,9 +222,8 @@ const GpuForward kForwardVersions[kForwardVersionCount] = {
     {"h4: + softmax under P.V in a warpgroup", 256, no_workspace, "", nullptr, run<h4>, kSupportedD, kSm, true},
     {"h5: h4 with 64-key blocks", 256, no_workspace, "", nullptr, run<h5>, kSupportedD, kSm, true},
     {"h6: h4 with 176-key blocks", 128, no_workspace, "", nullptr, run<h6>, kNarrowD, kSm, true},
-    {"h7: h4 with three consumers at d = 64", 256, no_workspace, "", nullptr, run<h7>, kSupportedD, kSm, true},
-    {"h8: h7 on a persistent grid (production)", 256, no_workspace, "", nullptr, kForward.run_native, kSupportedD,
-     kSm, true},
+    {"h7: h4 with three consumers at d = 64 (production)", 256, no_workspace, "", nullptr, kForward.run_native,
+     kSupportedD, kSm, true},
 };
 
 }  // namespace fa::step07
