@@ -662,6 +662,25 @@ def table_ctest07(D):
     return ["```"] + open(path).read().strip().splitlines() + ["```"]
 
 
+def table_step07_persistent(D):
+    """The persistent grid that was measured and not kept, against the kernel that was (two runs)."""
+    commit = open(os.path.join(D.folder, "persistent07", "commit")).read().strip()
+    out = [f"Step 07 on a persistent grid (code in commit {commit}, figures in `persistent07/`), as a ratio of "
+           f"the kept kernel's TFLOP/s, same shapes, two runs of one session:", "",
+           "| B·H·N | causal | persistent ÷ kept, range over d = 64, 128, 256 and N = 1k–32k |", "|---|---|---|"]
+    for path in sorted(glob.glob(os.path.join(D.folder, "bench07_t*.csv"))):
+        tokens = re.search(r"_t(\d+)\.csv$", path).group(1)
+        kept = {(r["H"], r["N"], r["d"], r["causal"]): float(r["tflops"]) for r in csv.DictReader(open(path))
+                if r["step"] == "07" and r["status"] == "ok"}
+        other = os.path.join(D.folder, "persistent07", os.path.basename(path))
+        pers = {(r["H"], r["N"], r["d"], r["causal"]): float(r["tflops"]) for r in csv.DictReader(open(other))
+                if r["step"] == "07" and r["status"] == "ok"}
+        for c in ("0", "1"):
+            x = [pers[k] / kept[k] for k in kept if k[3] == c and k in pers]
+            out.append(f"| {tokens} | {'yes' if c == '1' else 'no'} | {min(x):.2f}–{max(x):.2f} |")
+    return out
+
+
 def table_sass07(D):
     path = os.path.join(D.folder, "sass07.txt")
     lines = open(path).read().splitlines()[1:] if os.path.exists(path) else []
@@ -686,6 +705,7 @@ TABLES = {
     "step01-bandwidth": table_bandwidth, "claims": table_claims, "traffic-m": table_traffic_m,
     "step07-peers": table_step07_peers, "step07-summary": table_step07_summary, "step07-lesson": table_step07_lesson,
     "sass07": table_sass07, "step07-gemm": table_step07_gemm, "ctest07": table_ctest07,
+    "step07-persistent": table_step07_persistent,
 }
 MARK = re.compile(r"(<!-- fa:table (\S+) -->\n)(.*?)(<!-- /fa:table -->)", re.S)
 
