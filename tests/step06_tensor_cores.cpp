@@ -9,6 +9,7 @@
 #include "reference/reference.hpp"
 #include "steps/06_tensor_cores/step06.hpp"
 #include "tests/check.hpp"
+#include "tests/lowp.hpp"
 #ifdef FA_HAVE_CUDA
 #include "common/gpu.hpp"
 #endif
@@ -17,32 +18,12 @@ using namespace fa;
 using fa::test::make;
 
 namespace {
-Problem lowp(Problem p, DType t) {
-  p.dtype = t;
-  return p;
-}
-
-/// Inputs already representable in p.dtype, so that the reference and the step see
-/// the same numbers and the budget measures the step's arithmetic alone.
-Qkv inputs(const Problem& p, std::uint64_t seed) { return step06::rounded_inputs(p, random_qkv(p, seed)); }
+using test::check_budget;
+using test::lowp;
+using test::rising_scores;
+using test::inputs;
 std::vector<float> grad_out(const Problem& p, std::uint64_t seed) {
   return step06::rounded(random_qkv(p, seed).q, p.dtype);
-}
-
-/// Inputs whose scores rise along the keys: component 0 of every query is 16 and of
-/// key j is 20·j/N, so at N = 1000, d = 64 a row's max climbs by ~40 (58 in log2
-/// units) from its first key to its last, 3–8 log2 units per key block of 64 or 128:
-/// some blocks (or pairs of blocks) raise it by more than 2^8 (the forward rescales
-/// O and ℓ), others by less (the old max stays in use).
-Qkv rising_scores(const Problem& p, std::uint64_t seed) {
-  Qkv in = random_qkv(p, seed);
-  for (std::size_t bh = 0; bh < p.heads(); ++bh)
-    for (int r = 0; r < p.N; ++r) {
-      const std::size_t at = (bh * p.N + r) * p.d;
-      in.q[at] = 16.0f;
-      in.k[at] = 20.0f * float(r) / float(p.N);
-    }
-  return step06::rounded_inputs(p, in);
 }
 
 /// err(step) <= 3·err(naive same-dtype) for dQ, dK and dV, against the fp64 reference.
@@ -64,20 +45,6 @@ void check_grad_budget(const Problem& p, const Qkv& in, const std::vector<float>
     CHECK(r.nan == 0);
     CHECK(r.unwritten == 0);
   }
-}
-
-/// err(step) <= 2·err(naive same-dtype), for O and L, against the fp64 reference.
-void check_budget(const Problem& p, const Qkv& in, const ForwardOut& got, const char* who) {
-  const ForwardOut ref = reference::forward(p, in), naive = step06::naive_lowp(p, in);
-  const double eo = step06::max_abs_error(got.o, ref.o), no = step06::max_abs_error(naive.o, ref.o);
-  const double el = step06::max_abs_error(got.lse, ref.lse), nl = step06::max_abs_error(naive.lse, ref.lse);
-  INFO(who << ": max |O − ref| = " << eo << " (naive " << dtype_name(p.dtype) << ": " << no << "), max |L − ref| = "
-           << el << " (naive: " << nl << ")");
-  CHECK(eo <= 2 * no);
-  CHECK(el <= 2 * nl + 1e-6);  // + 1e-6: at N = 1 both L errors are 0 up to fp32 rounding
-  const auto r = compare(got.o, ref.o, Tolerance{1.0, 0.0, "finite and written"});
-  CHECK(r.nan == 0);
-  CHECK(r.unwritten == 0);
 }
 
 /// Every head dimension the production kernels take (kSupportedD, without its 0).
@@ -155,7 +122,7 @@ TEST_CASE("step06 kernel meets the error budget and matches its model", "[gpu]")
       check_budget(p, in, out, "kernel");
       if (p.N <= 113) {
         const ModelForward m = step06::model_forward(p, in);
-        const Tolerance& tl = t == DType::bf16 ? step06::kBf16Reorder : step06::kFp16Reorder;
+        const Tolerance& tl = test::reorder(t);
         FA_CHECK_CLOSE("O vs model", out.o, m.out.o, tl, test::shape_o(p));
         FA_CHECK_CLOSE("L vs model", out.lse, m.out.lse, tol::kFp32Reorder, test::shape_l(p));
       }
@@ -257,7 +224,7 @@ TEST_CASE("step06 backward kernel meets the gradient budget and matches its mode
       check_grad_budget(p, in, dout, g, "kernel");
       if (p.N <= 113) {
         const Grads m = step06::model_backward(p, in, fwd, dout).grads;
-        const Tolerance& tl = t == DType::bf16 ? step06::kBf16Reorder : step06::kFp16Reorder;
+        const Tolerance& tl = test::reorder(t);
         FA_CHECK_CLOSE("dQ vs model", g.dq, m.dq, tl, test::shape_o(p));
         FA_CHECK_CLOSE("dK vs model", g.dk, m.dk, tl, test::shape_o(p));
         FA_CHECK_CLOSE("dV vs model", g.dv, m.dv, tl, test::shape_o(p));

@@ -9,6 +9,7 @@
 #include "steps/06_tensor_cores/step06.hpp"
 #include "steps/07_hopper/step07.hpp"
 #include "tests/check.hpp"
+#include "tests/lowp.hpp"
 #ifdef FA_HAVE_CUDA
 #include "common/gpu.hpp"
 #endif
@@ -17,31 +18,10 @@ using namespace fa;
 using fa::test::make;
 
 namespace {
-Problem lowp(Problem p, DType t) {
-  p.dtype = t;
-  return p;
-}
-
-Qkv inputs(const Problem& p, std::uint64_t seed) { return step06::rounded_inputs(p, random_qkv(p, seed)); }
-
-/// err(step) <= 2·err(naive same-dtype), for O and L, against the fp64 reference;
-/// every element finite and written.
-void check_budget(const Problem& p, const Qkv& in, const ForwardOut& got, const char* who) {
-  const ForwardOut ref = reference::forward(p, in), naive = step06::naive_lowp(p, in);
-  const double eo = step06::max_abs_error(got.o, ref.o), no = step06::max_abs_error(naive.o, ref.o);
-  const double el = step06::max_abs_error(got.lse, ref.lse), nl = step06::max_abs_error(naive.lse, ref.lse);
-  INFO(who << ": max |O − ref| = " << eo << " (naive " << dtype_name(p.dtype) << ": " << no << "), max |L − ref| = "
-           << el << " (naive: " << nl << ")");
-  CHECK(eo <= 2 * no);
-  CHECK(el <= 2 * nl + 1e-6);  // + 1e-6: at N = 1 both L errors are 0 up to fp32 rounding
-  for (const auto* x : {&got.o, &got.lse}) {
-    const auto r = compare(*x, *x, Tolerance{1.0, 0.0, "finite and written"});
-    CHECK(r.nan == 0);
-    CHECK(r.unwritten == 0);
-  }
-}
-
-const Tolerance& reorder(DType t) { return t == DType::bf16 ? step06::kBf16Reorder : step06::kFp16Reorder; }
+using test::check_budget;
+using test::lowp;
+using test::reorder;
+using test::inputs;
 
 /// Every head dimension step 07 takes (kSupportedD, without its 0).
 const std::vector<int> kAllD(std::begin(step07::kSupportedD), std::end(step07::kSupportedD) - 1);
@@ -138,19 +118,12 @@ TEST_CASE("step07 with huge logits stays finite and within budget", "[gpu]") {
 }
 
 TEST_CASE("step07 rescales correctly when the row max keeps rising", "[gpu]") {
-  // Component 0 of every query is 16 and of key j is 20·j/N: a row's max climbs
-  // block after block, some blocks by more than 2^8 (O and ℓ rescaled), some by less.
+  // A row's max climbs block after block, some blocks by more than 2^8 (O and ℓ
+  // rescaled), some by less (test::rising_scores).
   for (const Problem& base : test::sweep({1000}, kAllD)) {
     const Problem p = lowp(base, DType::bf16);
     INFO(p.str());
-    Qkv in = random_qkv(p, 96);
-    for (std::size_t bh = 0; bh < p.heads(); ++bh)
-      for (int r = 0; r < p.N; ++r) {
-        const std::size_t at = (bh * p.N + r) * p.d;
-        in.q[at] = 16.0f;
-        in.k[at] = 20.0f * float(r) / float(p.N);
-      }
-    in = step06::rounded_inputs(p, in);
+    const Qkv in = test::rising_scores(p, 96);
     const ForwardOut out = gpu::forward(step07::kForward, p, in, true);
     check_budget(p, in, out, "kernel");
     const ModelForward m = step07::model_forward(p, in);

@@ -51,10 +51,7 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     // ---- Producer warpgroup: one thread issues every copy; the others only give
     //      their registers back.
     release_registers<kProducerRegs>();
-    if (threadIdx.x == 0) {
-      load_q<kD, kBc, kStages, kConsumers>(&q_map, smem, bars, q0, bh);
-      for (int j = 0; j <= last; ++j) load_kv<kD, kBc, kStages, kConsumers>(&k_map, &v_map, smem, bars, j, bh);
-    }
+    if (threadIdx.x == 0) produce<kD, kBc, kStages, kConsumers>(&q_map, &k_map, &v_map, smem, bars, q0, last, bh);
   } else {
     // ---- Consumer warpgroup c: 64 query rows.
     claim_registers<kTile.consumer_regs()>();

@@ -83,6 +83,15 @@ __device__ void load_q(const CUtensorMap* q_map, unsigned char* smem, const Barr
     load_tile(q_map, smem + L::q + c * L::kQBytes, b.q_full, q0 + c * kRowsPerConsumer, bh);
 }
 
+/// The producer's work for one tile, by one thread: both consumers' Q, then K/V blocks
+/// 0..last through the ring.
+template <int kD, int kBc, int kStages, int kConsumers>
+__device__ void produce(const CUtensorMap* q_map, const CUtensorMap* k_map, const CUtensorMap* v_map,
+                        unsigned char* smem, const Barriers& b, int q0, int last, int bh) {
+  load_q<kD, kBc, kStages, kConsumers>(q_map, smem, b, q0, bh);
+  for (int j = 0; j <= last; ++j) load_kv<kD, kBc, kStages, kConsumers>(k_map, v_map, smem, b, j, bh);
+}
+
 /// A consumer warpgroup: 64 query rows of the block, their O, m, ℓ in registers.
 /// Thread layout: warp w of the warpgroup owns rows 16w..16w+15, lane = 4g + t.
 template <class T, int kD, int kBc, int kStages, int kConsumers, bool kCausal>

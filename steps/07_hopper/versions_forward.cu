@@ -56,10 +56,7 @@ __global__ void __launch_bounds__(V(kD).specialised ? kTile.threads() : 128 * kC
   const int first_consumer = kV.specialised ? 128 : 0;
   if (kV.specialised && threadIdx.x < 128) {
     release_registers<kProducerRegs>();
-    if (threadIdx.x == 0) {
-      load_q<kD, kBc, kStages, kConsumers>(&q_map, smem, bars, q0, bh);
-      for (int j = 0; j <= last; ++j) load_kv<kD, kBc, kStages, kConsumers>(&k_map, &v_map, smem, bars, j, bh);
-    }
+    if (threadIdx.x == 0) produce<kD, kBc, kStages, kConsumers>(&q_map, &k_map, &v_map, smem, bars, q0, last, bh);
     return;
   }
   if constexpr (kV.specialised) claim_registers<kTile.consumer_regs()>();
