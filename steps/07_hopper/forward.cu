@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
   const int i = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y;
   const int q0 = i * kRows;
   const int last = tiles::last_kv_block(N, kCausal, i, kRows, kBc);
-  if (threadIdx.x == 0) bars.init(kStages, 4 * kConsumers);
+  if (threadIdx.x == 0) bars.init(kStages, kConsumers);
   __syncthreads();
 
   if (threadIdx.x < 128) {

@@ -35,7 +35,8 @@ struct Barriers {
       : q_full(reinterpret_cast<std::uint64_t*>(at)), k_full(q_full + 1), k_empty(k_full + stages),
         v_full(k_empty + stages), v_empty(v_full + stages) {}
   /// By one thread, before the block's first __syncthreads.
-  __device__ void init(int stages, int consumer_warps) {
+  __device__ void init(int stages, int consumers) {
+    const int consumer_warps = 4 * consumers;
     cuda::ptx::mbarrier_init(q_full, 1);
     for (int s = 0; s < stages; ++s) {
       cuda::ptx::mbarrier_init(&k_full[s], 1);
@@ -50,15 +51,15 @@ struct Barriers {
 /// The 1024-aligned base of dynamic shared memory (TMA's 128-byte swizzle repeats
 /// every 1024 bytes, and the wgmma descriptors assume tiles on that boundary).
 __device__ __forceinline__ unsigned char* aligned_smem(unsigned char* raw) {
-  return raw + ((1024 - smem_addr(raw) % 1024) % 1024);
+  return raw + ((1024 - smem_u32(raw) % 1024) % 1024);
 }
 
 // Named barrier ids (0 is __syncthreads'): each consumer's turn, each consumer's epilogue.
 __device__ __forceinline__ int turn_bar(int c) { return 1 + c; }
 __device__ __forceinline__ int epilogue_bar(int c) { return 1 + kMaxConsumers + c; }
 
-/// The K/V ring, by one thread: K_j and V_j for j = first..last into stage j % kStages,
-/// each after the stage's previous block was released by every consumer warp.
+/// The K/V ring, by one thread: K_j and V_j into stage j % kStages, each after the
+/// stage's previous block was released by every consumer warp.
 template <int kD, int kBc, int kStages, int kConsumers>
 __device__ void load_kv(const CUtensorMap* k_map, const CUtensorMap* v_map, unsigned char* smem, const Barriers& b,
                         int j, int bh) {
@@ -97,7 +98,6 @@ __device__ void produce(const CUtensorMap* q_map, const CUtensorMap* k_map, cons
 template <class T, int kD, int kBc, int kStages, int kConsumers, bool kCausal>
 struct Consumer {
   using L = Smem<kD, kBc, kStages, kConsumers>;
-  static constexpr float kLog2e = step06::kLog2e;
 
   unsigned char* smem;
   const Barriers& bars;
@@ -114,12 +114,12 @@ struct Consumer {
   __device__ Consumer(unsigned char* smem_, const Barriers& b, int consumer, int q0, int N_, float scale)
       : smem(smem_), bars(b), c(consumer), warp(threadIdx.x / 32 % 4), lane(threadIdx.x % 32), g(lane / 4),
         t(lane % 4), r0(q0 + consumer * kRowsPerConsumer + 16 * (threadIdx.x / 32 % 4)), N(N_),
-        mul(scale * kLog2e), q_tile(smem_addr(smem_ + L::q + consumer * L::kQBytes)) {}
+        mul(scale * step06::kLog2e), q_tile(smem_u32(smem_ + L::q + consumer * L::kQBytes)) {}
 
   /// S = Q_c·K_jᵀ from stage `stage`: kD/16 k steps, both operands K-major in shared
   /// memory (16 columns = 32 bytes into a panel; the next panel after 4 steps).
   __device__ void issue_qk(int stage) {
-    const std::uint32_t k_tile = smem_addr(smem + L::k + stage * L::kKVBytes);
+    const std::uint32_t k_tile = smem_u32(smem + L::k + stage * L::kKVBytes);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kD / 16; ++kk) {
@@ -132,7 +132,7 @@ struct Consumer {
   /// O += P·V_j from stage `stage`: kBc/16 k steps of 16 V rows (2048 bytes); V is
   /// MN-major (its rows are the k index), its panels kBc·128 bytes apart (LBO).
   __device__ void issue_pv(int stage) {
-    const std::uint32_t v_tile = smem_addr(smem + L::v + stage * L::kKVBytes);
+    const std::uint32_t v_tile = smem_u32(smem + L::v + stage * L::kKVBytes);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBc / 16; ++kk)

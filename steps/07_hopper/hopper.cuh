@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "common/problem.hpp"
+#include "steps/06_tensor_cores/mma.cuh"  // smem_u32: a shared-space address
 
 // wgmma and setmaxnreg exist only in the sm_90a target (step 07 builds for nothing
 // else: its CMakeLists.txt). The host pass sees the whole body.
@@ -34,6 +35,8 @@
 #endif
 
 namespace fa::step07 {
+
+using step06::smem_u32;
 
 // ---------------------------------------------------------------------------------
 // Host: tensor maps.
@@ -54,10 +57,6 @@ constexpr int kPanel = 64;  ///< columns of a panel: 64 16-bit elements = 128 by
 /// Byte offset of element (r, c) in a tile of `rows` rows in panels.
 __host__ __device__ constexpr std::uint32_t swizzled(int rows, int r, int c) {
   return std::uint32_t((c / kPanel) * rows * 128 + r * 128 + ((((c % kPanel) / 8) ^ (r % 8)) * 16) + (c % 8) * 2);
-}
-
-__device__ __forceinline__ std::uint32_t smem_addr(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
 }
 
 // ---------------------------------------------------------------------------------

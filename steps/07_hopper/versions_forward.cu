@@ -19,21 +19,23 @@
 namespace fa::step07 {
 namespace {
 
+constexpr int kConsumers = 2;  // the versions: two consumers, 128 query rows a block
+constexpr int kRows = kConsumers * kRowsPerConsumer;
+constexpr FwdTile kTile{kConsumers, 128, 2};  // for the registers setmaxnreg gives (240)
+
 /// One version of the forward kernel, by what it adds.
 struct FwdVersion {
   bool specialised = false;  ///< a producer warpgroup (else consumer 0's first thread issues the copies)
   bool pingpong = false;     ///< the consumers take turns issuing their products
   bool overlap = false;      ///< S_{j+1} issued before P_j·V_j; softmax under P·V
   int keys = 128;            ///< keys per K/V block
+  /// Threads a block: the producer warpgroup, if any, and the consumers.
+  FA_HD constexpr int threads() const { return specialised ? kTile.threads() : 128 * kConsumers; }
 };
 using Version = FwdVersion (*)(int d);
 
-constexpr int kConsumers = 2;  // the versions: two consumers, 128 query rows a block
-constexpr int kRows = kConsumers * kRowsPerConsumer;
-constexpr FwdTile kTile{kConsumers, 128, 2};  // for the registers setmaxnreg gives (240)
-
 template <class T, int kD, bool kCausal, Version V>
-__global__ void __launch_bounds__(V(kD).specialised ? kTile.threads() : 128 * kConsumers, 1)
+__global__ void __launch_bounds__(V(kD).threads(), 1)
     version_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                    const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
                    float* __restrict__ lse, int N, float scale) {
@@ -50,7 +52,7 @@ __global__ void __launch_bounds__(V(kD).specialised ? kTile.threads() : 128 * kC
   const int i = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y;
   const int q0 = i * kRows;
   const int last = tiles::last_kv_block(N, kCausal, i, kRows, kBc);
-  if (threadIdx.x == 0) bars.init(kStages, 4 * kConsumers);
+  if (threadIdx.x == 0) bars.init(kStages, kConsumers);
   __syncthreads();
 
   const int first_consumer = kV.specialised ? 128 : 0;
@@ -148,7 +150,7 @@ void launch(const Problem& p, const NativeFwdArgs& a, Stream stream) {
   const std::size_t smem = Smem<kD, kV.keys, 2, kConsumers>::bytes + 1024;
   set_smem_limit(version_kernel<T, kD, kCausal, V>, smem);
   const dim3 grid(unsigned(tiles::q_blocks(p.N, kRows)), unsigned(p.heads()));
-  version_kernel<T, kD, kCausal, V><<<grid, kV.specialised ? kTile.threads() : 128 * kConsumers, smem, stream>>>(
+  version_kernel<T, kD, kCausal, V><<<grid, kV.threads(), smem, stream>>>(
       m.q, m.k, m.v, m.o, a.lse, p.N, p.softmax_scale());
   FA_CHECK_LAUNCH();
 }
