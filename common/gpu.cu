@@ -83,13 +83,11 @@ std::string too_old(int min_sm, bool exact) {
   cudaDeviceProp prop{};
   FA_CUDA_CHECK(cudaGetDevice(&dev));
   FA_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
-  if (exact)
-    return "needs a GPU of compute capability " + std::to_string(min_sm / 10) + "." + std::to_string(min_sm % 10) +
-           " (its kernels are sm_" + std::to_string(min_sm) + "a code, which no other architecture runs), and this " +
-           prop.name + " is sm_" + std::to_string(cc);
+  const std::string sm = std::to_string(min_sm);
+  const std::string which = exact ? " (its kernels are sm_" + sm + "a code, which no other architecture runs)"
+                                  : " or newer (sm_" + sm + "+; it is compiled out of older architectures)";
   return "needs a GPU of compute capability " + std::to_string(min_sm / 10) + "." + std::to_string(min_sm % 10) +
-         " or newer (sm_" + std::to_string(min_sm) + "+; it is compiled out of older architectures), and this " +
-         prop.name + " is sm_" + std::to_string(cc);
+         which + ", and this " + prop.name + " is sm_" + std::to_string(cc);
 }
 
 namespace {

@@ -38,8 +38,8 @@ TEST_CASE("step07 model meets the error budget of its 16-bit type", "[cpu]") {
 }
 
 TEST_CASE("step07 model's blocks: 128 query rows (192 at d = 64), 128 keys (80 at d = 256)", "[cpu]") {
-  // The model is step 06's with step 07's tiles: at N = 200 a block boundary of one
-  // step falls inside a block of the other, so equal outputs would mean equal tiles.
+  // The model is step 06's with step 07's tiles: at N = 300, d = 128, step 07's model
+  // must equal step 06's model run with 128 × 128 blocks, bit for bit.
   for (int d : kAllD) {
     CHECK(step07::forward_tile(d).keys == (d == 256 ? 80 : 128));
     CHECK(step07::forward_tile(d).rows() == (d == 64 ? 192 : 128));

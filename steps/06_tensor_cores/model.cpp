@@ -10,12 +10,14 @@
 
 namespace fa::step06 {
 
-void require_supported(const Problem& p) {
+void require_lowp(const Problem& p, const char* step, const int* only_d) {
   p.validate();
-  if (p.dtype == DType::fp32) throw Error("step06 computes in bf16 or fp16: set the problem's dtype");
-  if (!takes_d(0, kSupportedD, p.d))
-    throw Error("step06 supports d = " + d_list(kSupportedD) + " (got d = " + std::to_string(p.d) + ")");
+  if (p.dtype == DType::fp32) throw Error(std::string(step) + " computes in bf16 or fp16: set the problem's dtype");
+  if (!takes_d(0, only_d, p.d))
+    throw Error(std::string(step) + " supports d = " + d_list(only_d) + " (got d = " + std::to_string(p.d) + ")");
 }
+
+void require_supported(const Problem& p) { require_lowp(p, "step06", kSupportedD); }
 
 std::vector<float> rounded(const std::vector<float>& x, DType t) {
   std::vector<float> y(x.size());

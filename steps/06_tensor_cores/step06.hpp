@@ -66,6 +66,9 @@ inline constexpr int kVersionD[] = {64, 128, 0};                 ///< the versio
 
 /// Throws fa::Error unless p is bf16 or fp16 with d in kSupportedD.
 void require_supported(const Problem& p);
+/// The same check for any 16-bit step: `step` names it in the message, only_d is its
+/// 0-terminated list of head dimensions (step 07's too).
+void require_lowp(const Problem& p, const char* step, const int* only_d);
 
 /// CPU model: the kernel's tiles, rounding where it rounds (inputs, P before P·V,
 /// O at the end). p.dtype is bf16 or fp16.

@@ -5,12 +5,7 @@
 
 namespace fa::step07 {
 
-void require_supported(const Problem& p) {
-  p.validate();
-  if (p.dtype == DType::fp32) throw Error("step07 computes in bf16 or fp16: set the problem's dtype");
-  if (!takes_d(0, kSupportedD, p.d))
-    throw Error("step07 supports d = " + d_list(kSupportedD) + " (got d = " + std::to_string(p.d) + ")");
-}
+void require_supported(const Problem& p) { step06::require_lowp(p, "step07", kSupportedD); }
 
 ModelForward model_forward(const Problem& p, const Qkv& in) {
   require_supported(p);

@@ -593,7 +593,7 @@ def ncu07(D):
     path = os.path.join(D.folder, "ncu07.csv")
     if not os.path.exists(path):
         return {}
-    hdr, out, seen = None, {}, {}
+    hdr, out = None, {}
     for r in csv.reader(open(path)):
         if r and r[0] == "ID":
             hdr = r
@@ -604,13 +604,10 @@ def ncu07(D):
         name = x["Kernel Name"]
         m = re.search(r"::(h\d)>", name)
         d = re.search(r"<[^,]+, (\d+),", name).group(1)
+        # The production kernel (no version in its name) is h7: fa_bench --once launches it
+        # twice, as the step's row and as the h7 row; the later launch's figures stand.
         ver = m.group(1) if m else "h7"
-        # fa_bench --once runs the step's row first and its versions after: the first
-        # production launch is "07", the last one (the h7 row) is h7.
-        key = (ver, d)
-        if not m:
-            seen[d] = seen.get(d, 0) + (1 if x["Metric Name"] == "gpu__time_duration.sum" else 0)
-        out.setdefault(key, {})[x["Metric Name"]] = x["Metric Value"].replace(",", "")
+        out.setdefault((ver, d), {})[x["Metric Name"]] = x["Metric Value"].replace(",", "")
     return out
 
 
@@ -668,13 +665,12 @@ def table_step07_persistent(D):
     out = [f"Step 07 on a persistent grid (code in commit {commit}, figures in `persistent07/`), as a ratio of "
            f"the kept kernel's TFLOP/s, same shapes, two runs of one session:", "",
            "| B·H·N | causal | persistent ÷ kept, range over d = 64, 128, 256 and N = 1k–32k |", "|---|---|---|"]
+    def step07(path):  # {(H, N, d, causal): TFLOP/s} of step 07's rows in one fa_bench CSV
+        return {(r["H"], r["N"], r["d"], r["causal"]): float(r["tflops"]) for r in csv.DictReader(open(path))
+                if r["step"] == "07" and r["status"] == "ok"}
     for path in sorted(glob.glob(os.path.join(D.folder, "bench07_t*.csv"))):
         tokens = re.search(r"_t(\d+)\.csv$", path).group(1)
-        kept = {(r["H"], r["N"], r["d"], r["causal"]): float(r["tflops"]) for r in csv.DictReader(open(path))
-                if r["step"] == "07" and r["status"] == "ok"}
-        other = os.path.join(D.folder, "persistent07", os.path.basename(path))
-        pers = {(r["H"], r["N"], r["d"], r["causal"]): float(r["tflops"]) for r in csv.DictReader(open(other))
-                if r["step"] == "07" and r["status"] == "ok"}
+        kept, pers = step07(path), step07(os.path.join(D.folder, "persistent07", os.path.basename(path)))
         for c in ("0", "1"):
             x = [pers[k] / kept[k] for k in kept if k[3] == c and k in pers]
             out.append(f"| {tokens} | {'yes' if c == '1' else 'no'} | {min(x):.2f}–{max(x):.2f} |")
