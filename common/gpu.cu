@@ -96,7 +96,7 @@ template <class Step>
 void check_supported(const Step& s, const Problem& p) {
   p.validate();
   if (!takes_d(s.max_d, s.only_d, p.d)) {
-    if (s.max_d > 0 && p.d > s.max_d)
+    if (!s.only_d)  // a range: 1..max_d
       throw Error(std::string(s.name) + " supports head dimensions up to d = " + std::to_string(s.max_d) +
                   " (got d = " + std::to_string(p.d) + ")");
     throw Error(std::string(s.name) + " supports d = " + d_list(s.only_d) + " (got d = " + std::to_string(p.d) + ")");

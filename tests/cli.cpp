@@ -17,6 +17,7 @@
 #include "common/npy.hpp"
 #include "reference/reference.hpp"
 #include "steps/06_tensor_cores/step06.hpp"
+#include "steps/07_hopper/step07.hpp"
 #include "tests/check.hpp"
 #ifdef FA_HAVE_CUDA
 #include "common/gpu.hpp"
@@ -335,6 +336,31 @@ TEST_CASE("flashattn runs step 06 in bf16 and fp16, forward and backward", "[gpu
       continue;
     }
     REQUIRE(r.status == 0);
+    const Tolerance t{3e-2, 3e-2, "inputs, P and outputs rounded to 16 bits"};
+    FA_CHECK_CLOSE("O", read_npy("cli_o.npy").data, ref.o, t, test::shape_o(p));
+    FA_CHECK_CLOSE("dQ", read_npy("cli_dq.npy").data, ref_g.dq, t, test::shape_o(p));
+    FA_CHECK_CLOSE("dK", read_npy("cli_dk.npy").data, ref_g.dk, t, test::shape_o(p));
+    FA_CHECK_CLOSE("dV", read_npy("cli_dv.npy").data, ref_g.dv, t, test::shape_o(p));
+  }
+  remove_all({"cli_q.npy", "cli_k.npy", "cli_v.npy", "cli_do.npy", "cli_o.npy", "cli_l.npy", "cli_dq.npy",
+              "cli_dk.npy", "cli_dv.npy", "cli_out.txt", "cli_err.txt"});
+}
+TEST_CASE("flashattn runs step 07 in bf16, forward and backward, or refuses in one line", "[gpu]") {
+  const Problem p = test::make(1, 2, 37, 128, true);
+  const Qkv in = write_inputs(p, 8, false);
+  save("cli_do.npy", {p.B, p.H, p.N, p.d}, in.q);
+  const Result r = flashattn(std::string("run --step 07 --causal --dtype bf16 ") + kIn +
+                             " --out cli_o.npy --lse cli_l.npy --do cli_do.npy --dq cli_dq.npy --dk cli_dk.npy"
+                             " --dv cli_dv.npy");
+  INFO(r.err);
+  if (!gpu::too_old(step07::kSm, true).empty()) {  // not a Hopper GPU: one line, nothing written
+    CHECK(r.status == 2);
+    CHECK(test::contains(r.err, "needs a GPU of compute capability 9.0"));
+    CHECK(!exists("cli_o.npy"));
+  } else {
+    REQUIRE(r.status == 0);
+    const ForwardOut ref = reference::forward(p, in);
+    const Grads ref_g = reference::backward(p, in, in.q);
     const Tolerance t{3e-2, 3e-2, "inputs, P and outputs rounded to 16 bits"};
     FA_CHECK_CLOSE("O", read_npy("cli_o.npy").data, ref.o, t, test::shape_o(p));
     FA_CHECK_CLOSE("dQ", read_npy("cli_dq.npy").data, ref_g.dq, t, test::shape_o(p));

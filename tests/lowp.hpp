@@ -1,7 +1,7 @@
 // What the 16-bit steps' tests (06, 07) share: problems in bf16 or fp16, inputs already
 // rounded to that type, rows whose max keeps rising, and FlashAttention's error rule
 // for the forward (against the fp64 reference on the same 16-bit inputs, at most twice
-// the error of a naive computation in the same type).
+// the error of a naive computation in the same type) and the gradients (three times).
 #pragma once
 
 #include "reference/reference.hpp"
@@ -49,6 +49,33 @@ inline void check_budget(const Problem& p, const Qkv& in, const ForwardOut& got,
   CHECK(el <= 2 * nl + 1e-6);  // + 1e-6: at N = 1 both L errors are 0 up to fp32 rounding
   for (const auto* x : {&got.o, &got.lse}) {
     const auto r = compare(*x, *x, Tolerance{1.0, 0.0, "finite and written"});
+    CHECK(r.nan == 0);
+    CHECK(r.unwritten == 0);
+  }
+}
+
+/// A gradient of the output, representable in p.dtype.
+inline std::vector<float> grad_out(const Problem& p, std::uint64_t seed) {
+  return step06::rounded(random_qkv(p, seed).q, p.dtype);
+}
+
+/// err(step) <= 3·err(naive same-dtype) for dQ, dK and dV, against the fp64 reference;
+/// every element finite and written. + 1e-5: at N = 1 the exact dS is 0 and the naive
+/// one is exactly 0 too (it computes D from the same rounded dP), while fp32 sums in
+/// two orders leave ~1e-7.
+inline void check_grad_budget(const Problem& p, const Qkv& in, const std::vector<float>& dout, const Grads& got,
+                              const char* who) {
+  const Grads ref = reference::backward(p, in, dout), naive = step06::naive_lowp_backward(p, in, dout);
+  struct Part {
+    const char* name;
+    const std::vector<float>&step, &ref, &naive;
+  };
+  for (const Part& g : {Part{"dQ", got.dq, ref.dq, naive.dq}, Part{"dK", got.dk, ref.dk, naive.dk},
+                        Part{"dV", got.dv, ref.dv, naive.dv}}) {
+    const double e = step06::max_abs_error(g.step, g.ref), n = step06::max_abs_error(g.naive, g.ref);
+    INFO(who << ": max |" << g.name << " − ref| = " << e << " (naive " << dtype_name(p.dtype) << ": " << n << ")");
+    CHECK(e <= 3 * n + 1e-5);
+    const auto r = compare(g.step, g.ref, Tolerance{1.0, 0.0, "finite and written"});
     CHECK(r.nan == 0);
     CHECK(r.unwritten == 0);
   }

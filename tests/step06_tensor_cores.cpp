@@ -22,31 +22,8 @@ using test::check_budget;
 using test::lowp;
 using test::rising_scores;
 using test::inputs;
-std::vector<float> grad_out(const Problem& p, std::uint64_t seed) {
-  return step06::rounded(random_qkv(p, seed).q, p.dtype);
-}
-
-/// err(step) <= 3·err(naive same-dtype) for dQ, dK and dV, against the fp64 reference.
-/// + 1e-5: at N = 1 the exact dS is 0 and the naive one is exactly 0 too (it computes
-/// D from the same rounded dP), while fp32 sums in two orders leave ~1e-7.
-void check_grad_budget(const Problem& p, const Qkv& in, const std::vector<float>& dout, const Grads& got,
-                       const char* who) {
-  const Grads ref = reference::backward(p, in, dout), naive = step06::naive_lowp_backward(p, in, dout);
-  struct Part {
-    const char* name;
-    const std::vector<float>&step, &ref, &naive;
-  };
-  for (const Part& g : {Part{"dQ", got.dq, ref.dq, naive.dq}, Part{"dK", got.dk, ref.dk, naive.dk},
-                        Part{"dV", got.dv, ref.dv, naive.dv}}) {
-    const double e = step06::max_abs_error(g.step, g.ref), n = step06::max_abs_error(g.naive, g.ref);
-    INFO(who << ": max |" << g.name << " − ref| = " << e << " (naive " << dtype_name(p.dtype) << ": " << n << ")");
-    CHECK(e <= 3 * n + 1e-5);
-    const auto r = compare(g.step, g.ref, Tolerance{1.0, 0.0, "finite and written"});
-    CHECK(r.nan == 0);
-    CHECK(r.unwritten == 0);
-  }
-}
-
+using test::grad_out;
+using test::check_grad_budget;
 /// Every head dimension the production kernels take (kSupportedD, without its 0).
 const std::vector<int> kAllD(std::begin(step06::kSupportedD), std::end(step06::kSupportedD) - 1);
 }  // namespace

@@ -22,9 +22,20 @@ using test::check_budget;
 using test::lowp;
 using test::reorder;
 using test::inputs;
+using test::grad_out;
+using test::check_grad_budget;
 
-/// Every head dimension step 07 takes (kSupportedD, without its 0).
+/// Every head dimension step 07 takes (kSupportedD, without its 0), and its backward.
 const std::vector<int> kAllD(std::begin(step07::kSupportedD), std::end(step07::kSupportedD) - 1);
+const std::vector<int> kBwdD(std::begin(step07::kBackwardD), std::end(step07::kBackwardD) - 1);
+
+/// The three gradients against another computation's, element by element.
+void check_grads_close(const char* what, const Problem& p, const Grads& got, const Grads& want, const Tolerance& tl) {
+  INFO(what);
+  FA_CHECK_CLOSE("dQ", got.dq, want.dq, tl, test::shape_o(p));
+  FA_CHECK_CLOSE("dK", got.dk, want.dk, tl, test::shape_o(p));
+  FA_CHECK_CLOSE("dV", got.dv, want.dv, tl, test::shape_o(p));
+}
 }  // namespace
 
 TEST_CASE("step07 model meets the error budget of its 16-bit type", "[cpu]") {
@@ -70,6 +81,35 @@ TEST_CASE("step07 model refuses fp32 problems and other head dimensions", "[cpu]
   CHECK(test::contains(test::error_of([&] { step07::model_forward(p, random_qkv(p, 1)); }), "bf16 or fp16"));
   const Problem q = lowp(make(1, 1, 8, 96, false), DType::bf16);
   CHECK(test::contains(test::error_of([&] { step07::model_forward(q, random_qkv(q, 1)); }), "d = 64, 128, 256"));
+}
+
+TEST_CASE("step07 backward model meets the gradient budget of its 16-bit type", "[cpu]") {
+  for (DType t : {DType::bf16, DType::fp16})
+    for (const Problem& base : test::sweep({1, 17, 113}, kBwdD)) {
+      const Problem p = lowp(base, t);
+      INFO(p.str() << ", seeds 101, 102");
+      const Qkv in = inputs(p, 101);
+      const std::vector<float> dout = grad_out(p, 102);
+      const ForwardOut fwd = step07::model_forward(p, in).out;
+      check_grad_budget(p, in, dout, step07::model_backward(p, in, fwd, dout).grads, "model");
+    }
+}
+
+TEST_CASE("step07 backward model refuses d = 256 and fp32; its traffic is the formula's", "[cpu]") {
+  const Problem q = lowp(make(1, 1, 8, 256, false), DType::bf16);
+  const Qkv iq = random_qkv(q, 1);
+  CHECK(test::contains(test::error_of([&] { step07::model_backward(q, iq, {iq.q, std::vector<float>(q.rows())}, iq.q); }),
+                       "d = 64, 128"));
+  const Problem f = make(1, 1, 8, 64, false);
+  const Qkv in = random_qkv(f, 1);
+  CHECK(test::contains(test::error_of([&] { step07::model_backward(f, in, {in.q, std::vector<float>(f.rows())}, in.q); }),
+                       "bf16 or fp16"));
+  const Problem p = lowp(make(1, 2, 300, 128, true), DType::bf16);
+  const Qkv ip = inputs(p, 103);
+  const Traffic m = step07::model_backward(p, ip, step07::model_forward(p, ip).out, ip.v).traffic,
+                b = step07::traffic_backward(p);
+  CHECK(m.read == b.read);
+  CHECK(m.written == b.written);
 }
 
 #ifdef FA_HAVE_CUDA
@@ -135,10 +175,100 @@ TEST_CASE("step07 rescales correctly when the row max keeps rising", "[gpu]") {
 TEST_CASE("step07 refuses what it does not support", "[gpu]") {
   const Problem p = make(1, 1, 8, 64, false);
   const Qkv in = random_qkv(p, 1);
+  const ForwardOut f{in.q, std::vector<float>(p.rows())};
   CHECK(test::contains(test::error_of([&] { gpu::forward(step07::kForward, p, in, true); }), "bf16 or fp16"));
+  CHECK(test::contains(test::error_of([&] { gpu::backward(step07::kBackward, p, in, f, in.q); }), "bf16 or fp16"));
   const Problem q = lowp(make(1, 1, 8, 32, false), DType::bf16);
   CHECK(test::contains(test::error_of([&] { gpu::forward(step07::kForward, q, random_qkv(q, 1), true); }),
                        "d = 64, 128, 256"));
+  const Problem w = lowp(make(1, 1, 8, 256, false), DType::bf16);
+  const Qkv iw = random_qkv(w, 1);
+  const ForwardOut fw{iw.q, std::vector<float>(w.rows())};
+  CHECK(test::contains(test::error_of([&] { gpu::backward(step07::kBackward, w, iw, fw, iw.q); }), "d = 64, 128"));
+}
+
+// The backward: against the fp64 reference by FlashAttention's rule for gradients (3×
+// the naive same-dtype error), against its model (step 06's) and step 06's kernel on
+// the same inputs and the same forward: a few 16-bit units (fp32 sums in other orders).
+TEST_CASE("step07 backward meets the gradient budget, matches its model and step 06", "[gpu]") {
+  for (DType t : {DType::bf16, DType::fp16})
+    for (const Problem& base : test::sweep({1, 17, 113, 1000}, kBwdD)) {
+      const Problem p = lowp(base, t);
+      INFO(p.str() << ", seeds 104, 105");
+      const Qkv in = inputs(p, 104);
+      const std::vector<float> dout = grad_out(p, 105);
+      const ForwardOut fwd = gpu::forward(step07::kForward, p, in, true);
+      const Grads g = gpu::backward(step07::kBackward, p, in, fwd, dout);
+      check_grad_budget(p, in, dout, g, "kernel");
+      check_grads_close("vs step 06", p, g, gpu::backward(step06::kBackward, p, in, fwd, dout), reorder(t));
+      if (p.N <= 113) check_grads_close("vs model", p, g, step07::model_backward(p, in, fwd, dout).grads, reorder(t));
+    }
+}
+
+TEST_CASE("step07 backward at N = 4097 and N = 130 (keys past N in a consumer's half), several heads", "[gpu]") {
+  for (int N : {130, 4097})
+    for (int d : kBwdD)
+      for (bool causal : {false, true}) {
+        if (test::quick() && N > 130) continue;
+        const Problem p = lowp(make(1, 3, N, d, causal), DType::bf16);
+        INFO(p.str() << ", seeds 106, 107");
+        const Qkv in = inputs(p, 106);
+        const std::vector<float> dout = grad_out(p, 107);
+        const ForwardOut fwd = gpu::forward(step07::kForward, p, in, true);
+        const Grads g = gpu::backward(step07::kBackward, p, in, fwd, dout);
+        if (N == 130) check_grad_budget(p, in, dout, g, "kernel");  // the fp64 reference: the small N
+        check_grads_close("vs step 06", p, g, gpu::backward(step06::kBackward, p, in, fwd, dout), step06::kBf16Reorder);
+      }
+}
+
+TEST_CASE("step07 backward with huge logits stays finite and within budget", "[gpu]") {
+  for (int d : kBwdD) {
+    const Problem p = lowp(make(1, 2, 300, d, true, 8.0f), DType::bf16);
+    INFO(p.str());
+    const Qkv in = inputs(p, 108);
+    const std::vector<float> dout = grad_out(p, 109);
+    const ForwardOut fwd = gpu::forward(step07::kForward, p, in, true);
+    check_grad_budget(p, in, dout, gpu::backward(step07::kBackward, p, in, fwd, dout), "kernel");
+  }
+}
+
+// The deterministic mode adds dQ's partial sums in key-block order: two runs give the
+// same bits; dK and dV never depend on that order, so they equal the default's.
+TEST_CASE("step07 deterministic backward: two runs bit for bit; dK, dV = the default's", "[gpu]") {
+  for (int N : {113, 1000, 4097})
+    for (int d : kBwdD)
+      for (bool causal : {false, true}) {
+        if (test::quick() && N != 113) continue;
+        const Problem p = lowp(make(2, 2, N, d, causal), DType::bf16);
+        INFO(p.str() << ", seeds 110, 111");
+        const Qkv in = inputs(p, 110);
+        const std::vector<float> dout = grad_out(p, 111);
+        const ForwardOut fwd = gpu::forward(step07::kForward, p, in, true);
+        const Grads a = gpu::backward(step07::kBackwardDeterministic, p, in, fwd, dout);
+        const Grads b = gpu::backward(step07::kBackwardDeterministic, p, in, fwd, dout);
+        check_grads_close("run 2 vs run 1", p, b, a, tol::kBitExact);
+        const Grads any = gpu::backward(step07::kBackward, p, in, fwd, dout);
+        FA_CHECK_CLOSE("dK vs the default", a.dk, any.dk, tol::kBitExact, test::shape_o(p));
+        FA_CHECK_CLOSE("dV vs the default", a.dv, any.dv, tol::kBitExact, test::shape_o(p));
+        FA_CHECK_CLOSE("dQ vs the default", a.dq, any.dq, step06::kBf16Reorder, test::shape_o(p));
+        if (N <= 1000) check_grad_budget(p, in, dout, a, "deterministic");
+      }
+}
+
+TEST_CASE("step07 backward at d = 64, both modes (also under the sanitizers)", "[gpu]") {
+  // FA_TEST_QUICK keeps d = 128 alone in the sweeps: this case keeps d = 64 there.
+  for (bool causal : {false, true}) {
+    const Problem p = lowp(make(2, 3, 113, 64, causal), DType::bf16);
+    INFO(p.str() << ", seeds 112, 113");
+    const Qkv in = inputs(p, 112);
+    const std::vector<float> dout = grad_out(p, 113);
+    const ForwardOut fwd = gpu::forward(step07::kForward, p, in, true);
+    for (const GpuBackward* b : {&step07::kBackward, &step07::kBackwardDeterministic}) {
+      const Grads g = gpu::backward(*b, p, in, fwd, dout);
+      check_grad_budget(p, in, dout, g, b->name);
+      check_grads_close("vs model", p, g, step07::model_backward(p, in, fwd, dout).grads, step06::kBf16Reorder);
+    }
+  }
 }
 #endif
 

@@ -15,3 +15,21 @@ ModelForward model_forward(const Problem& p, const Qkv& in) {
 Traffic traffic_forward(const Problem& p) { return step06::traffic_forward_tiled(p, forward_tile(p.d).rows(), forward_tile(p.d).keys); }
 
 }  // namespace fa::step07
+
+namespace fa::step07 {
+
+// The backward's blocks are step 06's at d ≤ 128 (128 keys, 64 queries), and so are its
+// rounding points: its model is step 06's. What differs is where dQ's partial sums go
+// (TMA bulk reductions instead of atomics: the same fp32 additions, in another order).
+static_assert(kBwdKeys == step06::backward_keys(128) && kBwdKeys == step06::backward_keys(64) &&
+                  kBwdQueries == step06::kBwdQueries,
+              "step 07's backward blocks are step 06's: its model is step 06's");
+
+ModelBackward model_backward(const Problem& p, const Qkv& in, const ForwardOut& fwd, const std::vector<float>& dout) {
+  step06::require_lowp(p, "step07 backward", kBackwardD);
+  return step06::model_backward(p, in, fwd, dout);
+}
+
+Traffic traffic_backward(const Problem& p) { return step06::traffic_backward(p); }
+
+}  // namespace fa::step07

@@ -66,7 +66,27 @@ void require_supported(const Problem& p);
 ModelForward model_forward(const Problem& p, const Qkv& in);
 Traffic traffic_forward(const Problem& p);  ///< elements (×2 bytes, L ×4)
 
+/// The backward's block: a producer warpgroup (TMA loads; its second warp adds dQ into
+/// the fp32 accumulator) and two consumer warpgroups of 64 keys each, so B_c = 128
+/// keys a block, walking the query blocks 64 queries at a time — step 06's blocks.
+constexpr int kBwdConsumers = 2;
+constexpr int kBwdKeys = kBwdConsumers * kRowsPerConsumer;  ///< B_c
+constexpr int kBwdQueries = 64;                             ///< queries per step of the inner loop
+constexpr int kBwdStages = 2;                               ///< query blocks in flight
+inline constexpr int kBackwardD[] = {64, 128, 0};           ///< the head dimensions of the backward
+
+/// CPU model of the backward: step 06's model, whose blocks (128 keys × 64 queries at
+/// d ≤ 128) and rounding points (Pᵀ and dSᵀ in 16 bits before their products, dQ summed
+/// in fp32 over key blocks) are step 07's. Throws unless d is in kBackwardD.
+ModelBackward model_backward(const Problem& p, const Qkv& in, const ForwardOut& fwd, const std::vector<float>& dout);
+Traffic traffic_backward(const Problem& p);  ///< elements, as step 06's
+
 extern const GpuForward kForward;
+/// The backward: dQ added by TMA bulk reductions as the blocks finish, in any order.
+extern const GpuBackward kBackward;
+/// The same kernels with dQ added in key-block order (a semaphore per query block):
+/// two runs give the same bits.
+extern const GpuBackward kBackwardDeterministic;
 constexpr int kForwardVersionCount = 7;
 /// The forward versions of note 07's table (versions_forward.cu), for the bench and tests.
 extern const GpuForward kForwardVersions[kForwardVersionCount];

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Step 07's forward beside cuDNN, FlashAttention-2 and step 06, from one device run.
+"""Step 07's forward (or backward) beside cuDNN, FlashAttention-2 and step 06, from one device run.
 
-  python3 tools/bench/compare07.py notes/results/h200 [--markdown]
+  python3 tools/bench/compare07.py notes/results/h200 [--dir bwd] [--markdown]
 
 Reads bench07_t<tokens>.csv (fa_bench: steps 06, 07) and peers07_t<tokens>.csv
-(peers.py: torch-flash, torch-cudnn) for every B·H·N = tokens measured, and prints
+(peers.py: torch-flash, torch-cudnn) for every B·H·N = tokens measured — for the
+backward bench07bwd_t<tokens>.csv and peers07bwd_t<tokens>.csv — and prints
 TFLOP/s per shape and the ratios step07/cuDNN and step07/FA-2 — every one of them,
 the ones below 1.0 included — with their range per (tokens, d, causal).
 """
@@ -20,13 +21,14 @@ def load(path):
         return [r for r in csv.DictReader(f) if r.get("status") == "ok"]
 
 
-def table(folder):
+def table(folder, direction):
     rows = {}
-    for bench in sorted(glob.glob(os.path.join(folder, "bench07_t*.csv"))):
+    tag = "07" if direction == "fwd" else "07bwd"
+    for bench in sorted(glob.glob(os.path.join(folder, f"bench{tag}_t*.csv"))):
         tokens = int(re.search(r"_t(\d+)\.csv$", bench).group(1))
-        peers = bench.replace("bench07_", "peers07_")
+        peers = bench.replace(f"bench{tag}_", f"peers{tag}_")
         for r in load(bench) + (load(peers) if os.path.exists(peers) else []):
-            if r["dir"] != "fwd" or r["dtype"] != "bf16":
+            if r["dir"] != direction or r["dtype"] != "bf16":
                 continue
             who = {"06": "step06", "07": "step07"}.get(r["step"]) if r["impl"] == "fa" else r["impl"].replace("torch-", "")
             key = (tokens, int(r["d"]), int(r["causal"]), int(r["N"]))
@@ -37,9 +39,10 @@ def table(folder):
 def main():
     folder = sys.argv[1] if len(sys.argv) > 1 else "notes/results/h200"
     md = "--markdown" in sys.argv
-    rows = table(folder)
+    direction = sys.argv[sys.argv.index("--dir") + 1] if "--dir" in sys.argv else "fwd"
+    rows = table(folder, direction)
     if not rows:
-        sys.exit(f"compare07: no bench07_t*.csv in {folder}")
+        sys.exit(f"compare07: no {direction} rows in the bench07*_t*.csv of {folder}")
     cols = ["step07", "cudnn", "flash", "step06"]
     if md:
         print("| B·H·N | d | causal | N | step 07 | cuDNN | FA-2 | step 06 | 07/cuDNN | 07/FA-2 |")

@@ -2,8 +2,9 @@
 # Step 07 on the H200 in one call: build (sm_90; step 07 itself is sm_90a), its GPU
 # tests, compute-sanitizer (memcheck, racecheck, synccheck), the SASS facts, and the
 # forward beside step 06 and PyTorch's FlashAttention-2 and cuDNN backends.
-#   [PHASE=test|bench|all|final] bash tools/device/step07_check.sh [build-dir]
-# (final: the whole build and ctest, and the GPU's bf16 GEMM rate)
+#   [PHASE=test|bench|bwd|all|final] bash tools/device/step07_check.sh [build-dir]
+# (bwd: the tests and sanitizers, then the backward's bench instead of the forward's;
+#  final: the whole build and ctest, and the GPU's bf16 GEMM rate)
 # Results (bench07*.csv, peers07*.csv, versions07.csv, ncu07.csv, sass07.txt, device07.txt)
 # into $OUT/results.tgz, to be unpacked into notes/results/h200; logs into $OUT/logs.tgz
 # (only a few files come back from the machine).
@@ -63,6 +64,24 @@ if [ "$PHASE" != bench ]; then
 fi
 [ "$PHASE" = test ] && exit $rc
 [ $rc -ne 0 ] && exit $rc
+if [ "$PHASE" = bwd ]; then
+  # The backward beside step 06, cuDNN and FlashAttention-2; the deterministic mode beside the default.
+  NS=${NS:-1024,2048,4096,8192,16384,32768}
+  for tokens in ${TOKENS:-131072 524288}; do
+    "$BUILD/tools/bench/fa_bench" --steps 06,07 --dtype bf16 --d 64,128 --N "$NS" --dir bwd --tokens $tokens \
+      --reps 10 --csv "$R/bench07bwd_t$tokens.csv" 2> "$L/bench07bwd_t$tokens.log"; tail -1 "$L/bench07bwd_t$tokens.log"
+    python3 tools/bench/peers.py --dtypes bf16 --d 64,128 --N "$NS" --dir bwd --backends flash,cudnn \
+      --tokens $tokens --reps 10 --csv "$R/peers07bwd_t$tokens.csv" 2> "$L/peers07bwd_t$tokens.log"
+    tail -1 "$L/peers07bwd_t$tokens.log"; stamp "benched the backward at B·H·N = $tokens"
+  done
+  "$BUILD/tools/bench/fa_bench" --steps 07 --versions --dtype bf16 --d 64,128 --N 2048,8192 --dir bwd \
+    --tokens 131072 --reps 10 --csv "$R/versions07bwd.csv" 2> "$L/versions07bwd.log"; tail -1 "$L/versions07bwd.log"
+  python3 tools/bench/compare07.py "$R" --dir bwd > "$R/compare07bwd.txt"; tail -8 "$R/compare07bwd.txt"
+  # Extra device memory (the workspace) at N = 131072, B·H = 16, beside step 06's: one timed run each.
+  "$BUILD/tools/bench/fa_bench" --steps 06,07 --dtype bf16 --d 64,128 --N 131072 --dir bwd --tokens 2097152 \
+    --reps 1 --csv "$R/memory07bwd.csv" 2> "$L/memory07bwd.log"; tail -1 "$L/memory07bwd.log"
+  stamp "backward benched"; exit 0
+fi
 NS=${NS:-1024,2048,4096,8192,16384,32768}
 for tokens in ${TOKENS:-131072 524288}; do
   "$BUILD/tools/bench/fa_bench" --steps 06,07 --dtype bf16 --d 64,128,256 --N "$NS" --dir fwd --tokens $tokens \

@@ -297,7 +297,7 @@ int run(const Args& a) {
   const bool want_bwd = a.kv.count("--do") || a.kv.count("--dq") || a.kv.count("--dk") || a.kv.count("--dv");
   if (want_bwd && !(a.kv.count("--do") && a.kv.count("--dq") && a.kv.count("--dk") && a.kv.count("--dv")))
     throw Error("the backward needs all of --do, --dq, --dk and --dv");
-  if (want_bwd && !s.backward) throw Error("step " + s.id + " has no backward (steps with one: reference, 01, 05, 06)");
+  if (want_bwd && !s.backward) throw Error("step " + s.id + " has no backward (steps with one: reference, 01, 05, 06, 07)");
   if (a.kv.count("--lse") && !s.softmax) throw Error("step " + s.id + " computes no softmax, so it has no log-sum-exp");
   if (s.gpu) {
     std::string why;

@@ -103,10 +103,12 @@ std::vector<StepEntry> make_table() {
   for (const GpuBackward& v : step06::kBackwardVersions) t.back().backward_versions.push_back(&v);
 #endif
   t.push_back({"07", "Hopper: TMA, wgmma, warp-specialised, FA-3 style", true, true,
-               on_gpu(FA_GPU(step07::kForward), true), {}, step07::model_forward, {}, step07::traffic_forward, {},
-               FA_GPU(step07::kForward), nullptr, "notes/07_hopper.md", DType::bf16});
+               on_gpu(FA_GPU(step07::kForward), true), on_gpu(FA_GPU(step07::kBackward)), step07::model_forward,
+               step07::model_backward, step07::traffic_forward, step07::traffic_backward, FA_GPU(step07::kForward),
+               FA_GPU(step07::kBackward), "notes/07_hopper.md", DType::bf16});
 #ifdef FA_HAVE_CUDA
   for (const GpuForward& v : step07::kForwardVersions) t.back().forward_versions.push_back(&v);
+  t.back().backward_versions.push_back(&step07::kBackwardDeterministic);
 #endif
   return t;
 }

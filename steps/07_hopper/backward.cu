@@ -1,0 +1,446 @@
+// Step 07 backward: step 06's backward (K/V outer, FlashAttention-2's loop order), fed
+// by TMA and computed by wgmma, with the work split between warpgroups that move data
+// and warpgroups that compute.
+//
+// Three kernels, as in step 06: its preprocess (D = rowsum(dO∘O), L·log2 e, padded
+// per head to a multiple of 64 rows), the dK/dV kernel below, and a convert kernel
+// (dQ = scale·accumulator in 16 bits).
+//
+// A thread block owns K/V block j (128 keys of one head) and is 3 warpgroups:
+//   producer (warpgroup 0)
+//     warp 0, one thread:  K_j and V_j once; then per query block i Q_i, dO_i (TMA),
+//                          L_i, D_i (bulk copies) into a ring of stages, completing
+//                          on the stage's "full" mbarrier;
+//     warp 1, one thread:  dQ's writer: each consumer's dQ partial, staged in shared
+//                          memory, added into the fp32 accumulator in device memory by
+//                          one TMA bulk reduction (cp.reduce.async.bulk .add.f32);
+//                          in the deterministic mode only once the key blocks before
+//                          j have added theirs (a semaphore per query block);
+//     it gives its registers away (setmaxnreg).
+//   consumer c (1 and 2)   64 keys each, their dK, dV in registers (fp32); per i:
+//       Sᵀ  = K_c·Q_iᵀ,  dPᵀ = V_c·dO_iᵀ       wgmma, both operands in shared memory
+//       Pᵀ  = 2^(Sᵀ·scale·log2 e − L_i·log2 e)  (no max, no sum: L has them)
+//       dSᵀ = Pᵀ∘(dPᵀ − D_i)
+//       dV_c += Pᵀ·dO_i,  dK_c += dSᵀ·Q_i       wgmma, Pᵀ and dSᵀ from registers (16 bits)
+//       dQ_i += dS·K_j                          wgmma from shared memory: dSᵀ of both
+//                                               consumers (it needs all 128 keys), read
+//                                               transposed; dQ_i's 64-column pieces
+//                                               dealt to the consumers in turn (d = 128:
+//                                               one each; d = 64: one, every other i)
+// The query blocks are visited last to first: with the causal mask every key block then
+// starts at the same (the last) query block, so in the deterministic mode no block waits
+// long for the ones before it.
+// Epilogue: dK (×scale) and dV in 16 bits through shared memory and TMA stores.
+#include <cuda/atomic>
+
+#include "steps/06_tensor_cores/backward.cuh"  // preprocess_kernel, padded_rows
+#include "steps/07_hopper/forward.cuh"         // aligned_smem, epilogue_bar
+
+namespace fa::step07 {
+namespace {
+
+constexpr int kBc = kBwdKeys, kQ = kBwdQueries, kStages = kBwdStages;
+constexpr int kChunkFloats = kQ * kPanel;  ///< one 64-query × 64-column piece of dQ (fp32)
+
+/// Shared memory of a block, in bytes from a 1024-aligned base.
+template <int kD>
+struct BwdSmem {
+  static constexpr int kKVBytes = kBc * kD * 2;  ///< K_j (or V_j): kD/64 panels of 128 rows
+  static constexpr int kQBytes = kQ * kD * 2;    ///< Q_i (or dO_i): kD/64 panels of 64 rows
+  static constexpr int kDsBytes = kBc * kQ * 2;  ///< dSᵀ: 128 keys × 64 queries, one panel
+  static constexpr int k = 0;
+  static constexpr int v = k + kKVBytes;
+  static constexpr int q = v + kKVBytes;              ///< [stage]
+  static constexpr int dout = q + kStages * kQBytes;  ///< [stage]
+  static constexpr int ds = dout + kStages * kQBytes; ///< [2]: alternate query blocks
+  static constexpr int dq = ds + 2 * kDsBytes;        ///< [consumer]: a staged dQ partial (fp32)
+  static constexpr int l2 = dq + kBwdConsumers * kChunkFloats * 4;  ///< [stage][kQ]: L·log2 e
+  static constexpr int dsum = l2 + kStages * kQ * 4;                 ///< [stage][kQ]: D
+  static constexpr int bars = dsum + kStages * kQ * 4;
+  static constexpr int bytes = bars + 8 * (1 + 2 * kStages + 2 * kBwdConsumers);  ///< + 1024 for alignment
+};
+
+/// The mbarriers: K/V's; per stage "full" (copies done) and "empty" (every consumer
+/// thread done with it: each read L_i, D_i itself); per consumer "dq_full" (its partial staged) and "dq_empty"
+/// (the writer's bulk reduction has read it).
+struct BwdBarriers {
+  std::uint64_t *kv_full, *q_full, *q_empty, *dq_full, *dq_empty;
+  __device__ explicit BwdBarriers(unsigned char* at)
+      : kv_full(reinterpret_cast<std::uint64_t*>(at)), q_full(kv_full + 1), q_empty(q_full + kStages),
+        dq_full(q_empty + kStages), dq_empty(dq_full + kBwdConsumers) {}
+  /// By one thread, before the block's first __syncthreads.
+  __device__ void init() {
+    cuda::ptx::mbarrier_init(kv_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      cuda::ptx::mbarrier_init(&q_full[s], 1);
+      cuda::ptx::mbarrier_init(&q_empty[s], 128 * kBwdConsumers);  // one arrival per consumer thread
+    }
+    for (int c = 0; c < kBwdConsumers; ++c) {
+      cuda::ptx::mbarrier_init(&dq_full[c], 4);  // the consumer's four warps
+      cuda::ptx::mbarrier_init(&dq_empty[c], 1);
+    }
+    cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);  // visible to TMA
+  }
+};
+
+/// Named barriers of both consumers (256 threads), alternating by step: dSᵀ complete.
+/// Two ids, so that a consumer that only arrives (no dQ piece this step) cannot arrive
+/// twice at one barrier before the other consumer has waited on it.
+__device__ __forceinline__ int ds_bar(int it) { return 1 + it % 2; }
+constexpr int kEpilogueBar = 3;  ///< both consumers, before the epilogue reuses the stages
+
+/// dQ_i's pieces: its 64-column panels, each the product dS·K_j[:, panel] over all 128
+/// keys. They are dealt to the consumers in turn, piece m = it·kPanels + panel of the
+/// block's it-th query block to consumer m % 2: at d = 128 consumer c always takes panel
+/// c; at d = 64 the consumers take the one piece on alternate query blocks.
+template <int kD>
+struct DqPieces {
+  static constexpr int kPanels = kD / kPanel;
+  /// The panel consumer c computes at iteration `it`, or −1 if none.
+  __device__ static int panel(int c, int it) {
+    const int p = ((c - it * kPanels) % kBwdConsumers + kBwdConsumers) % kBwdConsumers;
+    return p < kPanels ? p : -1;
+  }
+  /// How many pieces consumer c = m % 2 computed before piece m: the parity of its barriers.
+  __device__ static std::uint32_t parity(int m) { return (m / kBwdConsumers) % 2; }
+};
+static_assert(kBwdConsumers == 2, "pieces and the alternating barriers are written for two consumers");
+
+/// Query block i of a block's it-th step: last to first.
+__device__ __forceinline__ int q_block(int q_blocks, int it) { return q_blocks - 1 - it; }
+
+/// The fp32 dQ accumulator's layout: per head and 64-query block, kD/64 pieces of 64
+/// columns, each as the consumers' registers hold it — register x of thread tid of a
+/// warpgroup at x·128 + tid — so that staging it in shared memory is conflict-free and
+/// a piece is one contiguous 16 KiB run for one bulk reduction. convert_kernel undoes it.
+__host__ __device__ constexpr std::size_t dq_piece(std::size_t bh, int q_blocks, int i, int panel, int panels) {
+  return ((bh * q_blocks + i) * panels + panel) * std::size_t(kChunkFloats);
+}
+
+struct BwdParams {
+  int N, Np, q_blocks;
+  float scale;
+  bool causal, deterministic;
+  const float *l2, *dsum;  // preprocess's, [B·H][Np]
+  float* dq_acc;           // [B·H][q_blocks][kD/64][kChunkFloats]
+  int* order;              // [B·H][q_blocks]: key blocks that have added into query block i
+};
+
+/// dQ's writer, by one thread: every piece, as its consumer stages it, into the
+/// accumulator by one bulk reduction; the staging is handed back once read. In the
+/// deterministic mode a query block's pieces go only after the key blocks before this
+/// one have added theirs (order[i] == j), and order[i] = j + 1 once they are in memory.
+template <int kD>
+__device__ void write_dq(const BwdParams& prm, unsigned char* smem, const BwdBarriers& b, int j, int bh, int steps) {
+  using L = BwdSmem<kD>;
+  using P = DqPieces<kD>;
+  for (int m = 0; m < steps * P::kPanels; ++m) {
+    const int it = m / P::kPanels, panel = m % P::kPanels, c = m % kBwdConsumers, i = q_block(prm.q_blocks, it);
+    cuda::atomic_ref<int, cuda::thread_scope_device> order(prm.order[std::size_t(bh) * prm.q_blocks + i]);
+    if (prm.deterministic && panel == 0) {
+      while (order.load(cuda::memory_order_acquire) != j) {
+      }
+      cuda::ptx::fence_proxy_async(cuda::ptx::space_global);  // the earlier blocks' sums, for this proxy
+    }
+    wait(&b.dq_full[c], P::parity(m));
+    cuda::ptx::cp_reduce_async_bulk(cuda::ptx::space_global, cuda::ptx::space_shared, cuda::ptx::op_add,
+                                    prm.dq_acc + dq_piece(bh, prm.q_blocks, i, panel, P::kPanels),
+                                    reinterpret_cast<const float*>(smem + L::dq + c * kChunkFloats * 4),
+                                    std::uint32_t(kChunkFloats * 4));
+    cuda::ptx::cp_async_bulk_commit_group();
+    cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});  // the staging is read
+    arrive(&b.dq_empty[c]);
+    if (prm.deterministic && panel == P::kPanels - 1) {
+      cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});  // the block's sums are in device memory
+      cuda::ptx::fence_proxy_async(cuda::ptx::space_global);
+      order.store(j + 1, cuda::memory_order_release);
+    }
+  }
+  cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});
+}
+
+template <class T, int kD>
+__global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
+    dkdv_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
+                const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap do_map,
+                const __grid_constant__ CUtensorMap dk_map, const __grid_constant__ CUtensorMap dv_map,
+                const BwdParams prm) {
+#if FA_STEP07_ARCH_OK
+  using L = BwdSmem<kD>;
+  using P = DqPieces<kD>;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = aligned_smem(smem_raw);
+  BwdBarriers bars(smem + L::bars);
+
+  // The grid is (key blocks, heads): block j = blockIdx.x, so with the causal mask the
+  // key blocks with the most query blocks to visit start first, and in the
+  // deterministic mode a block waits only on blocks launched before it.
+  const int j = blockIdx.x, bh = blockIdx.y, k0 = j * kBc, N = prm.N;
+  const int steps = prm.q_blocks - tiles::first_q_block(prm.causal, j, kQ, kBc);  // query blocks to visit
+  if (threadIdx.x == 0) bars.init();
+  __syncthreads();
+
+  if (threadIdx.x < 128) {
+    // ---- Producer warpgroup.
+    release_registers<kProducerRegs>();
+    if (threadIdx.x == 0) {
+      arrive_expecting(bars.kv_full, 2 * L::kKVBytes);
+      load_tile(&k_map, smem + L::k, bars.kv_full, k0, bh);
+      load_tile(&v_map, smem + L::v, bars.kv_full, k0, bh);
+      for (int it = 0; it < steps; ++it) {
+        const int s = it % kStages, i = q_block(prm.q_blocks, it);
+        wait(&bars.q_empty[s], (it / kStages) % 2 ^ 1);  // a fresh barrier: parity 1 is done
+        arrive_expecting(&bars.q_full[s], 2 * L::kQBytes + 2 * kQ * 4);
+        load_tile(&q_map, smem + L::q + s * L::kQBytes, &bars.q_full[s], i * kQ, bh);
+        load_tile(&do_map, smem + L::dout + s * L::kQBytes, &bars.q_full[s], i * kQ, bh);
+        const std::size_t stat = std::size_t(bh) * prm.Np + std::size_t(i) * kQ;
+        cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, smem + L::l2 + s * kQ * 4,
+                                 prm.l2 + stat, std::uint32_t(kQ * 4), &bars.q_full[s]);
+        cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, smem + L::dsum + s * kQ * 4,
+                                 prm.dsum + stat, std::uint32_t(kQ * 4), &bars.q_full[s]);
+      }
+    } else if (threadIdx.x == 32) {
+      write_dq<kD>(prm, smem, bars, j, bh, steps);
+    }
+    return;
+  }
+
+  // ---- Consumer warpgroup c: keys k0 + 64c .. k0 + 64c + 63.
+  claim_registers<FwdTile{kBwdConsumers, kBc, kStages}.consumer_regs()>();
+  const int c = threadIdx.x / 128 - 1, tid = threadIdx.x % 128, warp = tid / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int key0 = k0 + kRowsPerConsumer * c + 16 * warp + g;  // this thread's keys: key0, key0 + 8
+  const float mul = prm.scale * step06::kLog2e;
+  const std::uint32_t k_tile = smem_u32(smem + L::k), v_tile = smem_u32(smem + L::v);
+  const std::uint32_t kv_rows = kRowsPerConsumer * c * 128;  // consumer c's keys inside a K/V panel
+  float* stage_dq = reinterpret_cast<float*>(smem + L::dq) + c * kChunkFloats;
+
+  float dk[kD / 2] = {}, dv[kD / 2] = {};  // dK_c, dV_c: 64 keys × kD; register 4n + 2h + e = key g + 8h, column 8n + 2t + e
+  wait(bars.kv_full, 0);
+
+  // Main loop over the query blocks.
+  for (int it = 0; it < steps; ++it) {
+    const int s = it % kStages, q0 = q_block(prm.q_blocks, it) * kQ;
+    const std::uint32_t q_tile = smem_u32(smem + L::q + s * L::kQBytes);
+    const std::uint32_t do_tile = smem_u32(smem + L::dout + s * L::kQBytes);
+    const float* l2 = reinterpret_cast<const float*>(smem + L::l2) + s * kQ;
+    const float* dsum = reinterpret_cast<const float*>(smem + L::dsum) + s * kQ;
+    unsigned char* ds_tile = smem + L::ds + (it % 2) * L::kDsBytes;
+    wait(&bars.q_full[s], (it / kStages) % 2);
+
+    // Sᵀ = K_c·Q_iᵀ and dPᵀ = V_c·dO_iᵀ: kD/16 k steps each, both operands K-major.
+    float st[kQ / 2], dpt[kQ / 2];  // 64 keys × 64 queries: register 4n + 2h + e = key g + 8h, query 8n + 2t + e
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      const std::uint32_t col = (kk % 4) * 32;
+      Wgmma<T, kQ>::template ss<0, 0>(st, descriptor(k_tile + (kk / 4) * kBc * 128 + kv_rows + col, 0),
+                                      descriptor(q_tile + (kk / 4) * kQ * 128 + col, 0), kk > 0);
+    }
+    wgmma_commit();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      const std::uint32_t col = (kk % 4) * 32;
+      Wgmma<T, kQ>::template ss<0, 0>(dpt, descriptor(v_tile + (kk / 4) * kBc * 128 + kv_rows + col, 0),
+                                      descriptor(do_tile + (kk / 4) * kQ * 128 + col, 0), kk > 0);
+    }
+    wgmma_commit();
+
+    // Pᵀ (fp32 in st), masked where a key is past N or (causal) after the query.
+    wgmma_wait<1>(st);
+#pragma unroll
+    for (int x = 0; x < kQ / 2; ++x) st[x] = step06::exp2_approx(fmaf(st[x], mul, -l2[8 * (x / 4) + 2 * t + x % 2]));
+    if (key0 - g + 16 > N || (prm.causal && key0 - g + 15 > q0)) {  // warp-uniform: the warp's 16 keys
+#pragma unroll
+      for (int x = 0; x < kQ / 2; ++x)
+        if (tiles::masked(q0 + 8 * (x / 4) + 2 * t + x % 2, key0 + 8 * (x % 4 / 2), N, prm.causal)) st[x] = 0.0f;
+    }
+    // dV_c += Pᵀ·dO_i: Pᵀ rounded to 16 bits as A fragments; dO MN-major (its rows are the k index).
+    std::uint32_t pa[kQ / 16][4];  // [16-query k step][register]
+#pragma unroll
+    for (int kk = 0; kk < kQ / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) pa[kk][r] = step06::Mma<T>::pack(st[8 * kk + 2 * r], st[8 * kk + 2 * r + 1]);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kQ / 16; ++kk)
+      Wgmma<T, kD>::template rs<1>(dv, pa[kk], descriptor(do_tile + kk * 16 * 128, kQ * 128), true);
+    wgmma_commit();
+
+    // dSᵀ = Pᵀ∘(dPᵀ − D_i) once dPᵀ is done (dV may still run); dK_c += dSᵀ·Q_i.
+    wgmma_wait<1>(dpt);
+#pragma unroll
+    for (int x = 0; x < kQ / 2; ++x) dpt[x] = st[x] * (dpt[x] - dsum[8 * (x / 4) + 2 * t + x % 2]);
+    std::uint32_t dsa[kQ / 16][4];  // [16-query k step][register]
+#pragma unroll
+    for (int kk = 0; kk < kQ / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) dsa[kk][r] = step06::Mma<T>::pack(dpt[8 * kk + 2 * r], dpt[8 * kk + 2 * r + 1]);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kQ / 16; ++kk)
+      Wgmma<T, kD>::template rs<1>(dk, dsa[kk], descriptor(q_tile + kk * 16 * 128, kQ * 128), true);
+    wgmma_commit();
+
+    // dSᵀ into shared memory (rows = the block's keys, one 128-byte-swizzled panel of 64
+    // queries) for dQ: register r of dsa[kk] holds keys g (+8 if r odd), queries 16kk + 8⌊r/2⌋ + 2t.
+#pragma unroll
+    for (int kk = 0; kk < kQ / 16; ++kk)
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+        *reinterpret_cast<std::uint32_t*>(
+            ds_tile + swizzled(kBc, kRowsPerConsumer * c + 16 * warp + g + 8 * (r % 2), 16 * kk + 8 * (r / 2) + 2 * t)) =
+            dsa[kk][r];
+    cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // ordinary stores, read by wgmma
+    const int panel = P::panel(c, it);
+    if (panel < 0) {
+      named_arrive(ds_bar(it), 128 * kBwdConsumers);  // no piece this step: dSᵀ is the other's to use
+      wgmma_wait<0>(dv);
+      wgmma_wait<0>(dk);
+    } else {
+      named_sync(ds_bar(it), 128 * kBwdConsumers);
+      // dQ_i's piece = dS·K_j[:, panel]: A = dSᵀ read transposed (MN-major: the queries run
+      // along its rows), B = K_j MN-major; 8 k steps of 16 keys, 2048 bytes apart in both.
+      float dq[kChunkFloats / 128];  // 64 queries × 64 columns: register 4n + 2h + e = query 16w + g + 8h, column 8n + 2t + e
+      const std::uint32_t b0 = k_tile + panel * kBc * 128;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBc / 16; ++kk)
+        Wgmma<T, kPanel>::template ss<1, 1>(dq, descriptor(smem_u32(ds_tile) + kk * 2048, kBc * 128),
+                                            descriptor(b0 + kk * 2048, kBc * 128), kk > 0);
+      wgmma_commit();
+      wgmma_wait<0>(dq);  // and dV's, dK's products
+      wgmma_wait<0>(dv);
+      wgmma_wait<0>(dk);
+      // The piece to the writer, staged as the accumulator lays it out (dq_piece).
+      const int m = it * P::kPanels + panel;
+      wait(&bars.dq_empty[c], P::parity(m) ^ 1);
+#pragma unroll
+      for (int x = 0; x < kChunkFloats / 128; ++x) stage_dq[x * 128 + tid] = dq[x];
+      cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // read by the bulk reduction
+      __syncwarp();
+      if (lane == 0) arrive(&bars.dq_full[c]);
+    }
+    fence_registers(pa);
+    fence_registers(dsa);
+    // The stage is free: its Q_i, dO_i read by the products, its L_i, D_i by this
+    // thread's ordinary loads, which the fence orders before the bulk copies that will
+    // refill it (PTX ISA, "Memory Consistency Model: Proxies": generic and async proxy
+    // accesses to one location need a proxy fence between them). Every thread arrives.
+    cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+    arrive(&bars.q_empty[s]);
+  }
+
+  // Epilogue: dK = scale·Σ dSᵀ·Q and dV in 16 bits, into the stage buffers (free once
+  // both consumers are past their last products), out by TMA; keys past N dropped by the map.
+  named_sync(kEpilogueBar, 128 * kBwdConsumers);
+  unsigned char* dk_tile = smem + L::q + c * L::kQBytes;
+  unsigned char* dv_tile = smem + L::dout + c * L::kQBytes;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = 16 * warp + g + 8 * h;
+#pragma unroll
+    for (int n = 0; n < kD / 8; ++n) {
+      const std::uint32_t at = swizzled(kRowsPerConsumer, r, 8 * n + 2 * t);
+      *reinterpret_cast<std::uint32_t*>(dk_tile + at) =
+          step06::Mma<T>::pack(prm.scale * dk[4 * n + 2 * h], prm.scale * dk[4 * n + 2 * h + 1]);
+      *reinterpret_cast<std::uint32_t*>(dv_tile + at) = step06::Mma<T>::pack(dv[4 * n + 2 * h], dv[4 * n + 2 * h + 1]);
+    }
+  }
+  cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+  named_sync(epilogue_bar(c), 128);
+  if (tid == 0) {
+    store_tile(&dk_map, dk_tile, k0 + kRowsPerConsumer * c, bh);
+    store_tile(&dv_map, dv_tile, k0 + kRowsPerConsumer * c, bh);
+    cuda::ptx::cp_async_bulk_commit_group();
+    cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
+  }
+#endif
+}
+
+/// dQ = scale·accumulator in 16 bits, out of dq_piece's layout: a thread takes registers
+/// x, x + 1 (x even) of one thread `tid` of one piece — two neighbouring columns.
+template <class T>
+__global__ void convert_kernel(int N, int d, int q_blocks, std::size_t pairs, float scale,
+                               const float* __restrict__ acc, T* __restrict__ dq) {
+#if FA_STEP07_ARCH_OK
+  const std::size_t e = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (e >= pairs) return;
+  const int tid = int(e % 128), x = 2 * int(e / 128 % (kChunkFloats / 256));
+  const std::size_t piece = e / (kChunkFloats / 2);  // ((bh·q_blocks + i)·panels + panel)
+  const int panels = d / kPanel, panel = int(piece % panels);
+  const std::size_t block = piece / panels;
+  const int i = int(block % q_blocks);
+  const std::size_t bh = block / q_blocks;
+  const int w = tid / 32, g = tid % 32 / 4, t = tid % 4;
+  const int row = i * kQ + 16 * w + g + 8 * (x % 4 / 2), col = panel * kPanel + 8 * (x / 4) + 2 * t;
+  if (row >= N) return;
+  const float* src = acc + piece * kChunkFloats + tid;
+  *reinterpret_cast<std::uint32_t*>(dq + (bh * N + row) * d + col) =
+      step06::Mma<T>::pack(scale * src[x * 128], scale * src[(x + 1) * 128]);
+#endif
+}
+
+struct BwdWorkspace {
+  float *dq_acc, *l2, *dsum;
+  int* order;
+};
+BwdWorkspace carve(const Problem& p, void* ws) {
+  const std::size_t np = p.heads() * std::size_t(step06::padded_rows(p.N));
+  float* base = static_cast<float*>(ws);
+  return {base, base + np * p.d, base + np * (p.d + 1), reinterpret_cast<int*>(base + np * (p.d + 2))};
+}
+std::size_t workspace_bytes(const Problem& p) {
+  const std::size_t np = p.heads() * std::size_t(step06::padded_rows(p.N));
+  return np * (p.d + 2) * sizeof(float) + p.heads() * tiles::q_blocks(p.N, kQ) * sizeof(int);
+}
+constexpr const char* kWorkspace =
+    "the fp32 dQ accumulator, D and L·log2 e (B·H·Np·(d + 2) floats, Np = N rounded up to 64) and a "
+    "counter per query block";
+
+template <class T, int kD>
+void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool deterministic) {
+  const BwdWorkspace w = carve(p, ws);
+  const int N = p.N, Np = step06::padded_rows(N), qb = tiles::q_blocks(N, kQ);
+  const std::size_t heads = p.heads();
+  FA_CUDA_CHECK(cudaMemsetAsync(w.dq_acc, 0, heads * Np * kD * sizeof(float), s));
+  FA_CUDA_CHECK(cudaMemsetAsync(w.order, 0, heads * qb * sizeof(int), s));
+  const int rows = int(heads) * Np;
+  step06::preprocess_kernel<T, kD><<<(rows + 7) / 8, 256, 0, s>>>(N, Np, rows, static_cast<const T*>(a.o),
+                                                                  static_cast<const T*>(a.dout), a.lse, w.l2, w.dsum);
+  FA_CHECK_LAUNCH();
+
+  auto map = [&](const void* x, int box) { return make_tile_map(x, p.dtype, N, heads, kD, box); };
+  const BwdParams prm{N, Np, qb, p.softmax_scale(), p.causal, deterministic, w.l2, w.dsum, w.dq_acc, w.order};
+  const std::size_t smem = BwdSmem<kD>::bytes + 1024;  // + the base's alignment
+  set_smem_limit(dkdv_kernel<T, kD>, smem);
+  const dim3 grid(unsigned(tiles::kv_blocks(N, kBc)), unsigned(heads));
+  dkdv_kernel<T, kD><<<grid, 128 * (1 + kBwdConsumers), smem, s>>>(
+      map(a.q, kQ), map(a.k, kBc), map(a.v, kBc), map(a.dout, kQ), map(a.dk, kRowsPerConsumer),
+      map(a.dv, kRowsPerConsumer), prm);
+  FA_CHECK_LAUNCH();
+
+  const std::size_t pairs = heads * Np * kD / 2;
+  convert_kernel<T><<<unsigned((pairs + 255) / 256), 256, 0, s>>>(N, kD, qb, pairs, p.softmax_scale(), w.dq_acc,
+                                                                  static_cast<T*>(a.dq));
+  FA_CHECK_LAUNCH();
+}
+
+template <int kD>
+void run_d(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool det) {
+  p.dtype == DType::bf16 ? launch<__nv_bfloat16, kD>(p, a, ws, s, det) : launch<__half, kD>(p, a, ws, s, det);
+}
+void run(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool det) {
+  p.d == 64 ? run_d<64>(p, a, ws, s, det) : run_d<128>(p, a, ws, s, det);  // gpu::backward checked d
+}
+void run_any_order(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) { run(p, a, ws, s, false); }
+void run_in_order(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) { run(p, a, ws, s, true); }
+
+}  // namespace
+
+const GpuBackward kBackward{"step07 backward", 128, workspace_bytes, kWorkspace, nullptr, run_any_order, kBackwardD,
+                            kSm, true};
+const GpuBackward kBackwardDeterministic{"det: dQ added in key-block order", 128, workspace_bytes, kWorkspace, nullptr,
+                                         run_in_order, kBackwardD, kSm, true};
+
+}  // namespace fa::step07
