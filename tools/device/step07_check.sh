@@ -80,6 +80,10 @@ if [ "$PHASE" = bwd ]; then
   # Extra device memory (the workspace) at N = 131072, B·H = 16, beside step 06's: one timed run each.
   "$BUILD/tools/bench/fa_bench" --steps 06,07 --dtype bf16 --d 64,128 --N 131072 --dir bwd --tokens 2097152 \
     --reps 1 --csv "$R/memory07bwd.csv" 2> "$L/memory07bwd.log"; tail -1 "$L/memory07bwd.log"
+  # What the profiler shows of the backward's kernels (d = 64, 128, N = 8192, B·H·N = 131072, not causal).
+  timeout 200 ncu --clock-control none --csv --metrics gpu__time_duration.sum,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,smsp__warp_issue_stalled_barrier_per_warp_active.pct,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct,lts__t_sectors_op_red.sum,dram__bytes_read.sum \
+    "$BUILD/tools/bench/fa_bench" --once --steps 06,07 --versions --dtype bf16 --d 64,128 --N 8192 --causal 0 --dir bwd \
+    --tokens 131072 > "$R/ncu07bwd.csv" 2> "$L/ncu07bwd.log"; echo "ncu rc=$? $(grep -c gpu__time "$R/ncu07bwd.csv") kernels"
   stamp "backward benched"; exit 0
 fi
 NS=${NS:-1024,2048,4096,8192,16384,32768}
