@@ -82,7 +82,7 @@ if [ "$PHASE" = bwd ]; then
     --reps 1 --csv "$R/memory07bwd.csv" 2> "$L/memory07bwd.log"; tail -1 "$L/memory07bwd.log"
   # What the profiler shows of the backward's kernels (d = 64, 128, N = 8192, B·H·N = 131072, not causal).
   timeout 200 ncu --clock-control none --csv --metrics gpu__time_duration.sum,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,smsp__warp_issue_stalled_barrier_per_warp_active.pct,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct,lts__t_sectors_op_red.sum,dram__bytes_read.sum \
-    "$BUILD/tools/bench/fa_bench" --once --steps 06,07 --versions --dtype bf16 --d 64,128 --N 8192 --causal 0 --dir bwd \
+    "$BUILD/tools/bench/fa_bench" --once --steps 07 --versions --dtype bf16 --d 64,128 --N 8192 --causal 0 --dir bwd \
     --tokens 131072 > "$R/ncu07bwd.csv" 2> "$L/ncu07bwd.log"; echo "ncu rc=$? $(grep -c gpu__time "$R/ncu07bwd.csv") kernels"
   stamp "backward benched"; exit 0
 fi
