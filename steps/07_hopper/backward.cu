@@ -292,11 +292,23 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
             ds_tile + swizzled(kBc, kRowsPerConsumer * c + 16 * warp + g + 8 * (r % 2), 16 * kk + 8 * (r / 2) + 2 * t)) =
             dsa[kk][r];
     cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // ordinary stores, read by wgmma
+    // The stage is free once dV's and dK's products are done: its Q_i, dO_i read by the
+    // products, its L_i, D_i by this thread's ordinary loads, which the fence orders before
+    // the bulk copies that will refill it (PTX ISA, "Memory Consistency Model: Proxies":
+    // generic and async proxy accesses to one location need a proxy fence between them).
+    // Every thread arrives. dQ's piece reads only dSᵀ and K_j: it may still run.
+    auto release_stage = [&] {
+      fence_registers(pa);
+      fence_registers(dsa);
+      cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+      arrive(&bars.q_empty[s]);
+    };
     const int panel = P::panel(c, it);
     if (panel < 0) {
       named_arrive(ds_bar(it), 128 * kBwdConsumers);  // no piece this step: dSᵀ is the other's to use
       wgmma_wait<0>(dv);
       wgmma_wait<0>(dk);
+      release_stage();
     } else {
       named_sync(ds_bar(it), 128 * kBwdConsumers);
       // dQ_i's piece = dS·K_j[:, panel]: A = dSᵀ read transposed (MN-major: the queries run
@@ -309,9 +321,10 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         Wgmma<T, kPanel>::template ss<1, 1>(dq, descriptor(smem_u32(ds_tile) + kk * 2048, kBc * 128),
                                             descriptor(b0 + kk * 2048, kBc * 128), kk > 0);
       wgmma_commit();
-      wgmma_wait<0>(dq);  // and dV's, dK's products
-      wgmma_wait<0>(dv);
-      wgmma_wait<0>(dk);
+      wgmma_wait<1>(dv);  // dV's and dK's products (dQ's may run)
+      wgmma_wait<1>(dk);
+      release_stage();
+      wgmma_wait<0>(dq);
       // The piece to the writer, staged as the accumulator lays it out (dq_piece).
       const int m = it * P::kPanels + panel;
       wait(&bars.dq_empty[c], P::parity(m) ^ 1);
@@ -321,14 +334,6 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       __syncwarp();
       if (lane == 0) arrive(&bars.dq_full[c]);
     }
-    fence_registers(pa);
-    fence_registers(dsa);
-    // The stage is free: its Q_i, dO_i read by the products, its L_i, D_i by this
-    // thread's ordinary loads, which the fence orders before the bulk copies that will
-    // refill it (PTX ISA, "Memory Consistency Model: Proxies": generic and async proxy
-    // accesses to one location need a proxy fence between them). Every thread arrives.
-    cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
-    arrive(&bars.q_empty[s]);
   }
 
   // Epilogue: dK = scale·Σ dSᵀ·Q and dV in 16 bits, into the stage buffers (free once
