@@ -3,6 +3,8 @@
 // at most twice the error of a naive same-dtype computation), to its CPU model (step
 // 06's model with step 07's blocks) and to step 06's kernel on the same inputs, to a
 // few 16-bit units: the fp32 sums run in another order (wgmma's, over other blocks).
+// The backward likewise, by the rule for gradients (3× the naive error), and its
+// deterministic mode twice, bit for bit.
 #include <iterator>
 
 #include "reference/reference.hpp"

@@ -1,4 +1,4 @@
-// Step 07's Hopper building blocks, for its forward (and, next, its backward):
+// Step 07's Hopper building blocks, for its forward and its backward:
 //   the tensor memory accelerator (TMA): tensor maps made on the host, tile copies
 //     that complete on an mbarrier, tile stores;
 //   mbarriers: wait on a phase, arrive, arrive expecting bytes;

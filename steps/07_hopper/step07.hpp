@@ -16,8 +16,13 @@
 //   overlap    within a warpgroup, S of block j+1 is issued before P·V of block j,
 //              and the softmax of j+1 runs while P·V of j is on the tensor cores.
 //   epilogue   O through shared memory and a TMA store; L written as in every step.
-// Limits: d = 64, 128 or 256, bf16 or fp16; a Hopper GPU (sm_90: the kernels are
-// built for sm_90a only, and refuse anything else in one line).
+// Backward (backward.cu): step 06's (K/V outer, its preprocess, its blocks and rounding
+// points) on the same pieces — K_j, V_j once and Q_i, dO_i, L_i, D_i through a TMA ring,
+// the five products on wgmma in two consumer warpgroups of 64 keys, dQ added into an
+// fp32 accumulator by TMA bulk reductions from the producer's second warp; a
+// deterministic mode adds them in key-block order.
+// Limits: d = 64, 128 or 256 (the backward: 64, 128), bf16 or fp16; a Hopper GPU (sm_90:
+// the kernels are built for sm_90a only, and refuse anything else in one line).
 // Note: notes/07_hopper.md.
 #pragma once
 

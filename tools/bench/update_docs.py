@@ -522,18 +522,21 @@ def device07(D):
     return f"{name}, driver {driver}, CUDA {cuda.group(1) if cuda else '?'}{cudnn}"
 
 
-def step07_rows(D):
-    """{(tokens, d, causal, N): {who: TFLOP/s}} from bench07_t*.csv and peers07_t*.csv (compare07.py)."""
+def step07_rows(D, direction="fwd", folder=None):
+    """{(tokens, d, causal, N): {who: TFLOP/s}} from bench07[bwd]_t*.csv and peers07[bwd]_t*.csv (compare07.py)."""
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import compare07
-    return compare07.table(D.folder)
+    return compare07.table(folder or D.folder, direction)
 
 
-def table_step07_peers(D):
-    """Step 07's forward against cuDNN at every shape: TFLOP/s (× cuDNN), per B·H·N."""
-    rows = step07_rows(D)
+WORD = {"fwd": "forward", "bwd": "backward"}
+
+
+def table_step07_peers(D, direction="fwd"):
+    """Step 07's forward (or backward) against cuDNN at every shape: TFLOP/s (× cuDNN), per B·H·N."""
+    rows = step07_rows(D, direction)
     Ns = sorted({k[3] for k in rows})
-    out = [f"bf16 forward, on {device07(D)}, one run: TFLOP/s of step 07 (× PyTorch SDPA's cuDNN backend on "
+    out = [f"bf16 {WORD[direction]}, on {device07(D)}, one run: TFLOP/s of step 07 (× PyTorch SDPA's cuDNN backend on "
            f"the same shapes, same run; B = 1, H = B·H·N / N). Every ratio, the ones below 1.0 included.", "",
            "| B·H·N | d | causal | " + " | ".join(f"N = {n}" for n in Ns) + " |", "|---|---|---|" + "---|" * len(Ns)]
     for tokens, d, causal in sorted({k[:3] for k in rows}):
@@ -550,10 +553,10 @@ def table_step07_peers(D):
     return out
 
 
-def table_step07_summary(D):
+def table_step07_summary(D, direction="fwd"):
     """Ranges of step 07's ratios to cuDNN, FA-2 and step 06, per B·H·N and d (causal and not together)."""
-    rows = step07_rows(D)
-    out = [f"bf16 forward, N = 1024–32768, causal and not, on {device07(D)}, one run; ratios of TFLOP/s "
+    rows = step07_rows(D, direction)
+    out = [f"bf16 {WORD[direction]}, N = 1024–32768, causal and not, on {device07(D)}, one run; ratios of TFLOP/s "
            f"(bold: below 1.0).", "",
            "| B·H·N | d | step 07, TFLOP/s | × cuDNN | × FlashAttention-2 | × step 06 | cells ≥ cuDNN |",
            "|---|---|---|---|---|---|---|"]
@@ -571,7 +574,7 @@ def table_step07_summary(D):
     below = [(k, r["step07"] / r["cudnn"]) for k, r in both if r["step07"] < r["cudnn"]]
     long_ = [r["step07"] / r["cudnn"] for k, r in both if k[3] >= 8192]
     flash = [r["step07"] / r["flash"] for k, r in both if "flash" in r]
-    out += ["", f"Below cuDNN in {len(below)} of {len(both)} shapes, all at N ≤ {max(k[3] for k, _ in below)} "
+    out += ["", f"Below cuDNN in {len(below)} of {len(both)} shapes, at N = {min(k[3] for k, _ in below)}–{max(k[3] for k, _ in below)} "
                 f"({min(x for _, x in below):.2f}–{max(x for _, x in below):.3f}×; at d = 64 in "
                 f"{sum(k[1] == 64 for k, _ in below)} of them). At N ≥ 8192: {min(long_):.2f}–{max(long_):.2f}× cuDNN. "
                 f"Against FlashAttention-2: {min(flash):.2f}–{max(flash):.2f}× in all {len(flash)}." if below else
@@ -643,7 +646,7 @@ def table_step07_gemm(D):
     if not os.path.exists(path):
         return ["(no gemm07.txt: run tools/device/step07_check.sh)"]
     gemm = float(open(path).read().split()[0])
-    rows = step07_rows(D)
+    rows = step07_rows(D, "fwd")
     out = [f"bf16 GEMM 8192³: {gemm:.0f} TFLOP/s. Step 07's forward, largest TFLOP/s over the shapes above:", "",
            "| d | step 07, best | of the GEMM rate |", "|---|---|---|"]
     for d in sorted({k[1] for k in rows}):
@@ -656,6 +659,11 @@ def table_ctest07(D):
     path = os.path.join(D.folder, "ctest07.txt")
     if not os.path.exists(path):
         return ["(no ctest07.txt: run PHASE=final tools/device/step07_check.sh)"]
+    return ["```"] + open(path).read().strip().splitlines() + ["```"]
+
+
+def table_test07(D):
+    path = os.path.join(D.folder, "test07.txt")
     return ["```"] + open(path).read().strip().splitlines() + ["```"]
 
 
@@ -683,8 +691,92 @@ def table_sass07(D):
     out = ["Per kernel (bf16; fp16 compiles to the same counts), from `cuobjdump --dump-sass` of the sm_90a build "
            f"(`{rel(path)}`):", ""]
     out += [f"- `{x.split(':')[0].replace('void ', '')}`: {x.split(': ', 1)[1]}" for x in lines
-            if "bf16" in x and x.startswith("void forward_kernel")]
+            if "bf16" in x and (x.startswith("void forward_kernel") or x.startswith("void dkdv_kernel"))]
     out += ["", "The versions' kernels (h1–h6) likewise: no local memory in any of them."]
+    return out
+
+
+# The backward's rows: each a device run of its own (its folder), with cuDNN measured in it.
+STEP07_BWD = [("b1", "bwd07_first", "TMA + wgmma + a producer warpgroup; dQ by TMA bulk reductions, at d = 64 "
+               "each consumer's partial over its 64 keys (two reductions a query block)"),
+              ("b2", "bwd07_b2", "+ dQ's 64-column pieces dealt to the consumers in turn (d = 64: one reduction a "
+               "query block, every other block each), query blocks last to first"),
+              ("b3", ".", "**production**: + a query block's stage released before dQ's piece")]
+
+
+def table_step07_bwd_lesson(D):
+    cols = [(64, 0), (64, 1), (128, 0), (128, 1)]
+    out = [f"bf16 backward, B·H·N = 131072, N = 16384, on {device07(D)}; each row its own run (machine), so "
+           f"TFLOP/s with the ratio to cuDNN of that run in brackets.", "",
+           "| step | the idea | " + " | ".join(f"d = {d}{', causal' if c else ''}" for d, c in cols) + " |",
+           "|---|---|" + "---|" * len(cols)]
+    for ver, folder, idea in STEP07_BWD:
+        rows = step07_rows(D, "bwd", os.path.join(D.folder, folder))
+        cells = []
+        for d, c in cols:
+            r = rows.get((131072, d, c, 16384), {})
+            cells.append(f"{r['step07']:.0f} ({r['step07'] / r['cudnn']:.2f})" if "step07" in r and "cudnn" in r else "—")
+        out.append(f"| {ver} | {idea} | " + " | ".join(cells) + " |")
+    return out
+
+
+def table_step07_det(D):
+    rows = load(D.folder, "versions07bwd.csv")
+    out = [f"bf16 backward, B·H·N = 131072, on {device07(D)}, one run: TFLOP/s of the default (dQ's pieces added "
+           f"as they come) and the deterministic mode (in key-block order), and what the order costs.", "",
+           "| d | causal | N | default | deterministic | deterministic ÷ default |", "|---|---|---|---|---|---|"]
+    for d in (64, 128):
+        for c in (0, 1):
+            for N in (2048, 8192):
+                a = D.find(rows, step="07", dir="bwd", d=d, causal=c, N=N)
+                b = D.find(rows, step="07det", dir="bwd", d=d, causal=c, N=N)
+                if a and b:
+                    x, y = float(a["tflops"]), float(b["tflops"])
+                    out.append(f"| {d} | {'yes' if c else 'no'} | {N} | {x:.0f} | {y:.0f} | {y / x:.2f} |")
+    return out
+
+
+def table_step07_bwd_memory(D):
+    rows = load(D.folder, "memory07bwd.csv")
+    out = [f"bf16 backward at N = 131072, B·H = 16 (B = 1, H = 16), on {device07(D)}, one timed run each: the "
+           f"extra device memory (the workspace each step allocates beside its inputs and outputs) and the time.", "",
+           "| d | causal | step 06: workspace | step 06: ms | step 07: workspace | step 07: ms | inputs and outputs |",
+           "|---|---|---|---|---|---|---|"]
+    for d in (64, 128):
+        for c in (0, 1):
+            a = D.find(rows, step="06", dir="bwd", d=d, causal=c, N=131072)
+            b = D.find(rows, step="07", dir="bwd", d=d, causal=c, N=131072)
+            if a and b:
+                io = 16 * 131072 * d * 2 * 8  # Q, K, V, O, dO, dQ, dK, dV in 16 bits
+                out.append(f"| {d} | {'yes' if c else 'no'} | {fmt_bytes(int(a['scratch_bytes']))} | "
+                           f"{float(a['ms']):.0f} | {fmt_bytes(int(b['scratch_bytes']))} | {float(b['ms']):.0f} | "
+                           f"{fmt_bytes(io)} |")
+    return out
+
+
+def table_step07_bwd_ncu(D):
+    path = os.path.join(D.folder, "ncu07bwd.csv")
+    hdr, k = None, {}
+    for r in csv.reader(open(path)):
+        if r and r[0] == "ID":
+            hdr = r
+            continue
+        if hdr and len(r) == len(hdr):
+            x = dict(zip(hdr, r))
+            if "dkdv_kernel" in x["Kernel Name"]:
+                k.setdefault(int(x["ID"]), {})[x["Metric Name"]] = x["Metric Value"].replace(",", "")
+    # fa_bench --once --versions launches 07 (d = 64, 128), then 07det (d = 64, 128).
+    names = ["default, d = 64", "default, d = 128", "deterministic, d = 64", "deterministic, d = 128"]
+    out = [f"Nsight Compute, one launch each of the dK/dV kernel, bf16, N = 8192, B·H·N = 131072, not causal, "
+           f"on {device07(D)}:", "",
+           "| kernel | time | tensor pipe active | warps stalled on a barrier | on long scoreboard | "
+           "L2 sectors of reductions |", "|---|---|---|---|---|---|"]
+    for name, (_, m) in zip(names, sorted(k.items())):
+        out.append(f"| {name} | {float(m['gpu__time_duration.sum']) / 1e6:.2f} ms | "
+                   f"{float(m['sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active']):.0f}% | "
+                   f"{float(m['smsp__warp_issue_stalled_barrier_per_warp_active.pct']):.0f}% | "
+                   f"{float(m['smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct']):.0f}% | "
+                   f"{float(m['lts__t_sectors_op_red.sum']) / 1e6:.0f} million |")
     return out
 
 
@@ -702,6 +794,10 @@ TABLES = {
     "step07-peers": table_step07_peers, "step07-summary": table_step07_summary, "step07-lesson": table_step07_lesson,
     "sass07": table_sass07, "step07-gemm": table_step07_gemm, "ctest07": table_ctest07,
     "step07-persistent": table_step07_persistent,
+    "step07-bwd-peers": lambda D: table_step07_peers(D, "bwd"),
+    "step07-bwd-summary": lambda D: table_step07_summary(D, "bwd"),
+    "step07-bwd-lesson": table_step07_bwd_lesson, "step07-det": table_step07_det,
+    "step07-bwd-memory": table_step07_bwd_memory, "step07-bwd-ncu": table_step07_bwd_ncu, "test07": table_test07,
 }
 MARK = re.compile(r"(<!-- fa:table (\S+) -->\n)(.*?)(<!-- /fa:table -->)", re.S)
 

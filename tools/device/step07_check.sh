@@ -59,6 +59,10 @@ if [ "$PHASE" != bench ]; then
         echo "$tool step07 rc=$? $(grep -hE 'SUMMARY|passed|failed' "$L/san-$tool-step07.log" | tr '\n' ' ')" ) &
     done
     wait
+    { echo "step07_tests --gpu \"[gpu]\": $(grep -m1 'All tests passed' "$L/test07.log")"
+      for tool in memcheck racecheck synccheck; do
+        echo "compute-sanitizer --tool $tool (FA_TEST_QUICK): $(grep -h 'All tests passed' "$L/san-$tool-step07.log" | head -1); $(grep -h SUMMARY "$L/san-$tool-step07.log" | sed 's/=* *//')"
+      done; } > "$R/test07.txt"
     stamp sanitized
   fi
 fi
