@@ -316,6 +316,16 @@ TEST_CASE("flashattn runs GPU steps 03 and 05 on .npy tensors", "[gpu]") {
               "cli_dk.npy", "cli_dv.npy", "cli_out.txt", "cli_err.txt"});
 }
 
+/// The files a 16-bit step's `flashattn run` wrote (cli_o, cli_dq, cli_dk, cli_dv.npy)
+/// against the reference: errors of inputs, P and outputs rounded to 16 bits.
+void check_lowp_files(const Problem& p, const ForwardOut& ref, const Grads& ref_g) {
+  const Tolerance t{3e-2, 3e-2, "inputs, P and outputs rounded to 16 bits"};
+  FA_CHECK_CLOSE("O", read_npy("cli_o.npy").data, ref.o, t, test::shape_o(p));
+  FA_CHECK_CLOSE("dQ", read_npy("cli_dq.npy").data, ref_g.dq, t, test::shape_o(p));
+  FA_CHECK_CLOSE("dK", read_npy("cli_dk.npy").data, ref_g.dk, t, test::shape_o(p));
+  FA_CHECK_CLOSE("dV", read_npy("cli_dv.npy").data, ref_g.dv, t, test::shape_o(p));
+}
+
 TEST_CASE("flashattn runs step 06 in bf16 and fp16, forward and backward", "[gpu]") {
   const Problem p = test::make(1, 2, 37, 64, true);
   const Qkv in = write_inputs(p, 7, false);
@@ -336,11 +346,7 @@ TEST_CASE("flashattn runs step 06 in bf16 and fp16, forward and backward", "[gpu
       continue;
     }
     REQUIRE(r.status == 0);
-    const Tolerance t{3e-2, 3e-2, "inputs, P and outputs rounded to 16 bits"};
-    FA_CHECK_CLOSE("O", read_npy("cli_o.npy").data, ref.o, t, test::shape_o(p));
-    FA_CHECK_CLOSE("dQ", read_npy("cli_dq.npy").data, ref_g.dq, t, test::shape_o(p));
-    FA_CHECK_CLOSE("dK", read_npy("cli_dk.npy").data, ref_g.dk, t, test::shape_o(p));
-    FA_CHECK_CLOSE("dV", read_npy("cli_dv.npy").data, ref_g.dv, t, test::shape_o(p));
+    check_lowp_files(p, ref, ref_g);
   }
   remove_all({"cli_q.npy", "cli_k.npy", "cli_v.npy", "cli_do.npy", "cli_o.npy", "cli_l.npy", "cli_dq.npy",
               "cli_dk.npy", "cli_dv.npy", "cli_out.txt", "cli_err.txt"});
@@ -359,13 +365,7 @@ TEST_CASE("flashattn runs step 07 in bf16, forward and backward, or refuses in o
     CHECK(!exists("cli_o.npy"));
   } else {
     REQUIRE(r.status == 0);
-    const ForwardOut ref = reference::forward(p, in);
-    const Grads ref_g = reference::backward(p, in, in.q);
-    const Tolerance t{3e-2, 3e-2, "inputs, P and outputs rounded to 16 bits"};
-    FA_CHECK_CLOSE("O", read_npy("cli_o.npy").data, ref.o, t, test::shape_o(p));
-    FA_CHECK_CLOSE("dQ", read_npy("cli_dq.npy").data, ref_g.dq, t, test::shape_o(p));
-    FA_CHECK_CLOSE("dK", read_npy("cli_dk.npy").data, ref_g.dk, t, test::shape_o(p));
-    FA_CHECK_CLOSE("dV", read_npy("cli_dv.npy").data, ref_g.dv, t, test::shape_o(p));
+    check_lowp_files(p, reference::forward(p, in), reference::backward(p, in, in.q));
   }
   remove_all({"cli_q.npy", "cli_k.npy", "cli_v.npy", "cli_do.npy", "cli_o.npy", "cli_l.npy", "cli_dq.npy",
               "cli_dk.npy", "cli_dv.npy", "cli_out.txt", "cli_err.txt"});

@@ -231,19 +231,9 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     // Sᵀ = K_c·Q_iᵀ and dPᵀ = V_c·dO_iᵀ: kD/16 k steps each, both operands K-major.
     float st[kQ / 2], dpt[kQ / 2];  // 64 keys × 64 queries: register 4n + 2h + e = key g + 8h, query 8n + 2t + e
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      const std::uint32_t col = (kk % 4) * 32;
-      Wgmma<T, kQ>::template ss<0, 0>(st, descriptor(k_tile + (kk / 4) * kBc * 128 + kv_rows + col, 0),
-                                      descriptor(q_tile + (kk / 4) * kQ * 128 + col, 0), kk > 0);
-    }
+    ss_kk<T, kQ, kD>(st, k_tile + kv_rows, kBc, q_tile, kQ);
     wgmma_commit();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      const std::uint32_t col = (kk % 4) * 32;
-      Wgmma<T, kQ>::template ss<0, 0>(dpt, descriptor(v_tile + (kk / 4) * kBc * 128 + kv_rows + col, 0),
-                                      descriptor(do_tile + (kk / 4) * kQ * 128 + col, 0), kk > 0);
-    }
+    ss_kk<T, kQ, kD>(dpt, v_tile + kv_rows, kBc, do_tile, kQ);
     wgmma_commit();
 
     // Pᵀ (fp32 in st), masked where a key is past N or (causal) after the query.
@@ -257,14 +247,9 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     }
     // dV_c += Pᵀ·dO_i: Pᵀ rounded to 16 bits as A fragments; dO MN-major (its rows are the k index).
     std::uint32_t pa[kQ / 16][4];  // [16-query k step][register]
-#pragma unroll
-    for (int kk = 0; kk < kQ / 16; ++kk)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) pa[kk][r] = step06::Mma<T>::pack(st[8 * kk + 2 * r], st[8 * kk + 2 * r + 1]);
+    to_a<T, kQ>(st, pa);
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kQ / 16; ++kk)
-      Wgmma<T, kD>::template rs<1>(dv, pa[kk], descriptor(do_tile + kk * 16 * 128, kQ * 128), true);
+    rs_mn<T, kD, kQ>(dv, pa, do_tile, kQ * 128);
     wgmma_commit();
 
     // dSᵀ = Pᵀ∘(dPᵀ − D_i) once dPᵀ is done (dV may still run); dK_c += dSᵀ·Q_i.
@@ -272,14 +257,9 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
 #pragma unroll
     for (int x = 0; x < kQ / 2; ++x) dpt[x] = st[x] * (dpt[x] - dsum[8 * (x / 4) + 2 * t + x % 2]);
     std::uint32_t dsa[kQ / 16][4];  // [16-query k step][register]
-#pragma unroll
-    for (int kk = 0; kk < kQ / 16; ++kk)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) dsa[kk][r] = step06::Mma<T>::pack(dpt[8 * kk + 2 * r], dpt[8 * kk + 2 * r + 1]);
+    to_a<T, kQ>(dpt, dsa);
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kQ / 16; ++kk)
-      Wgmma<T, kD>::template rs<1>(dk, dsa[kk], descriptor(q_tile + kk * 16 * 128, kQ * 128), true);
+    rs_mn<T, kD, kQ>(dk, dsa, q_tile, kQ * 128);
     wgmma_commit();
 
     // dSᵀ into shared memory (rows = the block's keys, one 128-byte-swizzled panel of 64

@@ -116,17 +116,11 @@ struct Consumer {
         t(lane % 4), r0(q0 + consumer * kRowsPerConsumer + 16 * (threadIdx.x / 32 % 4)), N(N_),
         mul(scale * step06::kLog2e), q_tile(smem_u32(smem_ + L::q + consumer * L::kQBytes)) {}
 
-  /// S = Q_c·K_jᵀ from stage `stage`: kD/16 k steps, both operands K-major in shared
-  /// memory (16 columns = 32 bytes into a panel; the next panel after 4 steps).
+  /// S = Q_c·K_jᵀ from stage `stage`: kD/16 k steps, both operands K-major in shared memory.
   __device__ void issue_qk(int stage) {
     const std::uint32_t k_tile = smem_u32(smem + L::k + stage * L::kKVBytes);
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kD / 16; ++kk) {
-      const std::uint32_t col = (kk % 4) * 32;
-      Wgmma<T, kBc>::template ss<0, 0>(s, descriptor(q_tile + (kk / 4) * kRowsPerConsumer * 128 + col, 0),
-                                       descriptor(k_tile + (kk / 4) * kBc * 128 + col, 0), kk > 0);
-    }
+    ss_kk<T, kBc, kD>(s, q_tile, kRowsPerConsumer, k_tile, kBc);
     wgmma_commit();
   }
   /// O += P·V_j from stage `stage`: kBc/16 k steps of 16 V rows (2048 bytes); V is
@@ -134,9 +128,7 @@ struct Consumer {
   __device__ void issue_pv(int stage) {
     const std::uint32_t v_tile = smem_u32(smem + L::v + stage * L::kKVBytes);
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBc / 16; ++kk)
-      Wgmma<T, kD>::template rs<1>(o, p[kk], descriptor(v_tile + kk * 16 * 128, kBc * 128), true);
+    rs_mn<T, kD, kBc>(o, p, v_tile, kBc * 128);
     wgmma_commit();
   }
   __device__ void wait_s() { wgmma_wait<0>(s); }
@@ -208,12 +200,7 @@ struct Consumer {
   }
   /// P rounded to 16 bits into the A fragments of P·V (the one rounding inside the
   /// algorithm): registers 4n..4n+3 of S are columns 8n..8n+7; two n make a k step.
-  __device__ void to_p() {
-#pragma unroll
-    for (int kk = 0; kk < kBc / 16; ++kk)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) p[kk][r] = step06::Mma<T>::pack(s[8 * kk + 2 * r], s[8 * kk + 2 * r + 1]);
-  }
+  __device__ void to_p() { to_a<T, kBc>(s, p); }
 
   /// Epilogue: ℓ = the quad's four parts; O/ℓ in 16 bits into this consumer's own Q
   /// tile (its last S is done; the panel layout is what the TMA store reads); L =

@@ -146,6 +146,43 @@ struct Wgmma {
   __device__ static void rs(float (&d)[N / 2], const std::uint32_t (&a)[4], std::uint64_t b, bool accumulate);
 };
 
+// The k loops of the two kinds of product, issued between the caller's wgmma_fence and
+// wgmma_commit (which the kernels write out: the groups are what they wait on).
+
+/// D(64×N) = A·Bᵀ over k = K: A (64 rows) and B (N rows) both K-major in shared memory (the
+/// k index runs along a row), a and b their first rows, in 64-column panels of a_rows and
+/// b_rows rows: a 16-column k step is 32 bytes into a panel, the next panel after 4 steps.
+template <class T, int N, int K>
+__device__ __forceinline__ void ss_kk(float (&d)[N / 2], std::uint32_t a, int a_rows, std::uint32_t b, int b_rows) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    const std::uint32_t col = (kk % 4) * 32;
+    Wgmma<T, N>::template ss<0, 0>(d, descriptor(a + (kk / 4) * a_rows * 128 + col, 0),
+                                   descriptor(b + (kk / 4) * b_rows * 128 + col, 0), kk > 0);
+  }
+}
+
+/// An m64 accumulator (64 × N fp32: N/2 registers a thread) rounded to 16 bits as the A
+/// fragments of a product with k = N: registers 4n..4n+3 are columns 8n..8n+7, two n
+/// make a 16-column k step.
+template <class T, int N>
+__device__ __forceinline__ void to_a(const float (&acc)[N / 2], std::uint32_t (&a)[N / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < N / 16; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r) a[kk][r] = step06::Mma<T>::pack(acc[8 * kk + 2 * r], acc[8 * kk + 2 * r + 1]);
+}
+
+/// D(64×N) += A·B: A from registers (K/16 k steps), B MN-major in shared memory at `b` (its
+/// rows are the k index: a 16-row k step is 2048 bytes; its 64-column panels `panel` bytes
+/// apart, the LBO).
+template <class T, int N, int K>
+__device__ __forceinline__ void rs_mn(float (&d)[N / 2], const std::uint32_t (&a)[K / 16][4], std::uint32_t b,
+                                      std::uint32_t panel) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) Wgmma<T, N>::template rs<1>(d, a[kk], descriptor(b + kk * 16 * 128, panel), true);
+}
+
 // ---------------------------------------------------------------------------------
 // Warp specialisation.
 
