@@ -94,7 +94,7 @@ namespace {
 
 template <class Step>
 void check_supported(const Step& s, const Problem& p) {
-  p.validate();
+  p.validate_self_attention(s.name);
   if (!takes_d(s.max_d, s.only_d, p.d)) {
     if (!s.only_d)  // a range: 1..max_d
       throw Error(std::string(s.name) + " supports head dimensions up to d = " + std::to_string(s.max_d) +

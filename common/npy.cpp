@@ -766,6 +766,9 @@ void check_target(const std::string& path) {
 }
 
 // The temporaries being written, for the signal handler: fixed buffers, no allocation.
+// The signals that remove them before the process dies.
+constexpr int kSignals = 4;
+constexpr int kCaught[kSignals] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 constexpr int kMaxTemps = 16;
 char g_temps[kMaxTemps][4096];
 volatile sig_atomic_t g_temp_count = 0;
@@ -799,8 +802,6 @@ class SignalGuard {
   SignalGuard& operator=(const SignalGuard&) = delete;
 
  private:
-  static constexpr int kSignals = 4;
-  static constexpr int kCaught[kSignals] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
   struct sigaction old_[kSignals];
   struct sigaction old_xfsz_;
 };
@@ -812,11 +813,21 @@ std::string write_temp(const std::string& target, const std::string& bytes, int 
   if (tmpl.size() >= sizeof g_temps[0]) fail(target, "the path is too long");
   std::vector<char> name(tmpl.begin(), tmpl.end());
   name.push_back('\0');
+  // The temporary exists from mkstemp on: the signals wait until the handler knows its
+  // name, or a signal in between would leave it behind.
+  sigset_t caught, before;
+  sigemptyset(&caught);
+  for (int sig : kCaught) sigaddset(&caught, sig);
+  ::pthread_sigmask(SIG_BLOCK, &caught, &before);
   const int fd = ::mkstemp(name.data());
-  if (fd < 0) fail(target, "cannot create a file in " + printable(dir_of(target), 200) + " (" + errno_text(errno) + ")");
+  const int made = errno;
+  if (fd >= 0) {
+    std::memcpy(g_temps[slot], name.data(), name.size());
+    g_temp_count = slot + 1;
+  }
+  ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
+  if (fd < 0) fail(target, "cannot create a file in " + printable(dir_of(target), 200) + " (" + errno_text(made) + ")");
   const std::string tmp(name.data());
-  std::memcpy(g_temps[slot], tmp.c_str(), tmp.size() + 1);
-  g_temp_count = slot + 1;
   auto give_up = [&](const char* what, int e) {
     ::close(fd);
     ::unlink(tmp.c_str());

@@ -7,7 +7,9 @@ namespace fa {
 
 std::string Problem::str() const {
   std::ostringstream s;
-  s << "B=" << B << " H=" << H << " N=" << N << " d=" << d << (causal ? " causal" : "")
+  s << "B=" << B << " H=" << H << " N=" << N;
+  if (keys() != N) s << " N_kv=" << keys();
+  s << " d=" << d << (causal ? " causal" : "")
     << " scale=" << softmax_scale();
   if (dtype != DType::fp32) s << " " << dtype_name(dtype);
   return s.str();
@@ -44,8 +46,19 @@ void Problem::validate() const {
   if (B < 1 || H < 1) throw Error("B and H must be at least 1 (got " + str() + ")");
   if (N < 1) throw Error("N must be at least 1: an empty sequence has no attention (got " + str() + ")");
   if (d < 1) throw Error("d must be at least 1 (got " + str() + ")");
+  if (N_kv < 0) throw Error("N_kv must be at least 1, or 0 for as many keys as queries (got " + std::to_string(N_kv) + ")");
+  if (causal && keys() < N)
+    throw Error("causal attention with fewer keys than queries: the queries are the last N of the N_kv positions, "
+                "so N_kv must be at least N (got " + str() + ")");
   if (scale && !(std::isfinite(*scale) && *scale > 0))
     throw Error("the softmax scale must be a finite positive number (got " + std::to_string(*scale) + ")");
+}
+
+void Problem::validate_self_attention(const std::string& who) const {
+  validate();
+  if (keys() != N)
+    throw Error(who + " takes as many keys as queries (got N = " + std::to_string(N) + " queries, N_kv = " +
+                std::to_string(keys()) + " keys)");
 }
 
 namespace {
@@ -70,8 +83,8 @@ std::vector<float> random_tensor(std::size_t n, std::uint64_t seed, float amplit
 
 Qkv random_qkv(const Problem& p, std::uint64_t seed, float amplitude) {
   return {random_tensor(p.elems(), seed * 3 + 1, amplitude),
-          random_tensor(p.elems(), seed * 3 + 2, amplitude),
-          random_tensor(p.elems(), seed * 3 + 3, amplitude)};
+          random_tensor(p.kv_elems(), seed * 3 + 2, amplitude),
+          random_tensor(p.kv_elems(), seed * 3 + 3, amplitude)};
 }
 
 void require_finite(const std::vector<float>& x, const std::string& what) {

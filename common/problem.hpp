@@ -29,25 +29,35 @@ DType parse_dtype(const std::string& name);  ///< "fp32", "bf16", "fp16"; throws
 /// x rounded to the nearest value of type t (ties to even), returned as float.
 float round_to(DType t, float x);
 
-/// One attention problem: B batches × H heads of N queries and N keys of width d.
+/// One attention problem: B batches × H heads of N queries and N keys of width d — or,
+/// with N_kv set, N queries against N_kv keys (decoding: a few new queries against a long
+/// cache), the queries being the last N of the N_kv positions.
 struct Problem {
   int B = 1, H = 1, N = 1, d = 64;
-  bool causal = false;            ///< query i attends to keys j <= i only
+  int N_kv = 0;                   ///< keys (and values) per head; 0: N, self-attention
+  bool causal = false;            ///< query i attends to keys j <= i + keys() − N only
   std::optional<float> scale{};   ///< softmax scale; default 1/sqrt(d)
   DType dtype = DType::fp32;      ///< element type of Q, K, V, O on the device
 
   float softmax_scale() const { return scale ? *scale : 1.0f / std::sqrt(float(d)); }
   std::size_t heads() const { return std::size_t(B) * H; }
   std::size_t rows() const { return heads() * N; }        ///< elements of L
-  std::size_t elems() const { return rows() * d; }        ///< elements of Q (and K, V, O)
-  /// Forward FLOPs by the usual convention 4·B·H·N²·d (two N×N×d matrix products),
-  /// halved for causal.
+  std::size_t elems() const { return rows() * d; }        ///< elements of Q (and O; K and V: kv_elems)
+  int keys() const { return N_kv ? N_kv : N; }             ///< keys per head
+  std::size_t kv_elems() const { return heads() * std::size_t(keys()) * d; }  ///< elements of K (and V)
+  /// Forward FLOPs by the usual convention 4·B·H·N·N_kv·d (two N×N_kv×d matrix
+  /// products); causal: the pairs a query sees, N·N_kv − N²/2 (N²/2 when N_kv = N).
   double flops_forward() const {
-    double f = 4.0 * double(heads()) * double(N) * double(N) * d;
-    return causal ? f / 2 : f;
+    const double pairs = causal ? double(N) * keys() - double(N) * N / 2 : double(N) * keys();
+    return 4.0 * double(heads()) * pairs * d;
   }
-  std::string str() const;        ///< "B=2 H=3 N=113 d=64 causal scale=0.125"
-  void validate() const;          ///< throws fa::Error on N, d, B, H < 1 or a bad scale
+  std::string str() const;        ///< "B=2 H=3 N=113 d=64 causal scale=0.125" (and "N_kv=…" when set)
+  /// Throws fa::Error on N, d, B, H < 1, N_kv < 0, causal with fewer keys than queries,
+  /// or a bad scale.
+  void validate() const;
+  /// validate(), and throws unless there are as many keys as queries: `who` (a step's
+  /// kernel or model) computes self-attention only.
+  void validate_self_attention(const std::string& who) const;
 };
 
 /// Q, K, V on the host.

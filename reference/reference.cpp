@@ -19,20 +19,24 @@ std::vector<float> narrow(const std::vector<double>& x) {
 
 void check_sizes(const Problem& p, std::size_t q, std::size_t k, std::size_t v) {
   p.validate();
-  if (q != p.elems() || k != p.elems() || v != p.elems())
-    throw Error("reference: Q, K, V must each hold B·H·N·d = " + std::to_string(p.elems()) + " elements for " +
-                p.str());
+  if (q != p.elems() || k != p.kv_elems() || v != p.kv_elems())
+    throw Error("reference: Q must hold B·H·N·d = " + std::to_string(p.elems()) + " elements and K, V each " +
+                "B·H·N_kv·d = " + std::to_string(p.kv_elems()) + " for " + p.str());
 }
 
-// One head: P = softmax(scale·Q·Kᵀ) with the causal mask, and L.
+/// The last key query i sees: all of them, or (causal) the one at its own position —
+/// the queries are the last N of the N_kv positions.
+int last_key(const Problem& p, int i) { return p.causal ? p.keys() - p.N + i : p.keys() - 1; }
+
+// One head: P = softmax(scale·Q·Kᵀ) with the causal mask (N × N_kv), and L.
 MatD probabilities(const Problem& p, const MapD& Q, const MapD& K, double* lse) {
   MatD S = double(p.softmax_scale()) * (Q * K.transpose());
   for (int i = 0; i < p.N; ++i) {
-    const int last = p.causal ? i : p.N - 1;  // keys 0..last are visible to query i
+    const int last = last_key(p, i);  // keys 0..last are visible to query i
     const double m = S.row(i).head(last + 1).maxCoeff();
     double l = 0;
     for (int j = 0; j <= last; ++j) l += std::exp(S(i, j) - m);
-    for (int j = 0; j < p.N; ++j) S(i, j) = j <= last ? std::exp(S(i, j) - m) / l : 0.0;
+    for (int j = 0; j < p.keys(); ++j) S(i, j) = j <= last ? std::exp(S(i, j) - m) / l : 0.0;
     if (lse) lse[i] = m + std::log(l);
   }
   return S;
@@ -43,10 +47,10 @@ MatD probabilities(const Problem& p, const MapD& Q, const MapD& K, double* lse) 
 ForwardD forward_d(const Problem& p, const QkvD& in) {
   check_sizes(p, in.q.size(), in.k.size(), in.v.size());
   ForwardD out{std::vector<double>(p.elems()), std::vector<double>(p.rows())};
-  const std::size_t head = std::size_t(p.N) * p.d;
+  const std::size_t head = std::size_t(p.N) * p.d, kv = std::size_t(p.keys()) * p.d;
   for (std::size_t bh = 0; bh < p.heads(); ++bh) {
-    MapD Q(in.q.data() + bh * head, p.N, p.d), K(in.k.data() + bh * head, p.N, p.d),
-        V(in.v.data() + bh * head, p.N, p.d);
+    MapD Q(in.q.data() + bh * head, p.N, p.d), K(in.k.data() + bh * kv, p.keys(), p.d),
+        V(in.v.data() + bh * kv, p.keys(), p.d);
     const MatD P = probabilities(p, Q, K, out.lse.data() + bh * p.N);
     Eigen::Map<MatD>(out.o.data() + bh * head, p.N, p.d) = P * V;
   }
@@ -62,11 +66,12 @@ std::vector<float> forward_nosoftmax(const Problem& p, const Qkv& in) {
   check_sizes(p, in.q.size(), in.k.size(), in.v.size());
   const auto q = widen(in.q), k = widen(in.k), v = widen(in.v);
   std::vector<double> o(p.elems());
-  const std::size_t head = std::size_t(p.N) * p.d;
+  const std::size_t head = std::size_t(p.N) * p.d, kv = std::size_t(p.keys()) * p.d;
   for (std::size_t bh = 0; bh < p.heads(); ++bh) {
-    MapD Q(q.data() + bh * head, p.N, p.d), K(k.data() + bh * head, p.N, p.d), V(v.data() + bh * head, p.N, p.d);
+    MapD Q(q.data() + bh * head, p.N, p.d), K(k.data() + bh * kv, p.keys(), p.d), V(v.data() + bh * kv, p.keys(), p.d);
     MatD S = double(p.softmax_scale()) * (Q * K.transpose());
-    if (p.causal) S.triangularView<Eigen::StrictlyUpper>().setZero();
+    for (int i = 0; i < p.N; ++i)
+      for (int j = last_key(p, i) + 1; j < p.keys(); ++j) S(i, j) = 0.0;
     Eigen::Map<MatD>(o.data() + bh * head, p.N, p.d) = S * V;
   }
   return narrow(o);
@@ -75,20 +80,20 @@ std::vector<float> forward_nosoftmax(const Problem& p, const Qkv& in) {
 GradsD backward_d(const Problem& p, const QkvD& in, const std::vector<double>& dout) {
   check_sizes(p, in.q.size(), in.k.size(), in.v.size());
   if (dout.size() != p.elems()) throw Error("reference: dO must have the shape of O");
-  GradsD g{std::vector<double>(p.elems()), std::vector<double>(p.elems()), std::vector<double>(p.elems())};
-  const std::size_t head = std::size_t(p.N) * p.d;
+  GradsD g{std::vector<double>(p.elems()), std::vector<double>(p.kv_elems()), std::vector<double>(p.kv_elems())};
+  const std::size_t head = std::size_t(p.N) * p.d, kv = std::size_t(p.keys()) * p.d;
   const double scale = p.softmax_scale();
   for (std::size_t bh = 0; bh < p.heads(); ++bh) {
-    MapD Q(in.q.data() + bh * head, p.N, p.d), K(in.k.data() + bh * head, p.N, p.d),
-        V(in.v.data() + bh * head, p.N, p.d), dO(dout.data() + bh * head, p.N, p.d);
+    MapD Q(in.q.data() + bh * head, p.N, p.d), K(in.k.data() + bh * kv, p.keys(), p.d),
+        V(in.v.data() + bh * kv, p.keys(), p.d), dO(dout.data() + bh * head, p.N, p.d);
     const MatD P = probabilities(p, Q, K, nullptr);
     const MatD O = P * V;
     const Eigen::VectorXd D = (dO.array() * O.array()).rowwise().sum();  // D_i = dO_i · O_i
     const MatD dP = dO * V.transpose();
     const MatD dS = P.array() * (dP.colwise() - D).array();  // masked entries: P = 0 so dS = 0
-    Eigen::Map<MatD>(g.dv.data() + bh * head, p.N, p.d) = P.transpose() * dO;
+    Eigen::Map<MatD>(g.dv.data() + bh * kv, p.keys(), p.d) = P.transpose() * dO;
     Eigen::Map<MatD>(g.dq.data() + bh * head, p.N, p.d) = scale * dS * K;
-    Eigen::Map<MatD>(g.dk.data() + bh * head, p.N, p.d) = scale * dS.transpose() * Q;
+    Eigen::Map<MatD>(g.dk.data() + bh * kv, p.keys(), p.d) = scale * dS.transpose() * Q;
   }
   return g;
 }

@@ -1,7 +1,8 @@
 // The CPU reference every step is checked against: exact attention with Eigen,
 // accumulating in double. Slow, obvious, and correct.
 //
-//   S = scale·Q·Kᵀ            (causal: S_ij = −∞ for j > i)
+//   S = scale·Q·Kᵀ            (causal: S_ij = −∞ for j > i; with N_kv keys for N queries,
+//                              the queries are the last N positions: j > i + N_kv − N)
 //   P = softmax(S) row-wise,  L_i = m_i + log ℓ_i = log Σ_j exp(S_ij)
 //   O = P·V
 // Backward, with dO given and D_i = Σ_c dO_ic·O_ic:
@@ -15,7 +16,8 @@
 
 namespace fa::reference {
 
-/// Forward: O [B,H,N,d] and L [B,H,N], rounded to float at the end.
+/// Forward: O [B,H,N,d] and L [B,H,N], rounded to float at the end. Q is [B,H,N,d], K and V
+/// [B,H,N_kv,d] (p.keys() rows).
 ForwardOut forward(const Problem& p, const Qkv& in);
 
 /// The simplified attention without softmax that step 02 computes: O = (scale·QKᵀ)V

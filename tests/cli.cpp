@@ -77,11 +77,12 @@ void remove_all(std::initializer_list<const char*> paths) {
 /// Writes cli_q/k/v.npy for problem p (shape [B,H,N,d], or [N,d] when B = H = 1).
 Qkv write_inputs(const Problem& p, std::uint64_t seed, bool two_d) {
   const Qkv in = random_qkv(p, seed);
-  const std::vector<long long> shape =
-      two_d ? std::vector<long long>{p.N, p.d} : std::vector<long long>{p.B, p.H, p.N, p.d};
-  save("cli_q.npy", shape, in.q);
-  save("cli_k.npy", shape, in.k);
-  save("cli_v.npy", shape, in.v);
+  auto shape = [&](int rows) {
+    return two_d ? std::vector<long long>{rows, p.d} : std::vector<long long>{p.B, p.H, rows, p.d};
+  };
+  save("cli_q.npy", shape(p.N), in.q);
+  save("cli_k.npy", shape(p.keys()), in.k);
+  save("cli_v.npy", shape(p.keys()), in.v);
   return in;
 }
 
@@ -120,6 +121,56 @@ TEST_CASE("flashattn run computes the reference on .npy tensors, 2-D and 4-D", "
               "cli_dk.npy", "cli_dv.npy"});
 }
 
+TEST_CASE("flashattn run takes fewer queries than keys (the reference; steps refuse it)", "[cpu]") {
+  REQUIRE(kInPrivateDir);
+  for (bool causal : {false, true}) {
+    Problem p = test::make(2, 3, 4, 8, causal);
+    p.N_kv = 29;
+    INFO(p.str());
+    const Qkv in = write_inputs(p, 9, false);
+    const std::vector<float> dout = random_tensor(p.elems(), 10);
+    save("cli_do.npy", {p.B, p.H, p.N, p.d}, dout);
+    const Result r = flashattn(std::string("run --step reference ") + kIn +
+                               " --out cli_o.npy --lse cli_l.npy --do cli_do.npy --dq cli_dq.npy --dk cli_dk.npy "
+                               "--dv cli_dv.npy" + (causal ? " --causal" : ""));
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    std::ifstream said("cli_out.txt");
+    CHECK(test::contains(std::string(std::istreambuf_iterator<char>(said), {}), "N=4 N_kv=29"));
+    const ForwardOut ref = reference::forward(p, in);
+    const Grads g = reference::backward(p, in, dout);
+    const NpyArray o = read_npy("cli_o.npy"), dk = read_npy("cli_dk.npy");
+    CHECK(o.shape == std::vector<long long>{p.B, p.H, p.N, p.d});
+    CHECK(dk.shape == std::vector<long long>{p.B, p.H, p.keys(), p.d});
+    Problem kv = p;
+    kv.N = p.keys(), kv.N_kv = 0;  // the shape of K for the comparison's indices
+    FA_CHECK_CLOSE("O", o.data, ref.o, tol::kBitExact, test::shape_o(p));
+    FA_CHECK_CLOSE("L", read_npy("cli_l.npy").data, ref.lse, tol::kBitExact, test::shape_l(p));
+    FA_CHECK_CLOSE("dQ", read_npy("cli_dq.npy").data, g.dq, tol::kBitExact, test::shape_o(p));
+    FA_CHECK_CLOSE("dK", dk.data, g.dk, tol::kBitExact, test::shape_o(kv));
+    FA_CHECK_CLOSE("dV", read_npy("cli_dv.npy").data, g.dv, tol::kBitExact, test::shape_o(kv));
+  }
+  // V must have K's shape; the causal mask needs at least as many keys as queries.
+  remove_all({"cli_o.npy"});
+  Problem p = test::make(1, 1, 6, 8, false);
+  p.N_kv = 9;
+  write_inputs(p, 11, true);
+  save("cli_v5.npy", {5, 8}, random_tensor(40, 12));
+  save("cli_q12.npy", {12, 8}, random_tensor(96, 13));
+  for (const Case& c : {Case{"run --step reference --q cli_q.npy --k cli_k.npy --v cli_v5.npy --out cli_o.npy",
+                             "V has shape (5, 8) but K has (9, 8)"},
+                        Case{"run --step reference --q cli_q12.npy --k cli_k.npy --v cli_v.npy --out cli_o.npy --causal",
+                             "N_kv must be at least N"}}) {
+    const Result r = flashattn(c.args);
+    INFO(c.args << "\nstderr: " << r.err);
+    CHECK(r.status == 2);
+    CHECK(test::contains(r.err, c.says));
+    CHECK_FALSE(exists("cli_o.npy"));
+  }
+  remove_all({"cli_q.npy", "cli_k.npy", "cli_v.npy", "cli_do.npy", "cli_o.npy", "cli_l.npy", "cli_dq.npy",
+              "cli_dk.npy", "cli_dv.npy", "cli_v5.npy", "cli_q12.npy", "cli_out.txt", "cli_err.txt"});
+}
+
 TEST_CASE("flashattn rejects bad input with one line, status 2, and writes nothing", "[cpu]") {
   const Problem p = test::make(1, 1, 9, 4, false);
   const Qkv in = write_inputs(p, 4, true);
@@ -135,7 +186,7 @@ TEST_CASE("flashattn rejects bad input with one line, status 2, and writes nothi
   const Case cases[] = {
       {"run --step reference --q missing.npy --k cli_k.npy --v cli_v.npy --out cli_keep.npy", "cannot open"},
       {"run --step reference --q cli_text.npy --k cli_k.npy --v cli_v.npy --out cli_keep.npy", "not a .npy"},
-      {"run --step reference --q cli_q.npy --k cli_k8.npy --v cli_v.npy --out cli_keep.npy", "same shape"},
+      {"run --step reference --q cli_q.npy --k cli_k8.npy --v cli_v.npy --out cli_keep.npy", "Q's shape but for the number of keys"},
       {"run --step reference --q cli_empty.npy --k cli_empty.npy --v cli_empty.npy --out cli_keep.npy",
        "N must be at least 1"},
       {"run --step reference --q cli_nan.npy --k cli_k.npy --v cli_v.npy --out cli_keep.npy", "NaN"},

@@ -103,6 +103,23 @@ TEST_CASE("problems and inputs are validated", "[cpu]") {
   p.scale.reset();
   CHECK_NOTHROW(p.validate());
   CHECK(p.softmax_scale() == 0.125f);
+  // Fewer queries than keys: the queries are the last N positions.
+  p.N_kv = 64;
+  CHECK(p.keys() == 64);
+  CHECK(p.kv_elems() == 64u * p.d);
+  CHECK(p.str() == "B=1 H=1 N=4 N_kv=64 d=64 scale=0.125");
+  CHECK(p.flops_forward() == 4.0 * 4 * 64 * 64);
+  p.causal = true;
+  CHECK(p.flops_forward() == 4.0 * (4 * 64 - 8) * 64);  // by the convention, N·N_kv − N²/2 pairs
+  CHECK(test::contains(test::error_of([&] { p.validate_self_attention("step06 forward"); }),
+                       "step06 forward takes as many keys as queries (got N = 4 queries, N_kv = 64 keys)"));
+  p.N_kv = 2;
+  CHECK(test::contains(test::error_of([&] { p.validate(); }), "N_kv must be at least N"));
+  p.N_kv = -1;
+  CHECK_THROWS_AS(p.validate(), Error);
+  p.N_kv = 0;
+  CHECK(p.keys() == p.N);
+  CHECK_NOTHROW(p.validate_self_attention("step06 forward"));
   std::vector<float> x(4, 1.0f);
   x[2] = INFINITY;
   CHECK(test::error_of([&] { require_finite(x, "K"); }) == "K holds Inf at flat index 2: attention needs finite inputs");

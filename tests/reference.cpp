@@ -12,18 +12,20 @@ using fa::test::make;
 namespace {
 
 // The textbook formula, one loop at a time, in long double: independent of Eigen.
+// N queries against N_kv keys, the queries being the last N positions.
 ForwardOut loops(const Problem& p, const Qkv& in, bool softmax) {
   ForwardOut out{std::vector<float>(p.elems()), std::vector<float>(p.rows())};
   const long double scale = p.softmax_scale();
+  const int nk = p.keys();
   for (std::size_t bh = 0; bh < p.heads(); ++bh)
     for (int i = 0; i < p.N; ++i) {
-      std::vector<long double> s(p.N);
+      std::vector<long double> s(nk);
       long double m = -INFINITY;
-      const int last = p.causal ? i : p.N - 1;
+      const int last = p.causal ? nk - p.N + i : nk - 1;
       for (int j = 0; j <= last; ++j) {
         long double dot = 0;
         for (int c = 0; c < p.d; ++c)
-          dot += (long double)in.q[(bh * p.N + i) * p.d + c] * in.k[(bh * p.N + j) * p.d + c];
+          dot += (long double)in.q[(bh * p.N + i) * p.d + c] * in.k[(bh * nk + j) * p.d + c];
         s[j] = scale * dot;
         m = std::max(m, s[j]);
       }
@@ -32,7 +34,7 @@ ForwardOut loops(const Problem& p, const Qkv& in, bool softmax) {
       for (int c = 0; c < p.d; ++c) {
         long double o = 0;
         for (int j = 0; j <= last; ++j)
-          o += (softmax ? std::exp(s[j] - m) / l : s[j]) * in.v[(bh * p.N + j) * p.d + c];
+          o += (softmax ? std::exp(s[j] - m) / l : s[j]) * in.v[(bh * nk + j) * p.d + c];
         out.o[(bh * p.N + i) * p.d + c] = float(o);
       }
       out.lse[bh * p.N + i] = float(m + std::log(l));
@@ -172,6 +174,53 @@ TEST_CASE("reference is finite and exact with logits of ±1e4", "[cpu]") {
   INFO("largest |logit| " << max_logit);
   CHECK(max_logit > 5e3);
   FA_CHECK_CLOSE("O", out.o, want, tol::kFp32Forward, test::shape_o(p));
+}
+
+TEST_CASE("reference with fewer queries than keys: the textbook loops, and the square problem's last rows", "[cpu]") {
+  // N queries against N_kv keys are the last N rows of the N_kv × N_kv problem whose other
+  // queries are anything (and, for the gradients, whose other rows of dO are zero).
+  constexpr Tolerance kRounding{1e-6, 1e-6, "fp64 vs long double, or fp64 in two shapes, rounded once to float"};
+  for (bool causal : {false, true})
+    for (const auto& [N, Nk] : {std::pair{1, 37}, std::pair{5, 37}, std::pair{16, 130}}) {
+      Problem p = make(2, 3, N, 24, causal);
+      p.N_kv = Nk;
+      INFO(p.str());
+      const Qkv in = random_qkv(p, 31);
+      const std::vector<float> dout = random_tensor(p.elems(), 32);
+      const ForwardOut ref = reference::forward(p, in);
+      const ForwardOut tl = loops(p, in, true);
+      FA_CHECK_CLOSE("O vs loops", ref.o, tl.o, kRounding, test::shape_o(p));
+      FA_CHECK_CLOSE("L vs loops", ref.lse, tl.lse, kRounding, test::shape_l(p));
+      FA_CHECK_CLOSE("no softmax vs loops", reference::forward_nosoftmax(p, in), loops(p, in, false).o,
+                     kRounding, test::shape_o(p));
+
+      const Problem sq = make(2, 3, Nk, 24, causal);
+      Qkv full{random_qkv(sq, 33).q, in.k, in.v};
+      std::vector<float> dfull(sq.elems(), 0.0f);
+      for (std::size_t bh = 0; bh < p.heads(); ++bh)
+        for (int i = 0; i < N; ++i)
+          for (int c = 0; c < p.d; ++c) {
+            const std::size_t at = (bh * Nk + Nk - N + i) * p.d + c, from = (bh * N + i) * p.d + c;
+            full.q[at] = in.q[from];
+            dfull[at] = dout[from];
+          }
+      const ForwardOut fo = reference::forward(sq, full);
+      const Grads g = reference::backward(p, in, dout), gf = reference::backward(sq, full, dfull);
+      std::vector<float> o_rows, l_rows, dq_rows;
+      for (std::size_t bh = 0; bh < p.heads(); ++bh)
+        for (int i = Nk - N; i < Nk; ++i) {
+          l_rows.push_back(fo.lse[bh * Nk + i]);
+          for (int c = 0; c < p.d; ++c) {
+            o_rows.push_back(fo.o[(bh * Nk + i) * p.d + c]);
+            dq_rows.push_back(gf.dq[(bh * Nk + i) * p.d + c]);
+          }
+        }
+      FA_CHECK_CLOSE("O vs the square problem", ref.o, o_rows, kRounding, test::shape_o(p));
+      FA_CHECK_CLOSE("L vs the square problem", ref.lse, l_rows, kRounding, test::shape_l(p));
+      FA_CHECK_CLOSE("dQ vs the square problem", g.dq, dq_rows, kRounding, test::shape_o(p));
+      FA_CHECK_CLOSE("dK vs the square problem", g.dk, gf.dk, kRounding, test::shape_o(sq));
+      FA_CHECK_CLOSE("dV vs the square problem", g.dv, gf.dv, kRounding, test::shape_o(sq));
+    }
 }
 
 TEST_CASE("reference rejects inputs of the wrong size", "[cpu]") {

@@ -83,6 +83,10 @@ TEST_CASE("step07 model refuses fp32 problems and other head dimensions", "[cpu]
   CHECK(test::contains(test::error_of([&] { step07::model_forward(p, random_qkv(p, 1)); }), "bf16 or fp16"));
   const Problem q = lowp(make(1, 1, 8, 96, false), DType::bf16);
   CHECK(test::contains(test::error_of([&] { step07::model_forward(q, random_qkv(q, 1)); }), "d = 64, 128, 256"));
+  Problem c = lowp(make(1, 1, 8, 64, false), DType::bf16);
+  c.N_kv = 40;  // decoding's shape: step 08's, not this step's
+  CHECK(test::contains(test::error_of([&] { step07::model_forward(c, random_qkv(c, 1)); }),
+                       "step07 takes as many keys as queries"));
 }
 
 TEST_CASE("step07 backward model meets the gradient budget of its 16-bit type", "[cpu]") {

@@ -53,7 +53,7 @@ int visible(const Problem& p, int i) { return p.causal ? i + 1 : p.N; }
 }  // namespace
 
 ModelForward model_forward(const Problem& p, const Qkv& in, bool softmax) {
-  p.validate();
+  p.validate_self_attention("step01 model");
   ModelForward r;
   Hbm Q(in.q, r.traffic), K(in.k, r.traffic), V(in.v, r.traffic);
   Hbm O(p.elems(), r.traffic), L(softmax ? p.rows() : 0, r.traffic);
@@ -95,7 +95,7 @@ ModelForward model_forward(const Problem& p, const Qkv& in, bool softmax) {
 }
 
 ModelBackward model_backward(const Problem& p, const Qkv& in, const ForwardOut& fwd, const std::vector<float>& dout) {
-  p.validate();
+  p.validate_self_attention("step01 model");
   ModelBackward r;
   Traffic& t = r.traffic;
   Hbm Q(in.q, t), K(in.k, t), V(in.v, t), O(fwd.o, t), L(fwd.lse, t), dO(dout, t);

@@ -7,7 +7,7 @@ namespace fa::step02 {
 using namespace tiles;
 
 ModelForward model_forward(const Problem& p, const Qkv& in, Tiles t) {
-  p.validate();
+  p.validate_self_attention("step02 model");
   ModelForward r;
   Hbm Q(in.q, r.traffic), K(in.k, r.traffic), V(in.v, r.traffic), O(p.elems(), r.traffic);
   const int N = p.N, d = p.d, br = t.br, bc = t.bc;

@@ -7,7 +7,7 @@ namespace fa::step03 {
 using namespace tiles;
 
 ModelForward model_forward(const Problem& p, const Qkv& in, ModelOptions opt) {
-  p.validate();
+  p.validate_self_attention("step03 model");
   ModelForward r;
   Hbm Q(in.q, r.traffic), K(in.k, r.traffic), V(in.v, r.traffic), O(p.elems(), r.traffic);
   Hbm L(opt.softmax ? p.rows() : 0, r.traffic);

@@ -17,7 +17,7 @@ int default_group(const Problem& p, int sms) {
 }
 
 ModelForward model_forward(const Problem& p, const Qkv& in, int G, Tiles tl) {
-  p.validate();
+  p.validate_self_attention("step04 model");
   if (G < 1) throw Error("step04: the group size must be at least 1");
   ModelForward r;
   Traffic& t = r.traffic;

@@ -30,7 +30,7 @@ void load_rows(std::vector<float>& dst, const Hbm& src, std::size_t base, int va
 }  // namespace
 
 ModelBackward model_backward(const Problem& p, const Qkv& in, const ForwardOut& fwd, const std::vector<float>& dout) {
-  p.validate();
+  p.validate_self_attention("step05 model");
   ModelBackward res;
   Traffic& t = res.traffic;
   Hbm Q(in.q, t), K(in.k, t), V(in.v, t), O(fwd.o, t), L(fwd.lse, t), dO(dout, t);

@@ -11,7 +11,7 @@
 namespace fa::step06 {
 
 void require_lowp(const Problem& p, const char* step, const int* only_d) {
-  p.validate();
+  p.validate_self_attention(step);
   if (p.dtype == DType::fp32) throw Error(std::string(step) + " computes in bf16 or fp16: set the problem's dtype");
   if (!takes_d(0, only_d, p.d))
     throw Error(std::string(step) + " supports d = " + d_list(only_d) + " (got d = " + std::to_string(p.d) + ")");

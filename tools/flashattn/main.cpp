@@ -49,6 +49,9 @@ Usage:
       [N, d], [H, N, d] or [B, H, N, d]) and writes float32 results. With --do
       and the three gradient paths it also runs the step's backward. --dtype
       picks the 16-bit type of steps 06 and 07 (default bf16); inputs are rounded to it.
+      K and V may hold another number of rows than Q ([.., N_kv, d]: N queries
+      against N_kv keys, the queries the last N positions); the reference takes
+      that, the steps so far as many keys as queries.
   flashattn list
       The steps in this build, which need a GPU, which have a backward.
   flashattn traffic [--N n] [--d d] [--causal] [--M m1,m2,...]
@@ -317,12 +320,15 @@ int run(const Args& a) {
 
   // Then the headers, one file at a time: a file is refused before the next is
   // opened, and before any data is read.
+  // Q (and dO) is [.., N, d]; K and V are [.., N_kv, d], the same but for N_kv (decoding:
+  // fewer queries than keys); a step that takes self-attention only says so below.
   const std::vector<std::pair<const char*, const char*>> tensors = {{"--q", "Q"}, {"--k", "K"}, {"--v", "V"}, {"--do", "dO"}};
-  std::vector<long long> sh;
+  std::vector<long long> sh, kv_sh;
   for (const auto& [opt, name] : tensors) {
     if (!a.kv.count(opt)) continue;
     const std::string& path = a.kv.at(opt);
     const NpyHeader h = read_npy_header(path);
+    const std::string who = name;
     if (sh.empty()) {
       if (h.shape.size() < 2 || h.shape.size() > 4)
         throw Error(printable(path, 200) + ": Q has shape " + shape_tuple(h.shape) +
@@ -331,10 +337,19 @@ int run(const Args& a) {
         if (x > INT32_MAX)
           throw Error(printable(path, 200) + ": Q's shape " + shape_tuple(h.shape) + " has a dimension over 2^31 - 1");
       sh = h.shape;
-    } else if (h.shape != sh) {
-      throw Error(printable(path, 200) + ": " + name + " has shape " + shape_tuple(h.shape) + " but Q has " +
-                  shape_tuple(sh) + (std::string(name) == "dO" ? " (dO must have the shape of O, which is Q's)"
-                                                               : " (Q, K and V must have the same shape: N keys for N queries)"));
+    } else if (who == "K") {
+      std::vector<long long> a_ = h.shape, b_ = sh;
+      if (a_.size() == b_.size() && a_.size() >= 2) a_[a_.size() - 2] = b_[b_.size() - 2] = 0;  // N_kv may differ
+      if (a_ != b_)
+        throw Error(printable(path, 200) + ": K has shape " + shape_tuple(h.shape) + " but Q has " + shape_tuple(sh) +
+                    " (K and V must be Q's shape but for the number of keys: [.., N_kv, d] for Q's [.., N, d])");
+      kv_sh = h.shape;
+    } else if (who == "V" && h.shape != kv_sh) {
+      throw Error(printable(path, 200) + ": V has shape " + shape_tuple(h.shape) + " but K has " + shape_tuple(kv_sh) +
+                  " (a value for every key)");
+    } else if (who == "dO" && h.shape != sh) {
+      throw Error(printable(path, 200) + ": dO has shape " + shape_tuple(h.shape) + " but Q has " + shape_tuple(sh) +
+                  " (dO must have the shape of O, which is Q's)");
     }
   }
   Problem p;
@@ -343,6 +358,7 @@ int run(const Args& a) {
   p.H = r >= 3 ? int(sh[r - 3]) : 1;
   p.N = int(sh[r - 2]);
   p.d = int(sh[r - 1]);
+  if (kv_sh[r - 2] != sh[r - 2]) p.N_kv = int(kv_sh[r - 2]);
   p.causal = a.causal;
   p.dtype = s.dtype;
   if (a.kv.count("--dtype")) {
@@ -363,18 +379,18 @@ int run(const Args& a) {
   p.validate();
 
   // The data, each file checked as it arrives.
-  auto load = [&](const char* opt, const char* name) {
+  auto load = [&](const char* opt, const char* name, const std::vector<long long>& shape) {
     NpyArray x = read_npy(a.kv.at(opt));
-    if (x.shape != sh) throw Error(printable(a.kv.at(opt), 200) + ": changed while being read");
-    require_representable(x.data, sh, p.dtype, printable(a.kv.at(opt), 200) + " (" + name + ")");
+    if (x.shape != shape) throw Error(printable(a.kv.at(opt), 200) + ": changed while being read");
+    require_representable(x.data, shape, p.dtype, printable(a.kv.at(opt), 200) + " (" + name + ")");
     return std::move(x.data);
   };
   Qkv in;
-  in.q = load("--q", "Q");
-  in.k = load("--k", "K");
-  in.v = load("--v", "V");
+  in.q = load("--q", "Q", sh);
+  in.k = load("--k", "K", kv_sh);
+  in.v = load("--v", "V", kv_sh);
   std::vector<float> dO;
-  if (want_bwd) dO = load("--do", "dO");
+  if (want_bwd) dO = load("--do", "dO", sh);
 
   std::vector<long long> lshape(sh.begin(), sh.end() - 1);
   const ForwardOut out = s.forward(p, in);
@@ -386,11 +402,11 @@ int run(const Args& a) {
   if (want_bwd) {
     const Grads g = s.backward(p, in, out, dO);
     require_finite_result(g.dq, sh, s.id, "dQ");
-    require_finite_result(g.dk, sh, s.id, "dK");
-    require_finite_result(g.dv, sh, s.id, "dV");
+    require_finite_result(g.dk, kv_sh, s.id, "dK");
+    require_finite_result(g.dv, kv_sh, s.id, "dV");
     files.add(a.kv.at("--dq"), sh, g.dq);
-    files.add(a.kv.at("--dk"), sh, g.dk);
-    files.add(a.kv.at("--dv"), sh, g.dv);
+    files.add(a.kv.at("--dk"), kv_sh, g.dk);
+    files.add(a.kv.at("--dv"), kv_sh, g.dv);
   }
   files.commit(inputs);
   std::cout << "step " << s.id << ": " << p.str() << " -> " << printable(a.kv.at("--out"), 200)
