@@ -31,6 +31,7 @@ using test::check_grad_budget;
 const std::vector<int> kAllD(std::begin(step07::kSupportedD), std::end(step07::kSupportedD) - 1);
 const std::vector<int> kBwdD(std::begin(step07::kBackwardD), std::end(step07::kBackwardD) - 1);
 
+#ifdef FA_HAVE_CUDA
 /// The three gradients against another computation's, element by element.
 void check_grads_close(const char* what, const Problem& p, const Grads& got, const Grads& want, const Tolerance& tl) {
   INFO(what);
@@ -38,6 +39,7 @@ void check_grads_close(const char* what, const Problem& p, const Grads& got, con
   FA_CHECK_CLOSE("dK", got.dk, want.dk, tl, test::shape_o(p));
   FA_CHECK_CLOSE("dV", got.dv, want.dv, tl, test::shape_o(p));
 }
+#endif
 }  // namespace
 
 TEST_CASE("step07 model meets the error budget of its 16-bit type", "[cpu]") {
@@ -64,6 +66,23 @@ TEST_CASE("step07 model's blocks: 128 query rows (192 at d = 64), 128 keys (80 a
   const ModelForward m = step07::model_forward(p, in), r = step06::model_forward_tiled(p, in, 128, 128);
   FA_CHECK_CLOSE("O: step 07's model = step 06's with 128 × 128 blocks", m.out.o, r.out.o, tol::kBitExact,
                  test::shape_o(p));
+}
+
+TEST_CASE("step07 tiles use TMA's 128-byte swizzle (exercise 07-swizzle)", "[cpu]") {
+  // What the hardware does (CUTLASS's Swizzle<3, 4, 3>): in the unswizzled byte offset of
+  // a panel, bits 4–6 (the 16-byte chunk of a 128-byte row) are XORed with bits 7–9 (the
+  // row mod 8). swizzled() must place every element where TMA wrote it and wgmma reads it.
+  int wrong = 0;
+  for (int rows : {64, 80, 128})
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < 256; ++c) {
+        const std::uint32_t plain = std::uint32_t((c / 64) * rows * 128 + r * 128 + (c % 64) * 2);
+        const std::uint32_t want = plain ^ (((plain >> 7) & 7u) << 4);
+        if (step07::swizzled(rows, r, c) != want && ++wrong <= 5)
+          FAIL_CHECK("rows = " << rows << ", element (" << r << ", " << c << "): swizzled() = "
+                               << step07::swizzled(rows, r, c) << ", TMA's byte offset " << want);
+      }
+  CHECK(wrong == 0);
 }
 
 TEST_CASE("step07 model's HBM traffic equals the formula", "[cpu]") {

@@ -25,6 +25,7 @@
 
 #include "common/problem.hpp"
 #include "steps/06_tensor_cores/mma.cuh"  // smem_u32: a shared-space address
+#include "steps/07_hopper/step07.hpp"     // kPanel, swizzled: the panel layout
 
 // wgmma and setmaxnreg exist only in the sm_90a target (step 07 builds for nothing
 // else: its CMakeLists.txt). The host pass sees the whole body.
@@ -48,16 +49,6 @@ using step06::smem_u32;
 /// Made through the driver's cuTensorMapEncodeTiled, reached by
 /// cudaGetDriverEntryPointByVersion: nothing links libcuda by hand.
 CUtensorMap make_tile_map(const void* base, DType t, int N, std::size_t heads, int d, int box_rows);
-
-// ---------------------------------------------------------------------------------
-// Device: the 128-byte-swizzled panel layout.
-
-constexpr int kPanel = 64;  ///< columns of a panel: 64 16-bit elements = 128 bytes a row
-
-/// Byte offset of element (r, c) in a tile of `rows` rows in panels.
-__host__ __device__ constexpr std::uint32_t swizzled(int rows, int r, int c) {
-  return std::uint32_t((c / kPanel) * rows * 128 + r * 128 + ((((c % kPanel) / 8) ^ (r % 8)) * 16) + (c % 8) * 2);
-}
 
 // ---------------------------------------------------------------------------------
 // mbarriers (cuda::ptx) and TMA copies.

@@ -26,6 +26,8 @@
 // Note: notes/07_hopper.md.
 #pragma once
 
+#include <cstdint>
+
 #include "common/hd.hpp"
 #include "common/hbm.hpp"
 #include "common/step_api.hpp"
@@ -56,6 +58,22 @@ struct FwdTile {
 ///     the K/V ring needs 2·2·80·256·2 bytes of shared memory (FlashAttention-3's).
 FA_HD constexpr FwdTile forward_tile(int d) {
   return d == 64 ? FwdTile{3, 128, 2} : d == 256 ? FwdTile{2, 80, 2} : FwdTile{2, 128, 2};
+}
+
+/// The shared-memory layout of every tile (hopper.cuh): R rows × d columns of 16-bit
+/// elements as d/64 panels of R rows × 64 columns, 128 bytes a row, each panel with the
+/// 128-byte swizzle — what TMA writes with CU_TENSOR_MAP_SWIZZLE_128B and what a wgmma
+/// descriptor with swizzle mode 1 reads.
+constexpr int kPanel = 64;  ///< columns of a panel: 64 16-bit elements = 128 bytes a row
+
+/// Byte offset of element (r, c) in a tile of `rows` rows in panels: the 16-byte chunk
+/// c/8 of row r is stored at chunk (c/8) XOR (r mod 8), so that the 8 rows a wgmma core
+/// matrix spans fall in 8 different bank groups.
+FA_HD constexpr std::uint32_t swizzled(int rows, int r, int c) {
+  // exercise 07-swizzle: the 128-byte swizzle — panel, row, then the row's 16-byte chunk XOR the row mod 8, then the element in the chunk
+  // stub: return std::uint32_t((c / kPanel) * rows * 128 + r * 128 + (c % kPanel) * 2);
+  return std::uint32_t((c / kPanel) * rows * 128 + r * 128 + ((((c % kPanel) / 8) ^ (r % 8)) * 16) + (c % 8) * 2);
+  // end exercise
 }
 
 /// The GPU step 07 runs on, compute capability ×10: exactly sm_90 (H100, H200, H20):
