@@ -53,7 +53,7 @@ struct BwdSmem {
   static constexpr int q = v + kKVBytes;              ///< [stage]
   static constexpr int dout = q + kStages * kQBytes;  ///< [stage]
   static constexpr int ds = dout + kStages * kQBytes; ///< [2]: alternate query blocks
-  static constexpr int dq = ds + 2 * kDsBytes;        ///< [consumer]: a staged dQ partial (fp32)
+  static constexpr int dq = ds + 2 * kDsBytes;        ///< [consumer]: a staged dQ piece (fp32)
   static constexpr int l2 = dq + kBwdConsumers * kChunkFloats * 4;  ///< [stage][kQ]: L·log2 e
   static constexpr int dsum = l2 + kStages * kQ * 4;                 ///< [stage][kQ]: D
   static constexpr int bars = dsum + kStages * kQ * 4;
@@ -61,8 +61,8 @@ struct BwdSmem {
 };
 
 /// The mbarriers: K/V's; per stage "full" (copies done) and "empty" (every consumer
-/// thread done with it: each read L_i, D_i itself); per consumer "dq_full" (its partial staged) and "dq_empty"
-/// (the writer's bulk reduction has read it).
+/// thread done with it: each read L_i, D_i itself); per consumer "dq_full" (its dQ piece
+/// staged) and "dq_empty" (the writer's bulk reduction has read it).
 struct BwdBarriers {
   std::uint64_t *kv_full, *q_full, *q_empty, *dq_full, *dq_empty;
   __device__ explicit BwdBarriers(unsigned char* at)
