@@ -81,6 +81,15 @@ inline void check_grad_budget(const Problem& p, const Qkv& in, const std::vector
   }
 }
 
+/// The three gradients against another computation's, element by element.
+inline void check_grads_close(const char* what, const Problem& p, const Grads& got, const Grads& want,
+                              const Tolerance& tl) {
+  INFO(what);
+  FA_CHECK_CLOSE("dQ", got.dq, want.dq, tl, test::shape_o(p));
+  FA_CHECK_CLOSE("dK", got.dk, want.dk, tl, test::shape_o(p));
+  FA_CHECK_CLOSE("dV", got.dv, want.dv, tl, test::shape_o(p));
+}
+
 /// Kernel against its model or another step: the 16-bit reorder tolerance of p's type.
 inline const Tolerance& reorder(DType t) { return t == DType::bf16 ? step06::kBf16Reorder : step06::kFp16Reorder; }
 

@@ -24,6 +24,7 @@ using test::rising_scores;
 using test::inputs;
 using test::grad_out;
 using test::check_grad_budget;
+using test::check_grads_close;
 /// Every head dimension the production kernels take (kSupportedD, without its 0).
 const std::vector<int> kAllD(std::begin(step06::kSupportedD), std::end(step06::kSupportedD) - 1);
 }  // namespace
@@ -202,9 +203,7 @@ TEST_CASE("step06 backward kernel meets the gradient budget and matches its mode
       if (p.N <= 113) {
         const Grads m = step06::model_backward(p, in, fwd, dout).grads;
         const Tolerance& tl = test::reorder(t);
-        FA_CHECK_CLOSE("dQ vs model", g.dq, m.dq, tl, test::shape_o(p));
-        FA_CHECK_CLOSE("dK vs model", g.dk, m.dk, tl, test::shape_o(p));
-        FA_CHECK_CLOSE("dV vs model", g.dv, m.dv, tl, test::shape_o(p));
+        check_grads_close("vs model", p, g, m, tl);
       }
     }
 }
@@ -268,9 +267,7 @@ TEST_CASE("step06 kernels at the other head dimensions: d 32 96 256 (also under 
       const Grads g = gpu::backward(step06::kBackward, p, in, fwd, dout);
       check_grad_budget(p, in, dout, g, "kernel");
       const Grads mg = step06::model_backward(p, in, fwd, dout).grads;
-      FA_CHECK_CLOSE("dQ vs model", g.dq, mg.dq, step06::kBf16Reorder, test::shape_o(p));
-      FA_CHECK_CLOSE("dK vs model", g.dk, mg.dk, step06::kBf16Reorder, test::shape_o(p));
-      FA_CHECK_CLOSE("dV vs model", g.dv, mg.dv, step06::kBf16Reorder, test::shape_o(p));
+      check_grads_close("vs model", p, g, mg, step06::kBf16Reorder);
     }
 }
 #endif

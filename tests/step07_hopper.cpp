@@ -30,16 +30,7 @@ using test::check_grad_budget;
 /// Every head dimension step 07 takes (kSupportedD, without its 0), and its backward.
 const std::vector<int> kAllD(std::begin(step07::kSupportedD), std::end(step07::kSupportedD) - 1);
 const std::vector<int> kBwdD(std::begin(step07::kBackwardD), std::end(step07::kBackwardD) - 1);
-
-#ifdef FA_HAVE_CUDA
-/// The three gradients against another computation's, element by element.
-void check_grads_close(const char* what, const Problem& p, const Grads& got, const Grads& want, const Tolerance& tl) {
-  INFO(what);
-  FA_CHECK_CLOSE("dQ", got.dq, want.dq, tl, test::shape_o(p));
-  FA_CHECK_CLOSE("dK", got.dk, want.dk, tl, test::shape_o(p));
-  FA_CHECK_CLOSE("dV", got.dv, want.dv, tl, test::shape_o(p));
-}
-#endif
+using test::check_grads_close;
 }  // namespace
 
 TEST_CASE("step07 model meets the error budget of its 16-bit type", "[cpu]") {

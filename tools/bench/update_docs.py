@@ -747,7 +747,7 @@ def table_step07_bwd_memory(D):
             a = D.find(rows, step="06", dir="bwd", d=d, causal=c, N=131072)
             b = D.find(rows, step="07", dir="bwd", d=d, causal=c, N=131072)
             if a and b:
-                io = 16 * 131072 * d * 2 * 8  # Q, K, V, O, dO, dQ, dK, dV in 16 bits
+                io = int(a["B"]) * int(a["H"]) * int(a["N"]) * d * 2 * 8  # Q, K, V, O, dO, dQ, dK, dV in 16 bits
                 out.append(f"| {d} | {'yes' if c else 'no'} | {fmt_bytes(int(a['scratch_bytes']))} | "
                            f"{float(a['ms']):.0f} | {fmt_bytes(int(b['scratch_bytes']))} | {float(b['ms']):.0f} | "
                            f"{fmt_bytes(io)} |")

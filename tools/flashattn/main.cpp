@@ -338,9 +338,9 @@ int run(const Args& a) {
           throw Error(printable(path, 200) + ": Q's shape " + shape_tuple(h.shape) + " has a dimension over 2^31 - 1");
       sh = h.shape;
     } else if (who == "K") {
-      std::vector<long long> a_ = h.shape, b_ = sh;
-      if (a_.size() == b_.size() && a_.size() >= 2) a_[a_.size() - 2] = b_[b_.size() - 2] = 0;  // N_kv may differ
-      if (a_ != b_)
+      std::vector<long long> k_dims = h.shape, q_dims = sh;  // all but the rows (N_kv may differ from N)
+      if (k_dims.size() == q_dims.size()) k_dims[k_dims.size() - 2] = q_dims[q_dims.size() - 2] = 0;
+      if (k_dims != q_dims)
         throw Error(printable(path, 200) + ": K has shape " + shape_tuple(h.shape) + " but Q has " + shape_tuple(sh) +
                     " (K and V must be Q's shape but for the number of keys: [.., N_kv, d] for Q's [.., N, d])");
       kv_sh = h.shape;
