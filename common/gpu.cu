@@ -52,6 +52,13 @@ int sm_count() {
   return sms;
 }
 
+std::size_t smem_per_sm() {
+  int dev = 0, bytes = 0;
+  FA_CUDA_CHECK(cudaGetDevice(&dev));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+  return std::size_t(bytes);
+}
+
 namespace {
 __global__ void arch_kernel(int* out) {
 #ifdef __CUDA_ARCH__
@@ -92,9 +99,15 @@ std::string too_old(int min_sm, bool exact) {
 
 namespace {
 
+bool takes_decode(const GpuForward& s) { return s.decode; }
+bool takes_decode(const GpuBackward&) { return false; }  // the backwards: self-attention
+
 template <class Step>
 void check_supported(const Step& s, const Problem& p) {
-  p.validate_self_attention(s.name);
+  if (takes_decode(s))
+    p.validate();
+  else
+    p.validate_self_attention(s.name);
   if (!takes_d(s.max_d, s.only_d, p.d)) {
     if (!s.only_d)  // a range: 1..max_d
       throw Error(std::string(s.name) + " supports head dimensions up to d = " + std::to_string(s.max_d) +
@@ -175,7 +188,7 @@ std::size_t elem_bytes(const Problem& p) { return p.dtype == DType::fp32 ? 4 : 2
 }  // namespace
 
 std::size_t forward_bytes(const GpuForward& s, const Problem& p) {
-  return 4 * p.elems() * elem_bytes(p) + p.rows() * sizeof(float) + s.workspace_bytes(p);
+  return (2 * p.elems() + 2 * p.kv_elems()) * elem_bytes(p) + p.rows() * sizeof(float) + s.workspace_bytes(p);
 }
 
 std::size_t backward_bytes(const GpuBackward& s, const Problem& p) {

@@ -21,6 +21,9 @@ std::string describe_device();
 /// Multiprocessors of the current device.
 int sm_count();
 
+/// Shared memory of one multiprocessor of the current device, bytes (all its blocks together).
+std::size_t smem_per_sm();
+
 /// Compute capability of the current device ×10: 90 on an H200, 75 on a T4.
 int compute_capability();
 

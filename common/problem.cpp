@@ -9,6 +9,7 @@ std::string Problem::str() const {
   std::ostringstream s;
   s << "B=" << B << " H=" << H << " N=" << N;
   if (keys() != N) s << " N_kv=" << keys();
+  if (kv_heads_per_batch() != H) s << " H_kv=" << kv_heads_per_batch();
   s << " d=" << d << (causal ? " causal" : "")
     << " scale=" << softmax_scale();
   if (dtype != DType::fp32) s << " " << dtype_name(dtype);
@@ -47,6 +48,9 @@ void Problem::validate() const {
   if (N < 1) throw Error("N must be at least 1: an empty sequence has no attention (got " + str() + ")");
   if (d < 1) throw Error("d must be at least 1 (got " + str() + ")");
   if (N_kv < 0) throw Error("N_kv must be at least 1, or 0 for as many keys as queries (got " + std::to_string(N_kv) + ")");
+  if (H_kv < 0 || (H_kv > 0 && H % H_kv != 0))
+    throw Error("H_kv (K/V heads) must divide H (query heads), or be 0 for one K/V head per query head (got " + str() +
+                ")");
   if (causal && keys() < N)
     throw Error("causal attention with fewer keys than queries: the queries are the last N of the N_kv positions, "
                 "so N_kv must be at least N (got " + str() + ")");
@@ -59,6 +63,9 @@ void Problem::validate_self_attention(const std::string& who) const {
   if (keys() != N)
     throw Error(who + " takes as many keys as queries (got N = " + std::to_string(N) + " queries, N_kv = " +
                 std::to_string(keys()) + " keys)");
+  if (kv_heads_per_batch() != H)
+    throw Error(who + " takes one K/V head per query head (got H = " + std::to_string(H) + ", H_kv = " +
+                std::to_string(kv_heads_per_batch()) + ")");
 }
 
 namespace {

@@ -31,10 +31,12 @@ float round_to(DType t, float x);
 
 /// One attention problem: B batches × H heads of N queries and N keys of width d — or,
 /// with N_kv set, N queries against N_kv keys (decoding: a few new queries against a long
-/// cache), the queries being the last N of the N_kv positions.
+/// cache), the queries being the last N of the N_kv positions; with H_kv set, grouped-query
+/// attention: H/H_kv consecutive query heads share one K/V head (h reads K/V head h / (H/H_kv)).
 struct Problem {
   int B = 1, H = 1, N = 1, d = 64;
   int N_kv = 0;                   ///< keys (and values) per head; 0: N, self-attention
+  int H_kv = 0;                   ///< K/V heads; 0: H (one per query head)
   bool causal = false;            ///< query i attends to keys j <= i + keys() − N only
   std::optional<float> scale{};   ///< softmax scale; default 1/sqrt(d)
   DType dtype = DType::fp32;      ///< element type of Q, K, V, O on the device
@@ -44,19 +46,24 @@ struct Problem {
   std::size_t rows() const { return heads() * N; }        ///< elements of L
   std::size_t elems() const { return rows() * d; }        ///< elements of Q (and O; K and V: kv_elems)
   int keys() const { return N_kv ? N_kv : N; }             ///< keys per head
-  std::size_t kv_elems() const { return heads() * std::size_t(keys()) * d; }  ///< elements of K (and V)
+  int kv_heads_per_batch() const { return H_kv ? H_kv : H; }  ///< K/V heads per batch
+  int group() const { return H / kv_heads_per_batch(); }       ///< query heads per K/V head
+  std::size_t kv_heads() const { return std::size_t(B) * kv_heads_per_batch(); }  ///< K/V heads in all
+  /// The K/V head that query head bh = b·H + h reads: b·H_kv + h / group().
+  std::size_t kv_head(std::size_t bh) const { return bh / H * kv_heads_per_batch() + bh % H / group(); }
+  std::size_t kv_elems() const { return kv_heads() * std::size_t(keys()) * d; }  ///< elements of K (and V)
   /// Forward FLOPs by the usual convention 4·B·H·N·N_kv·d (two N×N_kv×d matrix
   /// products); causal: the pairs a query sees, N·N_kv − N²/2 (N²/2 when N_kv = N).
   double flops_forward() const {
     const double pairs = causal ? double(N) * keys() - double(N) * N / 2 : double(N) * keys();
     return 4.0 * double(heads()) * pairs * d;
   }
-  std::string str() const;        ///< "B=2 H=3 N=113 d=64 causal scale=0.125" (and "N_kv=…" when set)
-  /// Throws fa::Error on N, d, B, H < 1, N_kv < 0, causal with fewer keys than queries,
-  /// or a bad scale.
+  std::string str() const;        ///< "B=2 H=3 N=113 d=64 causal scale=0.125" (and "N_kv=…", "H_kv=…" when set)
+  /// Throws fa::Error on N, d, B, H < 1, N_kv < 0, H_kv < 0 or not dividing H, causal with
+  /// fewer keys than queries, or a bad scale.
   void validate() const;
-  /// validate(), and throws unless there are as many keys as queries: `who` (a step's
-  /// kernel or model) computes self-attention only.
+  /// validate(), and throws unless there are as many keys as queries and one K/V head per
+  /// query head: `who` (a step's kernel or model) computes self-attention only.
   void validate_self_attention(const std::string& who) const;
 };
 

@@ -59,6 +59,9 @@ struct GpuForward {
   int min_sm = 0;
   /// The kernels are architecture-specific code (sm_90a): they run on min_sm only.
   bool exact_sm = false;
+  /// Takes decoding shapes: N_kv ≠ N keys (the queries the last N positions) and
+  /// grouped-query attention (H_kv ≠ H). Otherwise self-attention only.
+  bool decode = false;
 };
 
 struct GpuBackward {

@@ -21,7 +21,7 @@ void check_sizes(const Problem& p, std::size_t q, std::size_t k, std::size_t v) 
   p.validate();
   if (q != p.elems() || k != p.kv_elems() || v != p.kv_elems())
     throw Error("reference: Q must hold B·H·N·d = " + std::to_string(p.elems()) + " elements and K, V each " +
-                "B·H·N_kv·d = " + std::to_string(p.kv_elems()) + " for " + p.str());
+                "B·H_kv·N_kv·d = " + std::to_string(p.kv_elems()) + " for " + p.str());
 }
 
 /// The last key query i sees: all of them, or (causal) the one at its own position —
@@ -49,8 +49,9 @@ ForwardD forward_d(const Problem& p, const QkvD& in) {
   ForwardD out{std::vector<double>(p.elems()), std::vector<double>(p.rows())};
   const std::size_t head = std::size_t(p.N) * p.d, kv = std::size_t(p.keys()) * p.d;
   for (std::size_t bh = 0; bh < p.heads(); ++bh) {
-    MapD Q(in.q.data() + bh * head, p.N, p.d), K(in.k.data() + bh * kv, p.keys(), p.d),
-        V(in.v.data() + bh * kv, p.keys(), p.d);
+    const std::size_t kvh = p.kv_head(bh);  // grouped-query attention: the K/V head query head bh reads
+    MapD Q(in.q.data() + bh * head, p.N, p.d), K(in.k.data() + kvh * kv, p.keys(), p.d),
+        V(in.v.data() + kvh * kv, p.keys(), p.d);
     const MatD P = probabilities(p, Q, K, out.lse.data() + bh * p.N);
     Eigen::Map<MatD>(out.o.data() + bh * head, p.N, p.d) = P * V;
   }
@@ -68,7 +69,8 @@ std::vector<float> forward_nosoftmax(const Problem& p, const Qkv& in) {
   std::vector<double> o(p.elems());
   const std::size_t head = std::size_t(p.N) * p.d, kv = std::size_t(p.keys()) * p.d;
   for (std::size_t bh = 0; bh < p.heads(); ++bh) {
-    MapD Q(q.data() + bh * head, p.N, p.d), K(k.data() + bh * kv, p.keys(), p.d), V(v.data() + bh * kv, p.keys(), p.d);
+    const std::size_t kvh = p.kv_head(bh);
+    MapD Q(q.data() + bh * head, p.N, p.d), K(k.data() + kvh * kv, p.keys(), p.d), V(v.data() + kvh * kv, p.keys(), p.d);
     MatD S = double(p.softmax_scale()) * (Q * K.transpose());
     for (int i = 0; i < p.N; ++i)
       for (int j = last_key(p, i) + 1; j < p.keys(); ++j) S(i, j) = 0.0;
@@ -84,16 +86,18 @@ GradsD backward_d(const Problem& p, const QkvD& in, const std::vector<double>& d
   const std::size_t head = std::size_t(p.N) * p.d, kv = std::size_t(p.keys()) * p.d;
   const double scale = p.softmax_scale();
   for (std::size_t bh = 0; bh < p.heads(); ++bh) {
-    MapD Q(in.q.data() + bh * head, p.N, p.d), K(in.k.data() + bh * kv, p.keys(), p.d),
-        V(in.v.data() + bh * kv, p.keys(), p.d), dO(dout.data() + bh * head, p.N, p.d);
+    const std::size_t kvh = p.kv_head(bh);
+    MapD Q(in.q.data() + bh * head, p.N, p.d), K(in.k.data() + kvh * kv, p.keys(), p.d),
+        V(in.v.data() + kvh * kv, p.keys(), p.d), dO(dout.data() + bh * head, p.N, p.d);
     const MatD P = probabilities(p, Q, K, nullptr);
     const MatD O = P * V;
     const Eigen::VectorXd D = (dO.array() * O.array()).rowwise().sum();  // D_i = dO_i · O_i
     const MatD dP = dO * V.transpose();
     const MatD dS = P.array() * (dP.colwise() - D).array();  // masked entries: P = 0 so dS = 0
-    Eigen::Map<MatD>(g.dv.data() + bh * kv, p.keys(), p.d) = P.transpose() * dO;
+    // A K/V head shared by a group of query heads gets the sum of their gradients.
+    Eigen::Map<MatD>(g.dv.data() + kvh * kv, p.keys(), p.d) += P.transpose() * dO;
     Eigen::Map<MatD>(g.dq.data() + bh * head, p.N, p.d) = scale * dS * K;
-    Eigen::Map<MatD>(g.dk.data() + bh * kv, p.keys(), p.d) = scale * dS.transpose() * Q;
+    Eigen::Map<MatD>(g.dk.data() + kvh * kv, p.keys(), p.d) += scale * dS.transpose() * Q;
   }
   return g;
 }

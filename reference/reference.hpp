@@ -7,6 +7,8 @@
 //   O = P·V
 // Backward, with dO given and D_i = Σ_c dO_ic·O_ic:
 //   dV = Pᵀ·dO,  dP = dO·Vᵀ,  dS = P∘(dP − D),  dQ = scale·dS·K,  dK = scale·dSᵀ·Q
+// With grouped-query attention (H_kv < H) query head h reads K/V head h / (H/H_kv), and a
+// K/V head's dK, dV are the sums over the query heads of its group.
 // See notes/00_reference.md for the derivation.
 #pragma once
 
@@ -17,7 +19,7 @@
 namespace fa::reference {
 
 /// Forward: O [B,H,N,d] and L [B,H,N], rounded to float at the end. Q is [B,H,N,d], K and V
-/// [B,H,N_kv,d] (p.keys() rows).
+/// [B,H_kv,N_kv,d] (p.kv_heads_per_batch() heads of p.keys() rows).
 ForwardOut forward(const Problem& p, const Qkv& in);
 
 /// The simplified attention without softmax that step 02 computes: O = (scale·QKᵀ)V

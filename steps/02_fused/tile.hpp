@@ -45,10 +45,13 @@ FA_HD int kv_blocks(int N, int bc = kBc) { return (N + bc - 1) / bc; }  ///< T_c
 
 /// Last K/V block query block i needs: all of them, or (causal) the one holding
 /// the diagonal of its last row. Blocks after it are skipped, not just masked.
-FA_HD int last_kv_block(int N, bool causal, int i, int br = kBr, int bc = kBc) {
-  if (!causal) return kv_blocks(N, bc) - 1;
+/// With Nk keys for the N queries (Nk = 0: N) the queries are the last N positions,
+/// so row r sits at position r + Nk − N.
+FA_HD int last_kv_block(int N, bool causal, int i, int br = kBr, int bc = kBc, int Nk = 0) {
+  if (Nk == 0) Nk = N;
+  if (!causal) return kv_blocks(Nk, bc) - 1;
   const int last_row = ((i + 1) * br < N ? (i + 1) * br : N) - 1;
-  return last_row / bc;
+  return (last_row + Nk - N) / bc;
 }
 /// First query block that needs K/V block j (causal: the one holding row j·B_c).
 FA_HD int first_q_block(bool causal, int j, int br = kBr, int bc = kBc) { return causal ? (j * bc) / br : 0; }
@@ -61,12 +64,12 @@ FA_HD bool masked(int query, int key, int N, bool causal) { return key >= N || (
 /// Rows of block `blk` (blocks of `rows` rows) that lie inside the sequence.
 FA_HD int valid_rows(int N, int blk, int rows) { return N - blk * rows < rows ? N - blk * rows : rows; }
 
-/// Σ over query blocks i of the K/V rows that block i visits: N·T_r without a
+/// Σ over query blocks i of the K/V rows that block i visits: N_kv·T_r without a
 /// mask; with the causal mask, the K/V blocks up to the diagonal.
 inline std::uint64_t kv_rows_visited(const Problem& p, int br = kBr, int bc = kBc) {
   std::uint64_t s = 0;
   for (int i = 0; i < q_blocks(p.N, br); ++i)
-    s += std::uint64_t(std::min(p.N, (last_kv_block(p.N, p.causal, i, br, bc) + 1) * bc));
+    s += std::uint64_t(std::min(p.keys(), (last_kv_block(p.N, p.causal, i, br, bc, p.keys()) + 1) * bc));
   return s;
 }
 

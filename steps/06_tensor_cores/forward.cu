@@ -10,6 +10,9 @@
 //   O += P·V_j               P re-used from the S accumulators as A fragments
 // while K/V block j+1 arrives by cp.async into the other of two buffers. With the
 // causal mask the query blocks with the most K/V blocks start first.
+// Decoding shapes run too: N queries against N_kv keys (the queries the last N
+// positions) and grouped-query attention (H/H_kv query heads reading one K/V head) —
+// with one thread block per query block, which is what step 08 is about.
 //
 // How each of these was found, one measured step at a time, is note 06's lesson; the
 // versions it measures are versions_forward.cu.
@@ -26,8 +29,8 @@ namespace {
 
 template <class T, int kD, bool kCausal>
 __global__ void __launch_bounds__(forward_tile(kCausal, kD).threads())
-    forward_kernel(int N, bool causal, float scale, const T* __restrict__ q, const T* __restrict__ k,
-                   const T* __restrict__ v, T* __restrict__ o, float* __restrict__ lse) {
+    forward_kernel(int N, int Nk, int H, int group, bool causal, float scale, const T* __restrict__ q,
+                   const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o, float* __restrict__ lse) {
 #if FA_STEP06_ARCH_OK  // compiled out before sm_80 (mma.cuh)
   constexpr FwdTile kTile = forward_tile(kCausal, kD);  // the block shape: step06.hpp
   constexpr int kMT = kTile.m_tiles, kBc = kTile.keys, kRows = kTile.rows(), kThreads = kTile.threads();
@@ -44,6 +47,10 @@ __global__ void __launch_bounds__(forward_tile(kCausal, kD).threads())
   const int i = gridDim.y - 1 - blockIdx.y, bh = blockIdx.x;
   const int q0 = i * kRows, r0 = 16 * kMT * warp;  // this warp's first row in the block
   const std::size_t head = std::size_t(bh) * N * kD;
+  // The K/V head this query head reads (grouped-query attention: H/group K/V heads a
+  // batch), and the position offset: query row r sits at position r + Nk − N.
+  const std::size_t kv_head = std::size_t(bh / H * (H / group) + bh % H / group) * Nk * kD;
+  const int off = Nk - N;
   // exp(scale·(s − m)) = 2^(s·mul − m·mul): m is kept in units of s.
   const float mul = scale * kLog2e;
 
@@ -52,12 +59,12 @@ __global__ void __launch_bounds__(forward_tile(kCausal, kD).threads())
                                    // this lane's part of ℓ (the quad's parts are added at the end)
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt) m[mt][0] = m[mt][1] = -INFINITY, l[mt][0] = l[mt][1] = 0.0f;
-  const int last = tiles::last_kv_block(N, causal, i, kRows, kBc);
+  const int last = tiles::last_kv_block(N, causal, i, kRows, kBc, Nk);
 
   // Prologue: Q_i and the first K/V block, one group of copies.
   copy_tile_async<kThreads, kD, kRows>(Qs, q + head + std::size_t(q0) * kD, N - q0);
-  copy_tile_async<kThreads, kD, kBc>(Ks, k + head, N);
-  copy_tile_async<kThreads, kD, kBc>(Vs, v + head, N);
+  copy_tile_async<kThreads, kD, kBc>(Ks, k + kv_head, Nk);
+  copy_tile_async<kThreads, kD, kBc>(Vs, v + kv_head, Nk);
   cp_async_commit();
 
   // Main loop over the K/V blocks.
@@ -65,8 +72,8 @@ __global__ void __launch_bounds__(forward_tile(kCausal, kD).threads())
     const int k0 = j * kBc, buf = j % 2;
     begin_block(j + 1, last + 1, [&] {  // block j+1 into the other buffer
       const int k1 = k0 + kBc;
-      copy_tile_async<kThreads, kD, kBc>(Ks + (1 - buf) * kBc * kW, k + head + std::size_t(k1) * kD, N - k1);
-      copy_tile_async<kThreads, kD, kBc>(Vs + (1 - buf) * kBc * kW, v + head + std::size_t(k1) * kD, N - k1);
+      copy_tile_async<kThreads, kD, kBc>(Ks + (1 - buf) * kBc * kW, k + kv_head + std::size_t(k1) * kD, Nk - k1);
+      copy_tile_async<kThreads, kD, kBc>(Vs + (1 - buf) * kBc * kW, v + kv_head + std::size_t(k1) * kD, Nk - k1);
     });
 
     // S = Q_i·K_jᵀ: the warp's 16·kMT rows × kBc keys.
@@ -74,9 +81,9 @@ __global__ void __launch_bounds__(forward_tile(kCausal, kD).threads())
     gemm_abt<T, kD, kMT, kBc / 8>(s, smem_u32(Qs), r0, smem_u32(Ks + buf * kBc * kW), 0);
 
     // The mask, only where this warp's rows can meet it — the last K/V block (keys past
-    // N) and, when causal, blocks reaching past the warp's first row — in a loop of its
+    // N_kv) and, when causal, blocks reaching past the warp's first row — in a loop of its
     // own behind that warp-uniform test: a branch that almost every block skips.
-    if (k0 + kBc > N || (causal && k0 + kBc - 1 > q0 + r0)) {
+    if (k0 + kBc > Nk || (causal && k0 + kBc - 1 > q0 + r0 + off)) {
 #pragma unroll
       for (int mt = 0; mt < kMT; ++mt)
 #pragma unroll
@@ -84,7 +91,7 @@ __global__ void __launch_bounds__(forward_tile(kCausal, kD).threads())
 #pragma unroll
           for (int x = 0; x < 4; ++x) {  // x = 2h + e: row g + 8h, column 8nt + 2t + e
             const int row = q0 + r0 + 16 * mt + g + 8 * (x / 2), col = k0 + 8 * nt + 2 * t + x % 2;
-            if (tiles::masked(row, col, N, causal)) s[mt][nt][x] = -INFINITY;
+            if (tiles::masked(row + off, col, Nk, causal)) s[mt][nt][x] = -INFINITY;
           }
     }
 
@@ -181,7 +188,7 @@ void launch(const Problem& p, const NativeFwdArgs& a, Stream s) {
   set_smem_limit(forward_kernel<T, kD, kCausal>, smem);
   const dim3 grid(unsigned(p.heads()), unsigned(tiles::q_blocks(p.N, kTile.rows())));
   forward_kernel<T, kD, kCausal><<<grid, kTile.threads(), smem, s>>>(
-      p.N, p.causal, p.softmax_scale(), static_cast<const T*>(a.q), static_cast<const T*>(a.k),
+      p.N, p.keys(), p.H, p.group(), p.causal, p.softmax_scale(), static_cast<const T*>(a.q), static_cast<const T*>(a.k),
       static_cast<const T*>(a.v), static_cast<T*>(a.o), a.lse);
   FA_CHECK_LAUNCH();
 }
@@ -208,6 +215,6 @@ void run(const Problem& p, const NativeFwdArgs& a, void*, Stream s) {
 
 }  // namespace
 
-const GpuForward kForward{"step06 forward", 256, no_workspace, "", nullptr, run, kSupportedD, kMinSm};
+const GpuForward kForward{"step06 forward", 256, no_workspace, "", nullptr, run, kSupportedD, kMinSm, false, true};
 
 }  // namespace fa::step06

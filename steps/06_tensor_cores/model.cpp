@@ -10,8 +10,11 @@
 
 namespace fa::step06 {
 
-void require_lowp(const Problem& p, const char* step, const int* only_d) {
-  p.validate_self_attention(step);
+void require_lowp(const Problem& p, const char* step, const int* only_d, bool decode) {
+  if (decode)
+    p.validate();
+  else
+    p.validate_self_attention(step);
   if (p.dtype == DType::fp32) throw Error(std::string(step) + " computes in bf16 or fp16: set the problem's dtype");
   if (!takes_d(0, only_d, p.d))
     throw Error(std::string(step) + " supports d = " + d_list(only_d) + " (got d = " + std::to_string(p.d) + ")");
@@ -30,7 +33,7 @@ Qkv rounded_inputs(const Problem& p, const Qkv& in) {
 }
 
 ModelForward model_forward(const Problem& p, const Qkv& in) {
-  require_supported(p);
+  require_lowp(p, "step06", kSupportedD, true);
   return model_forward_tiled(p, in, forward_br(p.causal, p.d), forward_bc(p.causal, p.d));
 }
 
@@ -40,11 +43,11 @@ ModelForward model_forward_tiled(const Problem& p, const Qkv& in, int kBr, int k
   // The device holds 16-bit tensors: rounding happens once, on the way in.
   Hbm Q(rounded(in.q, t), r.traffic), K(rounded(in.k, t), r.traffic), V(rounded(in.v, t), r.traffic);
   Hbm O(p.elems(), r.traffic), L(p.rows(), r.traffic);
-  const int N = p.N, d = p.d;
+  const int N = p.N, Nk = p.keys(), off = Nk - N, d = p.d;  // query row r sits at position r + off
   const float scale = p.softmax_scale();
   std::vector<float> s(kBc);
   for (std::size_t bh = 0; bh < p.heads(); ++bh) {
-    const std::size_t head = bh * N * d;
+    const std::size_t head = bh * N * d, kv_head = p.kv_head(bh) * Nk * d;
     for (int i = 0; i * kBr < N; ++i) {
       const int q0 = i * kBr, rows = std::min(kBr, N - q0);
       OnChip chip(std::size_t(kBr) * d * 2 + 2 * std::size_t(kBc) * d + kBr * kBc + 2 * kBr);
@@ -54,19 +57,19 @@ ModelForward model_forward_tiled(const Problem& p, const Qkv& in, int kBr, int k
       std::vector<float> m(kBr, -INFINITY), l(kBr, 0.0f);
       for (int rr = 0; rr < rows; ++rr)
         for (int c = 0; c < d; ++c) Qi[rr * d + c] = Q.load(head + std::size_t(q0 + rr) * d + c);
-      for (int j = 0; j <= tiles::last_kv_block(N, p.causal, i, kBr, kBc); ++j) {
-        const int k0 = j * kBc, kv = std::min(kBc, N - k0);
+      for (int j = 0; j <= tiles::last_kv_block(N, p.causal, i, kBr, kBc, Nk); ++j) {
+        const int k0 = j * kBc, kv = std::min(kBc, Nk - k0);
         for (int rr = 0; rr < kv; ++rr)
           for (int c = 0; c < d; ++c) {
-            Kj[rr * d + c] = K.load(head + std::size_t(k0 + rr) * d + c);
-            Vj[rr * d + c] = V.load(head + std::size_t(k0 + rr) * d + c);
+            Kj[rr * d + c] = K.load(kv_head + std::size_t(k0 + rr) * d + c);
+            Vj[rr * d + c] = V.load(kv_head + std::size_t(k0 + rr) * d + c);
           }
         for (int rr = 0; rr < kBr; ++rr) {
           float mx = -INFINITY;
           for (int c = 0; c < kBc; ++c) {
             float dot = 0.0f;
             for (int x = 0; x < d; ++x) dot += Qi[rr * d + x] * (c < kv ? Kj[c * d + x] : 0.0f);
-            const bool masked = c >= kv || (p.causal && k0 + c > q0 + rr);
+            const bool masked = c >= kv || (p.causal && k0 + c > q0 + rr + off);
             s[c] = masked ? -INFINITY : scale * dot;
             mx = std::max(mx, s[c]);
           }
@@ -105,26 +108,27 @@ ModelForward model_forward_tiled(const Problem& p, const Qkv& in, int kBr, int k
 Traffic traffic_forward(const Problem& p) { return traffic_forward_tiled(p, forward_br(p.causal, p.d), forward_bc(p.causal, p.d)); }
 
 Traffic traffic_forward_tiled(const Problem& p, int br, int bc) {
-  // Step 03's formula with these tiles: Q once, K and V once per query block that needs them.
+  // Step 03's formula with these tiles: Q once, K and V once per query block that needs them
+  // (per query head: a K/V head shared by a group is read once by each of its query heads).
   const std::uint64_t Nd = std::uint64_t(p.N) * p.d;
   return {p.heads() * (Nd + 2 * tiles::kv_rows_visited(p, br, bc) * p.d), p.heads() * (Nd + p.N)};
 }
 
 ForwardOut naive_lowp(const Problem& p, const Qkv& in) {
-  require_supported(p);
+  require_lowp(p, "naive", kSupportedD, true);
   const DType t = p.dtype;
   const auto q = rounded(in.q, t), k = rounded(in.k, t), v = rounded(in.v, t);
   ForwardOut out{std::vector<float>(p.elems()), std::vector<float>(p.rows())};
-  const int N = p.N, d = p.d;
-  std::vector<float> S(N);
+  const int N = p.N, Nk = p.keys(), d = p.d;
+  std::vector<float> S(Nk);
   for (std::size_t bh = 0; bh < p.heads(); ++bh) {
-    const std::size_t head = bh * N * d;
+    const std::size_t head = bh * N * d, kv_head = p.kv_head(bh) * Nk * d;
     for (int i = 0; i < N; ++i) {
-      const int vis = p.causal ? i + 1 : N;
+      const int vis = p.causal ? i + Nk - N + 1 : Nk;  // the queries are the last N positions
       float m = -INFINITY, l = 0.0f;
       for (int j = 0; j < vis; ++j) {
         float dot = 0.0f;
-        for (int x = 0; x < d; ++x) dot += q[head + std::size_t(i) * d + x] * k[head + std::size_t(j) * d + x];
+        for (int x = 0; x < d; ++x) dot += q[head + std::size_t(i) * d + x] * k[kv_head + std::size_t(j) * d + x];
         S[j] = round_to(t, p.softmax_scale() * dot);  // S materialized in 16 bits
         m = std::max(m, S[j]);
       }
@@ -132,7 +136,7 @@ ForwardOut naive_lowp(const Problem& p, const Qkv& in) {
       for (int j = 0; j < vis; ++j) S[j] = round_to(t, std::exp(S[j] - m) / l);  // P in 16 bits
       for (int x = 0; x < d; ++x) {
         float o = 0.0f;
-        for (int j = 0; j < vis; ++j) o += S[j] * v[head + std::size_t(j) * d + x];
+        for (int j = 0; j < vis; ++j) o += S[j] * v[kv_head + std::size_t(j) * d + x];
         out.o[head + std::size_t(i) * d + x] = round_to(t, o);
       }
       out.lse[bh * N + i] = m + std::log(l);

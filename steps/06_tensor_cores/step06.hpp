@@ -18,7 +18,9 @@
 // the pieces both use. The versions of note 06's tables, one idea at a time, are
 // versions_forward.cu and versions_backward.cu.
 // Limits: d = 32, 64, 96, 128 or 256 (the versions: 64, 128); d = 32 and 96 are
-// computed in shared tiles of 64 and 128 columns. GPUs: sm_80 and newer (kMinSm).
+// computed in shared tiles of 64 and 128 columns. GPUs: sm_80 and newer (kMinSm). The
+// forward also takes decoding shapes (N_kv ≠ N, H_kv ≠ H: step 08's baseline); the
+// backward takes self-attention only.
 // Note: notes/06_tensor_cores.md.
 #pragma once
 
@@ -64,14 +66,15 @@ constexpr int kMinSm = 80;
 inline constexpr int kSupportedD[] = {32, 64, 96, 128, 256, 0};  ///< the production kernels
 inline constexpr int kVersionD[] = {64, 128, 0};                 ///< the versions of the note's tables
 
-/// Throws fa::Error unless p is bf16 or fp16 with d in kSupportedD.
+/// Throws fa::Error unless p is bf16 or fp16 self-attention with d in kSupportedD.
 void require_supported(const Problem& p);
 /// The same check for any 16-bit step: `step` names it in the message, only_d is its
-/// 0-terminated list of head dimensions (step 07's too).
-void require_lowp(const Problem& p, const char* step, const int* only_d);
+/// 0-terminated list of head dimensions (step 07's too); with `decode`, N_kv ≠ N and
+/// H_kv ≠ H are taken.
+void require_lowp(const Problem& p, const char* step, const int* only_d, bool decode = false);
 
 /// CPU model: the kernel's tiles, rounding where it rounds (inputs, P before P·V,
-/// O at the end). p.dtype is bf16 or fp16.
+/// O at the end). p.dtype is bf16 or fp16; N_kv and H_kv as the kernel takes them.
 ModelForward model_forward(const Problem& p, const Qkv& in);
 Traffic traffic_forward(const Problem& p);  ///< elements (×2 bytes, L ×4)
 /// The same model and traffic for blocks of br query rows × bc keys (step 07's tiles;

@@ -50,8 +50,10 @@ Usage:
       and the three gradient paths it also runs the step's backward. --dtype
       picks the 16-bit type of steps 06 and 07 (default bf16); inputs are rounded to it.
       K and V may hold another number of rows than Q ([.., N_kv, d]: N queries
-      against N_kv keys, the queries the last N positions); the reference takes
-      that, the steps so far as many keys as queries.
+      against N_kv keys, the queries the last N positions) and fewer heads
+      ([.., H_kv, N_kv, d], H_kv dividing H: grouped-query attention); the
+      reference, step 06's forward and step 08 take that, the other steps
+      self-attention only.
   flashattn list
       The steps in this build, which need a GPU, which have a backward.
   flashattn traffic [--N n] [--d d] [--causal] [--M m1,m2,...]
@@ -338,11 +340,17 @@ int run(const Args& a) {
           throw Error(printable(path, 200) + ": Q's shape " + shape_tuple(h.shape) + " has a dimension over 2^31 - 1");
       sh = h.shape;
     } else if (who == "K") {
-      std::vector<long long> k_dims = h.shape, q_dims = sh;  // all but the rows (N_kv may differ from N)
-      if (k_dims.size() == q_dims.size()) k_dims[k_dims.size() - 2] = q_dims[q_dims.size() - 2] = 0;
+      // All but the rows (N_kv may differ from N) and the heads (H_kv may divide H).
+      std::vector<long long> k_dims = h.shape, q_dims = sh;
+      const std::size_t n = q_dims.size();
+      if (k_dims.size() == n) {
+        k_dims[n - 2] = q_dims[n - 2] = 0;
+        if (n >= 3) k_dims[n - 3] = q_dims[n - 3] = 0;
+      }
       if (k_dims != q_dims)
         throw Error(printable(path, 200) + ": K has shape " + shape_tuple(h.shape) + " but Q has " + shape_tuple(sh) +
-                    " (K and V must be Q's shape but for the number of keys: [.., N_kv, d] for Q's [.., N, d])");
+                    " (K and V must be Q's shape but for the number of keys and of heads: [.., H_kv, N_kv, d] for "
+                    "Q's [.., H, N, d])");
       kv_sh = h.shape;
     } else if (who == "V" && h.shape != kv_sh) {
       throw Error(printable(path, 200) + ": V has shape " + shape_tuple(h.shape) + " but K has " + shape_tuple(kv_sh) +
@@ -359,6 +367,7 @@ int run(const Args& a) {
   p.N = int(sh[r - 2]);
   p.d = int(sh[r - 1]);
   if (kv_sh[r - 2] != sh[r - 2]) p.N_kv = int(kv_sh[r - 2]);
+  if (r >= 3 && kv_sh[r - 3] != sh[r - 3]) p.H_kv = int(kv_sh[r - 3]);  // grouped-query attention
   p.causal = a.causal;
   p.dtype = s.dtype;
   if (a.kv.count("--dtype")) {

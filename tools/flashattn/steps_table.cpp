@@ -11,6 +11,7 @@
 #include "steps/05_backward/step05.hpp"
 #include "steps/06_tensor_cores/step06.hpp"
 #include "steps/07_hopper/step07.hpp"
+#include "steps/08_split_kv/step08.hpp"
 #ifdef FA_HAVE_CUDA
 #include "common/gpu.hpp"
 #endif
@@ -109,6 +110,15 @@ std::vector<StepEntry> make_table() {
 #ifdef FA_HAVE_CUDA
   for (const GpuForward& v : step07::kForwardVersions) t.back().forward_versions.push_back(&v);
   t.back().backward_versions.push_back(&step07::kBackwardDeterministic);
+#endif
+  // Step 08's model and traffic take the H200's split plan (the kernel takes its GPU's).
+  t.push_back({"08", "split K/V for decoding: the merge across blocks", true, true,
+               on_gpu(FA_GPU(step08::kForward), true), {},
+               [](const Problem& p, const Qkv& in) { return step08::model_forward(p, in, step08::plan(p, step08::kH200)); },
+               {}, [](const Problem& p) { return step08::traffic_forward(p, step08::plan(p, step08::kH200)); }, {},
+               FA_GPU(step08::kForward), nullptr, "notes/08_split_kv.md", DType::bf16});
+#ifdef FA_HAVE_CUDA
+  for (const GpuForward& v : step08::kForwardFixed) t.back().forward_versions.push_back(&v);
 #endif
   return t;
 }

@@ -1,0 +1,194 @@
+// Step 08's split choice and CPU model: the kernels' blocks (16 packed rows × a chunk of
+// 64-key tiles), their four warps of 16 keys a tile, the merges in the kernels' order and
+// the same rounding points (inputs, P before P·V, O at the end; partials in fp32).
+#include <algorithm>
+#include <cmath>
+
+#include "steps/03_online_softmax/online_softmax.hpp"
+#include "steps/06_tensor_cores/step06.hpp"
+#include "steps/08_split_kv/step08.hpp"
+
+namespace fa::step08 {
+
+void require_supported(const Problem& p) { step06::require_lowp(p, "step08", kSupportedD, true); }
+
+int row_blocks(const Problem& p) { return (p.group() * p.N + kRows - 1) / kRows; }
+int kv_tiles(const Problem& p) { return (p.keys() + kTileKeys - 1) / kTileKeys; }
+
+int blocks_per_sm(int d, const GpuShape& gpu) {
+  const std::size_t by_smem = gpu.smem_per_sm / (smem_bytes(d) + 1024);
+  return int(std::max<std::size_t>(1, std::min<std::size_t>(by_smem, 2048 / kThreads)));
+}
+
+SplitPlan fixed_plan(const Problem& p, int splits) {
+  const int tiles = kv_tiles(p);
+  splits = std::clamp(splits, 1, tiles);
+  const int per = (tiles + splits - 1) / splits;  // even chunks: no split left with a sliver
+  return {(tiles + per - 1) / per, per};
+}
+
+SplitPlan plan(const Problem& p, const GpuShape& gpu) {
+  constexpr int kMinTilesPerSplit = 4;
+  const long long blocks = static_cast<long long>(p.kv_heads()) * row_blocks(p);
+  const long long wave = static_cast<long long>(gpu.sms) * blocks_per_sm(p.d, gpu);
+  if (blocks >= wave) return fixed_plan(p, 1);
+  const int most = std::max(1, kv_tiles(p) / kMinTilesPerSplit);
+  return fixed_plan(p, int(std::min<long long>(wave / blocks, most)));
+}
+
+std::size_t workspace_bytes(const Problem& p, const SplitPlan& s) {
+  return s.splits == 1 ? 0 : std::size_t(s.splits) * p.rows() * std::size_t(p.d + 1) * sizeof(float);
+}
+
+namespace {
+
+/// What the kernels move, by kind: 16-bit Q, K, V, O; fp32 L and partials.
+struct Moved {
+  std::uint64_t q = 0, kv = 0, o = 0, l = 0, part = 0;
+};
+
+/// The kernels' traffic, block by block (the model counts the same loads and stores).
+Moved moved(const Problem& p, const SplitPlan& s) {
+  Moved m;
+  const int G = p.group(), packed = G * p.N, d = p.d;
+  for (int rb = 0; rb < row_blocks(p); ++rb) {
+    const std::uint64_t rows = std::uint64_t(std::min(kRows, packed - rb * kRows));
+    const int end = tile_end(p.N, p.keys(), G, p.causal, rb);
+    for (int sp = 0; sp < s.splits; ++sp) {
+      const int t0 = sp * s.tiles_per_split, t1 = std::min(t0 + s.tiles_per_split, end);
+      if (t1 > t0) {
+        m.q += rows * d;
+        m.kv += 2 * std::uint64_t(std::min(p.keys(), t1 * kTileKeys) - t0 * kTileKeys) * d;
+      }
+    }
+  }
+  m.q *= p.kv_heads(), m.kv *= p.kv_heads();
+  m.o = p.elems(), m.l = p.rows();
+  if (s.splits > 1) m.part = 2 * std::uint64_t(s.splits) * p.rows() * (d + 1);  // written, then read back
+  return m;
+}
+
+}  // namespace
+
+Traffic traffic_forward(const Problem& p, const SplitPlan& s) {
+  const Moved m = moved(p, s);
+  return {m.q + m.kv + m.part / 2, m.o + m.l + m.part / 2};
+}
+
+double traffic_bytes(const Problem& p, const SplitPlan& s) {
+  const Moved m = moved(p, s);
+  return 2.0 * double(m.q + m.kv + m.o) + 4.0 * double(m.l + m.part);
+}
+
+ModelForward model_forward(const Problem& p, const Qkv& in, const SplitPlan& s) {
+  require_supported(p);
+  ModelForward r;
+  const DType t = p.dtype;
+  Hbm Q(step06::rounded(in.q, t), r.traffic), K(step06::rounded(in.k, t), r.traffic),
+      V(step06::rounded(in.v, t), r.traffic);
+  Hbm O(p.elems(), r.traffic), L(p.rows(), r.traffic);
+  const bool split = s.splits > 1;
+  Hbm PO(split ? s.splits * p.elems() : 0, r.traffic), PL(split ? s.splits * p.rows() : 0, r.traffic);
+  const int N = p.N, Nk = p.keys(), d = p.d, G = p.group(), packed = G * N;
+  const float scale = p.softmax_scale();
+  for (std::size_t kvh = 0; kvh < p.kv_heads(); ++kvh) {
+    // Packed row pr of this K/V head is query pr % N of query head pr / N of its group:
+    // global row base + pr, since the group's heads are consecutive.
+    const std::size_t base = (kvh / p.kv_heads_per_batch() * p.H + kvh % p.kv_heads_per_batch() * G) * N;
+    const std::size_t kv_head = kvh * Nk * d;
+    for (int rb = 0; rb < row_blocks(p); ++rb) {
+      const int r0 = rb * kRows, rows = std::min(kRows, packed - r0);
+      const int end = tile_end(N, Nk, G, p.causal, rb);
+      for (int sp = 0; sp < s.splits; ++sp) {
+        const int t0 = sp * s.tiles_per_split, t1 = std::min(t0 + s.tiles_per_split, end);
+        OnChip chip(std::size_t(kRows) * d + 2 * std::size_t(kTileKeys) * d + std::size_t(kWarps) * kRows * (d + 2) +
+                    kRows * kKeysPerWarp);
+        auto Qi = chip.tile(std::size_t(kRows) * d, "Q_i"), Kj = chip.tile(std::size_t(kTileKeys) * d, "K_j"),
+             Vj = chip.tile(std::size_t(kTileKeys) * d, "V_j");
+        auto acc = chip.tile(std::size_t(kWarps) * kRows * d, "O of each warp");
+        auto stats = chip.tile(std::size_t(kWarps) * kRows * 2, "m, l of each warp");
+        auto P = chip.tile(std::size_t(kRows) * kKeysPerWarp, "P of a warp");
+        float* m = stats.data();
+        float* l = stats.data() + kWarps * kRows;
+        std::fill(m, m + kWarps * kRows, -INFINITY);
+        if (t1 > t0)
+          for (int rr = 0; rr < rows; ++rr)
+            for (int c = 0; c < d; ++c) Qi[rr * d + c] = Q.load((base + r0 + rr) * d + c);
+        for (int tile = t0; tile < t1; ++tile) {
+          const int k0 = tile * kTileKeys, nk = std::min(kTileKeys, Nk - k0);
+          for (int kk = 0; kk < nk; ++kk)
+            for (int c = 0; c < d; ++c) {
+              Kj[kk * d + c] = K.load(kv_head + std::size_t(k0 + kk) * d + c);
+              Vj[kk * d + c] = V.load(kv_head + std::size_t(k0 + kk) * d + c);
+            }
+          for (int w = 0; w < kWarps; ++w)  // warp w: keys k0 + 16w … of the tile
+            for (int rr = 0; rr < rows; ++rr) {
+              const int pos = Nk - N + (r0 + rr) % N;  // the query's position among the keys
+              float sc[kKeysPerWarp], mx = -INFINITY;
+              for (int c = 0; c < kKeysPerWarp; ++c) {
+                const int kk = kKeysPerWarp * w + c, key = k0 + kk;
+                float dot = 0.0f;
+                for (int x = 0; x < d && kk < nk; ++x) dot += Qi[rr * d + x] * Kj[kk * d + x];
+                sc[c] = key >= Nk || (p.causal && key > pos) ? -INFINITY : scale * dot;
+                mx = std::max(mx, sc[c]);
+              }
+              float& mw = m[w * kRows + rr];
+              const float m_new = std::max(mw, mx), alpha = online::rescale(mw, m_new);
+              float sum = 0.0f;
+              for (int c = 0; c < kKeysPerWarp; ++c) {
+                const float pr = online::prob(sc[c], m_new);
+                sum += pr;                                  // ℓ sums the fp32 probabilities...
+                P[rr * kKeysPerWarp + c] = round_to(t, pr);  // ...P·V takes them in 16 bits
+              }
+              l[w * kRows + rr] = alpha * l[w * kRows + rr] + sum;
+              mw = m_new;
+              float* o = &acc[(std::size_t(w) * kRows + rr) * d];
+              for (int x = 0; x < d; ++x) {
+                float a = alpha * o[x];
+                for (int c = 0; c < kKeysPerWarp && kKeysPerWarp * w + c < nk; ++c)
+                  a += P[rr * kKeysPerWarp + c] * Vj[(kKeysPerWarp * w + c) * d + x];
+                o[x] = a;
+              }
+            }
+        }
+        // The four warps' states of a row, merged in warp order (the kernel's epilogue).
+        for (int rr = 0; rr < rows; ++rr) {
+          float mm = m[rr], ll = l[rr];
+          float* o = &acc[std::size_t(rr) * d];
+          for (int w = 1; w < kWarps; ++w)
+            online::merge(mm, ll, o, m[w * kRows + rr], l[w * kRows + rr], &acc[(std::size_t(w) * kRows + rr) * d], d);
+          const std::size_t row = base + r0 + rr;
+          if (!split) {
+            for (int x = 0; x < d; ++x) O.store(row * d + x, round_to(t, o[x] / ll));
+            L.store(row, online::lse(mm, ll));
+          } else {  // an empty split (no key for this row): weight 0 in the merge below
+            const std::size_t at = std::size_t(sp) * p.rows() + row;
+            for (int x = 0; x < d; ++x) PO.store(at * d + x, ll > 0 ? o[x] / ll : 0.0f);
+            PL.store(at, ll > 0 ? online::lse(mm, ll) : -INFINITY);
+          }
+        }
+      }
+    }
+  }
+  if (split) {
+    // The second kernel: each row's splits folded in split order by the merge rule. A
+    // split's (O/ℓ, L) is the state (m = L, ℓ = 1, O/ℓ): e^L·1 = e^m·ℓ.
+    std::vector<float> o(d), x(d);
+    for (std::size_t row = 0; row < p.rows(); ++row) {
+      float mm = -INFINITY, ll = 0.0f;
+      std::fill(o.begin(), o.end(), 0.0f);
+      for (int sp = 0; sp < s.splits; ++sp) {
+        const std::size_t at = std::size_t(sp) * p.rows() + row;
+        const float ls = PL.load(at);
+        for (int c = 0; c < d; ++c) x[c] = PO.load(at * d + c);
+        online::merge(mm, ll, o.data(), ls, ls == -INFINITY ? 0.0f : 1.0f, x.data(), d);
+      }
+      for (int c = 0; c < d; ++c) O.store(row * d + c, round_to(t, o[c] / ll));
+      L.store(row, online::lse(mm, ll));
+    }
+  }
+  r.out = {O.take(), L.take()};
+  return r;
+}
+
+}  // namespace fa::step08

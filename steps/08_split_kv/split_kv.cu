@@ -1,0 +1,276 @@
+// Step 08's kernels: the keys of every head split across thread blocks, and the merge.
+//
+// split_kernel — grid (row blocks, splits, B·H_kv). A block owns 16 packed rows (the
+// G = H/H_kv query heads of one K/V head, N queries each, consecutive in Q) and one chunk
+// of the keys, which it streams through a ring of 64-key K/V tiles by cp.async. Warp w
+// takes keys 16w … 16w+15 of every tile:
+//   S = Q·K_wᵀ        16 rows × 16 keys, mma.sync over d (step 06's gemm_abt)
+//   online softmax     on the accumulators, every tile (the exact update: no lazy rescale)
+//   O_w += P·V_w       P from registers, V transposed by ldmatrix (step 06's gemm_pv)
+// so each warp ends with its own (m, ℓ, O) of the 16 rows over a quarter of the keys. The
+// epilogue merges the four through shared memory with online::merge, and writes O/ℓ and
+// L — to O itself when there is one split, else to the fp32 partials.
+// combine_kernel — one thread per (row, 4 columns): the row's splits folded by
+// online::merge, O rounded to 16 bits, L written.
+#include <cstdint>
+
+#include "common/cuda_check.cuh"
+#include "common/gpu.hpp"
+#include "steps/02_fused/tile.hpp"
+#include "steps/03_online_softmax/online_softmax.hpp"
+#include "steps/06_tensor_cores/mma.cuh"
+#include "steps/06_tensor_cores/step06.hpp"
+#include "steps/08_split_kv/step08.hpp"
+
+namespace fa::step08 {
+namespace {
+
+using step06::cp_async_commit;
+using step06::cp_async_wait;
+using step06::exp2_approx;
+using step06::smem_cols;
+using step06::smem_u32;
+
+template <class T>
+struct SplitArgs {
+  int N, Nk, H, group;   // queries, keys, query heads a batch, query heads per K/V head
+  std::size_t rows;      // B·H·N: rows of O, L and of each split's partials
+  bool causal;
+  float scale;
+  SplitPlan plan;
+  const T *q, *k, *v;
+  T* o;                  // [B·H·N][d], written when plan.splits == 1
+  float* lse;            // [B·H·N]
+  float *part_o, *part_lse;  // [splits][B·H·N][d] and [splits][B·H·N] otherwise
+};
+
+template <class T, int kD>
+__global__ void __launch_bounds__(kThreads) split_kernel(const SplitArgs<T> a) {
+#if FA_STEP06_ARCH_OK  // compiled out before sm_80 (step 06's mma.cuh)
+  constexpr int kW = smem_cols(kD), kStages = stages(kD);
+  static_assert(smem_bytes(kD) <= 99 * 1024, "one block on every GPU from sm_80 on");
+  static_assert((kWarps * kRows * (kD + 2)) * sizeof(float) <= 2 * kStages * kTileKeys * kW * sizeof(T),
+                "the epilogue's per-warp states fit in the ring they reuse");
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  T* Qs = reinterpret_cast<T*>(smem_raw);  // [kRows][kW], swizzled
+  T* Ks = Qs + kRows * kW;                 // [kStages][kTileKeys][kW]: the ring
+  T* Vs = Ks + kStages * kTileKeys * kW;   // [kStages][kTileKeys][kW]
+
+  step06::require_aligned_smem(smem_raw);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int rb = blockIdx.x, split = blockIdx.y, kvh = blockIdx.z;
+  const int N = a.N, Nk = a.Nk, G = a.group, H_kv = a.H / G, packed = G * N;
+  const int r0 = rb * kRows, rows = packed - r0 < kRows ? packed - r0 : kRows;
+  // Packed row r is query (r0 + r) % N of query head (r0 + r) / N of the group: global row
+  // `base + r`, the group's heads being consecutive heads of one batch.
+  const std::size_t base = (std::size_t(kvh / H_kv) * a.H + std::size_t(kvh % H_kv) * G) * N + r0;
+  const std::size_t kv_head = std::size_t(kvh) * Nk * kD;
+  const int end = tile_end(N, Nk, G, a.causal, rb);
+  const int t0 = split * a.plan.tiles_per_split;
+  const int t1 = t0 + a.plan.tiles_per_split < end ? t0 + a.plan.tiles_per_split : end;
+  const float mul = a.scale * step06::kLog2e;  // exp(scale·(s − m)) = 2^(s·mul − m·mul)
+
+  auto load_tile = [&](int tile) {  // tile `tile` of this head into its slot of the ring
+    const int k0 = tile * kTileKeys, slot = (tile - t0) % kStages;
+    step06::copy_tile_async<kThreads, kD, kTileKeys>(Ks + slot * kTileKeys * kW, a.k + kv_head + std::size_t(k0) * kD, Nk - k0);
+    step06::copy_tile_async<kThreads, kD, kTileKeys>(Vs + slot * kTileKeys * kW, a.v + kv_head + std::size_t(k0) * kD, Nk - k0);
+  };
+
+  float acc[1][kD / 8][4] = {};  // O_w: [m-tile][8-column n-tile][register] (rows g, g+8 × columns 2t, 2t+1)
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g, g+8: max (units of s), this lane's part of ℓ
+
+  // Prologue: Q and the first kStages − 1 tiles, one commit group per tile (Q with the first).
+  if (t0 < t1) step06::copy_tile_async<kThreads, kD, kRows>(Qs, a.q + base * kD, rows);
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    if (t0 + st < t1) load_tile(t0 + st);
+    cp_async_commit();  // (an empty group past the chunk's end keeps the count uniform)
+  }
+
+  // Main loop over the chunk's tiles.
+  for (int tile = t0; tile < t1; ++tile) {
+    cp_async_wait<kStages - 2>();  // this tile landed (this thread's copies) ...
+    __syncthreads();               // ... everyone's, and every warp is done with tile − 1's slot
+    if (tile + kStages - 1 < t1) load_tile(tile + kStages - 1);  // into that slot
+    cp_async_commit();
+    const int slot = (tile - t0) % kStages, k0 = tile * kTileKeys + kKeysPerWarp * warp;
+    const T* Kt = Ks + slot * kTileKeys * kW;
+    const T* Vt = Vs + (slot * kTileKeys + kKeysPerWarp * warp) * kW;  // this warp's 16 rows of V
+
+    // S = Q·K_wᵀ: 16 rows × this warp's 16 keys.
+    float s[1][kKeysPerWarp / 8][4] = {};  // [m-tile][8-key n-tile][register]
+    step06::gemm_abt<T, kD, 1, kKeysPerWarp / 8>(s, smem_u32(Qs), 0, smem_u32(Kt), kKeysPerWarp * warp);
+
+    // The mask, where it can bite: keys past N_kv, or (causal) keys past the earliest
+    // query position, Nk − N.
+    if (k0 + kKeysPerWarp > Nk || (a.causal && k0 + kKeysPerWarp - 1 > Nk - N)) {
+#pragma unroll
+      for (int nt = 0; nt < kKeysPerWarp / 8; ++nt)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) {  // x = 2h + e: row g + 8h, key 8nt + 2t + e
+          const int pos = Nk - N + (r0 + g + 8 * (x / 2)) % N;
+          if (tiles::masked(pos, k0 + 8 * nt + 2 * t + x % 2, Nk, a.causal)) s[0][nt][x] = -INFINITY;
+        }
+    }
+
+    // Online softmax (lecture p21): the row's max over the quad, then rescale and add.
+    std::uint32_t pa[1][1][4];  // [m-tile][16-key k-chunk][register]: P as the A operand of P·V
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = m[h];
+#pragma unroll
+      for (int nt = 0; nt < kKeysPerWarp / 8; ++nt) mx = fmaxf(mx, fmaxf(s[0][nt][2 * h], s[0][nt][2 * h + 1]));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      // Until the row meets an unmasked key m = −∞: ms = 0 keeps −∞ − (−∞) out, and
+      // alpha = 2^(−∞) = 0 clears nothing that is not zero already.
+      const float ms = mx == -INFINITY ? 0.0f : mx * mul;
+      const float alpha = exp2_approx(m[h] * mul - ms);
+      float sum = 0.0f;
+#pragma unroll
+      for (int nt = 0; nt < kKeysPerWarp / 8; ++nt)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          float& x = s[0][nt][2 * h + e];
+          x = exp2_approx(fmaf(x, mul, -ms));
+          sum += x;
+        }
+      l[h] = alpha * l[h] + sum;
+      m[h] = mx;
+#pragma unroll
+      for (int dt = 0; dt < kD / 8; ++dt) acc[0][dt][2 * h] *= alpha, acc[0][dt][2 * h + 1] *= alpha;
+    }
+    step06::to_a<T>(pa[0][0], s[0][0], s[0][1]);
+
+    // O_w += P·V_w, P rounded to 16 bits (the one rounding inside the algorithm).
+    step06::gemm_pv<T, kD, 1, kKeysPerWarp>(acc, pa, smem_u32(Vt));
+  }
+
+  // Epilogue: the four warps' states merged through shared memory (the ring is free once
+  // every copy has landed and every warp has left the loop), then O/ℓ and L written.
+  cp_async_wait<0>();
+  __syncthreads();
+  float* Ow = reinterpret_cast<float*>(smem_raw + kRows * kW * sizeof(T));  // [kWarps][kRows][kD], over the ring
+  float* Mw = Ow + kWarps * kRows * kD;  // [kWarps][kRows]: m in natural units (m·scale)
+  float* Lw = Mw + kWarps * kRows;       // [kWarps][kRows]: ℓ
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);  // the quad's four parts of ℓ
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    const int r = g + 8 * h;
+    if (t == 0) Mw[warp * kRows + r] = m[h] * a.scale, Lw[warp * kRows + r] = l[h];
+#pragma unroll
+    for (int dt = 0; dt < kD / 8; ++dt)
+      *reinterpret_cast<float2*>(&Ow[(warp * kRows + r) * kD + 8 * dt + 2 * t]) =
+          make_float2(acc[0][dt][2 * h], acc[0][dt][2 * h + 1]);
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < rows * kD; e += kThreads) {  // element (r, c): c fastest, stores coalesce
+    const int r = e / kD, c = e % kD;
+    float mm = Mw[r], ll = Lw[r], o = Ow[r * kD + c];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w)
+      online::merge(mm, ll, &o, Mw[w * kRows + r], Lw[w * kRows + r], &Ow[(w * kRows + r) * kD + c], 1);
+    const std::size_t row = base + r;
+    if (a.plan.splits == 1) {
+      a.o[row * kD + c] = T(o / ll);
+      if (c == 0) a.lse[row] = online::lse(mm, ll);
+    } else {  // an empty split (no key for this row) has ℓ = 0: weight 0 in the merge
+      const std::size_t at = std::size_t(split) * a.rows + row;
+      a.part_o[at * kD + c] = ll > 0.0f ? o / ll : 0.0f;
+      if (c == 0) a.part_lse[at] = ll > 0.0f ? online::lse(mm, ll) : -INFINITY;
+    }
+  }
+#endif
+}
+
+/// The splits of each row folded by the merge rule. A split's (O/ℓ, L) is the partial
+/// state (m = L, ℓ = 1, O/ℓ) — e^L·1 = e^m·ℓ — and an empty split's (0, −∞) has ℓ = 0.
+template <class T>
+__global__ void __launch_bounds__(256)
+    combine_kernel(std::size_t rows, int d, int splits, const float* __restrict__ part_o,
+                   const float* __restrict__ part_lse, T* __restrict__ o, float* __restrict__ lse) {
+#if FA_STEP06_ARCH_OK
+  const std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x, per_row = d / 4;
+  const std::size_t row = i / per_row;
+  const int c = int(i % per_row) * 4;
+  if (row >= rows) return;
+  float m = -INFINITY, l = 0.0f, acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int s = 0; s < splits; ++s) {
+    const std::size_t at = std::size_t(s) * rows + row;
+    const float ls = part_lse[at];
+    const float4 x4 = *reinterpret_cast<const float4*>(part_o + at * d + c);
+    const float x[4] = {x4.x, x4.y, x4.z, x4.w};
+    online::merge(m, l, acc, ls, ls == -INFINITY ? 0.0f : 1.0f, x, 4);
+  }
+#pragma unroll
+  for (int e = 0; e < 4; ++e) o[row * d + c + e] = T(acc[e] / l);
+  if (c == 0) lse[row] = online::lse(m, l);
+#endif
+}
+
+/// The plan for the GPU this runs on (kForward), or with the split count fixed.
+SplitPlan plan_here(const Problem& p, int fixed) { return fixed > 0 ? fixed_plan(p, fixed) : device_plan(p); }
+
+template <class T, int kD>
+void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const SplitPlan& sp) {
+  const std::size_t smem = smem_bytes(kD);
+  set_smem_limit(split_kernel<T, kD>, smem);
+  float* part_o = static_cast<float*>(ws);
+  float* part_lse = part_o ? part_o + std::size_t(sp.splits) * p.elems() : nullptr;
+  const SplitArgs<T> args{p.N, p.keys(), p.H, p.group(), p.rows(), p.causal, p.softmax_scale(), sp,
+                          static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
+                          static_cast<T*>(a.o), a.lse, part_o, part_lse};
+  const dim3 grid(unsigned(row_blocks(p)), unsigned(sp.splits), unsigned(p.kv_heads()));
+  split_kernel<T, kD><<<grid, kThreads, smem, st>>>(args);
+  FA_CHECK_LAUNCH();
+  if (sp.splits == 1) return;
+  const std::size_t threads = p.rows() * std::size_t(kD / 4);
+  combine_kernel<T><<<unsigned((threads + 255) / 256), 256, 0, st>>>(p.rows(), kD, sp.splits, part_o, part_lse,
+                                                                      static_cast<T*>(a.o), a.lse);
+  FA_CHECK_LAUNCH();
+}
+
+template <int kFixed>
+void run(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st) {
+  const SplitPlan sp = plan_here(p, kFixed);
+  const bool bf16 = p.dtype == DType::bf16;
+  if (p.d == 64) return bf16 ? launch<__nv_bfloat16, 64>(p, a, ws, st, sp) : launch<__half, 64>(p, a, ws, st, sp);
+  bf16 ? launch<__nv_bfloat16, 128>(p, a, ws, st, sp) : launch<__half, 128>(p, a, ws, st, sp);  // d = 128
+}
+
+template <int kFixed>
+std::size_t workspace(const Problem& p) {
+  return workspace_bytes(p, plan_here(p, kFixed));
+}
+
+}  // namespace
+
+SplitPlan device_plan(const Problem& p) { return plan(p, {gpu::sm_count(), gpu::smem_per_sm()}); }
+
+int device_blocks_per_sm(int d) {
+  int n = 0;
+  if (d == 64) {
+    set_smem_limit(split_kernel<__nv_bfloat16, 64>, smem_bytes(64));
+    FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, split_kernel<__nv_bfloat16, 64>, kThreads, smem_bytes(64)));
+  } else {
+    set_smem_limit(split_kernel<__nv_bfloat16, 128>, smem_bytes(128));
+    FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, split_kernel<__nv_bfloat16, 128>, kThreads, smem_bytes(128)));
+  }
+  return n;
+}
+
+constexpr const char* kWhat = "the splits' partial O/l and L (fp32)";
+const GpuForward kForward{"step08 forward", 128, workspace<0>, kWhat, nullptr, run<0>, kSupportedD, kMinSm, false, true};
+const GpuForward kForwardFixed[kFixedSplitCount] = {
+    {"s1: one split", 128, workspace<1>, kWhat, nullptr, run<1>, kSupportedD, kMinSm, false, true},
+    {"s2: 2 splits", 128, workspace<2>, kWhat, nullptr, run<2>, kSupportedD, kMinSm, false, true},
+    {"s8: 8 splits", 128, workspace<8>, kWhat, nullptr, run<8>, kSupportedD, kMinSm, false, true},
+    {"s32: 32 splits", 128, workspace<32>, kWhat, nullptr, run<32>, kSupportedD, kMinSm, false, true},
+    {"s128: 128 splits", 128, workspace<128>, kWhat, nullptr, run<128>, kSupportedD, kMinSm, false, true},
+};
+static_assert(kFixedSplits[0] == 1 && kFixedSplits[1] == 2 && kFixedSplits[2] == 8 && kFixedSplits[3] == 32 &&
+                  kFixedSplits[4] == 128,
+              "kForwardFixed follows kFixedSplits");
+
+}  // namespace fa::step08

@@ -1,0 +1,111 @@
+// Step 08 — split K/V for decoding: the merge rule across thread blocks (FlashDecoding).
+//
+// Adds over step 06 (same tensor-core pieces, same rounding points): when there are
+// few queries per head — decoding, 1 to 16 new tokens against a long K/V cache — one
+// thread block per query block leaves most of the GPU idle. Here
+//   packing    the H/H_kv query heads that share a K/V head (grouped-query attention)
+//              and their N queries are one block of G·N rows: they are consecutive rows
+//              of Q, so the pack is a reshape; 16 rows a thread block (one mma tile).
+//   split      the keys are cut into `splits` chunks of whole 64-key tiles, one thread
+//              block each: B·H_kv · ⌈G·N/16⌉ · splits blocks fill the GPU;
+//   warps      the four warps of a block take 16 keys each of every tile: four partial
+//              states per row, merged through shared memory at the end;
+//   merge      each block writes its rows' (O/ℓ, L) in fp32; a second kernel folds the
+//              splits with the course's merge rule (online::merge), the same function
+//              that merges the warps.
+// Splits = 1 writes O and L straight from the first kernel (no partials, no second kernel).
+// Limits: d = 64 or 128, bf16 or fp16, N_kv ≥ 1 keys for N ≥ 1 queries (the queries the
+// last N positions; causal within them); H_kv dividing H. GPUs: sm_80 and newer.
+// Note: notes/08_split_kv.md.
+#pragma once
+
+#include <cstddef>
+
+#include "common/hd.hpp"
+#include "common/hbm.hpp"
+#include "common/step_api.hpp"
+
+namespace fa::step08 {
+
+constexpr int kRows = 16;           ///< packed query rows per thread block: one mma.sync tile (M = 16)
+constexpr int kKeysPerWarp = 16;    ///< keys a warp takes of each tile: one k-chunk of P·V
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kTileKeys = kWarps * kKeysPerWarp;  ///< keys per K/V tile (64)
+/// K/V tiles in flight per thread block: 4 at d = 64 (64 KiB of tiles), 2 at d = 128
+/// (64 KiB): with Q a block's shared memory stays under the 99 KiB an RTX 30xx/40xx gives
+/// one block, and the H200's 228 KiB hold three blocks an SM.
+FA_HD constexpr int stages(int d) { return d == 64 ? 4 : 2; }
+/// Shared memory of a thread block: Q (16 rows) and the ring of K and V tiles, 16-bit.
+FA_HD constexpr std::size_t smem_bytes(int d) {
+  return (std::size_t(kRows) + 2 * std::size_t(stages(d)) * kTileKeys) * std::size_t(d) * 2;
+}
+inline constexpr int kSupportedD[] = {64, 128, 0};
+constexpr int kMinSm = 80;  ///< step 06's pieces: mma.sync on bf16, cp.async
+
+/// What the split choice needs to know of the GPU.
+struct GpuShape {
+  int sms;                  ///< multiprocessors
+  std::size_t smem_per_sm;  ///< shared memory per multiprocessor, bytes
+};
+constexpr GpuShape kH200{132, 228 * 1024};  ///< the course's GPU, for the CPU model and the tour
+
+/// How the keys of every head are cut: `splits` chunks of `tiles_per_split` 64-key
+/// tiles (the last chunk may be shorter).
+struct SplitPlan {
+  int splits = 1, tiles_per_split = 1;
+};
+/// Thread blocks that fit on one multiprocessor at once (shared memory, 1 KiB of it
+/// reserved per block, and 2048 threads).
+int blocks_per_sm(int d, const GpuShape& gpu);
+/// The split count (note 08): the problem alone makes B·H_kv·⌈G·N/16⌉ thread blocks;
+/// while that is less than one wave (sms · blocks_per_sm), each head's keys are split
+/// into as many chunks as keep all blocks in one wave, but no chunk under 4 tiles
+/// (256 keys), where the partials would cost more than the keys. Then the chunks are
+/// evened out (every chunk ⌈tiles/splits⌉ tiles).
+SplitPlan plan(const Problem& p, const GpuShape& gpu);
+/// The plan with `splits` asked for (clamped to 1 … the number of tiles).
+SplitPlan fixed_plan(const Problem& p, int splits);
+
+/// Thread blocks along the packed rows of one K/V head: ⌈G·N/16⌉.
+int row_blocks(const Problem& p);
+/// K/V tiles of a head: ⌈N_kv/64⌉.
+int kv_tiles(const Problem& p);
+/// One past the last tile that row block rb (of `group` heads × N queries, against Nk
+/// keys) needs: all tiles, or (causal) up to the key at its latest query's position —
+/// Nk − N + n for query n, the latest being N − 1 when the block spans two heads.
+FA_HD int tile_end(int N, int Nk, int group, bool causal, int rb) {
+  const int tiles = (Nk + kTileKeys - 1) / kTileKeys;
+  if (!causal) return tiles;
+  const int lo = rb * kRows, hi = (lo + kRows < group * N ? lo + kRows : group * N) - 1;
+  const int latest = lo / N != hi / N ? N - 1 : hi % N;
+  return (Nk - N + latest) / kTileKeys + 1;
+}
+/// The partials' scratch: splits · B·H·N rows of d + 1 floats (O/ℓ and L); none for one split.
+std::size_t workspace_bytes(const Problem& p, const SplitPlan& s);
+
+/// Throws fa::Error unless p is bf16 or fp16 with d = 64 or 128.
+void require_supported(const Problem& p);
+
+/// CPU model: the kernels' blocks, warps, splits and merges in their order, rounding
+/// where they round (inputs, P before P·V, O at the end; partials stay fp32).
+ModelForward model_forward(const Problem& p, const Qkv& in, const SplitPlan& s);
+/// Elements moved: K and V once per row block, Q once per split, the partials written
+/// and read back (fp32: 4 bytes each, beside 2 for the 16-bit tensors; see bytes()).
+Traffic traffic_forward(const Problem& p, const SplitPlan& s);
+/// The same traffic in bytes (16-bit Q, K, V, O; fp32 L and partials).
+double traffic_bytes(const Problem& p, const SplitPlan& s);
+
+/// The plan, and thread blocks per multiprocessor by the occupancy calculator, on the
+/// current GPU (CUDA builds only: split_kv.cu).
+SplitPlan device_plan(const Problem& p);
+int device_blocks_per_sm(int d);
+
+/// The forward with the split count of plan() for the GPU it runs on.
+extern const GpuForward kForward;
+constexpr int kFixedSplitCount = 5;
+inline constexpr int kFixedSplits[kFixedSplitCount] = {1, 2, 8, 32, 128};
+/// The forward with the split count fixed (kFixedSplits), for the tests and the note's table.
+extern const GpuForward kForwardFixed[kFixedSplitCount];
+
+}  // namespace fa::step08

@@ -1,0 +1,247 @@
+// Step 08 tests. Step 08 computes what step 06 computes — the same 16-bit inputs, P
+// rounded before P·V, fp32 sums — on decoding shapes (N queries, the last N of N_kv
+// positions; H/H_kv query heads per K/V head), with the keys split across thread blocks
+// and merged. So: the fp64 reference by FlashAttention's rule (at most twice a naive
+// same-dtype computation's error), its CPU model, step 06 on the same problem, and any
+// split count against one split (the merge's reordering: a few 16-bit units).
+#include <iterator>
+
+#include "reference/reference.hpp"
+#include "steps/06_tensor_cores/step06.hpp"
+#include "steps/08_split_kv/step08.hpp"
+#include "tests/check.hpp"
+#include "tests/lowp.hpp"
+#ifdef FA_HAVE_CUDA
+#include "common/gpu.hpp"
+#endif
+
+using namespace fa;
+using fa::test::make;
+
+namespace {
+using test::check_budget;
+using test::inputs;
+using test::lowp;
+using test::reorder;
+
+const std::vector<int> kAllD(std::begin(step08::kSupportedD), std::end(step08::kSupportedD) - 1);
+
+/// A decoding problem: B·H query heads of N queries against N_kv keys, G query heads per K/V head.
+Problem decode(int B, int H, int N, int Nk, int G, int d, bool causal, DType t = DType::bf16) {
+  Problem p = lowp(make(B, H, N, d, causal), t);
+  p.N_kv = Nk;
+  p.H_kv = H / G;
+  return p;
+}
+
+/// The shapes the tests sweep: 1, 16 and 17 queries (one row block, a full one, one row
+/// over), N_kv = 1, 17, 113, 1000 (no tile multiple), one K/V head per query head or
+/// four, causal and not. FA_TEST_QUICK keeps N_kv = 113 (sanitizer runs).
+std::vector<Problem> decode_sweep(int d, DType t) {
+  std::vector<Problem> out;
+  for (int Nk : {1, 17, 113, 1000}) {
+    if (test::quick() && Nk != 113) continue;
+    for (int N : {1, 16, 17})
+      for (int G : {1, 4})
+        for (bool causal : {false, true})
+          if (!causal || Nk >= N) out.push_back(decode(2, 4, N, Nk, G, d, causal, t));
+  }
+  return out;
+}
+
+/// K and V of a grouped problem repeated per query head: the same problem with H_kv = H.
+Qkv expanded(const Problem& p, const Qkv& in) {
+  Qkv e{in.q, {}, {}};
+  const std::size_t head = std::size_t(p.keys()) * p.d;
+  for (std::size_t bh = 0; bh < p.heads(); ++bh) {
+    const std::size_t from = p.kv_head(bh) * head;
+    e.k.insert(e.k.end(), in.k.begin() + from, in.k.begin() + from + head);
+    e.v.insert(e.v.end(), in.v.begin() + from, in.v.begin() + from + head);
+  }
+  return e;
+}
+}  // namespace
+
+TEST_CASE("step08 model meets the error budget of its 16-bit type, at every split count", "[cpu]") {
+  for (DType t : {DType::bf16, DType::fp16})
+    for (int d : kAllD)
+      for (const Problem& p : decode_sweep(d, t)) {
+        const Qkv in = inputs(p, 81);
+        for (int splits : {1, 3, 1000}) {
+          const step08::SplitPlan s = step08::fixed_plan(p, splits);
+          INFO(p.str() << ", seed 81, " << s.splits << " splits of " << s.tiles_per_split << " tiles");
+          check_budget(p, in, step08::model_forward(p, in, s).out, "model");
+        }
+      }
+}
+
+TEST_CASE("step08 model: any split count equals one split, up to the merge's reordering", "[cpu]") {
+  for (const Problem& p : {decode(1, 2, 1, 1000, 1, 128, false), decode(1, 8, 16, 4097, 4, 64, true),
+                           decode(2, 2, 17, 777, 2, 128, true)}) {
+    const Qkv in = inputs(p, 82);
+    const ModelForward one = step08::model_forward(p, in, step08::fixed_plan(p, 1));
+    for (int splits : {2, 3, 7, 16, 1000}) {
+      const step08::SplitPlan s = step08::fixed_plan(p, splits);
+      INFO(p.str() << ": " << s.splits << " splits of " << s.tiles_per_split << " tiles against one");
+      const ModelForward m = step08::model_forward(p, in, s);
+      FA_CHECK_CLOSE("O", m.out.o, one.out.o, reorder(p.dtype), test::shape_o(p));
+      FA_CHECK_CLOSE("L", m.out.lse, one.out.lse, tol::kFp32Forward, test::shape_l(p));
+    }
+  }
+}
+
+TEST_CASE("step08 model equals step 06's model on decoding shapes, and on self-attention", "[cpu]") {
+  for (const Problem& p : {decode(2, 4, 1, 1000, 4, 128, false), decode(1, 4, 16, 300, 1, 64, true),
+                           decode(1, 2, 17, 130, 2, 128, true), lowp(make(1, 2, 113, 64, true), DType::fp16)}) {
+    INFO(p.str());
+    const Qkv in = inputs(p, 83);
+    const ForwardOut a = step08::model_forward(p, in, step08::plan(p, step08::kH200)).out;
+    const ForwardOut b = step06::model_forward(p, in).out;
+    FA_CHECK_CLOSE("O", a.o, b.o, reorder(p.dtype), test::shape_o(p));
+    FA_CHECK_CLOSE("L", a.lse, b.lse, tol::kFp32Forward, test::shape_l(p));
+  }
+}
+
+TEST_CASE("step08 model: grouped-query attention is the problem with K/V repeated per head, bit for bit", "[cpu]") {
+  // Packing a group's heads into one block changes which block a row is in, never the
+  // row's arithmetic (its keys, its warps' slices, its splits, the merge order).
+  for (bool causal : {false, true}) {
+    const Problem p = decode(2, 8, 5, 300, 4, 64, causal);
+    Problem e = p;
+    e.H_kv = 0;
+    INFO(p.str());
+    const Qkv in = inputs(p, 84);
+    const ForwardOut g = step08::model_forward(p, in, step08::fixed_plan(p, 2)).out;
+    const ForwardOut x = step08::model_forward(e, expanded(p, in), step08::fixed_plan(e, 2)).out;
+    FA_CHECK_CLOSE("O", g.o, x.o, tol::kBitExact, test::shape_o(p));
+    FA_CHECK_CLOSE("L", g.lse, x.lse, tol::kBitExact, test::shape_l(p));
+    // and the reference agrees that they are the same problem
+    FA_CHECK_CLOSE("reference O", reference::forward(p, in).o, reference::forward(e, expanded(p, in)).o,
+                   tol::kBitExact, test::shape_o(p));
+  }
+}
+
+TEST_CASE("step08 model's HBM traffic equals the formula", "[cpu]") {
+  for (const Problem& p : {decode(1, 1, 1, 1, 1, 64, false), decode(2, 4, 16, 1000, 4, 128, true),
+                           decode(1, 2, 17, 4097, 1, 64, false), decode(1, 3, 40, 200, 3, 128, true)})
+    for (int splits : {1, 2, 5, 64}) {
+      const step08::SplitPlan s = step08::fixed_plan(p, splits);
+      INFO(p.str() << ", " << s.splits << " splits");
+      const Traffic m = step08::model_forward(p, random_qkv(p, 1), s).traffic, f = step08::traffic_forward(p, s);
+      CHECK(m.read == f.read);
+      CHECK(m.written == f.written);
+    }
+}
+
+TEST_CASE("step08 split plan: one wave of blocks, no chunk under 4 tiles, even chunks", "[cpu]") {
+  const step08::GpuShape h200 = step08::kH200;
+  CHECK(step08::blocks_per_sm(64, h200) == 3);
+  CHECK(step08::blocks_per_sm(128, h200) == 3);
+  const int wave = 132 * 3;
+  // The decode shapes (d = 128): B·H = 32 at N_kv = 8k fills one wave with 12
+  // splits; B·H = 128 with 16 queries with 3; enough blocks already: one split.
+  const Problem a = decode(1, 32, 1, 8192, 1, 128, false);
+  CHECK(step08::plan(a, h200).splits == 12);
+  CHECK(step08::plan(a, h200).tiles_per_split == 11);
+  CHECK(step08::plan(decode(1, 128, 16, 131072, 1, 128, false), h200).splits == 3);
+  CHECK(step08::plan(decode(4, 128, 1, 8192, 1, 128, false), h200).splits == 1);
+  // Few keys: 4 tiles a split at least.
+  CHECK(step08::plan(decode(1, 1, 1, 1000, 1, 64, false), h200).splits == 16 / 4);
+  CHECK(step08::plan(decode(1, 1, 1, 100, 1, 64, false), h200).splits == 1);
+  for (int Nk : {1, 63, 64, 65, 1000, 8192, 131072, 262144})
+    for (int bh : {1, 8, 32, 128, 1024}) {
+      const Problem p = decode(1, bh, 1, Nk, 1, 128, false);
+      const step08::SplitPlan s = step08::plan(p, h200);
+      INFO(p.str() << ": " << s.splits << " splits of " << s.tiles_per_split << " tiles");
+      const int tiles = step08::kv_tiles(p);
+      CHECK(s.splits * s.tiles_per_split >= tiles);         // every tile in a chunk
+      CHECK((s.splits - 1) * s.tiles_per_split < tiles);    // no empty chunk
+      CHECK(std::int64_t(bh) * s.splits <= std::max(wave, bh));  // one wave, unless the problem is more
+      CHECK((s.splits == 1 || s.tiles_per_split >= 4));
+    }
+  // Causal: a block's last tile is its latest query's; a block across two heads reaches
+  // its heads' latest query, N − 1.
+  CHECK(step08::tile_end(16, 1000, 1, true, 0) == (1000 - 16 + 15) / 64 + 1);
+  CHECK(step08::tile_end(10, 70, 4, true, 0) == 70 / 64 + 1);  // rows 0–15: heads 0 and 1
+  CHECK(step08::tile_end(40, 64, 1, true, 0) == (64 - 40 + 15) / 64 + 1);
+}
+
+TEST_CASE("step08 refuses fp32, other head dimensions and groups that do not divide", "[cpu]") {
+  const Problem f = decode(1, 1, 1, 40, 1, 64, false, DType::fp32);
+  CHECK(test::contains(test::error_of([&] { step08::model_forward(f, random_qkv(f, 1), {}); }), "bf16 or fp16"));
+  const Problem d = decode(1, 1, 1, 40, 1, 256, false);
+  CHECK(test::contains(test::error_of([&] { step08::model_forward(d, random_qkv(d, 1), {}); }), "d = 64, 128"));
+  Problem g = decode(1, 6, 1, 40, 1, 64, false);
+  g.H_kv = 4;
+  CHECK(test::contains(test::error_of([&] { g.validate(); }), "H_kv (K/V heads) must divide H"));
+  const Problem c = decode(1, 1, 50, 40, 1, 64, true);
+  CHECK(test::contains(test::error_of([&] { c.validate(); }), "N_kv must be at least N"));
+}
+
+#ifdef FA_HAVE_CUDA
+TEST_CASE("step08 kernel meets the error budget, matches its model and step 06", "[gpu]") {
+  for (DType t : {DType::bf16, DType::fp16})
+    for (int d : kAllD)
+      for (const Problem& p : decode_sweep(d, t)) {
+        const step08::SplitPlan s = step08::device_plan(p);
+        INFO(p.str() << ", seed 85, " << s.splits << " splits of " << s.tiles_per_split << " tiles");
+        const Qkv in = inputs(p, 85);
+        const ForwardOut out = gpu::forward(step08::kForward, p, in, true);
+        check_budget(p, in, out, "kernel");
+        const ForwardOut m = step08::model_forward(p, in, s).out;
+        FA_CHECK_CLOSE("O vs model", out.o, m.o, reorder(t), test::shape_o(p));
+        FA_CHECK_CLOSE("L vs model", out.lse, m.lse, tol::kFp32Forward, test::shape_l(p));
+        const ForwardOut s06 = gpu::forward(step06::kForward, p, in, true);
+        FA_CHECK_CLOSE("O vs step 06", out.o, s06.o, reorder(t), test::shape_o(p));
+        FA_CHECK_CLOSE("L vs step 06", out.lse, s06.lse, tol::kFp32Forward, test::shape_l(p));
+      }
+}
+
+TEST_CASE("step08 kernel at every fixed split count: its model, and one split", "[gpu]") {
+  const std::vector<Problem> ps = test::quick() ? std::vector<Problem>{decode(1, 2, 17, 1000, 2, 64, true)}
+                                                : std::vector<Problem>{decode(1, 2, 1, 9000, 1, 128, false),
+                                                                       decode(2, 8, 16, 4097, 4, 64, true),
+                                                                       decode(1, 4, 113, 1000, 1, 128, true)};
+  for (const Problem& p : ps) {
+    const Qkv in = inputs(p, 86);
+    const ForwardOut one = gpu::forward(step08::kForwardFixed[0], p, in, true);
+    for (int i = 0; i < step08::kFixedSplitCount; ++i) {
+      const step08::SplitPlan s = step08::fixed_plan(p, step08::kFixedSplits[i]);
+      INFO(p.str() << ": " << step08::kForwardFixed[i].name << " (" << s.splits << " of " << s.tiles_per_split
+                   << " tiles)");
+      const ForwardOut out = gpu::forward(step08::kForwardFixed[i], p, in, true);
+      const ForwardOut m = step08::model_forward(p, in, s).out;
+      FA_CHECK_CLOSE("O vs model", out.o, m.o, reorder(p.dtype), test::shape_o(p));
+      FA_CHECK_CLOSE("L vs model", out.lse, m.lse, tol::kFp32Forward, test::shape_l(p));
+      FA_CHECK_CLOSE("O vs one split", out.o, one.o, reorder(p.dtype), test::shape_o(p));
+      FA_CHECK_CLOSE("L vs one split", out.lse, one.lse, tol::kFp32Forward, test::shape_l(p));
+    }
+  }
+}
+
+TEST_CASE("step08 kernel on self-attention, huge logits and many row blocks", "[gpu]") {
+  // Self-attention (N_kv = N): every row block of the causal mask stops at its own tile.
+  for (const Problem& p : {lowp(make(1, 2, 300, 128, true), DType::bf16), lowp(make(2, 1, 1000, 64, false), DType::fp16),
+                           decode(1, 2, 128, 5000, 2, 128, true)}) {
+    if (test::quick() && p.N != 300) continue;
+    INFO(p.str());
+    const Qkv in = inputs(p, 87);
+    check_budget(p, in, gpu::forward(step08::kForward, p, in, true), "kernel");
+  }
+  // Logits near 1e4: the max subtraction in the warps, in the merge of the warps and in
+  // the merge of the splits all keep e^x finite.
+  Problem h = decode(1, 2, 16, 2000, 1, 64, true);
+  h.scale = 400.0f;
+  const Qkv in = inputs(h, 88);
+  check_budget(h, in, gpu::forward(step08::kForwardFixed[3], h, in, true), "kernel, 32 splits, huge logits");
+}
+
+TEST_CASE("step08 split plan's occupancy is the occupancy calculator's", "[gpu]") {
+  // blocks_per_sm() counts shared memory and threads; the GPU's occupancy calculator
+  // counts registers too. The plan is right only if registers are not the limit.
+  for (int d : kAllD) {
+    INFO("d = " << d << " on " << gpu::describe_device());
+    CHECK(step08::device_blocks_per_sm(d) == step08::blocks_per_sm(d, {gpu::sm_count(), gpu::smem_per_sm()}));
+  }
+}
+#endif
