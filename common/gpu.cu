@@ -185,6 +185,24 @@ std::vector<float> download16(DType t, const DeviceBuffer<std::uint16_t>& b) {
 }
 std::size_t elem_bytes(const Problem& p) { return p.dtype == DType::fp32 ? 4 : 2; }
 
+// n values uniform in [-1, 1) in 16 bits, drawn on the device (a hash of the index and
+// seed: splitmix64's finaliser), for timing.
+__global__ void random16_kernel(std::uint16_t* x, std::size_t n, std::uint64_t seed, bool bf16) {
+  for (std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) {
+    std::uint64_t z = (i + 1) * 0x9E3779B97F4A7C15ull + seed;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    const float u = float((z ^ (z >> 31)) >> 40) * (2.0f / 16777216.0f) - 1.0f;
+    x[i] = bf16 ? __nv_bfloat16_raw(__float2bfloat16_rn(u)).x : __half_raw(__float2half_rn(u)).x;
+  }
+}
+DeviceBuffer<std::uint16_t> random16(DType t, std::size_t n, std::uint64_t seed) {
+  DeviceBuffer<std::uint16_t> b(n);
+  random16_kernel<<<1024, 256>>>(b.get(), n, seed, t == DType::bf16);
+  FA_CHECK_LAUNCH();
+  return b;
+}
+
 }  // namespace
 
 std::size_t forward_bytes(const GpuForward& s, const Problem& p) {
@@ -274,15 +292,18 @@ Timing time_forward(const GpuForward& s, const Problem& p, int reps) {
   check_supported(s, p);
   check_dtype(s, p);
   check_memory(s.name, forward_bytes(s, p), s.workspace_bytes(p), s.workspace_what);
-  const Qkv in = random_qkv(p, 7);
   if (p.dtype != DType::fp32) {
-    DeviceBuffer<std::uint16_t> q = upload16(p.dtype, in.q), k = upload16(p.dtype, in.k), v = upload16(p.dtype, in.v);
+    // Inputs made on the device: a decoding problem's K/V cache (gigabytes) would take
+    // longer to draw and upload than to time.
+    DeviceBuffer<std::uint16_t> q = random16(p.dtype, p.elems(), 7), k = random16(p.dtype, p.kv_elems(), 8),
+                                v = random16(p.dtype, p.kv_elems(), 9);
     DeviceBuffer<std::uint16_t> o(p.elems());
     DeviceBuffer<float> lse(p.rows());
     DeviceBuffer<char> ws(s.workspace_bytes(p));
     return time_launches(
         [&] { s.run_native(p, {q.get(), k.get(), v.get(), o.get(), lse.get()}, ws.get(), nullptr); }, reps);
   }
+  const Qkv in = random_qkv(p, 7);
   DeviceBuffer<float> q(in.q), k(in.k), v(in.v), o(p.elems()), lse(p.rows());
   DeviceBuffer<char> ws(s.workspace_bytes(p));
   return time_launches([&] { s.run(p, {q.get(), k.get(), v.get(), o.get(), lse.get()}, ws.get(), nullptr); },

@@ -228,7 +228,7 @@ TEST_CASE("step08 kernel on self-attention, huge logits and many row blocks", "[
     const Qkv in = inputs(p, 87);
     check_budget(p, in, gpu::forward(step08::kForward, p, in, true), "kernel");
   }
-  // Logits near 1e4: the max subtraction in the warps, in the merge of the warps and in
+  // Logits in the thousands: the max subtraction in the warps, in the merge of the warps and in
   // the merge of the splits all keep e^x finite.
   Problem h = decode(1, 2, 16, 2000, 1, 64, true);
   h.scale = 400.0f;

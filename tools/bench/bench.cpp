@@ -5,6 +5,12 @@
 //   fa_bench --max-n [--steps ...] [--csv out.csv]
 //   fa_bench --once --steps 03 --N 4096 --d 64 --causal 0 --dir fwd   (for ncu)
 //   fa_bench --dtype bf16 --versions ...   also times the versions of a step's note table (rows 06v3, …, 06b1, …)
+//   fa_bench --decode [--Nq 1,16] [--Nkv 8192,...] [--bh 32,128] [--group 1,8] [--d 128] [--causal 0,1]
+//            [--steps 06,08] [--versions] [--csv out.csv]
+//      decoding shapes (N_q queries against N_kv keys, B = 1, H = bh query heads, H/group K/V
+//      heads): time and achieved bandwidth — the fewest bytes (Q, K, V read once; O, L
+//      written) over the time — beside this GPU's device-to-device copy bandwidth (row
+//      "copy", bytes read plus written over the time of a 2 GiB cudaMemcpy).
 //
 // Sweep: B = 1 and H = tokens / N heads (so every N does the same number of
 // query rows; at least one head). Each point: 2 warm-up launches, then `reps`
@@ -19,18 +25,21 @@
 // profiles with Nsight Compute to measure DRAM bytes.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "common/cuda_check.cuh"
 #include "common/gpu.hpp"
 #include "tools/flashattn/steps_table.hpp"
 
 namespace {
 
 using namespace fa;
+
 
 std::vector<int> ints(const std::string& s) {
   std::vector<int> v;
@@ -101,16 +110,75 @@ Row measure(const StepEntry& s, const std::string& dir, const Problem& p, int re
   return r;
 }
 
+/// The decode CSV's columns.
+bool f_decode_header(std::FILE* f) {
+  return std::fprintf(f, "impl,step,dtype,B,H,H_kv,N,N_kv,d,causal,ms,gbps,floor_bytes,scratch_bytes,status,gpu,"
+                         "cuda_driver_api,cuda_runtime\n") > 0;
+}
+
+/// The fewest bytes a decoding forward moves: Q, K, V read once, O and L written once.
+double floor_bytes(const Problem& p) {
+  return 2.0 * (2.0 * double(p.elems()) + 2.0 * double(p.kv_elems())) + 4.0 * double(p.rows());
+}
+
+/// Device-to-device copy bandwidth, bytes read plus written per second (GB/s): the
+/// median of 10 copies of 2 GiB.
+double copy_bandwidth() {
+  const std::size_t bytes = std::size_t(2) << 30;
+  void *a = nullptr, *b = nullptr;
+  FA_CUDA_CHECK(cudaMalloc(&a, bytes));
+  FA_CUDA_CHECK(cudaMalloc(&b, bytes));
+  FA_CUDA_CHECK(cudaMemset(a, 1, bytes));
+  cudaEvent_t e0, e1;
+  FA_CUDA_CHECK(cudaEventCreate(&e0));
+  FA_CUDA_CHECK(cudaEventCreate(&e1));
+  std::vector<float> ms;
+  for (int i = 0; i < 12; ++i) {
+    FA_CUDA_CHECK(cudaEventRecord(e0));
+    FA_CUDA_CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice));
+    FA_CUDA_CHECK(cudaEventRecord(e1));
+    FA_CUDA_CHECK(cudaEventSynchronize(e1));
+    float t = 0;
+    FA_CUDA_CHECK(cudaEventElapsedTime(&t, e0, e1));
+    if (i >= 2) ms.push_back(t);  // two warm-up copies
+  }
+  std::sort(ms.begin(), ms.end());
+  cudaEventDestroy(e0), cudaEventDestroy(e1), cudaFree(a), cudaFree(b);
+  return 2.0 * double(bytes) / (ms[ms.size() / 2] * 1e-3) / 1e9;
+}
+
+void write_decode_row(std::FILE* f, const StepEntry& s, const Problem& p, int reps, const std::string& dev) {
+  std::string status = "ok";
+  double ms = 0;
+  std::size_t scratch = 0;
+  try {
+    scratch = s.gpu_forward->workspace_bytes(p);
+    ms = gpu::time_forward(*s.gpu_forward, p, reps).median_ms;
+  } catch (const Error& e) {
+    status = std::string(e.what()).find("free") != std::string::npos ? "out-of-memory" : "error";
+    std::cerr << "  " << s.id << " " << p.str() << ": " << e.what() << "\n";
+    cudaGetLastError();
+  }
+  const double gbps = ms > 0 ? floor_bytes(p) / (ms * 1e-3) / 1e9 : 0.0;
+  std::fprintf(f, "fa,%s,%s,%d,%d,%d,%d,%d,%d,%d,%.5f,%.1f,%.0f,%zu,%s,%s\n", s.id.c_str(), dtype_name(p.dtype), p.B,
+               p.H, p.kv_heads_per_batch(), p.N, p.keys(), p.d, int(p.causal), ms, gbps, floor_bytes(p), scratch,
+               status.c_str(), dev.c_str());
+  std::fflush(f);
+  std::fprintf(stderr, "decode step %s %s: %.4f ms, %.0f GB/s %s\n", s.id.c_str(), p.str().c_str(), ms, gbps,
+               status.c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     std::string Ns = "1024,2048,4096,8192,16384", ds = "64,128", causals = "0,1", dirs = "fwd,bwd", steps_arg,
                 csv = "bench.csv";
+    std::string Nqs = "1,16", Nkvs = "8192,32768,131072", bhs = "32,128", groups = "1";
     long tokens = 65536;
     int reps = 10;
     DType dtype = DType::fp32;
-    bool max_n = false, once = false, versions = false;
+    bool max_n = false, once = false, versions = false, decode = false;
     for (int i = 1; i < argc; ++i) {
       const std::string a = argv[i];
       auto val = [&]() -> std::string {
@@ -128,6 +196,11 @@ int main(int argc, char** argv) {
       else if (a == "--max-n") max_n = true;
       else if (a == "--once") once = true;
       else if (a == "--versions") versions = true;
+      else if (a == "--decode") decode = true;
+      else if (a == "--Nq") Nqs = val();
+      else if (a == "--Nkv") Nkvs = val();
+      else if (a == "--bh") bhs = val();
+      else if (a == "--group") groups = val();
       else if (a == "--dtype") dtype = parse_dtype(val());
       else throw Error("unknown option " + a);
     }
@@ -136,7 +209,12 @@ int main(int argc, char** argv) {
     const std::string dev = device_fields();
     std::FILE* f = std::fopen(csv.c_str(), "w");
     if (!f) throw Error("cannot write " + csv);
-    std::fprintf(f, "impl,step,dir,dtype,B,H,N,d,causal,ms,tflops,scratch_bytes,status,gpu,cuda_driver_api,cuda_runtime,formula_bytes,total_bytes\n");
+    if (decode) {
+      if (dtype == DType::fp32) dtype = DType::bf16;  // the decoding steps compute in 16 bits
+      if (!f_decode_header(f)) throw Error("cannot write " + csv);
+    } else {
+      std::fprintf(f, "impl,step,dir,dtype,B,H,N,d,causal,ms,tflops,scratch_bytes,status,gpu,cuda_driver_api,cuda_runtime,formula_bytes,total_bytes\n");
+    }
     std::vector<const StepEntry*> chosen;
     for (const auto& s : step_table()) {
       if (!s.gpu || (s.dtype == DType::fp32) != (dtype == DType::fp32)) continue;  // steps of this dtype
@@ -169,6 +247,29 @@ int main(int argc, char** argv) {
       for (const StepEntry& e : version_rows) chosen.push_back(&e);
     }
     std::cerr << "fa_bench on " << gpu::describe_device() << " -> " << csv << "\n";
+
+    if (decode) {
+      const double copy = copy_bandwidth();
+      std::fprintf(f, "copy,-,bf16,0,0,0,0,0,0,0,0,%.1f,0,0,ok,%s\n", copy, dev.c_str());
+      std::cerr << "device-to-device copy: " << copy << " GB/s (read + written)\n";
+      for (const StepEntry* s : chosen) {
+        if (!s->gpu_forward || !s->gpu_forward->decode) continue;
+        for (int d : ints(ds))
+          for (int c : ints(causals))
+            for (int bh : ints(bhs))
+              for (int G : ints(groups))
+                for (int Nq : ints(Nqs))
+                  for (int Nkv : ints(Nkvs)) {
+                    if (c && Nq == 1) continue;  // one query sees every key: causal changes nothing
+                    Problem p;
+                    p.B = 1, p.H = bh, p.H_kv = bh / G, p.N = Nq, p.N_kv = Nkv, p.d = d, p.causal = c != 0;
+                    p.dtype = dtype;
+                    write_decode_row(f, *s, p, reps, dev);
+                  }
+      }
+      std::fclose(f);
+      return 0;
+    }
 
     if (max_n) {
       // Largest N each step can hold at B·H = bh_max (forward; step 05: backward).

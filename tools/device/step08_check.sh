@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Step 08 on the GPU machine in one call: build (sm_90), the GPU tests of steps 08 and
+# 06 (whose forward step 08 is measured against) and of the CLI, compute-sanitizer
+# (memcheck, racecheck, synccheck) on step 08, the SASS facts, and the decoding bench:
+# step 08 (and its fixed split counts) beside step 06 and PyTorch's backends, with the
+# GPU's copy bandwidth.
+#   [PHASE=test|all] bash tools/device/step08_check.sh [build-dir]
+# Results (bench08.csv, peers08.csv, sass08.txt, test08.txt, device08.txt) into
+# $OUT/results.tgz, to be unpacked into notes/results/h200; logs into $OUT/logs.tgz.
+set -uo pipefail
+OUT=${OUT:-$PWD/gpu-logs}; BUILD=${1:-build-gpu}; R=$(mktemp -d); L=$(mktemp -d); PHASE=${PHASE:-all}
+trap 'tar -czf "$OUT/logs.tgz" -C "$L" . 2>/dev/null; tar -czf "$OUT/results.tgz" -C "$R" . 2>/dev/null' EXIT
+mkdir -p "$OUT"
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvcc --version | tail -1
+  python3 -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())" 2>&1; } > "$R/device08.txt"
+t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null || exit 1
+cmake --build "$BUILD" -j16 --target step08_tests step06_tests cli_tests flashattn fa_bench >"$L/build.log" 2>&1 ||
+  { grep -B2 -A8 -E "error|FAILED" "$L/build.log" | head -60; exit 1; }
+stamp built
+exe=$BUILD/steps/08_split_kv/step08_tests
+{ echo "SASS of step 08's kernels (cuobjdump --dump-sass), per kernel: tensor-core MMAs, cp.async (LDGSTS), local memory"
+  cuobjdump --dump-sass "$BUILD"/steps/08_split_kv/libstep08.a |
+    awk '/Function :/{f=$3; m[f]+=0; c[f]+=0; l[f]+=0} /HMMA/{m[f]++} /LDGSTS/{c[f]++} /LDL|STL/{l[f]++}
+         END{for(k in m) printf "%s: %d HMMA, %d LDGSTS, %d LDL/STL\n", k, m[k], c[k], l[k]}' |
+    (c++filt 2>/dev/null || cat) | sed -E 's/fa::step08::\(anonymous namespace\):://; s/__nv_bfloat16/bf16/g; s/__half/fp16/g' | sort
+} > "$R/sass08.txt" 2>&1; cat "$R/sass08.txt"
+rc=0
+for n in 08 06; do
+  t=step$n
+  timeout 300 "$BUILD"/steps/${n}_*/${t}_tests --gpu --gpu-min-sm 80 "[gpu]" >"$L/test-$t.log" 2>&1; r=$?
+  echo "$t rc=$r: $(tail -2 "$L/test-$t.log" | tr '\n' ' ')"; [ $r -ne 0 ] && { rc=$r; grep -B4 -A25 "FAILED" "$L/test-$t.log" | head -120; }
+done
+timeout 120 "$BUILD/tests/cli_tests" --gpu "[gpu]" >"$L/test-cli.log" 2>&1; r=$?
+echo "cli rc=$r: $(tail -2 "$L/test-cli.log" | tr '\n' ' ')"; [ $r -ne 0 ] && { rc=$r; grep -B4 -A25 "FAILED" "$L/test-cli.log" | head -60; }
+stamp tested
+for tool in memcheck racecheck synccheck; do
+  ( q=1; [ $tool = racecheck ] && q=2
+    FA_TEST_QUICK=$q timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$exe" --gpu "[gpu]" \
+      >"$L/san-$tool-step08.log" 2>&1
+    echo "$tool step08 rc=$? $(grep -hE 'SUMMARY|passed|failed' "$L/san-$tool-step08.log" | tr '\n' ' ')" ) &
+done
+wait
+{ echo "step08_tests --gpu \"[gpu]\": $(grep -m1 -E 'All tests passed|test cases' "$L/test-step08.log")"
+  echo "step06_tests --gpu \"[gpu]\": $(grep -m1 -E 'All tests passed|test cases' "$L/test-step06.log")"
+  echo "cli_tests --gpu \"[gpu]\": $(grep -m1 -E 'All tests passed|test cases' "$L/test-cli.log")"
+  for tool in memcheck racecheck synccheck; do
+    echo "compute-sanitizer --tool $tool (FA_TEST_QUICK): $(grep -h -E 'All tests passed|test cases' "$L/san-$tool-step08.log" | head -1); $(grep -h SUMMARY "$L/san-$tool-step08.log" | sed 's/=* *//')"
+  done; } > "$R/test08.txt"
+cat "$R/test08.txt"
+stamp sanitized
+[ "$PHASE" = test ] && exit $rc
+[ $rc -ne 0 ] && exit $rc
+# The decoding bench: the issue's shapes (d = 128, N_q = 1 and 16, N_kv = 8k–128k, B·H = 32
+# and 128; causal for N_q = 16), and grouped-query attention (8 query heads a K/V head).
+SHAPES="--d 128 --Nq 1,16 --Nkv 8192,16384,32768,65536,131072 --bh 32,128"
+"$BUILD/tools/bench/fa_bench" --decode --steps 06,08 --versions $SHAPES --group 1 --causal 0,1 --reps 20 \
+  --csv "$R/bench08.csv" 2> "$L/bench08.log"; tail -1 "$L/bench08.log"
+"$BUILD/tools/bench/fa_bench" --decode --steps 06,08 $SHAPES --group 8 --causal 0 --Nq 1 --reps 20 \
+  --csv "$R/bench08_gqa.csv" 2> "$L/bench08_gqa.log"; tail -1 "$L/bench08_gqa.log"
+stamp "benched step 08"
+python3 tools/bench/peers_decode.py $SHAPES --group 1 --causal 0,1 --reps 20 --csv "$R/peers08.csv" 2> "$L/peers08.log"
+python3 tools/bench/peers_decode.py $SHAPES --group 8 --causal 0 --Nq 1 --reps 20 --csv "$R/peers08_gqa.csv" \
+  2> "$L/peers08_gqa.log"; tail -2 "$L/peers08_gqa.log"
+stamp "benched PyTorch"
+exit $rc
