@@ -133,7 +133,7 @@ TEST_CASE("step08 model's HBM traffic equals the formula", "[cpu]") {
     }
 }
 
-TEST_CASE("step08 split plan: one wave of blocks, no chunk under 4 tiles, even chunks", "[cpu]") {
+TEST_CASE("step08 split plan: one wave of blocks, no chunk under 4 tiles, at most 128, even chunks", "[cpu]") {
   const step08::GpuShape h200 = step08::kH200;
   CHECK(step08::blocks_per_sm(64, h200) == 3);
   CHECK(step08::blocks_per_sm(128, h200) == 3);
@@ -148,6 +148,8 @@ TEST_CASE("step08 split plan: one wave of blocks, no chunk under 4 tiles, even c
   // Few keys: 4 tiles a split at least.
   CHECK(step08::plan(decode(1, 1, 1, 1000, 1, 64, false), h200).splits == 16 / 4);
   CHECK(step08::plan(decode(1, 1, 1, 100, 1, 64, false), h200).splits == 1);
+  CHECK(step08::plan(decode(1, 1, 1, 262144, 1, 64, false), h200).splits == step08::kMaxSplits);
+  CHECK(step08::fixed_plan(decode(1, 1, 1, 262144, 1, 64, false), 1000).splits == step08::kMaxSplits);
   for (int Nk : {1, 63, 64, 65, 1000, 8192, 131072, 262144})
     for (int bh : {1, 8, 32, 128, 1024}) {
       const Problem p = decode(1, bh, 1, Nk, 1, 128, false);
@@ -158,6 +160,7 @@ TEST_CASE("step08 split plan: one wave of blocks, no chunk under 4 tiles, even c
       CHECK((s.splits - 1) * s.tiles_per_split < tiles);    // no empty chunk
       CHECK(std::int64_t(bh) * s.splits <= std::max(wave, bh));  // one wave, unless the problem is more
       CHECK((s.splits == 1 || s.tiles_per_split >= 4));
+      CHECK(s.splits <= step08::kMaxSplits);
     }
   // Causal: a block's last tile is its latest query's; a block across two heads reaches
   // its heads' latest query, N − 1.

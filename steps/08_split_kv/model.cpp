@@ -22,7 +22,7 @@ int blocks_per_sm(int d, const GpuShape& gpu) {
 
 SplitPlan fixed_plan(const Problem& p, int splits) {
   const int tiles = kv_tiles(p);
-  splits = std::clamp(splits, 1, tiles);
+  splits = std::clamp(splits, 1, std::min(kMaxSplits, tiles));
   const int per = (tiles + splits - 1) / splits;  // even chunks: no split left with a sliver
   return {(tiles + per - 1) / per, per};
 }
@@ -171,17 +171,20 @@ ModelForward model_forward(const Problem& p, const Qkv& in, const SplitPlan& s) 
     }
   }
   if (split) {
-    // The second kernel: each row's splits folded in split order by the merge rule. A
-    // split's (O/ℓ, L) is the state (m = L, ℓ = 1, O/ℓ): e^L·1 = e^m·ℓ.
-    std::vector<float> o(d), x(d);
+    // The second kernel: a row's splits merged at once. A split's (O/ℓ, L) is the state
+    // (m = L, ℓ = 1, O/ℓ): e^L·1 = e^m·ℓ. The statistics of all of them first (the merge
+    // folded over the L's alone), then every split weighted against the common max.
+    std::vector<float> ls(s.splits), o(d);
     for (std::size_t row = 0; row < p.rows(); ++row) {
       float mm = -INFINITY, ll = 0.0f;
+      for (int sp = 0; sp < s.splits; ++sp) {
+        ls[sp] = PL.load(std::size_t(sp) * p.rows() + row);
+        online::merge(mm, ll, nullptr, ls[sp], ls[sp] == -INFINITY ? 0.0f : 1.0f, nullptr, 0);
+      }
       std::fill(o.begin(), o.end(), 0.0f);
       for (int sp = 0; sp < s.splits; ++sp) {
-        const std::size_t at = std::size_t(sp) * p.rows() + row;
-        const float ls = PL.load(at);
-        for (int c = 0; c < d; ++c) x[c] = PO.load(at * d + c);
-        online::merge(mm, ll, o.data(), ls, ls == -INFINITY ? 0.0f : 1.0f, x.data(), d);
+        const float w = online::rescale(ls[sp], mm);
+        for (int c = 0; c < d; ++c) o[c] += w * PO.load((std::size_t(sp) * p.rows() + row) * d + c);
       }
       for (int c = 0; c < d; ++c) O.store(row * d + c, round_to(t, o[c] / ll));
       L.store(row, online::lse(mm, ll));

@@ -10,8 +10,9 @@
 // so each warp ends with its own (m, ℓ, O) of the 16 rows over a quarter of the keys. The
 // epilogue merges the four through shared memory with online::merge, and writes O/ℓ and
 // L — to O itself when there is one split, else to the fp32 partials.
-// combine_kernel — one thread per (row, 4 columns): the row's splits folded by
-// online::merge, O rounded to 16 bits, L written.
+// combine_kernel — one thread block a row: the row's splits merged by the merge rule for
+// many parts at once (statistics first, then every part weighted), O rounded to 16 bits,
+// L written.
 #include <cstdint>
 
 #include "common/cuda_check.cuh"
@@ -184,28 +185,44 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const SplitArgs<T> a) {
 #endif
 }
 
-/// The splits of each row folded by the merge rule. A split's (O/ℓ, L) is the partial
-/// state (m = L, ℓ = 1, O/ℓ) — e^L·1 = e^m·ℓ — and an empty split's (0, −∞) has ℓ = 0.
-template <class T>
-__global__ void __launch_bounds__(256)
-    combine_kernel(std::size_t rows, int d, int splits, const float* __restrict__ part_o,
-                   const float* __restrict__ part_lse, T* __restrict__ o, float* __restrict__ lse) {
+/// The splits of each row merged: one thread block a row, 256 threads = d/4 column quads ×
+/// J lanes (8 at d = 128, 16 at d = 64). A split's (O/ℓ, L) is the partial state
+/// (m = L, ℓ = 1, O/ℓ) — e^L·1 = e^m·ℓ — and an empty split's (0, −∞) has ℓ = 0. The merge
+/// rule for S parts at once: their statistics first (online::merge folded over the L's,
+/// no O: the common max M and ℓ = Σ e^(L_s − M)), then O = Σ e^(L_s − M)·O_s / ℓ, every
+/// part's weight against the common max (online::rescale). The loads of the sum are
+/// independent of each other — lane j takes the splits s ≡ j (mod J) — where a fold of
+/// the O's would make each wait for the last.
+template <class T, int kD>
+__global__ void __launch_bounds__(kCombineThreads)
+    combine_kernel(std::size_t rows, int splits, const float* __restrict__ part_o, const float* __restrict__ part_lse,
+                   T* __restrict__ o, float* __restrict__ lse) {
 #if FA_STEP06_ARCH_OK
-  const std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x, per_row = d / 4;
-  const std::size_t row = i / per_row;
-  const int c = int(i % per_row) * 4;
-  if (row >= rows) return;
-  float m = -INFINITY, l = 0.0f, acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int s = 0; s < splits; ++s) {
-    const std::size_t at = std::size_t(s) * rows + row;
-    const float ls = part_lse[at];
-    const float4 x4 = *reinterpret_cast<const float4*>(part_o + at * d + c);
-    const float x[4] = {x4.x, x4.y, x4.z, x4.w};
-    online::merge(m, l, acc, ls, ls == -INFINITY ? 0.0f : 1.0f, x, 4);
+  constexpr int kQuads = kD / 4, kLanes = kCombineThreads / kQuads;
+  __shared__ float ls[kMaxSplits];           // the row's L of every split
+  __shared__ float4 sums[kLanes][kQuads];    // each lane's part of Σ e^(L_s − M)·O_s
+  const std::size_t row = blockIdx.x;
+  const int q = threadIdx.x % kQuads, j = threadIdx.x / kQuads;
+  for (int s = threadIdx.x; s < splits; s += kCombineThreads) ls[s] = part_lse[std::size_t(s) * rows + row];
+  __syncthreads();
+  float m = -INFINITY, l = 0.0f;  // the statistics of all parts (every thread folds the same L's)
+  for (int s = 0; s < splits; ++s) online::merge(m, l, nullptr, ls[s], ls[s] == -INFINITY ? 0.0f : 1.0f, nullptr, 0);
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+  for (int s = j; s < splits; s += kLanes) {
+    const float w = online::rescale(ls[s], m);  // e^(L_s − M); 0 for an empty split
+    const float4 x = *reinterpret_cast<const float4*>(part_o + (std::size_t(s) * rows + row) * kD + 4 * q);
+    acc.x += w * x.x, acc.y += w * x.y, acc.z += w * x.z, acc.w += w * x.w;
   }
-#pragma unroll
-  for (int e = 0; e < 4; ++e) o[row * d + c + e] = T(acc[e] / l);
-  if (c == 0) lse[row] = online::lse(m, l);
+  sums[j][q] = acc;
+  __syncthreads();
+  if (j == 0) {
+    for (int jj = 1; jj < kLanes; ++jj)
+      acc.x += sums[jj][q].x, acc.y += sums[jj][q].y, acc.z += sums[jj][q].z, acc.w += sums[jj][q].w;
+    T* out = o + row * kD + 4 * q;
+    out[0] = T(acc.x / l), out[1] = T(acc.y / l), out[2] = T(acc.z / l), out[3] = T(acc.w / l);
+    if (q == 0) lse[row] = online::lse(m, l);
+  }
 #endif
 }
 
@@ -225,9 +242,8 @@ void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const
   split_kernel<T, kD><<<grid, kThreads, smem, st>>>(args);
   FA_CHECK_LAUNCH();
   if (sp.splits == 1) return;
-  const std::size_t threads = p.rows() * std::size_t(kD / 4);
-  combine_kernel<T><<<unsigned((threads + 255) / 256), 256, 0, st>>>(p.rows(), kD, sp.splits, part_o, part_lse,
-                                                                      static_cast<T*>(a.o), a.lse);
+  combine_kernel<T, kD><<<unsigned(p.rows()), kCombineThreads, 0, st>>>(p.rows(), sp.splits, part_o, part_lse,
+                                                                         static_cast<T*>(a.o), a.lse);
   FA_CHECK_LAUNCH();
 }
 

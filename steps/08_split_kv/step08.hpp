@@ -10,9 +10,9 @@
 //              block each: B·H_kv · ⌈G·N/16⌉ · splits blocks fill the GPU;
 //   warps      the four warps of a block take 16 keys each of every tile: four partial
 //              states per row, merged through shared memory at the end;
-//   merge      each block writes its rows' (O/ℓ, L) in fp32; a second kernel folds the
-//              splits with the course's merge rule (online::merge), the same function
-//              that merges the warps.
+//   merge      each block writes its rows' (O/ℓ, L) in fp32; a second kernel merges a
+//              row's splits by the course's merge rule (online_softmax.hpp), taken for
+//              all of them at once: the common max first, then every split's weight.
 // Splits = 1 writes O and L straight from the first kernel (no partials, no second kernel).
 // Limits: d = 64 or 128, bf16 or fp16, N_kv ≥ 1 keys for N ≥ 1 queries (the queries the
 // last N positions; causal within them); H_kv dividing H. GPUs: sm_80 and newer.
@@ -41,6 +41,8 @@ FA_HD constexpr std::size_t smem_bytes(int d) {
   return (std::size_t(kRows) + 2 * std::size_t(stages(d)) * kTileKeys) * std::size_t(d) * 2;
 }
 inline constexpr int kSupportedD[] = {64, 128, 0};
+constexpr int kMaxSplits = 128;      ///< the most splits a plan makes (the merge keeps a row's L's on chip)
+constexpr int kCombineThreads = 256; ///< the merge kernel's block: one row
 constexpr int kMinSm = 80;  ///< step 06's pieces: mma.sync on bf16, cp.async
 
 /// What the split choice needs to know of the GPU.
@@ -64,7 +66,7 @@ int blocks_per_sm(int d, const GpuShape& gpu);
 /// (256 keys), where the partials would cost more than the keys. Then the chunks are
 /// evened out (every chunk ⌈tiles/splits⌉ tiles).
 SplitPlan plan(const Problem& p, const GpuShape& gpu);
-/// The plan with `splits` asked for (clamped to 1 … the number of tiles).
+/// The plan with `splits` asked for (clamped to 1 … min(kMaxSplits, the number of tiles)).
 SplitPlan fixed_plan(const Problem& p, int splits);
 
 /// Thread blocks along the packed rows of one K/V head: ⌈G·N/16⌉.
