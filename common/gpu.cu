@@ -52,12 +52,17 @@ int sm_count() {
   return sms;
 }
 
-std::size_t smem_per_sm() {
-  int dev = 0, bytes = 0;
+namespace {
+std::size_t device_attribute(cudaDeviceAttr what) {
+  int dev = 0, value = 0;
   FA_CUDA_CHECK(cudaGetDevice(&dev));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-  return std::size_t(bytes);
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&value, what, dev));
+  return std::size_t(value);
 }
+}  // namespace
+
+std::size_t smem_per_sm() { return device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor); }
+std::size_t smem_per_block() { return device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin); }
 
 namespace {
 __global__ void arch_kernel(int* out) {

@@ -23,6 +23,8 @@ int sm_count();
 
 /// Shared memory of one multiprocessor of the current device, bytes (all its blocks together).
 std::size_t smem_per_sm();
+/// The most shared memory one block may take on the current device (opt-in), bytes.
+std::size_t smem_per_block();
 
 /// Compute capability of the current device ×10: 90 on an H200, 75 on a T4.
 int compute_capability();

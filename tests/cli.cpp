@@ -80,12 +80,12 @@ void remove_all(std::initializer_list<const char*> paths) {
 /// Writes cli_q/k/v.npy for problem p (shape [B,H,N,d], or [N,d] when B = H = 1).
 Qkv write_inputs(const Problem& p, std::uint64_t seed, bool two_d) {
   const Qkv in = random_qkv(p, seed);
-  auto shape = [&](int rows) {
-    return two_d ? std::vector<long long>{rows, p.d} : std::vector<long long>{p.B, p.H, rows, p.d};
+  auto shape = [&](int heads, int rows) {
+    return two_d ? std::vector<long long>{rows, p.d} : std::vector<long long>{p.B, heads, rows, p.d};
   };
-  save("cli_q.npy", shape(p.N), in.q);
-  save("cli_k.npy", shape(p.keys()), in.k);
-  save("cli_v.npy", shape(p.keys()), in.v);
+  save("cli_q.npy", shape(p.H, p.N), in.q);
+  save("cli_k.npy", shape(p.kv_heads_per_batch(), p.keys()), in.k);
+  save("cli_v.npy", shape(p.kv_heads_per_batch(), p.keys()), in.v);
   return in;
 }
 
@@ -124,36 +124,49 @@ TEST_CASE("flashattn run computes the reference on .npy tensors, 2-D and 4-D", "
               "cli_dk.npy", "cli_dv.npy"});
 }
 
-TEST_CASE("flashattn run takes fewer queries than keys (the reference; steps refuse it)", "[cpu]") {
+TEST_CASE("flashattn run takes fewer queries than keys and fewer K/V heads (the reference)", "[cpu]") {
   REQUIRE(kInPrivateDir);
-  for (bool causal : {false, true}) {
-    Problem p = test::make(2, 3, 4, 8, causal);
-    p.N_kv = 29;
-    INFO(p.str());
-    const Qkv in = write_inputs(p, 9, false);
-    const std::vector<float> dout = random_tensor(p.elems(), 10);
-    save("cli_do.npy", {p.B, p.H, p.N, p.d}, dout);
-    const Result r = flashattn(std::string("run --step reference ") + kIn +
-                               " --out cli_o.npy --lse cli_l.npy --do cli_do.npy --dq cli_dq.npy --dk cli_dk.npy "
-                               "--dv cli_dv.npy" + (causal ? " --causal" : ""));
-    INFO(r.err);
-    REQUIRE(r.status == 0);
-    CHECK(test::contains(r.out, "N=4 N_kv=29"));
-    const ForwardOut ref = reference::forward(p, in);
-    const Grads g = reference::backward(p, in, dout);
-    const NpyArray o = read_npy("cli_o.npy"), dk = read_npy("cli_dk.npy");
-    CHECK(o.shape == std::vector<long long>{p.B, p.H, p.N, p.d});
-    CHECK(dk.shape == std::vector<long long>{p.B, p.H, p.keys(), p.d});
-    Problem kv = p;
-    kv.N = p.keys(), kv.N_kv = 0;  // the shape of K for the comparison's indices
-    FA_CHECK_CLOSE("O", o.data, ref.o, tol::kBitExact, test::shape_o(p));
-    FA_CHECK_CLOSE("L", read_npy("cli_l.npy").data, ref.lse, tol::kBitExact, test::shape_l(p));
-    FA_CHECK_CLOSE("dQ", read_npy("cli_dq.npy").data, g.dq, tol::kBitExact, test::shape_o(p));
-    FA_CHECK_CLOSE("dK", dk.data, g.dk, tol::kBitExact, test::shape_o(kv));
-    FA_CHECK_CLOSE("dV", read_npy("cli_dv.npy").data, g.dv, tol::kBitExact, test::shape_o(kv));
-  }
-  // V must have K's shape; the causal mask needs at least as many keys as queries.
+  for (bool causal : {false, true})
+    for (int hkv : {0, 1}) {  // one K/V head per query head, or one for all three
+      Problem p = test::make(2, 3, 4, 8, causal);
+      p.N_kv = 29;
+      p.H_kv = hkv;
+      INFO(p.str());
+      const Qkv in = write_inputs(p, 9, false);
+      const std::vector<float> dout = random_tensor(p.elems(), 10);
+      save("cli_do.npy", {p.B, p.H, p.N, p.d}, dout);
+      const Result r = flashattn(std::string("run --step reference ") + kIn +
+                                 " --out cli_o.npy --lse cli_l.npy --do cli_do.npy --dq cli_dq.npy --dk cli_dk.npy "
+                                 "--dv cli_dv.npy" + (causal ? " --causal" : ""));
+      INFO(r.err);
+      REQUIRE(r.status == 0);
+      CHECK(test::contains(r.out, hkv ? "N=4 N_kv=29 H_kv=1" : "N=4 N_kv=29 d="));
+      const ForwardOut ref = reference::forward(p, in);
+      const Grads g = reference::backward(p, in, dout);
+      const NpyArray o = read_npy("cli_o.npy"), dk = read_npy("cli_dk.npy");
+      CHECK(o.shape == std::vector<long long>{p.B, p.H, p.N, p.d});
+      CHECK(dk.shape == std::vector<long long>{p.B, p.kv_heads_per_batch(), p.keys(), p.d});
+      Problem kv = p;
+      kv.N = p.keys(), kv.N_kv = 0, kv.H = p.kv_heads_per_batch(), kv.H_kv = 0;  // K's shape, for the indices
+      FA_CHECK_CLOSE("O", o.data, ref.o, tol::kBitExact, test::shape_o(p));
+      FA_CHECK_CLOSE("L", read_npy("cli_l.npy").data, ref.lse, tol::kBitExact, test::shape_l(p));
+      FA_CHECK_CLOSE("dQ", read_npy("cli_dq.npy").data, g.dq, tol::kBitExact, test::shape_o(p));
+      FA_CHECK_CLOSE("dK", dk.data, g.dk, tol::kBitExact, test::shape_o(kv));
+      FA_CHECK_CLOSE("dV", read_npy("cli_dv.npy").data, g.dv, tol::kBitExact, test::shape_o(kv));
+    }
+  // V must have K's shape; the causal mask needs at least as many keys as queries; K/V
+  // heads must divide the query heads.
   remove_all({"cli_o.npy"});
+  {
+    save("cli_q3.npy", {1, 3, 4, 8}, random_tensor(96, 14));
+    save("cli_k2.npy", {1, 2, 9, 8}, random_tensor(144, 15));
+    const Result r = flashattn("run --step reference --q cli_q3.npy --k cli_k2.npy --v cli_k2.npy --out cli_o.npy");
+    INFO(r.err);
+    CHECK(r.status == 2);
+    CHECK(test::contains(r.err, "H_kv (K/V heads) must divide H"));
+    CHECK_FALSE(exists("cli_o.npy"));
+    remove_all({"cli_q3.npy", "cli_k2.npy"});
+  }
   Problem p = test::make(1, 1, 6, 8, false);
   p.N_kv = 9;
   write_inputs(p, 11, true);
@@ -404,6 +417,35 @@ TEST_CASE("flashattn runs step 06 in bf16 and fp16, forward and backward", "[gpu
   remove_all({"cli_q.npy", "cli_k.npy", "cli_v.npy", "cli_do.npy", "cli_o.npy", "cli_l.npy", "cli_dq.npy",
               "cli_dk.npy", "cli_dv.npy", "cli_out.txt", "cli_err.txt"});
 }
+TEST_CASE("flashattn runs step 08 on a decoding shape, 4 query heads a K/V head; 06's backward refuses it", "[gpu]") {
+  Problem p = test::make(1, 8, 5, 128, true);
+  p.N_kv = 300, p.H_kv = 2;
+  const Qkv in = write_inputs(p, 9, false);
+  save("cli_do.npy", {p.B, p.H, p.N, p.d}, in.q);
+  const Result r = flashattn(std::string("run --step 08 --causal ") + kIn + " --out cli_o.npy --lse cli_l.npy");
+  INFO(r.err);
+  if (!gpu::too_old(step06::kMinSm).empty()) {
+    CHECK(r.status == 2);
+    CHECK(test::contains(r.err, "needs a GPU of compute capability 8.0"));
+  } else {
+    REQUIRE(r.status == 0);
+    CHECK(test::contains(r.out, "N=5 N_kv=300 H_kv=2"));
+    const Tolerance t{3e-2, 3e-2, "inputs, P and outputs rounded to 16 bits"};
+    const ForwardOut ref = reference::forward(p, in);
+    FA_CHECK_CLOSE("O", read_npy("cli_o.npy").data, ref.o, t, test::shape_o(p));
+    FA_CHECK_CLOSE("L", read_npy("cli_l.npy").data, ref.lse, t, test::shape_l(p));
+    remove_all({"cli_o.npy", "cli_l.npy"});
+    const Result b = flashattn(std::string("run --step 06 --causal ") + kIn +
+                               " --out cli_o.npy --do cli_do.npy --dq cli_dq.npy --dk cli_dk.npy --dv cli_dv.npy");
+    INFO(b.err);
+    CHECK(b.status == 2);
+    CHECK(test::contains(b.err, "takes as many keys as queries"));
+    CHECK_FALSE(exists("cli_o.npy"));
+  }
+  remove_all({"cli_q.npy", "cli_k.npy", "cli_v.npy", "cli_do.npy", "cli_o.npy", "cli_l.npy", "cli_out.txt",
+              "cli_err.txt"});
+}
+
 TEST_CASE("flashattn runs step 07 in bf16, forward and backward, or refuses in one line", "[gpu]") {
   const Problem p = test::make(1, 2, 37, 128, true);
   const Qkv in = write_inputs(p, 8, false);

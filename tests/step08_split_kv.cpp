@@ -135,16 +135,22 @@ TEST_CASE("step08 model's HBM traffic equals the formula", "[cpu]") {
 
 TEST_CASE("step08 split plan: one wave of blocks, no chunk under 4 tiles, at most 128, even chunks", "[cpu]") {
   const step08::GpuShape h200 = step08::kH200;
+  // The ring: 4 tiles wherever a block may hold them; 2 at d = 128 on an RTX 4090 (99 KiB a block).
+  CHECK(step08::stages(64, h200) == 4);
+  CHECK(step08::stages(128, h200) == 4);
+  const step08::GpuShape rtx4090{128, 100 * 1024, 99 * 1024};
+  CHECK(step08::stages(64, rtx4090) == 4);
+  CHECK(step08::stages(128, rtx4090) == 2);
   CHECK(step08::blocks_per_sm(64, h200) == 3);
-  CHECK(step08::blocks_per_sm(128, h200) == 3);
-  const int wave = 132 * 3;
-  // The decode shapes (d = 128): B·H = 32 at N_kv = 8k fills one wave with 12
-  // splits; B·H = 128 with 16 queries with 3; enough blocks already: one split.
+  CHECK(step08::blocks_per_sm(128, h200) == 1);
+  // The decode shapes (d = 128, one block an SM on the H200): B·H = 32 at N_kv = 8k
+  // fills one wave with 4 splits; B·H = 128 is a wave already: one split.
+  const int wave = 132;
   const Problem a = decode(1, 32, 1, 8192, 1, 128, false);
-  CHECK(step08::plan(a, h200).splits == 12);
-  CHECK(step08::plan(a, h200).tiles_per_split == 11);
-  CHECK(step08::plan(decode(1, 128, 16, 131072, 1, 128, false), h200).splits == 3);
-  CHECK(step08::plan(decode(4, 128, 1, 8192, 1, 128, false), h200).splits == 1);
+  CHECK(step08::plan(a, h200).splits == 4);
+  CHECK(step08::plan(a, h200).tiles_per_split == 32);
+  CHECK(step08::plan(decode(1, 32, 1, 131072, 8, 128, false), h200).splits == 33);  // GQA: 4 K/V heads
+  CHECK(step08::plan(decode(1, 128, 16, 131072, 1, 128, false), h200).splits == 1);
   // Few keys: 4 tiles a split at least.
   CHECK(step08::plan(decode(1, 1, 1, 1000, 1, 64, false), h200).splits == 16 / 4);
   CHECK(step08::plan(decode(1, 1, 1, 100, 1, 64, false), h200).splits == 1);
@@ -222,6 +228,23 @@ TEST_CASE("step08 kernel at every fixed split count: its model, and one split", 
   }
 }
 
+TEST_CASE("step08 kernel as an RTX 30xx/40xx runs it (two stages at d = 128): its model, and the default", "[gpu]") {
+  for (int d : kAllD)
+    for (const Problem& p : {decode(1, 8, 1, 3000, 1, d, false), decode(2, 8, 16, 1000, 4, d, true)}) {
+      if (test::quick() && p.N != 16) continue;
+      const step08::SplitPlan s = step08::device_plan_small_blocks(p);
+      INFO(p.str() << ": " << s.splits << " splits of " << s.tiles_per_split << " tiles");
+      const Qkv in = inputs(p, 89);
+      const ForwardOut out = gpu::forward(step08::kForwardSmallBlocks, p, in, true);
+      check_budget(p, in, out, "kernel, small blocks");
+      const ForwardOut m = step08::model_forward(p, in, s).out;
+      FA_CHECK_CLOSE("O vs model", out.o, m.o, reorder(p.dtype), test::shape_o(p));
+      FA_CHECK_CLOSE("L vs model", out.lse, m.lse, tol::kFp32Forward, test::shape_l(p));
+      const ForwardOut def = gpu::forward(step08::kForward, p, in, true);
+      FA_CHECK_CLOSE("O vs the default", out.o, def.o, reorder(p.dtype), test::shape_o(p));
+    }
+}
+
 TEST_CASE("step08 kernel on self-attention, huge logits and many row blocks", "[gpu]") {
   // Self-attention (N_kv = N): every row block of the causal mask stops at its own tile.
   for (const Problem& p : {lowp(make(1, 2, 300, 128, true), DType::bf16), lowp(make(2, 1, 1000, 64, false), DType::fp16),
@@ -244,7 +267,8 @@ TEST_CASE("step08 split plan's occupancy is the occupancy calculator's", "[gpu]"
   // counts registers too. The plan is right only if registers are not the limit.
   for (int d : kAllD) {
     INFO("d = " << d << " on " << gpu::describe_device());
-    CHECK(step08::device_blocks_per_sm(d) == step08::blocks_per_sm(d, {gpu::sm_count(), gpu::smem_per_sm()}));
+    CHECK(step08::device_blocks_per_sm(d) ==
+          step08::blocks_per_sm(d, {gpu::sm_count(), gpu::smem_per_sm(), gpu::smem_per_block()}));
   }
 }
 #endif

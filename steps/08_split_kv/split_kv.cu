@@ -13,6 +13,7 @@
 // combine_kernel — one thread block a row: the row's splits merged by the merge rule for
 // many parts at once (statistics first, then every part weighted), O rounded to 16 bits,
 // L written.
+#include <algorithm>
 #include <cstdint>
 
 #include "common/cuda_check.cuh"
@@ -45,11 +46,10 @@ struct SplitArgs {
   float *part_o, *part_lse;  // [splits][B·H·N][d] and [splits][B·H·N] otherwise
 };
 
-template <class T, int kD>
+template <class T, int kD, int kStages>
 __global__ void __launch_bounds__(kThreads) split_kernel(const SplitArgs<T> a) {
 #if FA_STEP06_ARCH_OK  // compiled out before sm_80 (step 06's mma.cuh)
-  constexpr int kW = smem_cols(kD), kStages = stages(kD);
-  static_assert(smem_bytes(kD) <= 99 * 1024, "one block on every GPU from sm_80 on");
+  constexpr int kW = smem_cols(kD);
   static_assert((kWarps * kRows * (kD + 2)) * sizeof(float) <= 2 * kStages * kTileKeys * kW * sizeof(T),
                 "the epilogue's per-warp states fit in the ring they reuse");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -226,20 +226,18 @@ __global__ void __launch_bounds__(kCombineThreads)
 #endif
 }
 
-/// The plan for the GPU this runs on (kForward), or with the split count fixed.
-SplitPlan plan_here(const Problem& p, int fixed) { return fixed > 0 ? fixed_plan(p, fixed) : device_plan(p); }
 
-template <class T, int kD>
+template <class T, int kD, int kStages>
 void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const SplitPlan& sp) {
-  const std::size_t smem = smem_bytes(kD);
-  set_smem_limit(split_kernel<T, kD>, smem);
+  const std::size_t smem = smem_bytes(kD, kStages);
+  set_smem_limit(split_kernel<T, kD, kStages>, smem);
   float* part_o = static_cast<float*>(ws);
   float* part_lse = part_o ? part_o + std::size_t(sp.splits) * p.elems() : nullptr;
   const SplitArgs<T> args{p.N, p.keys(), p.H, p.group(), p.rows(), p.causal, p.softmax_scale(), sp,
                           static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
                           static_cast<T*>(a.o), a.lse, part_o, part_lse};
   const dim3 grid(unsigned(row_blocks(p)), unsigned(sp.splits), unsigned(p.kv_heads()));
-  split_kernel<T, kD><<<grid, kThreads, smem, st>>>(args);
+  split_kernel<T, kD, kStages><<<grid, kThreads, smem, st>>>(args);
   FA_CHECK_LAUNCH();
   if (sp.splits == 1) return;
   combine_kernel<T, kD><<<unsigned(p.rows()), kCombineThreads, 0, st>>>(p.rows(), sp.splits, part_o, part_lse,
@@ -247,33 +245,56 @@ void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const
   FA_CHECK_LAUNCH();
 }
 
-template <int kFixed>
-void run(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st) {
-  const SplitPlan sp = plan_here(p, kFixed);
-  const bool bf16 = p.dtype == DType::bf16;
-  if (p.d == 64) return bf16 ? launch<__nv_bfloat16, 64>(p, a, ws, st, sp) : launch<__half, 64>(p, a, ws, st, sp);
-  bf16 ? launch<__nv_bfloat16, 128>(p, a, ws, st, sp) : launch<__half, 128>(p, a, ws, st, sp);  // d = 128
+GpuShape this_gpu() { return {gpu::sm_count(), gpu::smem_per_sm(), gpu::smem_per_block()}; }
+/// This GPU as one that gives a block 99 KiB would run the step (an RTX 30xx/40xx).
+GpuShape small_blocks(GpuShape g) {
+  g.smem_per_block = std::min<std::size_t>(g.smem_per_block, 99 * 1024);
+  return g;
 }
 
-template <int kFixed>
+template <class T>
+void run_t(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const SplitPlan& sp, const GpuShape& g) {
+  if (p.d == 64) return launch<T, 64, 4>(p, a, ws, st, sp);  // stages(64, ·) = 4 on every GPU
+  stages(128, g) == 4 ? launch<T, 128, 4>(p, a, ws, st, sp) : launch<T, 128, 2>(p, a, ws, st, sp);
+}
+
+/// The plan for this GPU (kFixed = 0), or with the split count fixed; kSmall: as small_blocks.
+template <int kFixed, bool kSmall>
+SplitPlan plan_here(const Problem& p) {
+  return kFixed > 0 ? fixed_plan(p, kFixed) : plan(p, kSmall ? small_blocks(this_gpu()) : this_gpu());
+}
+
+template <int kFixed, bool kSmall = false>
+void run(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st) {
+  const GpuShape g = kSmall ? small_blocks(this_gpu()) : this_gpu();
+  const SplitPlan sp = plan_here<kFixed, kSmall>(p);
+  p.dtype == DType::bf16 ? run_t<__nv_bfloat16>(p, a, ws, st, sp, g) : run_t<__half>(p, a, ws, st, sp, g);
+}
+
+template <int kFixed, bool kSmall = false>
 std::size_t workspace(const Problem& p) {
-  return workspace_bytes(p, plan_here(p, kFixed));
+  return workspace_bytes(p, plan_here<kFixed, kSmall>(p));
 }
 
 }  // namespace
 
-SplitPlan device_plan(const Problem& p) { return plan(p, {gpu::sm_count(), gpu::smem_per_sm()}); }
+SplitPlan device_plan(const Problem& p) { return plan(p, this_gpu()); }
+SplitPlan device_plan_small_blocks(const Problem& p) { return plan(p, small_blocks(this_gpu())); }
+
+namespace {
+template <int kD, int kStages>
+int occupancy() {
+  int n = 0;
+  set_smem_limit(split_kernel<__nv_bfloat16, kD, kStages>, smem_bytes(kD, kStages));
+  FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, split_kernel<__nv_bfloat16, kD, kStages>, kThreads,
+                                                              smem_bytes(kD, kStages)));
+  return n;
+}
+}  // namespace
 
 int device_blocks_per_sm(int d) {
-  int n = 0;
-  if (d == 64) {
-    set_smem_limit(split_kernel<__nv_bfloat16, 64>, smem_bytes(64));
-    FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, split_kernel<__nv_bfloat16, 64>, kThreads, smem_bytes(64)));
-  } else {
-    set_smem_limit(split_kernel<__nv_bfloat16, 128>, smem_bytes(128));
-    FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, split_kernel<__nv_bfloat16, 128>, kThreads, smem_bytes(128)));
-  }
-  return n;
+  if (d == 64) return occupancy<64, 4>();
+  return stages(128, this_gpu()) == 4 ? occupancy<128, 4>() : occupancy<128, 2>();
 }
 
 constexpr const char* kWhat = "the splits' partial O/l and L (fp32)";
@@ -285,6 +306,8 @@ const GpuForward kForwardFixed[kFixedSplitCount] = {
     {"s32: 32 splits", 128, workspace<32>, kWhat, nullptr, run<32>, kSupportedD, kMinSm, false, true},
     {"s128: 128 splits", 128, workspace<128>, kWhat, nullptr, run<128>, kSupportedD, kMinSm, false, true},
 };
+const GpuForward kForwardSmallBlocks{"r2: the RTX 30xx/40xx ring", 128, workspace<0, true>, kWhat, nullptr, run<0, true>,
+                                     kSupportedD, kMinSm, false, true};
 static_assert(kFixedSplits[0] == 1 && kFixedSplits[1] == 2 && kFixedSplits[2] == 8 && kFixedSplits[3] == 32 &&
                   kFixedSplits[4] == 128,
               "kForwardFixed follows kFixedSplits");

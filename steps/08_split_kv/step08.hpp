@@ -32,25 +32,26 @@ constexpr int kKeysPerWarp = 16;    ///< keys a warp takes of each tile: one k-c
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 constexpr int kTileKeys = kWarps * kKeysPerWarp;  ///< keys per K/V tile (64)
-/// K/V tiles in flight per thread block: 4 at d = 64 (64 KiB of tiles), 2 at d = 128
-/// (64 KiB): with Q a block's shared memory stays under the 99 KiB an RTX 30xx/40xx gives
-/// one block, and the H200's 228 KiB hold three blocks an SM.
-FA_HD constexpr int stages(int d) { return d == 64 ? 4 : 2; }
-/// Shared memory of a thread block: Q (16 rows) and the ring of K and V tiles, 16-bit.
-FA_HD constexpr std::size_t smem_bytes(int d) {
-  return (std::size_t(kRows) + 2 * std::size_t(stages(d)) * kTileKeys) * std::size_t(d) * 2;
+/// Shared memory of a thread block: Q (16 rows) and a ring of `stages` K and V tiles, 16-bit.
+FA_HD constexpr std::size_t smem_bytes(int d, int stages) {
+  return (std::size_t(kRows) + 2 * std::size_t(stages) * kTileKeys) * std::size_t(d) * 2;
 }
 inline constexpr int kSupportedD[] = {64, 128, 0};
 constexpr int kMaxSplits = 128;      ///< the most splits a plan makes (the merge keeps a row's L's on chip)
 constexpr int kCombineThreads = 256; ///< the merge kernel's block: one row
 constexpr int kMinSm = 80;  ///< step 06's pieces: mma.sync on bf16, cp.async
 
-/// What the split choice needs to know of the GPU.
+/// What the ring's depth and the split choice need to know of the GPU.
 struct GpuShape {
-  int sms;                  ///< multiprocessors
-  std::size_t smem_per_sm;  ///< shared memory per multiprocessor, bytes
+  int sms;                     ///< multiprocessors
+  std::size_t smem_per_sm;     ///< shared memory per multiprocessor, bytes
+  std::size_t smem_per_block;  ///< the most one block may take (opt-in), bytes
 };
-constexpr GpuShape kH200{132, 228 * 1024};  ///< the course's GPU, for the CPU model and the tour
+constexpr GpuShape kH200{132, 228 * 1024, 227 * 1024};  ///< the course's GPU, for the CPU model and the tour
+/// K/V tiles in a block's ring: 4 (64 KiB at d = 64, 128 KiB at d = 128: three tiles in
+/// flight while one is computed) where one block may hold them — every GPU at d = 64, an
+/// A100 or H100/H200 at d = 128 —, else 2 (an RTX 30xx/40xx gives a block 99 KiB).
+int stages(int d, const GpuShape& gpu);
 
 /// How the keys of every head are cut: `splits` chunks of `tiles_per_split` 64-key
 /// tiles (the last chunk may be shorter).
@@ -102,6 +103,8 @@ double traffic_bytes(const Problem& p, const SplitPlan& s);
 /// current GPU (CUDA builds only: split_kv.cu).
 SplitPlan device_plan(const Problem& p);
 int device_blocks_per_sm(int d);
+/// The plan kForwardSmallBlocks makes on the current GPU.
+SplitPlan device_plan_small_blocks(const Problem& p);
 
 /// The forward with the split count of plan() for the GPU it runs on.
 extern const GpuForward kForward;
@@ -109,5 +112,9 @@ constexpr int kFixedSplitCount = 5;
 inline constexpr int kFixedSplits[kFixedSplitCount] = {1, 2, 8, 32, 128};
 /// The forward with the split count fixed (kFixedSplits), for the tests and the note's table.
 extern const GpuForward kForwardFixed[kFixedSplitCount];
+/// The forward as a GPU that gives a block at most 99 KiB runs it (an RTX 30xx/40xx: a ring
+/// of two tiles at d = 128, and the plan for that occupancy), on this GPU: the tests run
+/// that code path on the H200, and the note's table times it.
+extern const GpuForward kForwardSmallBlocks;
 
 }  // namespace fa::step08

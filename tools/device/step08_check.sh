@@ -4,9 +4,11 @@
 # (memcheck, racecheck, synccheck) on step 08, the SASS facts, and the decoding bench:
 # step 08 (and its fixed split counts) beside step 06 and PyTorch's backends, with the
 # GPU's copy bandwidth.
-#   [PHASE=test|all] bash tools/device/step08_check.sh [build-dir]
-# Results (bench08.csv, peers08.csv, sass08.txt, test08.txt, device08.txt) into
-# $OUT/results.tgz, to be unpacked into notes/results/h200; logs into $OUT/logs.tgz.
+#   [PHASE=test|all|final] bash tools/device/step08_check.sh [build-dir]
+# (final: the whole build and the whole ctest — every step's GPU tests — instead of the
+#  three test programs, then the sanitizers and the bench as in `all`)
+# Results (bench08*.csv, peers08*.csv, sass08.txt, test08.txt, ctest08.txt, device08.txt)
+# into $OUT/results.tgz, to be unpacked into notes/results/h200; logs into $OUT/logs.tgz.
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-logs}; BUILD=${1:-build-gpu}; R=$(mktemp -d); L=$(mktemp -d); PHASE=${PHASE:-all}
 trap 'tar -czf "$OUT/logs.tgz" -C "$L" . 2>/dev/null; tar -czf "$OUT/results.tgz" -C "$R" . 2>/dev/null' EXIT
@@ -15,7 +17,8 @@ mkdir -p "$OUT"
   python3 -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())" 2>&1; } > "$R/device08.txt"
 t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null || exit 1
-cmake --build "$BUILD" -j16 --target step08_tests step06_tests cli_tests flashattn fa_bench >"$L/build.log" 2>&1 ||
+targets="--target step08_tests step06_tests cli_tests flashattn fa_bench"; [ "$PHASE" = final ] && targets=
+cmake --build "$BUILD" -j16 $targets >"$L/build.log" 2>&1 ||
   { grep -B2 -A8 -E "error|FAILED" "$L/build.log" | head -60; exit 1; }
 stamp built
 exe=$BUILD/steps/08_split_kv/step08_tests
@@ -26,13 +29,25 @@ exe=$BUILD/steps/08_split_kv/step08_tests
     (c++filt 2>/dev/null || cat) | sed -E 's/fa::step08::\(anonymous namespace\):://; s/__nv_bfloat16/bf16/g; s/__half/fp16/g' | sort
 } > "$R/sass08.txt" 2>&1; cat "$R/sass08.txt"
 rc=0
+if [ "$PHASE" = final ]; then
+  # The whole suite; step 08's assertion count from its part of the verbose log.
+  (cd "$BUILD" && ctest -j4 -V) >"$L/ctest.log" 2>&1; rc=$?
+  n=$(grep -oE "Test +#[0-9]+: step08 gpu" "$L/ctest.log" | grep -oE "[0-9]+" | head -1)
+  { grep -m1 "tests passed" "$L/ctest.log"; grep -E "Test +#[0-9]+: step0[68]" "$L/ctest.log" | sed -E 's/ +/ /g; s/^ //'
+  } > "$R/ctest08.txt"; cat "$R/ctest08.txt"
+  grep -E "^$n: (All tests passed|test cases)" "$L/ctest.log" | sed "s/^$n: //" > "$L/test-step08.log"
+  [ $rc -ne 0 ] && grep -B4 -A25 "FAILED" "$L/ctest.log" | head -120
+fi
 for n in 08 06; do
+  [ "$PHASE" = final ] && break
   t=step$n
   timeout 300 "$BUILD"/steps/${n}_*/${t}_tests --gpu --gpu-min-sm 80 "[gpu]" >"$L/test-$t.log" 2>&1; r=$?
   echo "$t rc=$r: $(tail -2 "$L/test-$t.log" | tr '\n' ' ')"; [ $r -ne 0 ] && { rc=$r; grep -B4 -A25 "FAILED" "$L/test-$t.log" | head -120; }
 done
-timeout 120 "$BUILD/tests/cli_tests" --gpu "[gpu]" >"$L/test-cli.log" 2>&1; r=$?
-echo "cli rc=$r: $(tail -2 "$L/test-cli.log" | tr '\n' ' ')"; [ $r -ne 0 ] && { rc=$r; grep -B4 -A25 "FAILED" "$L/test-cli.log" | head -60; }
+if [ "$PHASE" != final ]; then
+  timeout 120 "$BUILD/tests/cli_tests" --gpu "[gpu]" >"$L/test-cli.log" 2>&1; r=$?
+  echo "cli rc=$r: $(tail -2 "$L/test-cli.log" | tr '\n' ' ')"; [ $r -ne 0 ] && { rc=$r; grep -B4 -A25 "FAILED" "$L/test-cli.log" | head -60; }
+fi
 stamp tested
 for tool in memcheck racecheck synccheck; do
   ( q=1; [ $tool = racecheck ] && q=2
@@ -42,8 +57,8 @@ for tool in memcheck racecheck synccheck; do
 done
 wait
 { echo "step08_tests --gpu \"[gpu]\": $(grep -m1 -E 'All tests passed|test cases' "$L/test-step08.log")"
-  echo "step06_tests --gpu \"[gpu]\": $(grep -m1 -E 'All tests passed|test cases' "$L/test-step06.log")"
-  echo "cli_tests --gpu \"[gpu]\": $(grep -m1 -E 'All tests passed|test cases' "$L/test-cli.log")"
+  [ "$PHASE" != final ] && echo "step06_tests --gpu \"[gpu]\": $(grep -m1 -E 'All tests passed|test cases' "$L/test-step06.log")"
+  [ "$PHASE" != final ] && echo "cli_tests --gpu \"[gpu]\": $(grep -m1 -E 'All tests passed|test cases' "$L/test-cli.log")"
   for tool in memcheck racecheck synccheck; do
     echo "compute-sanitizer --tool $tool (FA_TEST_QUICK): $(grep -h -E 'All tests passed|test cases' "$L/san-$tool-step08.log" | head -1); $(grep -h SUMMARY "$L/san-$tool-step08.log" | sed 's/=* *//')"
   done; } > "$R/test08.txt"

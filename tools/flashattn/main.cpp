@@ -48,7 +48,7 @@ Usage:
       Runs one step on your tensors (float32 or float64 .npy, C order, shape
       [N, d], [H, N, d] or [B, H, N, d]) and writes float32 results. With --do
       and the three gradient paths it also runs the step's backward. --dtype
-      picks the 16-bit type of steps 06 and 07 (default bf16); inputs are rounded to it.
+      picks the 16-bit type of steps 06, 07 and 08 (default bf16); inputs are rounded to it.
       K and V may hold another number of rows than Q ([.., N_kv, d]: N queries
       against N_kv keys, the queries the last N positions) and fewer heads
       ([.., H_kv, N_kv, d], H_kv dividing H: grouped-query attention); the
@@ -218,7 +218,7 @@ int tour(const Args& a) {
     for (const auto& [step, ids] : by_step) std::cout << "  step " << step << ": " << ids << "\n";
   }
   std::cout << "\nmax |err|: largest element-wise difference from the fp64 reference (step 02: from the\n"
-               "reference's attention without softmax; steps 06, 07: computed in bf16, so ~1e-3 is their rounding). HBM MB: elements each step reads and writes in device\n"
+               "reference's attention without softmax; steps 06-08: computed in bf16, so ~1e-3 is their rounding). HBM MB: elements each step reads and writes in device\n"
                "memory by its note's formula (= its CPU model's count), x 4 bytes. scratch MB: extra device memory.\n"
                "Next: the notes in notes/, `flashattn list`, `flashattn run --help`.\n";
   return 0;

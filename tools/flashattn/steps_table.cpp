@@ -119,6 +119,7 @@ std::vector<StepEntry> make_table() {
                FA_GPU(step08::kForward), nullptr, "notes/08_split_kv.md", DType::bf16});
 #ifdef FA_HAVE_CUDA
   for (const GpuForward& v : step08::kForwardFixed) t.back().forward_versions.push_back(&v);
+  t.back().forward_versions.push_back(&step08::kForwardSmallBlocks);
 #endif
   return t;
 }
