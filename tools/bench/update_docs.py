@@ -780,6 +780,189 @@ def table_step07_bwd_ncu(D):
     return out
 
 
+# ---- step 08 ---------------------------------------------------------------------------
+def device08(D, folder=None):
+    """The GPU, driver, CUDA, torch and cuDNN of a step 08 run (device08.txt)."""
+    path = os.path.join(folder or D.folder, "device08.txt")
+    if not os.path.exists(path):
+        return D.device
+    dev = open(path).read().splitlines()
+    name, driver, _mem = [x.strip() for x in dev[0].split(",")]
+    cuda = re.search(r"cuda_(\d+\.\d+)", dev[1]) if len(dev) > 1 else None
+    torch = re.search(r"torch (\S+) cudnn (\d+)", dev[2]) if len(dev) > 2 else None
+    extra = ""
+    if torch:
+        v = int(torch.group(2))
+        extra = f", torch {torch.group(1)}, cuDNN {v // 10000}.{v // 100 % 100}.{v % 100}"
+    return f"{name}, driver {driver}, CUDA {cuda.group(1) if cuda else '?'}{extra}"
+
+
+def decode08(folder):
+    """{shape: {who: row}} and the copy bandwidth of one step 08 run (bench08*.csv, peers08*.csv).
+    shape = (H, H_kv, N, N_kv, causal) as ints; who = '08', '06', '08s1', …, 'flash', 'cudnn', …"""
+    rows, copy = {}, []
+    for name in ("bench08.csv", "bench08_gqa.csv", "peers08.csv", "peers08_gqa.csv"):
+        for r in load(folder, name):
+            if r["impl"] == "copy":
+                copy.append(float(r["gbps"]))
+                continue
+            if r["status"] != "ok":
+                continue
+            key = tuple(int(r[k]) for k in ("H", "H_kv", "N", "N_kv", "causal"))
+            who = r["step"] if r["impl"] == "fa" else r["impl"].replace("torch-", "")
+            rows.setdefault(key, {})[who] = r
+    return rows, (sum(copy) / len(copy) if copy else 0.0)
+
+
+PEERS08 = ("flash", "cudnn", "efficient", "math")
+
+
+def best_peer(cells):
+    """PyTorch's fastest backend at a shape: (name, ms)."""
+    got = [(float(cells[p]["ms"]), p) for p in PEERS08 if p in cells]
+    return min(got)[1], min(got)[0]
+
+
+def shape08(key):
+    H, Hkv, N, Nk, c = key
+    return f"{H} | {Hkv if Hkv != H else '—'} | {N} | {Nk // 1024}k | {'yes' if c else 'no'}"
+
+
+def table_step08_decode(D):
+    """Every decoding shape of the final run: step 08 against PyTorch's best backend and step 06, and its bandwidth."""
+    rows, copy = decode08(D.folder)
+    rep, _ = decode08(os.path.join(D.folder, "decode08_rep"))
+    out = [f"bf16, d = 128, B = 1, on {device08(D)}; one run (`{rel(os.path.join(D.folder, 'bench08.csv'))}` and "
+           f"`peers08*.csv`), and the ratio of a second run in another session (`decode08_rep/`). GB/s: the fewest "
+           f"bytes (Q, K, V read once, O and L written) over the time, beside this GPU's device-to-device copy, "
+           f"{copy:.0f} GB/s read + written. PyTorch: `scaled_dot_product_attention`'s fastest backend at the shape "
+           f"(flash = FlashAttention-2, cudnn, efficient, math). Bold: below 1.0.", "",
+           "| B·H | H_kv | N_q | N_kv | causal | step 08 ms | GB/s (× copy) | PyTorch best ms | step 08 × PyTorch | "
+           "second run | step 06 ms | × step 06 |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    def bold(x):
+        return f"**{x:.2f}**" if round(x, 2) < 1 else f"{x:.2f}"
+    for key in sorted(rows, key=lambda k: (k[0] != k[1], k[4], k[0], k[2], k[3])):
+        c = rows[key]
+        if "08" not in c:
+            continue
+        ms = float(c["08"]["ms"])
+        who, best = best_peer(c)
+        second = "—"
+        if key in rep and "08" in rep[key]:
+            second = bold(best_peer(rep[key])[1] / float(rep[key]["08"]["ms"]))
+        s06 = float(c["06"]["ms"]) if "06" in c else 0
+        out.append(f"| {shape08(key)} | {ms:.4f} | {float(c['08']['gbps']):.0f} ({float(c['08']['gbps']) / copy:.2f}) | "
+                   f"{best:.4f} ({who}) | {bold(best / ms)} | {second} | {s06:.4f} | {s06 / ms:.1f} |")
+    return out
+
+
+def table_step08_summary(D):
+    """Ranges of step 08's ratios per group of shapes, both runs."""
+    out = [f"bf16, d = 128, N_kv = 8k–128k, on {device08(D)}; ratios of time (bold: below 1.0), two runs in two "
+           f"sessions (the second: `decode08_rep/`).", "",
+           "| B·H | H_kv | N_q | step 08 × PyTorch's best, run 1 | run 2 | step 08 × step 06 | step 08 GB/s ÷ copy | "
+           "step 06 GB/s ÷ copy |", "|---|---|---|---|---|---|---|---|"]
+    runs = [decode08(D.folder), decode08(os.path.join(D.folder, "decode08_rep"))]
+    def rng(xs, mark=True):
+        lo, hi = min(xs), max(xs)
+        b = "**" if mark and round(lo, 2) < 1 else ""
+        return f"{b}{lo:.2f}{b}–{hi:.2f}"
+    groups = sorted({(k[0], k[1], k[2]) for k in runs[0][0]}, key=lambda g: (g[0] != g[1], g[0], g[2]))
+    counts = []
+    for rows, _ in runs:
+        ratios = [best_peer(c)[1] / float(c["08"]["ms"]) for c in rows.values() if "08" in c]
+        counts.append((sum(1 for x in ratios if round(x, 2) < 1), len(ratios)))
+    for g in groups:
+        cells = []
+        for rows, copy in runs:
+            xs = [best_peer(c)[1] / float(c["08"]["ms"]) for k, c in rows.items() if k[:3] == g and "08" in c]
+            cells.append(rng(xs))
+        rows, copy = runs[0]
+        ks = [k for k in rows if k[:3] == g and "08" in rows[k]]
+        v06 = [float(rows[k]["06"]["ms"]) / float(rows[k]["08"]["ms"]) for k in ks]
+        bw = [float(rows[k]["08"]["gbps"]) / copy for k in ks]
+        bw06 = [float(rows[k]["06"]["gbps"]) / copy for k in ks]
+        out.append(f"| {g[0]} | {g[1] if g[1] != g[0] else '—'} | {g[2]} | {cells[0]} | {cells[1]} | {rng(v06, False)} | "
+                   f"{rng(bw, False)} | {rng(bw06, False)} |")
+    out += ["", f"Step 08 below PyTorch's best in {counts[0][0]} of {counts[0][1]} shapes in run 1, in {counts[1][0]} of "
+            f"{counts[1][1]} in run 2."]
+    return out
+
+
+SPLITS08 = [("08s1", "1"), ("08s2", "2"), ("08s8", "8"), ("08s32", "32"), ("08s128", "128"), ("08", "the plan's"),
+            ("08r2", "two-tile ring (RTX 30xx/40xx)")]
+
+
+def table_step08_splits(D):
+    """Time against the split count at the final run's shapes (N_q = 1, not causal)."""
+    rows, _ = decode08(D.folder)
+    keys = [k for k in sorted(rows, key=lambda k: (k[0], k[3])) if k[0] == k[1] and k[2] == 1 and not k[4]]
+    out = [f"Step 08's time in µs by split count (N_q = 1, one K/V head per query head, bf16, d = 128), on "
+           f"{device08(D)}, the run of the table above. The plan's own count is read back from its workspace "
+           "(splits · B·H·N_q · (d + 1) floats). Last row: the ring of two tiles and the plan for three blocks an SM, "
+           "what an RTX 30xx/40xx runs, timed here.", "",
+           "| splits | " + " | ".join(f"B·H {k[0]}, {k[3] // 1024}k" for k in keys) + " |", "|---|" + "---|" * len(keys)]
+    for who, label in SPLITS08:
+        cells = [f"{float(rows[k][who]['ms']) * 1e3:.1f}" if who in rows[k] else "—" for k in keys]
+        out.append(f"| {label} | " + " | ".join(cells) + " |")
+    counts = [max(1, int(rows[k]["08"]["scratch_bytes"]) // (k[0] * k[2] * (128 + 1) * 4)) for k in keys]
+    out.append("| (the plan's count) | " + " | ".join(str(n) for n in counts) + " |")
+    return out
+
+
+LESSON08 = [("one thread block per query block: step 06", ".", "06"),
+            ("16 packed rows, four warps split each tile, one split", ".", "08s1"),
+            ("+ splits, merged by a fold (one thread per 4 columns)", "decode08_fold", "08"),
+            ("+ the merge: statistics first, every split weighted", "decode08_merge", "08"),
+            ("+ a ring of four tiles (one block an SM, its plan): step 08", ".", "08")]
+LESSON08_SHAPES = [(32, 32, 1, 32768, 0), (32, 32, 16, 32768, 0), (128, 128, 1, 32768, 0), (32, 4, 1, 32768, 0),
+                   (128, 16, 1, 8192, 0)]
+
+
+def table_step08_lesson(D):
+    """One measured row per idea: µs at a few shapes, and the ratio to PyTorch's best measured in the same run."""
+    out = [f"µs (× PyTorch's best backend in the same run), bf16, d = 128, on {device08(D)}; each row is a device run "
+           "of its own (its folder), PyTorch measured in it.", "",
+           "| what | " + " | ".join(f"B·H {k[0]}{', H_kv ' + str(k[1]) if k[1] != k[0] else ''}, N_q {k[2]}, {k[3] // 1024}k"
+                                    for k in LESSON08_SHAPES) + " |", "|---|" + "---|" * len(LESSON08_SHAPES)]
+    for what, folder, who in LESSON08:
+        rows, _ = decode08(os.path.join(D.folder, folder))
+        cells = []
+        for k in LESSON08_SHAPES:
+            c = rows.get(k, {})
+            if who in c:
+                ms = float(c[who]["ms"])
+                cells.append(f"{ms * 1e3:.1f} ({best_peer(c)[1] / ms:.2f})")
+            else:
+                cells.append("—")
+        out.append(f"| {what} | " + " | ".join(cells) + " |")
+    return out
+
+
+def table_test08(D):
+    return ["```"] + open(os.path.join(D.folder, "test08.txt")).read().strip().splitlines() + ["```"]
+
+
+def table_ctest08(D):
+    lines = open(os.path.join(D.folder, "ctest08.txt")).read().strip().splitlines()
+    return ["```"] + lines + ["```"]
+
+
+def table_sm80_08(D):
+    lines = [x for x in open(os.path.join(D.folder, "sm80_08.txt")).read().splitlines()
+             if "device code" in x or "All tests" in x or "tests passed" in x]
+    return ["```"] + lines + ["```"]
+
+
+def table_sass08(D):
+    path = os.path.join(D.folder, "sass08.txt")
+    lines = open(path).read().splitlines()[1:]
+    out = [f"Per kernel (bf16; fp16 compiles to the same counts), from `cuobjdump --dump-sass` of the sm_90 build "
+           f"(`{rel(path)}`):", ""]
+    out += [f"- `{x.split('(')[0].replace('void ', '')}`: {x.split(': ')[-1]}" for x in lines if "bf16" in x]
+    return out
+
+
 TABLES = {
     "steps": table_steps, "maxn": table_maxn, "traffic": table_traffic, "memory": table_memory, "peers": table_peers,
     "step01": lambda D: table_step(D, "01", "fwd"), "step01-bwd": lambda D: table_step(D, "01", "bwd"),
@@ -798,6 +981,9 @@ TABLES = {
     "step07-bwd-summary": lambda D: table_step07_summary(D, "bwd"),
     "step07-bwd-lesson": table_step07_bwd_lesson, "step07-det": table_step07_det,
     "step07-bwd-memory": table_step07_bwd_memory, "step07-bwd-ncu": table_step07_bwd_ncu, "test07": table_test07,
+    "step08-decode": table_step08_decode, "step08-summary": table_step08_summary, "step08-splits": table_step08_splits,
+    "step08-lesson": table_step08_lesson, "test08": table_test08, "ctest08": table_ctest08, "sm80-08": table_sm80_08,
+    "sass08": table_sass08,
 }
 MARK = re.compile(r"(<!-- fa:table (\S+) -->\n)(.*?)(<!-- /fa:table -->)", re.S)
 
