@@ -44,6 +44,19 @@ def timed(fn, reps, flush):
     return statistics.median(times)
 
 
+def device_fields():
+    """The CSV's last three columns: the GPU's name, the driver's CUDA version, torch's CUDA."""
+    props = torch.cuda.get_device_properties(0)
+    v = ctypes.c_int()
+    ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(v))
+    return f"{props.name},{v.value // 1000}.{(v.value % 1000) // 10},{torch.version.cuda}"
+
+
+def l2_flush_buffer():
+    """A buffer to zero before each repeat: more than twice the H200's 60 MB L2."""
+    return torch.empty(2 * 64 * 2**20 // 4, dtype=torch.float32, device="cuda")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--csv", default="peers.csv")
@@ -56,11 +69,8 @@ def main():
     ap.add_argument("--tokens", type=int, default=65536)
     ap.add_argument("--reps", type=int, default=10)
     a = ap.parse_args()
-    props = torch.cuda.get_device_properties(0)
-    v = ctypes.c_int()
-    ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(v))
-    dev = f"{props.name},{v.value // 1000}.{(v.value % 1000) // 10},{torch.version.cuda}"
-    flush = torch.empty(2 * 64 * 2**20 // 4, dtype=torch.float32, device="cuda")  # > 2x the 60 MB L2
+    dev = device_fields()
+    flush = l2_flush_buffer()
     out = open(a.csv, "w")
     out.write("impl,step,dir,dtype,B,H,N,d,causal,ms,tflops,scratch_bytes,status,gpu,cuda_driver_api,cuda_runtime\n")
     for dt in a.dtypes.split(","):

@@ -9,40 +9,20 @@ efficient, flash, cudnn), on q [1, bh, Nq, d] against k, v [1, bh/group, Nkv, d]
 (enable_gqa when group > 1). Causal is PyTorch's lower-right mask (causal_lower_right:
 the queries are the last Nq positions, as in fa_bench), which is not is_causal's
 upper-left one. A backend that refuses a shape gets status 'unsupported'. Timing as
-fa_bench: warm-up, L2 flushed before each repeat, CUDA events, median of --reps.
+fa_bench and peers.py (whose timing it imports): warm-up, L2 flushed before each repeat, CUDA
+events, median of --reps.
 """
 import argparse
-import ctypes
-import statistics
+import os
 import sys
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
-BACKENDS = {
-    "math": SDPBackend.MATH,
-    "efficient": SDPBackend.EFFICIENT_ATTENTION,
-    "flash": SDPBackend.FLASH_ATTENTION,
-    "cudnn": SDPBackend.CUDNN_ATTENTION,
-}
-
-
-def timed(fn, reps, flush):
-    for _ in range(2):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        flush.zero_()
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop))
-    return statistics.median(times)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peers import BACKENDS, device_fields, l2_flush_buffer, timed  # noqa: E402  (the same timing as peers.py)
 
 
 def ints(s):
@@ -61,11 +41,8 @@ def main():
     ap.add_argument("--backends", default="math,efficient,flash,cudnn")
     ap.add_argument("--reps", type=int, default=20)
     a = ap.parse_args()
-    props = torch.cuda.get_device_properties(0)
-    v = ctypes.c_int()
-    ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(v))
-    dev = f"{props.name},{v.value // 1000}.{(v.value % 1000) // 10},{torch.version.cuda}"
-    flush = torch.empty(2 * 64 * 2**20 // 4, dtype=torch.float32, device="cuda")  # > 2x the 60 MB L2
+    dev = device_fields()
+    flush = l2_flush_buffer()
     out = open(a.csv, "w")
     out.write("impl,step,dtype,B,H,H_kv,N,N_kv,d,causal,ms,gbps,floor_bytes,scratch_bytes,status,gpu,"
               "cuda_driver_api,cuda_runtime\n")

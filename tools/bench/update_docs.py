@@ -506,9 +506,9 @@ def table_figures(D):
 
 
 # ---- step 07 ---------------------------------------------------------------------------
-def device07(D):
-    """The GPU, driver, CUDA, torch and cuDNN of step 07's run (device07.txt)."""
-    path = os.path.join(D.folder, "device07.txt")
+def device07(D, name="device07.txt", folder=None):
+    """The GPU, driver, CUDA, torch and cuDNN of a step's run (device07.txt; step 08: device08.txt)."""
+    path = os.path.join(folder or D.folder, name)
     if not os.path.exists(path):
         return D.device
     dev = open(path).read().splitlines()
@@ -782,19 +782,7 @@ def table_step07_bwd_ncu(D):
 
 # ---- step 08 ---------------------------------------------------------------------------
 def device08(D, folder=None):
-    """The GPU, driver, CUDA, torch and cuDNN of a step 08 run (device08.txt)."""
-    path = os.path.join(folder or D.folder, "device08.txt")
-    if not os.path.exists(path):
-        return D.device
-    dev = open(path).read().splitlines()
-    name, driver, _mem = [x.strip() for x in dev[0].split(",")]
-    cuda = re.search(r"cuda_(\d+\.\d+)", dev[1]) if len(dev) > 1 else None
-    torch = re.search(r"torch (\S+) cudnn (\d+)", dev[2]) if len(dev) > 2 else None
-    extra = ""
-    if torch:
-        v = int(torch.group(2))
-        extra = f", torch {torch.group(1)}, cuDNN {v // 10000}.{v // 100 % 100}.{v % 100}"
-    return f"{name}, driver {driver}, CUDA {cuda.group(1) if cuda else '?'}{extra}"
+    return device07(D, "device08.txt", folder)
 
 
 def decode08(folder):
