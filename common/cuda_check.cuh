@@ -31,10 +31,18 @@ constexpr __host__ __device__ T ceil_div(T a, T b) {
   return (a + b - 1) / b;
 }
 
-/// Raises a kernel's dynamic shared-memory limit above the default 48 KB when needed.
+/// Raises a kernel's dynamic shared-memory limit above the default 48 KB when needed; a
+/// GPU whose blocks may not take that much (an A100 gives 163 KiB, an RTX 30xx/40xx 99 KiB)
+/// gets one clear error instead of a failed launch.
 template <class Kernel>
 void set_smem_limit(Kernel kernel, std::size_t bytes) {
-  if (bytes > 48 * 1024)
-    FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  if (bytes <= 48 * 1024) return;
+  int dev = 0, most = 0;
+  FA_CUDA_CHECK(cudaGetDevice(&dev));
+  FA_CUDA_CHECK(cudaDeviceGetAttribute(&most, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  if (bytes > std::size_t(most))
+    throw Error("this kernel needs " + std::to_string(bytes / 1024) + " KiB of shared memory a block, and this GPU gives " +
+                std::to_string(most / 1024) + " KiB (a smaller head dimension, or a GPU with more, runs it)");
+  FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 }  // namespace fa
