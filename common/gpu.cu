@@ -45,24 +45,18 @@ std::string describe_device() {
   return s.str();
 }
 
-int sm_count() {
-  int dev = 0, sms = 0;
-  FA_CUDA_CHECK(cudaGetDevice(&dev));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  return sms;
-}
-
 namespace {
-std::size_t device_attribute(cudaDeviceAttr what) {
+int device_attribute(cudaDeviceAttr what) {  // of the current device
   int dev = 0, value = 0;
   FA_CUDA_CHECK(cudaGetDevice(&dev));
   FA_CUDA_CHECK(cudaDeviceGetAttribute(&value, what, dev));
-  return std::size_t(value);
+  return value;
 }
 }  // namespace
 
-std::size_t smem_per_sm() { return device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor); }
-std::size_t smem_per_block() { return device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin); }
+int sm_count() { return device_attribute(cudaDevAttrMultiProcessorCount); }
+std::size_t smem_per_sm() { return std::size_t(device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor)); }
+std::size_t smem_per_block() { return std::size_t(device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin)); }
 
 namespace {
 __global__ void arch_kernel(int* out) {
@@ -81,11 +75,7 @@ int device_code_arch() {
 }
 
 int compute_capability() {
-  int dev = 0, major = 0, minor = 0;
-  FA_CUDA_CHECK(cudaGetDevice(&dev));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-  FA_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-  return 10 * major + minor;
+  return 10 * device_attribute(cudaDevAttrComputeCapabilityMajor) + device_attribute(cudaDevAttrComputeCapabilityMinor);
 }
 
 std::string too_old(int min_sm, bool exact) {

@@ -258,28 +258,33 @@ void run_t(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const 
   stages(128, g) == 4 ? launch<T, 128, 4>(p, a, ws, st, sp) : launch<T, 128, 2>(p, a, ws, st, sp);
 }
 
-/// The plan for this GPU (kFixed = 0), or with the split count fixed; kSmall: as small_blocks.
-template <int kFixed, bool kSmall>
-SplitPlan plan_here(const Problem& p) {
-  return kFixed > 0 ? fixed_plan(p, kFixed) : plan(p, kSmall ? small_blocks(this_gpu()) : this_gpu());
+/// The GPU as the step sees it: this one, or (kSmall) as small_blocks.
+template <bool kSmall>
+GpuShape shape_here() {
+  return kSmall ? small_blocks(this_gpu()) : this_gpu();
+}
+/// The plan for GPU g (kFixed = 0), or with the split count fixed.
+template <int kFixed>
+SplitPlan plan_for(const Problem& p, const GpuShape& g) {
+  return kFixed > 0 ? fixed_plan(p, kFixed) : plan(p, g);
 }
 
 template <int kFixed, bool kSmall = false>
 void run(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st) {
-  const GpuShape g = kSmall ? small_blocks(this_gpu()) : this_gpu();
-  const SplitPlan sp = plan_here<kFixed, kSmall>(p);
+  const GpuShape g = shape_here<kSmall>();
+  const SplitPlan sp = plan_for<kFixed>(p, g);
   p.dtype == DType::bf16 ? run_t<__nv_bfloat16>(p, a, ws, st, sp, g) : run_t<__half>(p, a, ws, st, sp, g);
 }
 
 template <int kFixed, bool kSmall = false>
 std::size_t workspace(const Problem& p) {
-  return workspace_bytes(p, plan_here<kFixed, kSmall>(p));
+  return workspace_bytes(p, plan_for<kFixed>(p, shape_here<kSmall>()));
 }
 
 }  // namespace
 
-SplitPlan device_plan(const Problem& p) { return plan(p, this_gpu()); }
-SplitPlan device_plan_small_blocks(const Problem& p) { return plan(p, small_blocks(this_gpu())); }
+SplitPlan device_plan(const Problem& p) { return plan(p, shape_here<false>()); }
+SplitPlan device_plan_small_blocks(const Problem& p) { return plan(p, shape_here<true>()); }
 
 namespace {
 template <int kD, int kStages>

@@ -111,7 +111,7 @@ Row measure(const StepEntry& s, const std::string& dir, const Problem& p, int re
 }
 
 /// The decode CSV's columns.
-bool f_decode_header(std::FILE* f) {
+bool write_decode_header(std::FILE* f) {
   return std::fprintf(f, "impl,step,dtype,B,H,H_kv,N,N_kv,d,causal,ms,gbps,floor_bytes,scratch_bytes,status,gpu,"
                          "cuda_driver_api,cuda_runtime\n") > 0;
 }
@@ -147,25 +147,16 @@ double copy_bandwidth() {
   return 2.0 * double(bytes) / (ms[ms.size() / 2] * 1e-3) / 1e9;
 }
 
-void write_decode_row(std::FILE* f, const StepEntry& s, const Problem& p, int reps, const std::string& dev) {
-  std::string status = "ok";
-  double ms = 0;
-  std::size_t scratch = 0;
-  try {
-    scratch = s.gpu_forward->workspace_bytes(p);
-    ms = gpu::time_forward(*s.gpu_forward, p, reps).median_ms;
-  } catch (const Error& e) {
-    status = std::string(e.what()).find("free") != std::string::npos ? "out-of-memory" : "error";
-    std::cerr << "  " << s.id << " " << p.str() << ": " << e.what() << "\n";
-    cudaGetLastError();
-  }
-  const double gbps = ms > 0 ? floor_bytes(p) / (ms * 1e-3) / 1e9 : 0.0;
-  std::fprintf(f, "fa,%s,%s,%d,%d,%d,%d,%d,%d,%d,%.5f,%.1f,%.0f,%zu,%s,%s\n", s.id.c_str(), dtype_name(p.dtype), p.B,
-               p.H, p.kv_heads_per_batch(), p.N, p.keys(), p.d, int(p.causal), ms, gbps, floor_bytes(p), scratch,
-               status.c_str(), dev.c_str());
+/// A measured row (measure()) in the decode CSV's columns, and on stderr.
+void write_decode_row(std::FILE* f, const Row& r, const std::string& dev) {
+  const Problem& p = r.p;
+  const double gbps = r.ms > 0 ? floor_bytes(p) / (r.ms * 1e-3) / 1e9 : 0.0;
+  std::fprintf(f, "fa,%s,%s,%d,%d,%d,%d,%d,%d,%d,%.5f,%.1f,%.0f,%zu,%s,%s\n", r.step.c_str(), dtype_name(p.dtype), p.B,
+               p.H, p.kv_heads_per_batch(), p.N, p.keys(), p.d, int(p.causal), r.ms, gbps, floor_bytes(p), r.scratch,
+               r.status.c_str(), dev.c_str());
   std::fflush(f);
-  std::fprintf(stderr, "decode step %s %s: %.4f ms, %.0f GB/s %s\n", s.id.c_str(), p.str().c_str(), ms, gbps,
-               status.c_str());
+  std::fprintf(stderr, "decode step %s %s: %.4f ms, %.0f GB/s %s\n", r.step.c_str(), p.str().c_str(), r.ms, gbps,
+               r.status.c_str());
 }
 
 }  // namespace
@@ -211,7 +202,7 @@ int main(int argc, char** argv) {
     if (!f) throw Error("cannot write " + csv);
     if (decode) {
       if (dtype == DType::fp32) dtype = DType::bf16;  // the decoding steps compute in 16 bits
-      if (!f_decode_header(f)) throw Error("cannot write " + csv);
+      if (!write_decode_header(f)) throw Error("cannot write " + csv);
     } else {
       std::fprintf(f, "impl,step,dir,dtype,B,H,N,d,causal,ms,tflops,scratch_bytes,status,gpu,cuda_driver_api,cuda_runtime,formula_bytes,total_bytes\n");
     }
@@ -264,7 +255,7 @@ int main(int argc, char** argv) {
                     Problem p;
                     p.B = 1, p.H = bh, p.H_kv = bh / G, p.N = Nq, p.N_kv = Nkv, p.d = d, p.causal = c != 0;
                     p.dtype = dtype;
-                    write_decode_row(f, *s, p, reps, dev);
+                    write_decode_row(f, measure(*s, "fwd", p, reps), dev);
                   }
       }
       std::fclose(f);

@@ -57,6 +57,23 @@ def l2_flush_buffer():
     return torch.empty(2 * 64 * 2**20 // 4, dtype=torch.float32, device="cuda")
 
 
+def measured(backend, make_fn, reps, flush):
+    """(status, median ms, peak extra bytes) of the call make_fn() returns, with only `backend` allowed
+    (make_fn runs inside that choice too); a backend that refuses the shape: 'unsupported'."""
+    try:
+        with sdpa_kernel([BACKENDS[backend]]):
+            fn = make_fn()
+            torch.cuda.synchronize()
+            base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            fn()
+            torch.cuda.synchronize()
+            scratch = torch.cuda.max_memory_allocated() - base
+            return "ok", timed(fn, reps, flush), scratch
+    except (RuntimeError, torch.OutOfMemoryError) as e:
+        return ("out-of-memory" if "out of memory" in str(e) else "unsupported"), 0.0, 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--csv", default="peers.csv")
@@ -84,24 +101,13 @@ def main():
                     flops = 4.0 * B * H * N * N * d / (2 if causal else 1)
                     for name in a.backends.split(","):
                         for direction in a.dir.split(","):
-                            status, ms, scratch = "ok", 0.0, 0
-                            try:
-                                with sdpa_kernel([BACKENDS[name]]):
-                                    if direction == "fwd":
-                                        fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
-                                    else:
-                                        qq, kk, vv = (t.detach().requires_grad_() for t in (q, k, v))
-                                        o = F.scaled_dot_product_attention(qq, kk, vv, is_causal=bool(causal))
-                                        fn = lambda: torch.autograd.grad(o, (qq, kk, vv), do, retain_graph=True)
-                                    torch.cuda.synchronize()
-                                    base = torch.cuda.memory_allocated()
-                                    torch.cuda.reset_peak_memory_stats()
-                                    fn()
-                                    torch.cuda.synchronize()
-                                    scratch = torch.cuda.max_memory_allocated() - base
-                                    ms = timed(fn, a.reps, flush)
-                            except (RuntimeError, torch.OutOfMemoryError) as e:
-                                status = "out-of-memory" if "out of memory" in str(e) else "unsupported"
+                            def make():
+                                if direction == "fwd":
+                                    return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+                                qq, kk, vv = (t.detach().requires_grad_() for t in (q, k, v))
+                                o = F.scaled_dot_product_attention(qq, kk, vv, is_causal=bool(causal))
+                                return lambda: torch.autograd.grad(o, (qq, kk, vv), do, retain_graph=True)
+                            status, ms, scratch = measured(name, make, a.reps, flush)
                             tf = flops * (2.5 if direction == "bwd" else 1) / (ms * 1e-3) / 1e12 if ms else 0.0
                             out.write(f"torch-{name},-,{direction},{dt},{B},{H},{N},{d},{causal},{ms:.5f},{tf:.3f},"
                                       f"{scratch},{status},{dev}\n")

@@ -18,11 +18,10 @@ import sys
 
 import torch
 import torch.nn.functional as F
-from torch.nn.attention import sdpa_kernel
 from torch.nn.attention.bias import causal_lower_right
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peers import BACKENDS, device_fields, l2_flush_buffer, timed  # noqa: E402  (the same timing as peers.py)
+from peers import device_fields, l2_flush_buffer, measured  # noqa: E402  (the same timing as peers.py)
 
 
 def ints(s):
@@ -62,20 +61,9 @@ def main():
                             floor = 2 * (2 * q.numel() + 2 * k.numel()) + 4 * bh * nq
                             mask = causal_lower_right(nq, nkv) if causal else None
                             for name in a.backends.split(","):
-                                status, ms, scratch = "ok", 0.0, 0
-                                try:
-                                    with sdpa_kernel([BACKENDS[name]]):
-                                        fn = lambda: F.scaled_dot_product_attention(q, k, v_, attn_mask=mask,
-                                                                                    enable_gqa=group > 1)
-                                        torch.cuda.synchronize()
-                                        base = torch.cuda.memory_allocated()
-                                        torch.cuda.reset_peak_memory_stats()
-                                        fn()
-                                        torch.cuda.synchronize()
-                                        scratch = torch.cuda.max_memory_allocated() - base
-                                        ms = timed(fn, a.reps, flush)
-                                except (RuntimeError, torch.OutOfMemoryError) as e:
-                                    status = "out-of-memory" if "out of memory" in str(e) else "unsupported"
+                                status, ms, scratch = measured(
+                                    name, lambda: lambda: F.scaled_dot_product_attention(
+                                        q, k, v_, attn_mask=mask, enable_gqa=group > 1), a.reps, flush)
                                 gbps = floor / (ms * 1e-3) / 1e9 if ms else 0.0
                                 out.write(f"torch-{name},-,bf16,1,{bh},{hkv},{nq},{nkv},{d},{causal},{ms:.5f},"
                                           f"{gbps:.1f},{floor},{scratch},{status},{dev}\n")
