@@ -31,6 +31,9 @@
 // starts at the same (the last) query block, so in the deterministic mode no block waits
 // long for the ones before it.
 // Epilogue: dK (×scale) and dV in 16 bits through shared memory and TMA stores.
+//
+// At d = 256 (dkdv_wide_kernel, below the first) the block owns 64 keys, and the two
+// consumers split the columns of dK and dV instead of the keys.
 #include <cuda/atomic>
 
 #include "steps/06_tensor_cores/backward.cuh"  // preprocess_kernel, padded_rows
@@ -89,14 +92,16 @@ struct BwdBarriers {
 __device__ __forceinline__ int ds_bar(int it) { return 1 + it % 2; }
 constexpr int kEpilogueBar = 3;  ///< both consumers, before the epilogue reuses the stages
 
-/// dQ_i's pieces: its 64-column panels, each the product dS·K_j[:, panel] over all 128
-/// keys. They are dealt to the consumers in turn, piece m = it·kPanels + panel of the
-/// block's it-th query block to consumer m % 2: at d = 128 consumer c always takes panel
-/// c; at d = 64 the consumers take the one piece on alternate query blocks.
+/// dQ_i's pieces: its 64-column panels, each the product dS·K_j[:, panel] over all the
+/// block's keys. They are dealt to the consumers in turn, piece m = it·kPanels + panel of
+/// the block's it-th query block to consumer m % 2: at d = 128 consumer c always takes
+/// panel c; at d = 64 the consumers take the one piece on alternate query blocks; at
+/// d = 256 consumer c takes panels c and c + 2.
 template <int kD>
 struct DqPieces {
   static constexpr int kPanels = kD / kPanel;
-  /// The panel consumer c computes at iteration `it`, or −1 if none.
+  /// The first panel consumer c computes at iteration `it`, or −1 if none; its others
+  /// (d = 256) follow every kBwdConsumers panels.
   __device__ static int panel(int c, int it) {
     const int p = ((c - it * kPanels) % kBwdConsumers + kBwdConsumers) % kBwdConsumers;
     return p < kPanels ? p : -1;
@@ -126,13 +131,14 @@ struct BwdParams {
   int* order;              // [B·H][q_blocks]: key blocks that have added into query block i
 };
 
-/// dQ's writer, by one thread: every piece, as its consumer stages it, into the
-/// accumulator by one bulk reduction; the staging is handed back once read. In the
-/// deterministic mode a query block's pieces go only after the key blocks before this
-/// one have added theirs (order[i] == j), and order[i] = j + 1 once they are in memory.
+/// dQ's writer, by one thread: every piece, as its consumer stages it (consumer c's at
+/// staging + c·kChunkFloats, announced on dq_full[c]), into the accumulator by one bulk
+/// reduction; the staging is handed back (dq_empty[c]) once read. In the deterministic
+/// mode a query block's pieces go only after the key blocks before this one have added
+/// theirs (order[i] == j), and order[i] = j + 1 once they are in memory.
 template <int kD>
-__device__ void write_dq(const BwdParams& prm, unsigned char* smem, const BwdBarriers& b, int j, int bh, int steps) {
-  using L = BwdSmem<kD>;
+__device__ void write_dq(const BwdParams& prm, const float* staging, std::uint64_t* dq_full, std::uint64_t* dq_empty,
+                         int j, int bh, int steps) {
   using P = DqPieces<kD>;
   for (int m = 0; m < steps * P::kPanels; ++m) {
     const int it = m / P::kPanels, panel = m % P::kPanels, c = m % kBwdConsumers, i = q_block(prm.q_blocks, it);
@@ -142,14 +148,13 @@ __device__ void write_dq(const BwdParams& prm, unsigned char* smem, const BwdBar
       }
       cuda::ptx::fence_proxy_async(cuda::ptx::space_global);  // the earlier blocks' sums, for this proxy
     }
-    wait(&b.dq_full[c], P::parity(m));
+    wait(&dq_full[c], P::parity(m));
     cuda::ptx::cp_reduce_async_bulk(cuda::ptx::space_global, cuda::ptx::space_shared, cuda::ptx::op_add,
                                     prm.dq_acc + dq_piece(bh, prm.q_blocks, i, panel, P::kPanels),
-                                    reinterpret_cast<const float*>(smem + L::dq + c * kChunkFloats * 4),
-                                    std::uint32_t(kChunkFloats * 4));
+                                    staging + c * kChunkFloats, std::uint32_t(kChunkFloats * 4));
     cuda::ptx::cp_async_bulk_commit_group();
     cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});  // the staging is read
-    arrive(&b.dq_empty[c]);
+    arrive(&dq_empty[c]);
     if (prm.deterministic && panel == P::kPanels - 1) {
       cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});  // the block's sums are in device memory
       cuda::ptx::fence_proxy_async(cuda::ptx::space_global);
@@ -200,7 +205,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
                                  prm.dsum + stat, std::uint32_t(kQ * 4), &bars.q_full[s]);
       }
     } else if (threadIdx.x == 32) {
-      write_dq<kD>(prm, smem, bars, j, bh, steps);
+      write_dq<kD>(prm, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full, bars.dq_empty, j, bh, steps);
     }
     return;
   }
@@ -294,12 +299,8 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       // dQ_i's piece = dS·K_j[:, panel]: A = dSᵀ read transposed (MN-major: the queries run
       // along its rows), B = K_j MN-major; 8 k steps of 16 keys, 2048 bytes apart in both.
       float dq[kChunkFloats / 128];  // 64 queries × 64 columns: register 4n + 2h + e = query 16w + g + 8h, column 8n + 2t + e
-      const std::uint32_t b0 = k_tile + panel * kBc * 128;
       wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBc / 16; ++kk)
-        Wgmma<T, kPanel>::template ss<1, 1>(dq, descriptor(smem_u32(ds_tile) + kk * 2048, kBc * 128),
-                                            descriptor(b0 + kk * 2048, kBc * 128), kk > 0);
+      ss_mnmn<T, kPanel, kBc>(dq, smem_u32(ds_tile), kBc * 128, k_tile + panel * kBc * 128, kBc * 128);
       wgmma_commit();
       wgmma_wait<1>(dv);  // dV's and dK's products (dQ's may run)
       wgmma_wait<1>(dk);
@@ -337,6 +338,231 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   if (tid == 0) {
     store_tile(&dk_map, dk_tile, k0 + kRowsPerConsumer * c, bh);
     store_tile(&dv_map, dv_tile, k0 + kRowsPerConsumer * c, bh);
+    cuda::ptx::cp_async_bulk_commit_group();
+    cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
+  }
+#endif
+}
+
+// ---------------------------------------------------------------------------------
+// d = 256: the consumers split the columns.
+//
+// dK and dV of 64 keys would take 2·64·256 fp32 a consumer, 256 registers a thread, so
+// at d = 256 a block owns 64 keys (B_c = 64, step 06's block there too) and the two
+// consumers share each query block's work in another way (FlashAttention-3's at d = 256):
+//   Sᵀ, dPᵀ   consumer c: all 64 keys × its half of the queries, 32c … 32c + 31 (m64n32);
+//   Pᵀ, dSᵀ   in 16 bits into shared memory (a 64 × 64 tile each), then a barrier between
+//             the consumers: every product below needs both halves;
+//   dV, dK    consumer c holds columns 128c … 128c + 127 of both (64 + 64 registers):
+//             dV_c += Pᵀ·dO_i[:, cols], dK_c += dSᵀ·Q_i[:, cols], A from the tiles;
+//   dQ        consumer c: pieces c and c + 2 (DqPieces), dS·K_j[:, panel] over 64 keys.
+// Shared memory: K_j, V_j; Q_i and L_i in two stages but dO_i and D_i in one (two would
+// not fit beside the rest; dO_i is free once dV's product is done, so the next one loads
+// under dK's and dQ's); Pᵀ and dSᵀ for alternate query blocks; a dQ piece a consumer.
+constexpr int kWideD = 256, kWideKeys = backward_keys(kWideD);
+
+struct WideSmem {
+  static constexpr int kKVBytes = kWideKeys * kWideD * 2;  ///< K_j (or V_j): 4 panels of 64 rows
+  static constexpr int kQBytes = kQ * kWideD * 2;          ///< Q_i (or dO_i): 4 panels of 64 rows
+  static constexpr int kTileBytes = kWideKeys * kQ * 2;    ///< Pᵀ (or dSᵀ): 64 keys × 64 queries, one panel
+  static constexpr int k = 0;
+  static constexpr int v = k + kKVBytes;
+  static constexpr int q = v + kKVBytes;              ///< [stage]
+  static constexpr int dout = q + kStages * kQBytes;  ///< one stage
+  static constexpr int p = dout + kQBytes;            ///< [2]: alternate query blocks
+  static constexpr int ds = p + 2 * kTileBytes;       ///< [2]
+  static constexpr int dq = ds + 2 * kTileBytes;      ///< [consumer]: a staged dQ piece (fp32)
+  static constexpr int l2 = dq + kBwdConsumers * kChunkFloats * 4;  ///< [stage][kQ]: L·log2 e
+  static constexpr int dsum = l2 + kStages * kQ * 4;                 ///< [kQ]: D
+  static constexpr int bars = dsum + kQ * 4;
+  static constexpr int bytes = bars + 8 * (1 + 2 * kStages + 2 + 2 * kBwdConsumers);  ///< + 1024 for alignment
+};
+static_assert(WideSmem::bytes + 1024 <= 227 * 1024, "d = 256's block fits the 227 KiB a Hopper block may take");
+
+/// The mbarriers at d = 256: BwdBarriers' with dO's stage apart from Q's.
+struct WideBarriers {
+  std::uint64_t *kv_full, *q_full, *q_empty, *do_full, *do_empty, *dq_full, *dq_empty;
+  __device__ explicit WideBarriers(unsigned char* at)
+      : kv_full(reinterpret_cast<std::uint64_t*>(at)), q_full(kv_full + 1), q_empty(q_full + kStages),
+        do_full(q_empty + kStages), do_empty(do_full + 1), dq_full(do_empty + 1), dq_empty(dq_full + kBwdConsumers) {}
+  __device__ void init() {
+    cuda::ptx::mbarrier_init(kv_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      cuda::ptx::mbarrier_init(&q_full[s], 1);
+      cuda::ptx::mbarrier_init(&q_empty[s], 128 * kBwdConsumers);
+    }
+    cuda::ptx::mbarrier_init(do_full, 1);
+    cuda::ptx::mbarrier_init(do_empty, 128 * kBwdConsumers);
+    for (int c = 0; c < kBwdConsumers; ++c) {
+      cuda::ptx::mbarrier_init(&dq_full[c], 4);
+      cuda::ptx::mbarrier_init(&dq_empty[c], 1);
+    }
+    cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
+  }
+};
+
+template <class T>
+__global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
+    dkdv_wide_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
+                     const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap do_map,
+                     const __grid_constant__ CUtensorMap dk_map, const __grid_constant__ CUtensorMap dv_map,
+                     const BwdParams prm) {
+#if FA_STEP07_ARCH_OK
+  using L = WideSmem;
+  using P = DqPieces<kWideD>;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = aligned_smem(smem_raw);
+  WideBarriers bars(smem + L::bars);
+  const int j = blockIdx.x, bh = blockIdx.y, k0 = j * kWideKeys, N = prm.N;
+  const int steps = prm.q_blocks - tiles::first_q_block(prm.causal, j, kQ, kWideKeys);
+  if (threadIdx.x == 0) bars.init();
+  __syncthreads();
+
+  if (threadIdx.x < 128) {
+    // ---- Producer warpgroup: as dkdv_kernel's, dO_i and D_i into their one stage.
+    release_registers<kProducerRegs>();
+    if (threadIdx.x == 0) {
+      arrive_expecting(bars.kv_full, 2 * L::kKVBytes);
+      load_tile(&k_map, smem + L::k, bars.kv_full, k0, bh);
+      load_tile(&v_map, smem + L::v, bars.kv_full, k0, bh);
+      for (int it = 0; it < steps; ++it) {
+        const int s = it % kStages, i = q_block(prm.q_blocks, it);
+        const std::size_t stat = std::size_t(bh) * prm.Np + std::size_t(i) * kQ;
+        wait(&bars.q_empty[s], (it / kStages) % 2 ^ 1);
+        arrive_expecting(&bars.q_full[s], L::kQBytes + kQ * 4);
+        load_tile(&q_map, smem + L::q + s * L::kQBytes, &bars.q_full[s], i * kQ, bh);
+        cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, smem + L::l2 + s * kQ * 4,
+                                 prm.l2 + stat, std::uint32_t(kQ * 4), &bars.q_full[s]);
+        wait(bars.do_empty, it % 2 ^ 1);
+        arrive_expecting(bars.do_full, L::kQBytes + kQ * 4);
+        load_tile(&do_map, smem + L::dout, bars.do_full, i * kQ, bh);
+        cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, smem + L::dsum, prm.dsum + stat,
+                                 std::uint32_t(kQ * 4), bars.do_full);
+      }
+    } else if (threadIdx.x == 32) {
+      write_dq<kWideD>(prm, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full, bars.dq_empty, j, bh, steps);
+    }
+    return;
+  }
+
+  // ---- Consumer warpgroup c: the block's 64 keys; queries 32c … 32c + 31 of each query
+  // block for Sᵀ and dPᵀ; columns 128c … 128c + 127 of dK and dV.
+  claim_registers<FwdTile{kBwdConsumers, kWideKeys, kStages}.consumer_regs()>();
+  const int c = threadIdx.x / 128 - 1, tid = threadIdx.x % 128, warp = tid / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int key0 = k0 + 16 * warp + g;  // this thread's keys: key0, key0 + 8
+  const int half = 32 * c;              // this consumer's queries in a query block: half … half + 31
+  const float mul = prm.scale * step06::kLog2e;
+  const std::uint32_t k_tile = smem_u32(smem + L::k), v_tile = smem_u32(smem + L::v);
+  const std::uint32_t do_tile = smem_u32(smem + L::dout);
+  const std::uint32_t cols = 2 * c * kQ * 128;  // panels 2c, 2c + 1 of a Q_i or dO_i tile: this consumer's columns
+  float* stage_dq = reinterpret_cast<float*>(smem + L::dq) + c * kChunkFloats;
+
+  float dk[kWideD / 4] = {}, dv[kWideD / 4] = {};  // 64 keys × 128 columns: register 4n + 2h + e = key 16·warp + g + 8h, column 128c + 8n + 2t + e
+  wait(bars.kv_full, 0);
+
+  // Main loop over the query blocks.
+  for (int it = 0; it < steps; ++it) {
+    const int s = it % kStages, q0 = q_block(prm.q_blocks, it) * kQ;
+    const std::uint32_t q_tile = smem_u32(smem + L::q + s * L::kQBytes);
+    const float* l2 = reinterpret_cast<const float*>(smem + L::l2) + s * kQ + half;
+    const float* dsum = reinterpret_cast<const float*>(smem + L::dsum) + half;
+    unsigned char* p_tile = smem + L::p + (it % 2) * L::kTileBytes;
+    unsigned char* ds_tile = smem + L::ds + (it % 2) * L::kTileBytes;
+
+    // Sᵀ = K_j·Q_iᵀ and dPᵀ = V_j·dO_iᵀ for this consumer's 32 queries: 16 k steps each.
+    float st[kQ / 4], dpt[kQ / 4];  // 64 keys × 32 queries: register 4n + 2h + e = key 16·warp + g + 8h, query half + 8n + 2t + e
+    wait(&bars.q_full[s], (it / kStages) % 2);
+    wgmma_fence();
+    ss_kk<T, kQ / 2, kWideD>(st, k_tile, kWideKeys, q_tile + half * 128, kQ);
+    wgmma_commit();
+    wait(bars.do_full, it % 2);
+    ss_kk<T, kQ / 2, kWideD>(dpt, v_tile, kWideKeys, do_tile + half * 128, kQ);
+    wgmma_commit();
+
+    // Pᵀ and dSᵀ = Pᵀ∘(dPᵀ − D_i), in fp32, masked as in dkdv_kernel.
+    wgmma_wait<1>(st);
+#pragma unroll
+    for (int x = 0; x < kQ / 4; ++x) st[x] = step06::exp2_approx(fmaf(st[x], mul, -l2[8 * (x / 4) + 2 * t + x % 2]));
+    if (key0 - g + 16 > N || (prm.causal && key0 - g + 15 > q0 + half)) {  // warp-uniform: the warp's 16 keys
+#pragma unroll
+      for (int x = 0; x < kQ / 4; ++x)
+        if (tiles::masked(q0 + half + 8 * (x / 4) + 2 * t + x % 2, key0 + 8 * (x % 4 / 2), N, prm.causal)) st[x] = 0.0f;
+    }
+    wgmma_wait<0>(dpt);
+#pragma unroll
+    for (int x = 0; x < kQ / 4; ++x) dpt[x] = st[x] * (dpt[x] - dsum[8 * (x / 4) + 2 * t + x % 2]);
+
+    // Both in 16 bits into their tiles (rows = the keys, one 128-byte-swizzled panel of
+    // 64 queries), for both consumers' products.
+#pragma unroll
+    for (int n = 0; n < kQ / 16; ++n)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const std::uint32_t at = swizzled(kWideKeys, 16 * warp + g + 8 * h, half + 8 * n + 2 * t);
+        *reinterpret_cast<std::uint32_t*>(p_tile + at) = step06::Mma<T>::pack(st[4 * n + 2 * h], st[4 * n + 2 * h + 1]);
+        *reinterpret_cast<std::uint32_t*>(ds_tile + at) =
+            step06::Mma<T>::pack(dpt[4 * n + 2 * h], dpt[4 * n + 2 * h + 1]);
+      }
+    cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // ordinary stores, read by wgmma
+    named_sync(ds_bar(it), 128 * kBwdConsumers);
+
+    // dV_c += Pᵀ·dO_i[:, cols] and dK_c += dSᵀ·Q_i[:, cols]: 4 k steps of 16 queries.
+    wgmma_fence();
+    ss_kmn<T, kWideD / 2, kQ>(dv, smem_u32(p_tile), do_tile + cols, kQ * 128);
+    wgmma_commit();
+    ss_kmn<T, kWideD / 2, kQ>(dk, smem_u32(ds_tile), q_tile + cols, kQ * 128);
+    wgmma_commit();
+    // dO_i's stage is free once dV's product is done (and D_i read: above), Q_i's once
+    // dK's is; each released with the proxy fence of dkdv_kernel's release_stage.
+    wgmma_wait<1>(dv);
+    cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+    arrive(bars.do_empty);
+
+    // dQ_i's pieces: dS·K_j[:, panel] over the 64 keys, A = dSᵀ read transposed.
+    for (int panel = P::panel(c, it); panel >= 0 && panel < P::kPanels; panel += kBwdConsumers) {
+      float dq[kChunkFloats / 128];  // 64 queries × 64 columns: register 4n + 2h + e = query 16·warp + g + 8h, column 8n + 2t + e
+      wgmma_fence();
+      ss_mnmn<T, kPanel, kWideKeys>(dq, smem_u32(ds_tile), kWideKeys * 128, k_tile + panel * kWideKeys * 128,
+                                    kWideKeys * 128);
+      wgmma_commit();
+      if (panel == P::panel(c, it)) {  // the first piece: dK's product is done before it
+        wgmma_wait<1>(dk);
+        cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+        arrive(&bars.q_empty[s]);
+      }
+      wgmma_wait<0>(dq);
+      const int m = it * P::kPanels + panel;
+      wait(&bars.dq_empty[c], P::parity(m) ^ 1);
+#pragma unroll
+      for (int x = 0; x < kChunkFloats / 128; ++x) stage_dq[x * 128 + tid] = dq[x];
+      cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // read by the bulk reduction
+      __syncwarp();
+      if (lane == 0) arrive(&bars.dq_full[c]);
+    }
+  }
+
+  // Epilogue: both consumers' columns of dK (×scale) and dV into one 64-row tile each (Q's
+  // two stages, free now), out by TMA from one thread.
+  named_sync(kEpilogueBar, 128 * kBwdConsumers);
+  unsigned char* dk_tile = smem + L::q;
+  unsigned char* dv_tile = smem + L::q + L::kQBytes;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = 16 * warp + g + 8 * h;
+#pragma unroll
+    for (int n = 0; n < kWideD / 16; ++n) {
+      const std::uint32_t at = swizzled(kWideKeys, r, kWideD / 2 * c + 8 * n + 2 * t);
+      *reinterpret_cast<std::uint32_t*>(dk_tile + at) =
+          step06::Mma<T>::pack(prm.scale * dk[4 * n + 2 * h], prm.scale * dk[4 * n + 2 * h + 1]);
+      *reinterpret_cast<std::uint32_t*>(dv_tile + at) = step06::Mma<T>::pack(dv[4 * n + 2 * h], dv[4 * n + 2 * h + 1]);
+    }
+  }
+  cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+  named_sync(kEpilogueBar, 128 * kBwdConsumers);
+  if (threadIdx.x == 128) {
+    store_tile(&dk_map, dk_tile, k0, bh);
+    store_tile(&dv_map, dv_tile, k0, bh);
     cuda::ptx::cp_async_bulk_commit_group();
     cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
   }
@@ -383,8 +609,22 @@ constexpr const char* kWorkspace =
     "the fp32 dQ accumulator, D and L·log2 e (B·H·Np·(d + 2) floats, Np = N rounded up to 64) and a "
     "counter per query block";
 
+/// The dK/dV kernel of a head dimension, its keys a block and its shared memory.
+template <class T, int kD>
+struct DkdvKernel {
+  static constexpr auto kernel = dkdv_kernel<T, kD>;
+  static constexpr std::size_t smem = BwdSmem<kD>::bytes + 1024;  // + the base's alignment
+};
+template <class T>
+struct DkdvKernel<T, kWideD> {
+  static constexpr auto kernel = dkdv_wide_kernel<T>;
+  static constexpr std::size_t smem = WideSmem::bytes + 1024;
+};
+
 template <class T, int kD>
 void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool deterministic) {
+  using K = DkdvKernel<T, kD>;
+  constexpr int kKeys = backward_keys(kD);
   const BwdWorkspace w = carve(p, ws);
   const int N = p.N, Np = step06::padded_rows(N), qb = tiles::q_blocks(N, kQ);
   const std::size_t heads = p.heads();
@@ -397,12 +637,11 @@ void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool d
 
   auto map = [&](const void* x, int box) { return make_tile_map(x, p.dtype, N, heads, kD, box); };
   const BwdParams prm{N, Np, qb, p.softmax_scale(), p.causal, deterministic, w.l2, w.dsum, w.dq_acc, w.order};
-  const std::size_t smem = BwdSmem<kD>::bytes + 1024;  // + the base's alignment
-  set_smem_limit(dkdv_kernel<T, kD>, smem);
-  const dim3 grid(unsigned(tiles::kv_blocks(N, kBc)), unsigned(heads));
-  dkdv_kernel<T, kD><<<grid, 128 * (1 + kBwdConsumers), smem, s>>>(
-      map(a.q, kQ), map(a.k, kBc), map(a.v, kBc), map(a.dout, kQ), map(a.dk, kRowsPerConsumer),
-      map(a.dv, kRowsPerConsumer), prm);
+  set_smem_limit(K::kernel, K::smem);
+  const dim3 grid(unsigned(tiles::kv_blocks(N, kKeys)), unsigned(heads));
+  K::kernel<<<grid, 128 * (1 + kBwdConsumers), K::smem, s>>>(map(a.q, kQ), map(a.k, kKeys), map(a.v, kKeys),
+                                                             map(a.dout, kQ), map(a.dk, kRowsPerConsumer),
+                                                             map(a.dv, kRowsPerConsumer), prm);
   FA_CHECK_LAUNCH();
 
   const std::size_t pairs = heads * Np * kD / 2;
@@ -416,16 +655,17 @@ void run_d(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool de
   p.dtype == DType::bf16 ? launch<__nv_bfloat16, kD>(p, a, ws, s, det) : launch<__half, kD>(p, a, ws, s, det);
 }
 void run(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool det) {
-  p.d == 64 ? run_d<64>(p, a, ws, s, det) : run_d<128>(p, a, ws, s, det);  // gpu::backward checked d
+  // gpu::backward checked d
+  p.d == 64 ? run_d<64>(p, a, ws, s, det) : p.d == 128 ? run_d<128>(p, a, ws, s, det) : run_d<256>(p, a, ws, s, det);
 }
 void run_any_order(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) { run(p, a, ws, s, false); }
 void run_in_order(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) { run(p, a, ws, s, true); }
 
 }  // namespace
 
-const GpuBackward kBackward{"step07 backward", 128, workspace_bytes, kWorkspace, nullptr, run_any_order, kBackwardD,
+const GpuBackward kBackward{"step07 backward", 256, workspace_bytes, kWorkspace, nullptr, run_any_order, kBackwardD,
                             kSm, true};
-const GpuBackward kBackwardDeterministic{"det: dQ added in key-block order", 128, workspace_bytes, kWorkspace, nullptr,
+const GpuBackward kBackwardDeterministic{"det: dQ added in key-block order", 256, workspace_bytes, kWorkspace, nullptr,
                                          run_in_order, kBackwardD, kSm, true};
 
 }  // namespace fa::step07

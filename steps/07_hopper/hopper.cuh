@@ -174,6 +174,29 @@ __device__ __forceinline__ void rs_mn(float (&d)[N / 2], const std::uint32_t (&a
   for (int kk = 0; kk < K / 16; ++kk) Wgmma<T, N>::template rs<1>(d, a[kk], descriptor(b + kk * 16 * 128, panel), true);
 }
 
+/// D(64×N) += A·B with both in shared memory: A K-major in one 64-column panel (K ≤ 64: a
+/// 16-column k step is 32 bytes along its rows), B MN-major as in rs_mn. The backward's
+/// dV += Pᵀ·dO and dK += dSᵀ·Q at d = 256, where Pᵀ and dSᵀ come from shared memory.
+template <class T, int N, int K>
+__device__ __forceinline__ void ss_kmn(float (&d)[N / 2], std::uint32_t a, std::uint32_t b, std::uint32_t panel) {
+  static_assert(K <= kPanel, "A is one panel");
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk)
+    Wgmma<T, N>::template ss<0, 1>(d, descriptor(a + kk * 32, 0), descriptor(b + kk * 16 * 128, panel), true);
+}
+
+/// D(64×N) = A·B with both MN-major in shared memory (A read transposed: its rows are the
+/// k index, its m index runs along a row, as B's n does): a 16-row k step is 2048 bytes in
+/// both; a_panel, b_panel their LBOs. The backward's dQ = dS·K, dS read from dSᵀ.
+template <class T, int N, int K>
+__device__ __forceinline__ void ss_mnmn(float (&d)[N / 2], std::uint32_t a, std::uint32_t a_panel, std::uint32_t b,
+                                        std::uint32_t b_panel) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk)
+    Wgmma<T, N>::template ss<1, 1>(d, descriptor(a + kk * 16 * 128, a_panel), descriptor(b + kk * 16 * 128, b_panel),
+                                   kk > 0);
+}
+
 // ---------------------------------------------------------------------------------
 // Warp specialisation.
 

@@ -18,11 +18,12 @@ Traffic traffic_forward(const Problem& p) { return step06::traffic_forward_tiled
 
 namespace fa::step07 {
 
-// The backward's blocks are step 06's at d ≤ 128 (128 keys, 64 queries), and so are its
-// rounding points: its model is step 06's. What differs is where dQ's partial sums go
-// (TMA bulk reductions instead of atomics: the same fp32 additions, in another order).
-static_assert(kBwdKeys == step06::backward_keys(128) && kBwdKeys == step06::backward_keys(64) &&
-                  kBwdQueries == step06::kBwdQueries,
+// The backward's blocks are step 06's (128 keys at d ≤ 128, 64 at d = 256; 64 queries),
+// and so are its rounding points: its model is step 06's. What differs is where dQ's
+// partial sums go (TMA bulk reductions instead of atomics: the same fp32 additions, in
+// another order), and at d = 256 which warpgroup computes which columns.
+static_assert(backward_keys(64) == step06::backward_keys(64) && backward_keys(128) == step06::backward_keys(128) &&
+                  backward_keys(256) == step06::backward_keys(256) && kBwdQueries == step06::kBwdQueries,
               "step 07's backward blocks are step 06's: its model is step 06's");
 
 ModelBackward model_backward(const Problem& p, const Qkv& in, const ForwardOut& fwd, const std::vector<float>& dout) {

@@ -18,10 +18,11 @@
 //   epilogue   O through shared memory and a TMA store; L written as in every step.
 // Backward (backward.cu): step 06's (K/V outer, its preprocess, its blocks and rounding
 // points) on the same pieces — K_j, V_j once and Q_i, dO_i, L_i, D_i through a TMA ring,
-// the five products on wgmma in two consumer warpgroups of 64 keys, dQ added into an
+// the five products on wgmma in two consumer warpgroups of 64 keys each (at d = 256 one
+// block of 64 keys, the consumers splitting dK's and dV's columns), dQ added into an
 // fp32 accumulator by TMA bulk reductions from the producer's second warp; a
 // deterministic mode adds them in key-block order.
-// Limits: d = 64, 128 or 256 (the backward: 64, 128), bf16 or fp16; a Hopper GPU (sm_90:
+// Limits: d = 64, 128 or 256, bf16 or fp16; a Hopper GPU (sm_90:
 // the kernels are built for sm_90a only, and refuse anything else in one line).
 // Note: notes/07_hopper.md.
 #pragma once
@@ -95,11 +96,14 @@ Traffic traffic_forward(const Problem& p);  ///< elements (×2 bytes, L ×4)
 constexpr int kBwdConsumers = 2;
 constexpr int kBwdKeys = kBwdConsumers * kRowsPerConsumer;  ///< B_c
 constexpr int kBwdQueries = 64;                             ///< queries per step of the inner loop
-constexpr int kBwdStages = 2;                               ///< query blocks in flight
-inline constexpr int kBackwardD[] = {64, 128, 0};           ///< the head dimensions of the backward
+constexpr int kBwdStages = 2;                               ///< query blocks in flight (Q_i; dO_i too at d ≤ 128)
+inline constexpr int kBackwardD[] = {64, 128, 256, 0};      ///< the head dimensions of the backward
+/// B_c by d: at d = 256 a consumer cannot hold dK and dV for 64 keys (2·64·256 fp32, 256
+/// registers a thread), so a block owns 64 keys and each consumer half of their columns.
+FA_HD constexpr int backward_keys(int d) { return d == 256 ? kRowsPerConsumer : kBwdKeys; }
 
-/// CPU model of the backward: step 06's model, whose blocks (128 keys × 64 queries at
-/// d ≤ 128) and rounding points (Pᵀ and dSᵀ in 16 bits before their products, dQ summed
+/// CPU model of the backward: step 06's model, whose blocks (backward_keys(d) keys × 64
+/// queries) and rounding points (Pᵀ and dSᵀ in 16 bits before their products, dQ summed
 /// in fp32 over key blocks) are step 07's. Throws unless d is in kBackwardD.
 ModelBackward model_backward(const Problem& p, const Qkv& in, const ForwardOut& fwd, const std::vector<float>& dout);
 Traffic traffic_backward(const Problem& p);  ///< elements, as step 06's

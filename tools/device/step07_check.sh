@@ -72,21 +72,21 @@ if [ "$PHASE" = bwd ]; then
   # The backward beside step 06, cuDNN and FlashAttention-2; the deterministic mode beside the default.
   NS=${NS:-1024,2048,4096,8192,16384,32768}
   for tokens in ${TOKENS:-131072 524288}; do
-    "$BUILD/tools/bench/fa_bench" --steps 06,07 --dtype bf16 --d 64,128 --N "$NS" --dir bwd --tokens $tokens \
+    "$BUILD/tools/bench/fa_bench" --steps 06,07 --dtype bf16 --d ${DS:-64,128,256} --N "$NS" --dir bwd --tokens $tokens \
       --reps 10 --csv "$R/bench07bwd_t$tokens.csv" 2> "$L/bench07bwd_t$tokens.log"; tail -1 "$L/bench07bwd_t$tokens.log"
-    python3 tools/bench/peers.py --dtypes bf16 --d 64,128 --N "$NS" --dir bwd --backends flash,cudnn \
+    python3 tools/bench/peers.py --dtypes bf16 --d ${DS:-64,128,256} --N "$NS" --dir bwd --backends flash,cudnn \
       --tokens $tokens --reps 10 --csv "$R/peers07bwd_t$tokens.csv" 2> "$L/peers07bwd_t$tokens.log"
     tail -1 "$L/peers07bwd_t$tokens.log"; stamp "benched the backward at B·H·N = $tokens"
   done
-  "$BUILD/tools/bench/fa_bench" --steps 07 --versions --dtype bf16 --d 64,128 --N 2048,8192 --dir bwd \
+  "$BUILD/tools/bench/fa_bench" --steps 07 --versions --dtype bf16 --d 64,128,256 --N 2048,8192 --dir bwd \
     --tokens 131072 --reps 10 --csv "$R/versions07bwd.csv" 2> "$L/versions07bwd.log"; tail -1 "$L/versions07bwd.log"
   python3 tools/bench/compare07.py "$R" --dir bwd > "$R/compare07bwd.txt"; tail -8 "$R/compare07bwd.txt"
   # Extra device memory (the workspace) at N = 131072, B·H = 16, beside step 06's: one timed run each.
-  "$BUILD/tools/bench/fa_bench" --steps 06,07 --dtype bf16 --d 64,128 --N 131072 --dir bwd --tokens 2097152 \
+  "$BUILD/tools/bench/fa_bench" --steps 06,07 --dtype bf16 --d 64,128,256 --N 131072 --dir bwd --tokens 2097152 \
     --reps 1 --csv "$R/memory07bwd.csv" 2> "$L/memory07bwd.log"; tail -1 "$L/memory07bwd.log"
-  # What the profiler shows of the backward's kernels (d = 64, 128, N = 8192, B·H·N = 131072, not causal).
+  # What the profiler shows of the backward's kernels (d = 64, 128, 256, N = 8192, B·H·N = 131072, not causal).
   timeout 200 ncu --clock-control none --csv --metrics gpu__time_duration.sum,sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active,smsp__warp_issue_stalled_barrier_per_warp_active.pct,smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct,lts__t_sectors_op_red.sum,dram__bytes_read.sum \
-    "$BUILD/tools/bench/fa_bench" --once --steps 07 --versions --dtype bf16 --d 64,128 --N 8192 --causal 0 --dir bwd \
+    "$BUILD/tools/bench/fa_bench" --once --steps 07 --versions --dtype bf16 --d 64,128,256 --N 8192 --causal 0 --dir bwd \
     --tokens 131072 > "$R/ncu07bwd.csv" 2> "$L/ncu07bwd.log"; echo "ncu rc=$? $(grep -c gpu__time "$R/ncu07bwd.csv") kernels"
   stamp "backward benched"; exit 0
 fi
