@@ -164,6 +164,20 @@ __device__ void write_dq(const BwdParams& prm, const float* staging, std::uint64
   cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});
 }
 
+/// A consumer's dQ piece (64 queries × 64 columns, fp32: the m64n64 accumulator, 32
+/// registers a thread) to the writer: once the slot is free (dq_empty's phase of this
+/// parity), staged as the accumulator lays it out (dq_piece: register x of thread tid at
+/// x·128 + tid), fenced for the bulk reduction's proxy, announced by each warp's lane 0.
+__device__ __forceinline__ void stage_dq(const float (&dq)[kChunkFloats / 128], float* slot, std::uint64_t* empty,
+                                         std::uint32_t parity, std::uint64_t* full, int tid) {
+  wait(empty, parity);
+#pragma unroll
+  for (int x = 0; x < kChunkFloats / 128; ++x) slot[x * 128 + tid] = dq[x];
+  cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // read by the bulk reduction
+  __syncwarp();
+  if (tid % 32 == 0) arrive(full);
+}
+
 template <class T, int kD>
 __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     dkdv_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
@@ -218,7 +232,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   const float mul = prm.scale * step06::kLog2e;
   const std::uint32_t k_tile = smem_u32(smem + L::k), v_tile = smem_u32(smem + L::v);
   const std::uint32_t kv_rows = kRowsPerConsumer * c * 128;  // consumer c's keys inside a K/V panel
-  float* stage_dq = reinterpret_cast<float*>(smem + L::dq) + c * kChunkFloats;
+  float* stage_dq_at = reinterpret_cast<float*>(smem + L::dq) + c * kChunkFloats;  // this consumer's slot
 
   float dk[kD / 2] = {}, dv[kD / 2] = {};  // dK_c, dV_c: 64 keys × kD; register 4n + 2h + e = key g + 8h, column 8n + 2t + e
   wait(bars.kv_full, 0);
@@ -306,14 +320,8 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       wgmma_wait<1>(dk);
       release_stage();
       wgmma_wait<0>(dq);
-      // The piece to the writer, staged as the accumulator lays it out (dq_piece).
       const int m = it * P::kPanels + panel;
-      wait(&bars.dq_empty[c], P::parity(m) ^ 1);
-#pragma unroll
-      for (int x = 0; x < kChunkFloats / 128; ++x) stage_dq[x * 128 + tid] = dq[x];
-      cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // read by the bulk reduction
-      __syncwarp();
-      if (lane == 0) arrive(&bars.dq_full[c]);
+      stage_dq(dq, stage_dq_at, &bars.dq_empty[c], P::parity(m) ^ 1, &bars.dq_full[c], tid);
     }
   }
 
@@ -456,7 +464,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   const std::uint32_t k_tile = smem_u32(smem + L::k), v_tile = smem_u32(smem + L::v);
   const std::uint32_t do_tile = smem_u32(smem + L::dout);
   const std::uint32_t cols = 2 * c * kQ * 128;  // panels 2c, 2c + 1 of a Q_i or dO_i tile: this consumer's columns
-  float* stage_dq = reinterpret_cast<float*>(smem + L::dq) + c * kChunkFloats;
+  float* stage_dq_at = reinterpret_cast<float*>(smem + L::dq) + c * kChunkFloats;  // this consumer's slot
 
   float dk[kWideD / 4] = {}, dv[kWideD / 4] = {};  // 64 keys × 128 columns: register 4n + 2h + e = key 16·warp + g + 8h, column 128c + 8n + 2t + e
   wait(bars.kv_full, 0);
@@ -533,12 +541,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       }
       wgmma_wait<0>(dq);
       const int m = it * P::kPanels + panel;
-      wait(&bars.dq_empty[c], P::parity(m) ^ 1);
-#pragma unroll
-      for (int x = 0; x < kChunkFloats / 128; ++x) stage_dq[x * 128 + tid] = dq[x];
-      cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // read by the bulk reduction
-      __syncwarp();
-      if (lane == 0) arrive(&bars.dq_full[c]);
+      stage_dq(dq, stage_dq_at, &bars.dq_empty[c], P::parity(m) ^ 1, &bars.dq_full[c], tid);
     }
   }
 
