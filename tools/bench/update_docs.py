@@ -691,7 +691,7 @@ def table_sass07(D):
     out = ["Per kernel (bf16; fp16 compiles to the same counts), from `cuobjdump --dump-sass` of the sm_90a build "
            f"(`{rel(path)}`):", ""]
     out += [f"- `{x.split(':')[0].replace('void ', '')}`: {x.split(': ', 1)[1]}" for x in lines
-            if "bf16" in x and (x.startswith("void forward_kernel") or x.startswith("void dkdv_kernel"))]
+            if "bf16" in x and x.startswith(("void forward_kernel", "void dkdv_kernel", "void dkdv_wide_kernel"))]
     out += ["", "The versions' kernels (h1–h6) likewise: no local memory in any of them."]
     return out
 
@@ -701,11 +701,13 @@ STEP07_BWD = [("b1", "bwd07_first", "TMA + wgmma + a producer warpgroup; dQ by T
                "each consumer's partial over its 64 keys (two reductions a query block)"),
               ("b2", "bwd07_b2", "+ dQ's 64-column pieces dealt to the consumers in turn (d = 64: one reduction a "
                "query block, every other block each), query blocks last to first"),
-              ("b3", ".", "**production**: + a query block's stage released before dQ's piece")]
+              ("b3", "bwd07_b3", "+ a query block's stage released before dQ's piece"),
+              ("b4", ".", "**production**: + d = 256 in a second kernel, 64 keys a block, the consumers splitting dK's "
+               "and dV's columns (b3's kernel unchanged at d ≤ 128)")]
 
 
 def table_step07_bwd_lesson(D):
-    cols = [(64, 0), (64, 1), (128, 0), (128, 1)]
+    cols = [(64, 0), (64, 1), (128, 0), (128, 1), (256, 0), (256, 1)]
     out = [f"bf16 backward, B·H·N = 131072, N = 16384, on {device07(D)}; each row its own run (machine), so "
            f"TFLOP/s with the ratio to cuDNN of that run in brackets.", "",
            "| step | the idea | " + " | ".join(f"d = {d}{', causal' if c else ''}" for d, c in cols) + " |",
@@ -725,7 +727,7 @@ def table_step07_det(D):
     out = [f"bf16 backward, B·H·N = 131072, on {device07(D)}, one run: TFLOP/s of the default (dQ's pieces added "
            f"as they come) and the deterministic mode (in key-block order), and what the order costs.", "",
            "| d | causal | N | default | deterministic | deterministic ÷ default |", "|---|---|---|---|---|---|"]
-    for d in (64, 128):
+    for d in (64, 128, 256):
         for c in (0, 1):
             for N in (2048, 8192):
                 a = D.find(rows, step="07", dir="bwd", d=d, causal=c, N=N)
@@ -816,17 +818,21 @@ def shape08(key):
     return f"{H} | {Hkv if Hkv != H else '—'} | {N} | {Nk // 1024}k | {'yes' if c else 'no'}"
 
 
+REPEATS08 = ("decode08_rep", "decode08_run3")  # the decode bench rerun in later sessions
+
+
 def table_step08_decode(D):
     """Every decoding shape of the final run: step 08 against PyTorch's best backend and step 06, and its bandwidth."""
     rows, copy = decode08(D.folder)
-    rep, _ = decode08(os.path.join(D.folder, "decode08_rep"))
+    reps = [decode08(os.path.join(D.folder, f))[0] for f in REPEATS08]
     out = [f"bf16, d = 128, B = 1, on {device08(D)}; one run (`{rel(os.path.join(D.folder, 'bench08.csv'))}` and "
-           f"`peers08*.csv`), and the ratio of a second run in another session (`decode08_rep/`). GB/s: the fewest "
+           f"`peers08*.csv`), and the ratios of two more runs in other sessions (`decode08_rep/`, `decode08_run3/`, the "
+           f"third after the last host-code change). GB/s: the fewest "
            f"bytes (Q, K, V read once, O and L written) over the time, beside this GPU's device-to-device copy, "
            f"{copy:.0f} GB/s read + written. PyTorch: `scaled_dot_product_attention`'s fastest backend at the shape "
            f"(flash = FlashAttention-2, cudnn, efficient, math). Bold: below 1.0.", "",
            "| B·H | H_kv | N_q | N_kv | causal | step 08 ms | GB/s (× copy) | PyTorch best ms | step 08 × PyTorch | "
-           "second run | step 06 ms | × step 06 |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "runs 2, 3 | step 06 ms | × step 06 |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     def bold(x):
         return f"**{x:.2f}**" if round(x, 2) < 1 else f"{x:.2f}"
     for key in sorted(rows, key=lambda k: (k[0] != k[1], k[4], k[0], k[2], k[3])):
@@ -835,9 +841,8 @@ def table_step08_decode(D):
             continue
         ms = float(c["08"]["ms"])
         who, best = best_peer(c)
-        second = "—"
-        if key in rep and "08" in rep[key]:
-            second = bold(best_peer(rep[key])[1] / float(rep[key]["08"]["ms"]))
+        second = ", ".join(bold(best_peer(r[key])[1] / float(r[key]["08"]["ms"])) if key in r and "08" in r[key]
+                           else "—" for r in reps)
         s06 = float(c["06"]["ms"]) if "06" in c else 0
         out.append(f"| {shape08(key)} | {ms:.4f} | {float(c['08']['gbps']):.0f} ({float(c['08']['gbps']) / copy:.2f}) | "
                    f"{best:.4f} ({who}) | {bold(best / ms)} | {second} | {s06:.4f} | {s06 / ms:.1f} |")
@@ -846,11 +851,12 @@ def table_step08_decode(D):
 
 def table_step08_summary(D):
     """Ranges of step 08's ratios per group of shapes, both runs."""
-    out = [f"bf16, d = 128, N_kv = 8k–128k, on {device08(D)}; ratios of time (bold: below 1.0), two runs in two "
-           f"sessions (the second: `decode08_rep/`).", "",
-           "| B·H | H_kv | N_q | step 08 × PyTorch's best, run 1 | run 2 | step 08 × step 06 | step 08 GB/s ÷ copy | "
-           "step 06 GB/s ÷ copy |", "|---|---|---|---|---|---|---|---|"]
-    runs = [decode08(D.folder), decode08(os.path.join(D.folder, "decode08_rep"))]
+    out = [f"bf16, d = 128, N_kv = 8k–128k, on {device08(D)}; ratios of time (bold: below 1.0), three runs in three "
+           f"sessions (the second: `decode08_rep/`; the third, after the last host-code change: `decode08_run3/`); the "
+           f"other columns from run 1.", "",
+           "| B·H | H_kv | N_q | step 08 × PyTorch's best, run 1 | run 2 | run 3 | step 08 × step 06 | "
+           "step 08 GB/s ÷ copy | step 06 GB/s ÷ copy |", "|---|---|---|---|---|---|---|---|---|"]
+    runs = [decode08(D.folder)] + [decode08(os.path.join(D.folder, f)) for f in REPEATS08]
     def rng(xs, mark=True):
         lo, hi = min(xs), max(xs)
         b = "**" if mark and round(lo, 2) < 1 else ""
@@ -870,10 +876,10 @@ def table_step08_summary(D):
         v06 = [float(rows[k]["06"]["ms"]) / float(rows[k]["08"]["ms"]) for k in ks]
         bw = [float(rows[k]["08"]["gbps"]) / copy for k in ks]
         bw06 = [float(rows[k]["06"]["gbps"]) / copy for k in ks]
-        out.append(f"| {g[0]} | {g[1] if g[1] != g[0] else '—'} | {g[2]} | {cells[0]} | {cells[1]} | {rng(v06, False)} | "
+        out.append(f"| {g[0]} | {g[1] if g[1] != g[0] else '—'} | {g[2]} | {' | '.join(cells)} | {rng(v06, False)} | "
                    f"{rng(bw, False)} | {rng(bw06, False)} |")
-    out += ["", f"Step 08 below PyTorch's best in {counts[0][0]} of {counts[0][1]} shapes in run 1, in {counts[1][0]} of "
-            f"{counts[1][1]} in run 2."]
+    out += ["", "Step 08 below PyTorch's best in " +
+            ", ".join(f"{n} of {m} shapes in run {i + 1}" for i, (n, m) in enumerate(counts)) + "."]
     return out
 
 

@@ -2,8 +2,10 @@
 # Step 07 on the H200 in one call: build (sm_90; step 07 itself is sm_90a), its GPU
 # tests, compute-sanitizer (memcheck, racecheck, synccheck), the SASS facts, and the
 # forward beside step 06 and PyTorch's FlashAttention-2 and cuDNN backends.
-#   [PHASE=test|bench|bwd|all|final] bash tools/device/step07_check.sh [build-dir]
+#   [PHASE=test|bench|bwd|bwdbench|bwdprof|all|final] bash tools/device/step07_check.sh [build-dir]
 # (bwd: the tests and sanitizers, then the backward's bench instead of the forward's;
+#  bwdbench, bwdprof: without the tests, the backward's tables against the peers, or its
+#  versions, memory and profile — the two halves of bwd, each within one call's 10 minutes;
 #  final: the whole build and ctest, and the GPU's bf16 GEMM rate)
 # Results (bench07*.csv, peers07*.csv, versions07.csv, ncu07.csv, sass07.txt, device07.txt)
 # into $OUT/results.tgz, to be unpacked into notes/results/h200; logs into $OUT/logs.tgz
@@ -41,20 +43,20 @@ print(f"{2 * 8192**3 / statistics.median(ts) / 1e9:.1f} TFLOP/s bf16 torch.matmu
 PY
   cat "$R/gemm07.txt"; stamp final; exit $rc
 fi
-if [ "$PHASE" != bench ]; then
+if [ "$PHASE" != bench ] && [ "$PHASE" != bwdbench ] && [ "$PHASE" != bwdprof ]; then
   { echo "SASS of step 07's kernels (cuobjdump --dump-sass), per kernel: wgmma, TMA loads/stores, local memory"
     cuobjdump --dump-sass "$BUILD"/steps/07_hopper/libstep07.a |
       awk '/Function :/{f=$3} /HGMMA/{h[f]++} /UTMALDG/{ld[f]++} /UTMASTG/{st[f]++} /LDL|STL/{l[f]++}
            END{for(k in h) printf "%s: %d HGMMA, %d UTMALDG, %d UTMASTG, %d LDL/STL\n", k, h[k], ld[k], st[k], l[k]}' |
       (c++filt 2>/dev/null || cat) | sed -E 's/fa::step07::\(anonymous namespace\):://; s/__nv_bfloat16/bf16/g; s/__half/fp16/g; s/\(CUtensorMap_st[^)]*\)//' | sort
   } > "$R/sass07.txt" 2>&1; grep -c HGMMA "$R/sass07.txt"; grep -v " 0 LDL" "$R/sass07.txt" | head -5
-  timeout 300 "$exe" --gpu --gpu-min-sm 90 --gpu-exact-sm "[gpu]" >"$L/test07.log" 2>&1; rc=$?
+  timeout ${TEST_TIMEOUT:-300} "$exe" --gpu --gpu-min-sm 90 --gpu-exact-sm "[gpu]" >"$L/test07.log" 2>&1; rc=$?
   tail -3 "$L/test07.log"; [ $rc -ne 0 ] && grep -B4 -A25 "FAILED" "$L/test07.log" | head -150
   stamp tested
   if [ $rc -eq 0 ]; then
     for tool in memcheck racecheck synccheck; do
       ( q=1; [ $tool = racecheck ] && q=2
-        FA_TEST_QUICK=$q timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$exe" --gpu "[gpu]" \
+        FA_TEST_QUICK=$q timeout ${SAN_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 9 "$exe" --gpu "[gpu]" \
           >"$L/san-$tool-step07.log" 2>&1
         echo "$tool step07 rc=$? $(grep -hE 'SUMMARY|passed|failed' "$L/san-$tool-step07.log" | tr '\n' ' ')" ) &
     done
@@ -68,10 +70,10 @@ if [ "$PHASE" != bench ]; then
 fi
 [ "$PHASE" = test ] && exit $rc
 [ $rc -ne 0 ] && exit $rc
-if [ "$PHASE" = bwd ]; then
+if [ "$PHASE" = bwd ] || [ "$PHASE" = bwdbench ] || [ "$PHASE" = bwdprof ]; then
   # The backward beside step 06, cuDNN and FlashAttention-2; the deterministic mode beside the default.
   NS=${NS:-1024,2048,4096,8192,16384,32768}
-  for tokens in ${TOKENS:-131072 524288}; do
+  [ "$PHASE" != bwdprof ] && for tokens in ${TOKENS:-131072 524288}; do
     "$BUILD/tools/bench/fa_bench" --steps 06,07 --dtype bf16 --d ${DS:-64,128,256} --N "$NS" --dir bwd --tokens $tokens \
       --reps 10 --csv "$R/bench07bwd_t$tokens.csv" 2> "$L/bench07bwd_t$tokens.log"; tail -1 "$L/bench07bwd_t$tokens.log"
     python3 tools/bench/peers.py --dtypes bf16 --d ${DS:-64,128,256} --N "$NS" --dir bwd --backends flash,cudnn \
@@ -80,7 +82,10 @@ if [ "$PHASE" = bwd ]; then
   done
   "$BUILD/tools/bench/fa_bench" --steps 07 --versions --dtype bf16 --d 64,128,256 --N 2048,8192 --dir bwd \
     --tokens 131072 --reps 10 --csv "$R/versions07bwd.csv" 2> "$L/versions07bwd.log"; tail -1 "$L/versions07bwd.log"
-  python3 tools/bench/compare07.py "$R" --dir bwd > "$R/compare07bwd.txt"; tail -8 "$R/compare07bwd.txt"
+  if [ "$PHASE" != bwdprof ]; then
+    python3 tools/bench/compare07.py "$R" --dir bwd > "$R/compare07bwd.txt"; tail -8 "$R/compare07bwd.txt"
+  fi
+  [ "$PHASE" = bwdbench ] && { stamp "backward benched"; exit 0; }
   # Extra device memory (the workspace) at N = 131072, B·H = 16, beside step 06's: one timed run each.
   "$BUILD/tools/bench/fa_bench" --steps 06,07 --dtype bf16 --d 64,128,256 --N 131072 --dir bwd --tokens 2097152 \
     --reps 1 --csv "$R/memory07bwd.csv" 2> "$L/memory07bwd.log"; tail -1 "$L/memory07bwd.log"
