@@ -33,7 +33,9 @@ if [ "$PHASE" = final ]; then
   # The whole suite; step 08's assertion count from its part of the verbose log.
   (cd "$BUILD" && ctest -j4 -V) >"$L/ctest.log" 2>&1; rc=$?
   n=$(grep -oE "Test +#[0-9]+: step08 gpu" "$L/ctest.log" | grep -oE "[0-9]+" | head -1)
-  { grep -m1 -E "^[0-9]+% tests passed" "$L/ctest.log"; grep -E "Test +#[0-9]+: step0[68]" "$L/ctest.log" | sed -E 's/ +/ /g; s/^ //'
+  { grep -m1 -E "^[0-9]+% tests passed" "$L/ctest.log"  # then every test's line, by number
+    grep -E "Test +#[0-9]+: .*(Passed|Failed|Not Run|\*\*\*)" "$L/ctest.log" | sed -E 's/^ *[0-9]+\/[0-9]+ //; s/ +/ /g; s/^ //' |
+      sort -t'#' -k2 -n
   } > "$R/ctest08.txt"; cat "$R/ctest08.txt"
   grep -E "^$n: (All tests passed|test cases)" "$L/ctest.log" | sed "s/^$n: //" > "$L/test-step08.log"
   [ $rc -ne 0 ] && grep -B4 -A25 "FAILED" "$L/ctest.log" | head -120
