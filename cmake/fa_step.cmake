@@ -1,6 +1,6 @@
 # fa_add_step(<NN> <name> MODEL <cpu sources> [KERNELS <cuda sources>] [DEPENDS <steps>]
 #             TESTS <test sources> [TEST_DEPENDS <earlier steps the tests compare with>]
-#             [MIN_SM <cc×10: the oldest GPU its kernels run on, e.g. 80>] [EXACT_SM])
+#             [MIN_SM <cc×10: the oldest GPU its kernels run on, e.g. 80>] [EXACT_SM] [CPU_ONLY])
 #
 # Makes, for step NN:
 #   stepNN         the step's library: its CPU model always, its kernels when CUDA is on
@@ -10,8 +10,9 @@
 #                        executable exits 77, which CTest reports as "Not Run", never "Passed";
 #                        so does a GPU older than MIN_SM (with EXACT_SM: any GPU but
 #                        MIN_SM, for architecture-specific code such as sm_90a).
+#                        CPU_ONLY: no such entry (a step that has no kernels yet).
 function(fa_add_step number name)
-  cmake_parse_arguments(FA "EXACT_SM" "MIN_SM" "MODEL;KERNELS;DEPENDS;TESTS;TEST_DEPENDS" ${ARGN})
+  cmake_parse_arguments(FA "EXACT_SM;CPU_ONLY" "MIN_SM" "MODEL;KERNELS;DEPENDS;TESTS;TEST_DEPENDS" ${ARGN})
   set(lib step${number})
   set(sources ${FA_MODEL})
   if(FA_HAVE_CUDA)
@@ -34,7 +35,11 @@ function(fa_add_step number name)
     if(FA_EXACT_SM)
       set(exact EXACT_SM)
     endif()
-    fa_add_tests(${lib} GPU MIN_SM ${FA_MIN_SM} ${exact} ${FA_TESTS})
+    set(gpu GPU)
+    if(FA_CPU_ONLY)
+      set(gpu)
+    endif()
+    fa_add_tests(${lib} ${gpu} MIN_SM ${FA_MIN_SM} ${exact} ${FA_TESTS})
     target_link_libraries(${lib}_tests PRIVATE ${lib} ${FA_TEST_DEPENDS})
   endif()
 endfunction()
