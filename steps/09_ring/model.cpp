@@ -6,7 +6,6 @@
 #include <string>
 
 #include "common/compare.hpp"  // poison_value
-#include "steps/03_online_softmax/online_softmax.hpp"
 #include "steps/06_tensor_cores/step06.hpp"
 #include "steps/09_ring/step09.hpp"
 
@@ -40,13 +39,9 @@ void require_supported(const Problem& p, int ranks) {
 }
 
 void merge_normalised(float& L, float* o, float L_new, const float* o_new, int d) {
-  // Each part as a state (m = its L, ℓ = 1, O = its normalised O): e^m·ℓ is its sum of
-  // exponentials, and O/ℓ its output. The merged state is then normalised again.
-  float m = L, l = 1.0f;
-  online::merge(m, l, o, L_new, 1.0f, o_new, d);
-  if (l == 0.0f) return;  // both parts empty: nothing changes
-  for (int c = 0; c < d; ++c) o[c] /= l;
-  L = online::lse(m, l);
+  const RowMerge w = merge_rows(L, L_new);
+  for (int c = 0; c < d; ++c) o[c] = merge_column(w, o[c], o_new[c]);
+  L = w.L;
 }
 
 namespace {

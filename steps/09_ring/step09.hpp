@@ -29,7 +29,9 @@
 #include <vector>
 
 #include "common/hbm.hpp"
+#include "common/hd.hpp"
 #include "common/problem.hpp"
+#include "steps/03_online_softmax/online_softmax.hpp"
 
 namespace fa::step09 {
 
@@ -58,9 +60,26 @@ std::vector<LocalCall> local_calls(int rank, int step, int ranks, bool causal);
 /// and N divisible by 2R.
 void require_supported(const Problem& p, int ranks);
 
-/// Merges a finished partial result (o_new normalised, L_new) of one row into the running
-/// one (o, L), both over disjoint key ranges: the merge rule with each part's ℓ = 1
-/// against its own maximum L. L = −∞ is the empty part (weight 0).
+/// The merge of two finished partial results of one row over disjoint keys, (O, L) and
+/// (O_new, L_new), O normalised: the merge rule with each part the state (m = its L,
+/// ℓ = 1, its O), since e^L is its sum of exponentials. L = −∞ is the empty part (weight
+/// 0). One copy for the CPU model and the kernel: the row's two weights and its new L,
+/// then every column by merge_column.
+struct RowMerge {
+  float w_old, w_new, L;  ///< O = w_old·O + w_new·O_new, both weights already divided by ℓ
+};
+FA_HD RowMerge merge_rows(float L, float L_new) {
+  // exercise 09-merge: the weights of the two finished parts against their common maximum (online::merge_weights), divided by the merged ℓ, and the merged L; both parts empty (ℓ = 0): nothing changes
+  // stub: (void)L_new;
+  // stub: return {1.0f, 0.0f, L};
+  const online::MergeWeights w = online::merge_weights(L, L_new);
+  const float l = w.w1 + w.w2;
+  if (l == 0.0f) return {1.0f, 0.0f, L};
+  return {w.w1 / l, w.w2 / l, online::lse(w.m, l)};
+  // end exercise
+}
+FA_HD float merge_column(const RowMerge& w, float o, float o_new) { return fmaf(w.w_old, o, w.w_new * o_new); }
+/// The two above for a row of d columns on the CPU.
 void merge_normalised(float& L, float* o, float L_new, const float* o_new, int d);
 
 /// What the model returns beyond the result: the bytes each rank sent (16-bit K, V; in
