@@ -110,6 +110,14 @@ RingForward model_forward(const Problem& p, const Qkv& in, int ranks);
 RingBackward model_backward(const Problem& p, const Qkv& in, const ForwardOut& fwd, const std::vector<float>& dout,
                             int ranks);
 
+/// The ring on one GPU (ring.cu; CUDA builds): R ranks as R pairs of CUDA streams, each
+/// with its slice of the tensors in device memory, the hops device-to-device copies
+/// issued under the products; the local calls those of the model, on step 06's kernels,
+/// merged by merge_kernel (merge_rows, merge_column). Throws fa::Error as
+/// require_supported does, and without a GPU step 06 runs on (sm_80 and newer).
+ForwardOut gpu_forward(const Problem& p, const Qkv& in, int ranks);
+Grads gpu_backward(const Problem& p, const Qkv& in, const ForwardOut& fwd, const std::vector<float>& dout, int ranks);
+
 /// Bytes a rank sends in one pass: forward (R − 1) hops of its K/V block (2 · B·H · N/R ·
 /// d 16-bit elements); backward the same K/V hops and R hops of dK, dV in fp32 (the last
 /// one home).
