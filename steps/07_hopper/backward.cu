@@ -164,6 +164,12 @@ __device__ void write_dq(const BwdParams& prm, const float* staging, std::uint64
   cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});
 }
 
+/// A query block's statistics, kQ floats of L·log2 e or of D (preprocess's), into
+/// shared memory by one bulk copy that completes on bar.
+__device__ __forceinline__ void load_stats(unsigned char* dst, const float* src, std::uint64_t* bar) {
+  cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, dst, src, std::uint32_t(kQ * 4), bar);
+}
+
 /// A consumer's dQ piece (64 queries × 64 columns, fp32: the m64n64 accumulator, 32
 /// registers a thread) to the writer: once the slot is free (dq_empty's phase of this
 /// parity), staged as the accumulator lays it out (dq_piece: register x of thread tid at
@@ -213,10 +219,8 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         load_tile(&q_map, smem + L::q + s * L::kQBytes, &bars.q_full[s], i * kQ, bh);
         load_tile(&do_map, smem + L::dout + s * L::kQBytes, &bars.q_full[s], i * kQ, bh);
         const std::size_t stat = std::size_t(bh) * prm.Np + std::size_t(i) * kQ;
-        cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, smem + L::l2 + s * kQ * 4,
-                                 prm.l2 + stat, std::uint32_t(kQ * 4), &bars.q_full[s]);
-        cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, smem + L::dsum + s * kQ * 4,
-                                 prm.dsum + stat, std::uint32_t(kQ * 4), &bars.q_full[s]);
+        load_stats(smem + L::l2 + s * kQ * 4, prm.l2 + stat, &bars.q_full[s]);
+        load_stats(smem + L::dsum + s * kQ * 4, prm.dsum + stat, &bars.q_full[s]);
       }
     } else if (threadIdx.x == 32) {
       write_dq<kD>(prm, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full, bars.dq_empty, j, bh, steps);
@@ -439,13 +443,11 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         wait(&bars.q_empty[s], (it / kStages) % 2 ^ 1);
         arrive_expecting(&bars.q_full[s], L::kQBytes + kQ * 4);
         load_tile(&q_map, smem + L::q + s * L::kQBytes, &bars.q_full[s], i * kQ, bh);
-        cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, smem + L::l2 + s * kQ * 4,
-                                 prm.l2 + stat, std::uint32_t(kQ * 4), &bars.q_full[s]);
+        load_stats(smem + L::l2 + s * kQ * 4, prm.l2 + stat, &bars.q_full[s]);
         wait(bars.do_empty, it % 2 ^ 1);
         arrive_expecting(bars.do_full, L::kQBytes + kQ * 4);
         load_tile(&do_map, smem + L::dout, bars.do_full, i * kQ, bh);
-        cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, smem + L::dsum, prm.dsum + stat,
-                                 std::uint32_t(kQ * 4), bars.do_full);
+        load_stats(smem + L::dsum, prm.dsum + stat, bars.do_full);
       }
     } else if (threadIdx.x == 32) {
       write_dq<kWideD>(prm, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full, bars.dq_empty, j, bh, steps);
