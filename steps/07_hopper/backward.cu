@@ -170,6 +170,25 @@ __device__ __forceinline__ void load_stats(unsigned char* dst, const float* src,
   cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, dst, src, std::uint32_t(kQ * 4), bar);
 }
 
+/// A consumer's dK (×scale) and dV, m64nN accumulators (register 4n + 2h + e = key
+/// 16·warp + g + 8h, column col0 + 8n + 2t + e), in 16 bits into 64-row tiles of the
+/// panel layout, for the epilogue's TMA stores.
+template <class T, int N>
+__device__ __forceinline__ void store_dkdv(unsigned char* dk_tile, unsigned char* dv_tile, const float (&dk)[N / 2],
+                                           const float (&dv)[N / 2], float scale, int col0, int warp, int g, int t) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = 16 * warp + g + 8 * h;
+#pragma unroll
+    for (int n = 0; n < N / 8; ++n) {
+      const std::uint32_t at = swizzled(kRowsPerConsumer, r, col0 + 8 * n + 2 * t);
+      *reinterpret_cast<std::uint32_t*>(dk_tile + at) =
+          step06::Mma<T>::pack(scale * dk[4 * n + 2 * h], scale * dk[4 * n + 2 * h + 1]);
+      *reinterpret_cast<std::uint32_t*>(dv_tile + at) = step06::Mma<T>::pack(dv[4 * n + 2 * h], dv[4 * n + 2 * h + 1]);
+    }
+  }
+}
+
 /// A consumer's dQ piece (64 queries × 64 columns, fp32: the m64n64 accumulator, 32
 /// registers a thread) to the writer: once the slot is free (dq_empty's phase of this
 /// parity), staged as the accumulator lays it out (dq_piece: register x of thread tid at
@@ -334,17 +353,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   named_sync(kEpilogueBar, 128 * kBwdConsumers);
   unsigned char* dk_tile = smem + L::q + c * L::kQBytes;
   unsigned char* dv_tile = smem + L::dout + c * L::kQBytes;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = 16 * warp + g + 8 * h;
-#pragma unroll
-    for (int n = 0; n < kD / 8; ++n) {
-      const std::uint32_t at = swizzled(kRowsPerConsumer, r, 8 * n + 2 * t);
-      *reinterpret_cast<std::uint32_t*>(dk_tile + at) =
-          step06::Mma<T>::pack(prm.scale * dk[4 * n + 2 * h], prm.scale * dk[4 * n + 2 * h + 1]);
-      *reinterpret_cast<std::uint32_t*>(dv_tile + at) = step06::Mma<T>::pack(dv[4 * n + 2 * h], dv[4 * n + 2 * h + 1]);
-    }
-  }
+  store_dkdv<T, kD>(dk_tile, dv_tile, dk, dv, prm.scale, 0, warp, g, t);
   cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
   named_sync(epilogue_bar(c), 128);
   if (tid == 0) {
@@ -552,17 +561,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   named_sync(kEpilogueBar, 128 * kBwdConsumers);
   unsigned char* dk_tile = smem + L::q;
   unsigned char* dv_tile = smem + L::q + L::kQBytes;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = 16 * warp + g + 8 * h;
-#pragma unroll
-    for (int n = 0; n < kWideD / 16; ++n) {
-      const std::uint32_t at = swizzled(kWideKeys, r, kWideD / 2 * c + 8 * n + 2 * t);
-      *reinterpret_cast<std::uint32_t*>(dk_tile + at) =
-          step06::Mma<T>::pack(prm.scale * dk[4 * n + 2 * h], prm.scale * dk[4 * n + 2 * h + 1]);
-      *reinterpret_cast<std::uint32_t*>(dv_tile + at) = step06::Mma<T>::pack(dv[4 * n + 2 * h], dv[4 * n + 2 * h + 1]);
-    }
-  }
+  store_dkdv<T, kWideD / 2>(dk_tile, dv_tile, dk, dv, prm.scale, kWideD / 2 * c, warp, g, t);
   cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
   named_sync(kEpilogueBar, 128 * kBwdConsumers);
   if (threadIdx.x == 128) {
