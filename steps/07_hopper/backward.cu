@@ -164,6 +164,31 @@ __device__ void write_dq(const BwdParams& prm, const float* staging, std::uint64
   cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});
 }
 
+/// A query block's statistics, kQ floats of L·log2 e or of D (preprocess's), into
+/// shared memory by one bulk copy that completes on bar.
+__device__ __forceinline__ void load_stats(unsigned char* dst, const float* src, std::uint64_t* bar) {
+  cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, dst, src, std::uint32_t(kQ * 4), bar);
+}
+
+/// A consumer's dK (×scale) and dV, m64nN accumulators (register 4n + 2h + e = key
+/// 16·warp + g + 8h, column col0 + 8n + 2t + e), in 16 bits into 64-row tiles of the
+/// panel layout, for the epilogue's TMA stores.
+template <class T, int N>
+__device__ __forceinline__ void store_dkdv(unsigned char* dk_tile, unsigned char* dv_tile, const float (&dk)[N / 2],
+                                           const float (&dv)[N / 2], float scale, int col0, int warp, int g, int t) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int r = 16 * warp + g + 8 * h;
+#pragma unroll
+    for (int n = 0; n < N / 8; ++n) {
+      const std::uint32_t at = swizzled(kRowsPerConsumer, r, col0 + 8 * n + 2 * t);
+      *reinterpret_cast<std::uint32_t*>(dk_tile + at) =
+          step06::Mma<T>::pack(scale * dk[4 * n + 2 * h], scale * dk[4 * n + 2 * h + 1]);
+      *reinterpret_cast<std::uint32_t*>(dv_tile + at) = step06::Mma<T>::pack(dv[4 * n + 2 * h], dv[4 * n + 2 * h + 1]);
+    }
+  }
+}
+
 /// A consumer's dQ piece (64 queries × 64 columns, fp32: the m64n64 accumulator, 32
 /// registers a thread) to the writer: once the slot is free (dq_empty's phase of this
 /// parity), staged as the accumulator lays it out (dq_piece: register x of thread tid at
@@ -213,10 +238,8 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         load_tile(&q_map, smem + L::q + s * L::kQBytes, &bars.q_full[s], i * kQ, bh);
         load_tile(&do_map, smem + L::dout + s * L::kQBytes, &bars.q_full[s], i * kQ, bh);
         const std::size_t stat = std::size_t(bh) * prm.Np + std::size_t(i) * kQ;
-        cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, smem + L::l2 + s * kQ * 4,
-                                 prm.l2 + stat, std::uint32_t(kQ * 4), &bars.q_full[s]);
-        cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, smem + L::dsum + s * kQ * 4,
-                                 prm.dsum + stat, std::uint32_t(kQ * 4), &bars.q_full[s]);
+        load_stats(smem + L::l2 + s * kQ * 4, prm.l2 + stat, &bars.q_full[s]);
+        load_stats(smem + L::dsum + s * kQ * 4, prm.dsum + stat, &bars.q_full[s]);
       }
     } else if (threadIdx.x == 32) {
       write_dq<kD>(prm, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full, bars.dq_empty, j, bh, steps);
@@ -330,17 +353,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   named_sync(kEpilogueBar, 128 * kBwdConsumers);
   unsigned char* dk_tile = smem + L::q + c * L::kQBytes;
   unsigned char* dv_tile = smem + L::dout + c * L::kQBytes;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = 16 * warp + g + 8 * h;
-#pragma unroll
-    for (int n = 0; n < kD / 8; ++n) {
-      const std::uint32_t at = swizzled(kRowsPerConsumer, r, 8 * n + 2 * t);
-      *reinterpret_cast<std::uint32_t*>(dk_tile + at) =
-          step06::Mma<T>::pack(prm.scale * dk[4 * n + 2 * h], prm.scale * dk[4 * n + 2 * h + 1]);
-      *reinterpret_cast<std::uint32_t*>(dv_tile + at) = step06::Mma<T>::pack(dv[4 * n + 2 * h], dv[4 * n + 2 * h + 1]);
-    }
-  }
+  store_dkdv<T, kD>(dk_tile, dv_tile, dk, dv, prm.scale, 0, warp, g, t);
   cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
   named_sync(epilogue_bar(c), 128);
   if (tid == 0) {
@@ -439,13 +452,11 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         wait(&bars.q_empty[s], (it / kStages) % 2 ^ 1);
         arrive_expecting(&bars.q_full[s], L::kQBytes + kQ * 4);
         load_tile(&q_map, smem + L::q + s * L::kQBytes, &bars.q_full[s], i * kQ, bh);
-        cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, smem + L::l2 + s * kQ * 4,
-                                 prm.l2 + stat, std::uint32_t(kQ * 4), &bars.q_full[s]);
+        load_stats(smem + L::l2 + s * kQ * 4, prm.l2 + stat, &bars.q_full[s]);
         wait(bars.do_empty, it % 2 ^ 1);
         arrive_expecting(bars.do_full, L::kQBytes + kQ * 4);
         load_tile(&do_map, smem + L::dout, bars.do_full, i * kQ, bh);
-        cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, smem + L::dsum, prm.dsum + stat,
-                                 std::uint32_t(kQ * 4), bars.do_full);
+        load_stats(smem + L::dsum, prm.dsum + stat, bars.do_full);
       }
     } else if (threadIdx.x == 32) {
       write_dq<kWideD>(prm, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full, bars.dq_empty, j, bh, steps);
@@ -555,17 +566,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   named_sync(kEpilogueBar, 128 * kBwdConsumers);
   unsigned char* dk_tile = smem + L::q;
   unsigned char* dv_tile = smem + L::q + L::kQBytes;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int r = 16 * warp + g + 8 * h;
-#pragma unroll
-    for (int n = 0; n < kWideD / 16; ++n) {
-      const std::uint32_t at = swizzled(kWideKeys, r, kWideD / 2 * c + 8 * n + 2 * t);
-      *reinterpret_cast<std::uint32_t*>(dk_tile + at) =
-          step06::Mma<T>::pack(prm.scale * dk[4 * n + 2 * h], prm.scale * dk[4 * n + 2 * h + 1]);
-      *reinterpret_cast<std::uint32_t*>(dv_tile + at) = step06::Mma<T>::pack(dv[4 * n + 2 * h], dv[4 * n + 2 * h + 1]);
-    }
-  }
+  store_dkdv<T, kWideD / 2>(dk_tile, dv_tile, dk, dv, prm.scale, kWideD / 2 * c, warp, g, t);
   cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
   named_sync(kEpilogueBar, 128 * kBwdConsumers);
   if (threadIdx.x == 128) {

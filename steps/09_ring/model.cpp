@@ -81,6 +81,38 @@ std::size_t rank_row(std::size_t bh, const Chunks& mine, int ch, int row, int c)
   return bh * 2 * c + std::size_t(ch == mine.early ? 0 : c) + row;
 }
 
+/// A call's inputs: its query rows of Q, its key rows of K and V.
+Qkv call_inputs(const Qkv& in, std::size_t heads, int N, int d, const LocalCall& call, int c) {
+  return {gather(in.q, heads, N, d, call.q, c), gather(in.k, heads, N, d, call.kv, c),
+          gather(in.v, heads, N, d, call.kv, c)};
+}
+
+/// part (a call's rows of `chunks`, [B·H, |chunks|·c, width]) added into acc, the
+/// [B·H, 2c, width] rows of the rank whose chunks they are.
+void add_rows(std::vector<float>& acc, const std::vector<float>& part, std::size_t heads, const Chunks& whose,
+              const std::vector<int>& chunks, int c, int width) {
+  const std::size_t n = chunks.size() * c;
+  for (std::size_t bh = 0; bh < heads; ++bh)
+    for (std::size_t i = 0; i < chunks.size(); ++i)
+      for (int row = 0; row < c; ++row) {
+        const std::size_t at = rank_row(bh, whose, chunks[i], row, c) * width, from = (bh * n + i * c + row) * width;
+        for (int x = 0; x < width; ++x) acc[at + x] += part[from + x];
+      }
+}
+
+/// A rank's [B·H, 2c, width] rows into x ([B·H, N, width]) at its chunks, rounded to t
+/// (fp32: as they are).
+void put_rows(std::vector<float>& x, const std::vector<float>& rank, std::size_t heads, int N, int width,
+              const Chunks& mine, int c, DType t) {
+  for (std::size_t bh = 0; bh < heads; ++bh)
+    for (int ch : {mine.early, mine.late})
+      for (int row = 0; row < c; ++row) {
+        const std::size_t at = rank_row(bh, mine, ch, row, c) * width,
+                          to = (bh * N + std::size_t(ch) * c + row) * width;
+        for (int e = 0; e < width; ++e) x[to + e] = t == DType::fp32 ? rank[at + e] : round_to(t, rank[at + e]);
+      }
+}
+
 RingStats empty_stats(int ranks) {
   return {std::vector<std::uint64_t>(ranks, 0), std::vector<std::vector<std::uint64_t>>(ranks, std::vector<std::uint64_t>(ranks, 0))};
 }
@@ -108,9 +140,7 @@ RingForward model_forward(const Problem& p, const Qkv& in, int ranks) {
     for (int step = 0; step < ranks; ++step) {
       for (const LocalCall& call : local_calls(rank, step, ranks, p.causal)) {
         const Problem s = local_problem(p, call, c);
-        const Qkv local{gather(in.q, heads, p.N, d, call.q, c), gather(in.k, heads, p.N, d, call.kv, c),
-                        gather(in.v, heads, p.N, d, call.kv, c)};
-        const ForwardOut part = step06::model_forward(s, local).out;
+        const ForwardOut part = step06::model_forward(s, call_inputs(in, heads, p.N, d, call, c)).out;
         for (std::size_t bh = 0; bh < heads; ++bh)
           for (std::size_t i = 0; i < call.q.size(); ++i)
             for (int row = 0; row < c; ++row) {
@@ -121,13 +151,8 @@ RingForward model_forward(const Problem& p, const Qkv& in, int ranks) {
       }
       if (step < ranks - 1) r.stats.sent[rank] += 2 * heads * std::uint64_t(2 * c) * d * 2;  // K, V to rank + 1
     }
-    for (std::size_t bh = 0; bh < heads; ++bh)
-      for (int ch : {mine.early, mine.late})
-        for (int row = 0; row < c; ++row) {
-          const std::size_t at = rank_row(bh, mine, ch, row, c), to = bh * p.N + std::size_t(ch) * c + row;
-          for (int x = 0; x < d; ++x) r.out.o[to * d + x] = round_to(p.dtype, o[at * d + x]);
-          r.out.lse[to] = L[at];
-        }
+    put_rows(r.out.o, o, heads, p.N, d, mine, c, p.dtype);
+    put_rows(r.out.lse, L, heads, p.N, 1, mine, c, DType::fp32);
   }
   return r;
 }
@@ -148,27 +173,14 @@ RingBackward model_backward(const Problem& p, const Qkv& in, const ForwardOut& f
       const Chunks mine = chunks_of(rank, ranks), theirs = chunks_of(src, ranks);
       for (const LocalCall& call : local_calls(rank, step, ranks, p.causal)) {
         const Problem s = local_problem(p, call, c);
-        const Qkv local{gather(in.q, heads, p.N, d, call.q, c), gather(in.k, heads, p.N, d, call.kv, c),
-                        gather(in.v, heads, p.N, d, call.kv, c)};
+        const Qkv local = call_inputs(in, heads, p.N, d, call, c);
         const ForwardOut rows{gather(fwd.o, heads, p.N, d, call.q, c), gather(fwd.lse, heads, p.N, 1, call.q, c)};
         const Grads g = step06::model_backward(s, local, rows, gather(dout, heads, p.N, d, call.q, c)).grads;
         // The call's rows back to their places: its query rows into this rank's dQ, its
         // key rows into the visiting block's dK, dV (which travel on with it).
-        for (std::size_t bh = 0; bh < heads; ++bh)
-          for (std::size_t i = 0; i < call.q.size(); ++i)
-            for (int row = 0; row < c; ++row) {
-              const std::size_t at = rank_row(bh, mine, call.q[i], row, c) * d, from = (bh * s.N + i * c + row) * d;
-              for (int x = 0; x < d; ++x) dq[rank][at + x] += g.dq[from + x];
-            }
-        for (std::size_t bh = 0; bh < heads; ++bh)
-          for (std::size_t i = 0; i < call.kv.size(); ++i)
-            for (int row = 0; row < c; ++row) {
-              const std::size_t at = rank_row(bh, theirs, call.kv[i], row, c) * d, from = (bh * s.N + i * c + row) * d;
-              for (int x = 0; x < d; ++x) {
-                dk[src][at + x] += g.dk[from + x];
-                dv[src][at + x] += g.dv[from + x];
-              }
-            }
+        add_rows(dq[rank], g.dq, heads, mine, call.q, c, d);
+        add_rows(dk[src], g.dk, heads, theirs, call.kv, c, d);
+        add_rows(dv[src], g.dv, heads, theirs, call.kv, c, d);
         r.stats.pairs[step][rank] += pairs_of(s);
       }
       if (step < ranks - 1) r.stats.sent[rank] += 2 * heads * std::uint64_t(2 * c) * d * 2;  // K, V onwards
@@ -176,16 +188,9 @@ RingBackward model_backward(const Problem& p, const Qkv& in, const ForwardOut& f
     }
   for (int rank = 0; rank < ranks; ++rank) {
     const Chunks mine = chunks_of(rank, ranks);
-    for (std::size_t bh = 0; bh < heads; ++bh)
-      for (int ch : {mine.early, mine.late})
-        for (int row = 0; row < c; ++row) {
-          const std::size_t at = rank_row(bh, mine, ch, row, c) * d, to = (bh * p.N + std::size_t(ch) * c + row) * d;
-          for (int x = 0; x < d; ++x) {
-            r.grads.dq[to + x] = round_to(p.dtype, dq[rank][at + x]);
-            r.grads.dk[to + x] = round_to(p.dtype, dk[rank][at + x]);
-            r.grads.dv[to + x] = round_to(p.dtype, dv[rank][at + x]);
-          }
-        }
+    put_rows(r.grads.dq, dq[rank], heads, p.N, d, mine, c, p.dtype);
+    put_rows(r.grads.dk, dk[rank], heads, p.N, d, mine, c, p.dtype);
+    put_rows(r.grads.dv, dv[rank], heads, p.N, d, mine, c, p.dtype);
   }
   return r;
 }

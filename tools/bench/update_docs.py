@@ -841,11 +841,11 @@ def table_step08_decode(D):
             continue
         ms = float(c["08"]["ms"])
         who, best = best_peer(c)
-        second = ", ".join(bold(best_peer(r[key])[1] / float(r[key]["08"]["ms"])) if key in r and "08" in r[key]
-                           else "—" for r in reps)
+        later = ", ".join(bold(best_peer(r[key])[1] / float(r[key]["08"]["ms"])) if key in r and "08" in r[key]
+                          else "—" for r in reps)
         s06 = float(c["06"]["ms"]) if "06" in c else 0
         out.append(f"| {shape08(key)} | {ms:.4f} | {float(c['08']['gbps']):.0f} ({float(c['08']['gbps']) / copy:.2f}) | "
-                   f"{best:.4f} ({who}) | {bold(best / ms)} | {second} | {s06:.4f} | {s06 / ms:.1f} |")
+                   f"{best:.4f} ({who}) | {bold(best / ms)} | {later} | {s06:.4f} | {s06 / ms:.1f} |")
     return out
 
 
