@@ -77,30 +77,6 @@ __global__ void accumulate_kernel(float* __restrict__ acc, const u16* __restrict
   for (int c = threadIdx.x; c < d; c += blockDim.x) acc[at * d + c] += to_float<T>(part[row * d + c]);
 }
 
-/// The rows of `chunks` (of c rows) of every head of x (a [B·H, N, d] host tensor),
-/// concatenated per head: the model's gather, for the upload.
-std::vector<float> rows_of(const std::vector<float>& x, std::size_t heads, int N, int width, const std::vector<int>& chunks,
-                           int c) {
-  std::vector<float> out;
-  out.reserve(heads * chunks.size() * c * width);
-  for (std::size_t bh = 0; bh < heads; ++bh)
-    for (int ch : chunks) {
-      const auto from = x.begin() + std::ptrdiff_t((bh * N + std::size_t(ch) * c) * width);
-      out.insert(out.end(), from, from + std::ptrdiff_t(c) * width);
-    }
-  return out;
-}
-/// The inverse for a rank's result: its 2c rows a head back into x at its chunks.
-void put_rows(std::vector<float>& x, const std::vector<float>& rank, std::size_t heads, int N, int width, Chunks mine,
-              int c) {
-  for (std::size_t bh = 0; bh < heads; ++bh)
-    for (int i = 0; i < 2; ++i) {
-      const int ch = i == 0 ? mine.early : mine.late;
-      std::copy_n(rank.begin() + std::ptrdiff_t((bh * 2 * c + std::size_t(i) * c) * width), std::size_t(c) * width,
-                  x.begin() + std::ptrdiff_t((bh * N + std::size_t(ch) * c) * width));
-    }
-}
-
 /// CUDA streams and events a ring needs, released in one place.
 class Sync {
  public:
@@ -180,11 +156,11 @@ ForwardOut gpu_forward(const Problem& p, const Qkv& in, int ranks) {
   for (int r = 0; r < ranks; ++r) {
     const Chunks mine = chunks_of(r, ranks);
     RankData& x = rank[r];
-    x.q = gpu::upload16(p.dtype, rows_of(in.q, heads, p.N, d, {mine.early, mine.late}, c));
+    x.q = gpu::upload16(p.dtype, gather(in.q, heads, p.N, d, {mine.early, mine.late}, c));
     for (int i = 0; i < 2; ++i)
-      x.q1[i] = gpu::upload16(p.dtype, rows_of(in.q, heads, p.N, d, {i == 0 ? mine.early : mine.late}, c));
-    std::vector<float> kv = rows_of(in.k, heads, p.N, d, {mine.early, mine.late}, c);
-    const std::vector<float> v = rows_of(in.v, heads, p.N, d, {mine.early, mine.late}, c);
+      x.q1[i] = gpu::upload16(p.dtype, gather(in.q, heads, p.N, d, {i == 0 ? mine.early : mine.late}, c));
+    std::vector<float> kv = gather(in.k, heads, p.N, d, {mine.early, mine.late}, c);
+    const std::vector<float> v = gather(in.v, heads, p.N, d, {mine.early, mine.late}, c);
     kv.insert(kv.end(), v.begin(), v.end());
     x.kv[0] = gpu::upload16(p.dtype, kv);
     x.kv[1] = DeviceBuffer<u16>(2 * block);
@@ -248,10 +224,8 @@ ForwardOut gpu_forward(const Problem& p, const Qkv& in, int ranks) {
   FA_CUDA_CHECK(cudaDeviceSynchronize());
   ForwardOut out{std::vector<float>(p.elems()), std::vector<float>(p.rows())};
   for (int r = 0; r < ranks; ++r) {
-    std::vector<float> ro = o[r].download();
-    for (float& e : ro) e = round_to(p.dtype, e);
-    put_rows(out.o, ro, heads, p.N, d, chunks_of(r, ranks), c);
-    put_rows(out.lse, lse[r].download(), heads, p.N, 1, chunks_of(r, ranks), c);
+    put_rows(out.o, o[r].download(), heads, p.N, d, chunks_of(r, ranks), c, p.dtype);
+    put_rows(out.lse, lse[r].download(), heads, p.N, 1, chunks_of(r, ranks), c, DType::fp32);
   }
   return out;
 }
@@ -279,19 +253,19 @@ Grads gpu_backward(const Problem& p, const Qkv& in, const ForwardOut& fwd, const
     const std::vector<int> both{mine.early, mine.late};
     RankData& x = rank[r];
     Rows& y = rows[r];
-    x.q = gpu::upload16(p.dtype, rows_of(in.q, heads, p.N, d, both, c));
-    y.o = gpu::upload16(p.dtype, rows_of(fwd.o, heads, p.N, d, both, c));
-    y.dout = gpu::upload16(p.dtype, rows_of(dout, heads, p.N, d, both, c));
-    y.lse = DeviceBuffer<float>(rows_of(fwd.lse, heads, p.N, 1, both, c));
+    x.q = gpu::upload16(p.dtype, gather(in.q, heads, p.N, d, both, c));
+    y.o = gpu::upload16(p.dtype, gather(fwd.o, heads, p.N, d, both, c));
+    y.dout = gpu::upload16(p.dtype, gather(dout, heads, p.N, d, both, c));
+    y.lse = DeviceBuffer<float>(gather(fwd.lse, heads, p.N, 1, both, c));
     for (int i = 0; i < 2; ++i) {
       const std::vector<int> one{i == 0 ? mine.early : mine.late};
-      x.q1[i] = gpu::upload16(p.dtype, rows_of(in.q, heads, p.N, d, one, c));
-      y.o1[i] = gpu::upload16(p.dtype, rows_of(fwd.o, heads, p.N, d, one, c));
-      y.dout1[i] = gpu::upload16(p.dtype, rows_of(dout, heads, p.N, d, one, c));
-      y.lse1[i] = DeviceBuffer<float>(rows_of(fwd.lse, heads, p.N, 1, one, c));
+      x.q1[i] = gpu::upload16(p.dtype, gather(in.q, heads, p.N, d, one, c));
+      y.o1[i] = gpu::upload16(p.dtype, gather(fwd.o, heads, p.N, d, one, c));
+      y.dout1[i] = gpu::upload16(p.dtype, gather(dout, heads, p.N, d, one, c));
+      y.lse1[i] = DeviceBuffer<float>(gather(fwd.lse, heads, p.N, 1, one, c));
     }
-    std::vector<float> kv = rows_of(in.k, heads, p.N, d, both, c);
-    const std::vector<float> v = rows_of(in.v, heads, p.N, d, both, c);
+    std::vector<float> kv = gather(in.k, heads, p.N, d, both, c);
+    const std::vector<float> v = gather(in.v, heads, p.N, d, both, c);
     kv.insert(kv.end(), v.begin(), v.end());
     x.kv[0] = gpu::upload16(p.dtype, kv);
     x.kv[1] = DeviceBuffer<u16>(2 * block);
@@ -383,14 +357,10 @@ Grads gpu_backward(const Problem& p, const Qkv& in, const ForwardOut& fwd, const
   Grads g{std::vector<float>(p.elems()), std::vector<float>(p.elems()), std::vector<float>(p.elems())};
   for (int r = 0; r < ranks; ++r) {
     const Chunks mine = chunks_of(r, ranks);
-    auto rounded = [&](std::vector<float> x) {
-      for (float& e : x) e = round_to(p.dtype, e);
-      return x;
-    };
-    put_rows(g.dq, rounded(dq[r].download()), heads, p.N, d, mine, c);
-    const std::vector<float> kv = rounded(ranks > 1 ? home[r].download() : dkv[0][r].download());
-    put_rows(g.dk, std::vector<float>(kv.begin(), kv.begin() + std::ptrdiff_t(block)), heads, p.N, d, mine, c);
-    put_rows(g.dv, std::vector<float>(kv.begin() + std::ptrdiff_t(block), kv.end()), heads, p.N, d, mine, c);
+    put_rows(g.dq, dq[r].download(), heads, p.N, d, mine, c, p.dtype);
+    const std::vector<float> kv = ranks > 1 ? home[r].download() : dkv[0][r].download();
+    put_rows(g.dk, std::vector<float>(kv.begin(), kv.begin() + std::ptrdiff_t(block)), heads, p.N, d, mine, c, p.dtype);
+    put_rows(g.dv, std::vector<float>(kv.begin() + std::ptrdiff_t(block), kv.end()), heads, p.N, d, mine, c, p.dtype);
   }
   return g;
 }
