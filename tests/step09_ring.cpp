@@ -4,6 +4,7 @@
 // fp64 reference by FlashAttention's rules (forward 2×, gradients 3× a naive same-dtype
 // computation's error), and the zigzag layout's promise: every rank the same work at
 // every step. What travels is counted against the formula.
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -215,8 +216,8 @@ TEST_CASE("step09 refuses what the ring does not take, in one line", "[cpu]") {
 #include "common/gpu.hpp"
 
 // The ring on one GPU: its ranks' local calls are step 06's kernels, so against step 06's
-// kernel on the whole sequence (bit for bit with one rank, within the reordering with
-// several), against the model (the same calls and merges; the kernels' own fp32 order
+// kernel on the whole sequence (bit for bit with one rank but for dQ's atomics, within the
+// reordering with several), against the model (the same calls and merges; the kernels' own fp32 order
 // apart), and the budget.
 TEST_CASE("step09 ring on one GPU, R = 1, 2, 4: step 06's kernel on the whole sequence, the model, the budget",
           "[gpu]") {
@@ -238,7 +239,12 @@ TEST_CASE("step09 ring on one GPU, R = 1, 2, 4: step 06's kernel on the whole se
           if (N <= 300) check_budget(p, in, ring, "ring");
           const std::vector<float> dout = grad_out(p, 131);
           const Grads g = step09::gpu_backward(p, in, ring, dout, ranks);
-          check_grads_close("vs step 06", p, g, gpu::backward(step06::kBackward, p, in, ring, dout), t);
+          // dQ: step 06's kernel adds its pieces with fp32 atomics in any order, so even at
+          // R = 1 it is equal only within that reordering; dK and dV follow t.
+          const Grads whole_g = gpu::backward(step06::kBackward, p, in, ring, dout);
+          FA_CHECK_CLOSE("dQ vs step 06", g.dq, whole_g.dq, step06::kBf16Reorder, test::shape_o(p));
+          FA_CHECK_CLOSE("dK vs step 06", g.dk, whole_g.dk, t, test::shape_o(p));
+          FA_CHECK_CLOSE("dV vs step 06", g.dv, whole_g.dv, t, test::shape_o(p));
           check_grads_close("vs model", p, g, step09::model_backward(p, in, ring, dout, ranks).grads,
                             step06::kBf16Reorder);
           if (N <= 300) check_grad_budget(p, in, dout, g, "ring");
