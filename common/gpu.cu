@@ -1,4 +1,5 @@
 #include "common/gpu.hpp"
+#include "common/gpu16.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -135,12 +136,6 @@ void check_memory(const char* name, std::size_t need, std::size_t workspace, con
   }
 }
 
-DeviceBuffer<float> poisoned(std::size_t n) {
-  DeviceBuffer<float> b(n);
-  std::vector<float> h(n, poison_value());
-  b.upload(h);
-  return b;
-}
 
 template <class Step>
 void check_dtype(const Step& s, const Problem& p) {
@@ -150,8 +145,6 @@ void check_dtype(const Step& s, const Problem& p) {
     throw Error(std::string(s.name) + " computes in fp32 only (got " + dtype_name(p.dtype) + ")");
 }
 
-// 16-bit tensors on the device. The poison pattern is a NaN in both formats.
-constexpr std::uint16_t kPoison16 = 0x7FDE;
 std::uint16_t to16(DType t, float x) {
   if (t == DType::bf16) return __nv_bfloat16_raw(__float2bfloat16_rn(x)).x;
   return __half_raw(__float2half_rn(x)).x;
@@ -166,17 +159,6 @@ float from16(DType t, std::uint16_t b) {
   __half_raw r;
   r.x = b;
   return __half2float(__half(r));
-}
-DeviceBuffer<std::uint16_t> upload16(DType t, const std::vector<float>& x) {
-  std::vector<std::uint16_t> h(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) h[i] = to16(t, x[i]);
-  return DeviceBuffer<std::uint16_t>(h);
-}
-std::vector<float> download16(DType t, const DeviceBuffer<std::uint16_t>& b) {
-  const std::vector<std::uint16_t> h = b.download();
-  std::vector<float> x(h.size());
-  for (std::size_t i = 0; i < h.size(); ++i) x[i] = from16(t, h[i]);
-  return x;
 }
 std::size_t elem_bytes(const Problem& p) { return p.dtype == DType::fp32 ? 4 : 2; }
 
@@ -199,6 +181,25 @@ DeviceBuffer<std::uint16_t> random16(DType t, std::size_t n, std::uint64_t seed)
 }
 
 }  // namespace
+
+DeviceBuffer<float> poisoned(std::size_t n) {
+  DeviceBuffer<float> b(n);
+  std::vector<float> h(n, poison_value());
+  b.upload(h);
+  return b;
+}
+
+DeviceBuffer<std::uint16_t> upload16(DType t, const std::vector<float>& x) {
+  std::vector<std::uint16_t> h(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) h[i] = to16(t, x[i]);
+  return DeviceBuffer<std::uint16_t>(h);
+}
+std::vector<float> download16(DType t, const DeviceBuffer<std::uint16_t>& b) {
+  const std::vector<std::uint16_t> h = b.download();
+  std::vector<float> x(h.size());
+  for (std::size_t i = 0; i < h.size(); ++i) x[i] = from16(t, h[i]);
+  return x;
+}
 
 std::size_t forward_bytes(const GpuForward& s, const Problem& p) {
   return (2 * p.elems() + 2 * p.kv_elems()) * elem_bytes(p) + p.rows() * sizeof(float) + s.workspace_bytes(p);

@@ -4,6 +4,7 @@
 // fp64 reference by FlashAttention's rules (forward 2×, gradients 3× a naive same-dtype
 // computation's error), and the zigzag layout's promise: every rank the same work at
 // every step. What travels is counted against the formula.
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 
@@ -210,3 +211,55 @@ TEST_CASE("step09 refuses what the ring does not take, in one line", "[cpu]") {
   const Problem w = lowp(make(1, 1, 8, 40, false), DType::bf16);
   CHECK(test::contains(test::error_of([&] { step09::model_forward(w, random_qkv(w, 1), 2); }), "d = 32, 64"));
 }
+
+#ifdef FA_HAVE_CUDA
+#include "common/gpu.hpp"
+
+// The ring on one GPU: its ranks' local calls are step 06's kernels, so against step 06's
+// kernel on the whole sequence (bit for bit with one rank but for dQ's atomics, within the
+// reordering with several), against the model (the same calls and merges; the kernels' own fp32 order
+// apart), and the budget.
+TEST_CASE("step09 ring on one GPU, R = 1, 2, 4: step 06's kernel on the whole sequence, the model, the budget",
+          "[gpu]") {
+  for (int ranks : {1, 2, 4})
+    for (int N : ring_sizes(ranks))
+      for (int d : {64, 128})
+        for (bool causal : {false, true}) {
+          const Problem p = lowp(make(1, 3, N, d, causal), DType::bf16);
+          INFO(p.str() << ", R = " << ranks << ", seeds 130, 131");
+          const Qkv in = inputs(p, 130);
+          const ForwardOut ring = step09::gpu_forward(p, in, ranks);
+          const ForwardOut whole = gpu::forward(step06::kForward, p, in, true);
+          const Tolerance& t = ranks == 1 ? tol::kBitExact : step06::kBf16Reorder;
+          FA_CHECK_CLOSE("O vs step 06", ring.o, whole.o, t, test::shape_o(p));
+          FA_CHECK_CLOSE("L vs step 06", ring.lse, whole.lse, ranks == 1 ? tol::kBitExact : tol::kFp32Reorder,
+                         test::shape_l(p));
+          const ForwardOut model = step09::model_forward(p, in, ranks).out;
+          FA_CHECK_CLOSE("O vs model", ring.o, model.o, step06::kBf16Reorder, test::shape_o(p));
+          if (N <= 300) check_budget(p, in, ring, "ring");
+          const std::vector<float> dout = grad_out(p, 131);
+          const Grads g = step09::gpu_backward(p, in, ring, dout, ranks);
+          // dQ: step 06's kernel adds its pieces with fp32 atomics in any order, so even at
+          // R = 1 it is equal only within that reordering; dK and dV follow t.
+          const Grads whole_g = gpu::backward(step06::kBackward, p, in, ring, dout);
+          FA_CHECK_CLOSE("dQ vs step 06", g.dq, whole_g.dq, step06::kBf16Reorder, test::shape_o(p));
+          FA_CHECK_CLOSE("dK vs step 06", g.dk, whole_g.dk, t, test::shape_o(p));
+          FA_CHECK_CLOSE("dV vs step 06", g.dv, whole_g.dv, t, test::shape_o(p));
+          check_grads_close("vs model", p, g, step09::model_backward(p, in, ring, dout, ranks).grads,
+                            step06::kBf16Reorder);
+          if (N <= 300) check_grad_budget(p, in, dout, g, "ring");
+        }
+}
+
+TEST_CASE("step09 ring on one GPU: fp16, huge logits, R = 3", "[gpu]") {
+  for (bool causal : {false, true}) {
+    const Problem p = lowp(make(2, 2, 102, 64, causal, 8.0f), DType::fp16);
+    INFO(p.str() << ", R = 3");
+    const Qkv in = inputs(p, 132);
+    const ForwardOut ring = step09::gpu_forward(p, in, 3);
+    check_budget(p, in, ring, "ring");
+    const std::vector<float> dout = grad_out(p, 133);
+    check_grad_budget(p, in, dout, step09::gpu_backward(p, in, ring, dout, 3), "ring");
+  }
+}
+#endif

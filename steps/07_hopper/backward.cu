@@ -490,12 +490,14 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     unsigned char* ds_tile = smem + L::ds + (it % 2) * L::kTileBytes;
 
     // Sᵀ = K_j·Q_iᵀ and dPᵀ = V_j·dO_iᵀ for this consumer's 32 queries: 16 k steps each.
+    // Both stages are waited for before either product is issued: a wait between two
+    // wgmma groups in flight makes ptxas serialise every wgmma of the kernel (C7520).
     float st[kQ / 4], dpt[kQ / 4];  // 64 keys × 32 queries: register 4n + 2h + e = key 16·warp + g + 8h, query half + 8n + 2t + e
     wait(&bars.q_full[s], (it / kStages) % 2);
+    wait(bars.do_full, it % 2);
     wgmma_fence();
     ss_kk<T, kQ / 2, kWideD>(st, k_tile, kWideKeys, q_tile + half * 128, kQ);
     wgmma_commit();
-    wait(bars.do_full, it % 2);
     ss_kk<T, kQ / 2, kWideD>(dpt, v_tile, kWideKeys, do_tile + half * 128, kQ);
     wgmma_commit();
 
@@ -538,14 +540,17 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
     arrive(bars.do_empty);
 
-    // dQ_i's pieces: dS·K_j[:, panel] over the 64 keys, A = dSᵀ read transposed.
-    for (int panel = P::panel(c, it); panel >= 0 && panel < P::kPanels; panel += kBwdConsumers) {
+    // dQ_i's pieces c and c + 2 (DqPieces at d = 256): dS·K_j[:, panel] over the 64 keys,
+    // A = dSᵀ read transposed; unrolled (two pieces a consumer).
+#pragma unroll
+    for (int piece = 0; piece < P::kPanels / kBwdConsumers; ++piece) {
+      const int panel = c + kBwdConsumers * piece;
       float dq[kChunkFloats / 128];  // 64 queries × 64 columns: register 4n + 2h + e = query 16·warp + g + 8h, column 8n + 2t + e
       wgmma_fence();
       ss_mnmn<T, kPanel, kWideKeys>(dq, smem_u32(ds_tile), kWideKeys * 128, k_tile + panel * kWideKeys * 128,
                                     kWideKeys * 128);
       wgmma_commit();
-      if (panel == P::panel(c, it)) {  // the first piece: dK's product is done before it
+      if (piece == 0) {  // dK's product is done before the first piece: Q_i's stage is free
         wgmma_wait<1>(dk);
         cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
         arrive(&bars.q_empty[s]);

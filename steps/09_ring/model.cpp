@@ -44,8 +44,6 @@ void merge_normalised(float& L, float* o, float L_new, const float* o_new, int d
   L = w.L;
 }
 
-namespace {
-
 /// The rows of `chunks` (each c rows) of every head of x ([B·H, N, d]), concatenated per
 /// head: [B·H, |chunks|·c, d].
 std::vector<float> gather(const std::vector<float>& x, std::size_t heads, int N, int width, const std::vector<int>& chunks,
@@ -59,6 +57,8 @@ std::vector<float> gather(const std::vector<float>& x, std::size_t heads, int N,
     }
   return out;
 }
+
+namespace {
 
 /// The problem of one local call: the same heads, |q|·c queries against |kv|·c keys
 /// (equal: the calls are square), the call's mask, p's scale and type.
@@ -100,6 +100,8 @@ void add_rows(std::vector<float>& acc, const std::vector<float>& part, std::size
       }
 }
 
+}  // namespace
+
 /// A rank's [B·H, 2c, width] rows into x ([B·H, N, width]) at its chunks, rounded to t
 /// (fp32: as they are).
 void put_rows(std::vector<float>& x, const std::vector<float>& rank, std::size_t heads, int N, int width,
@@ -112,6 +114,8 @@ void put_rows(std::vector<float>& x, const std::vector<float>& rank, std::size_t
         for (int e = 0; e < width; ++e) x[to + e] = t == DType::fp32 ? rank[at + e] : round_to(t, rank[at + e]);
       }
 }
+
+namespace {
 
 RingStats empty_stats(int ranks) {
   return {std::vector<std::uint64_t>(ranks, 0), std::vector<std::vector<std::uint64_t>>(ranks, std::vector<std::uint64_t>(ranks, 0))};

@@ -110,6 +110,24 @@ RingForward model_forward(const Problem& p, const Qkv& in, int ranks);
 RingBackward model_backward(const Problem& p, const Qkv& in, const ForwardOut& fwd, const std::vector<float>& dout,
                             int ranks);
 
+/// The rows of `chunks` (global chunk indices, c rows each) of every head of x, a
+/// [B·H, N, width] tensor, concatenated per head: [B·H, |chunks|·c, width] — what a
+/// rank hands a call, or uploads.
+std::vector<float> gather(const std::vector<float>& x, std::size_t heads, int N, int width, const std::vector<int>& chunks,
+                          int c);
+/// The inverse for a rank's result: its [B·H, 2c, width] rows (early chunk, then late)
+/// into x at its chunks, rounded to t (fp32: as they are).
+void put_rows(std::vector<float>& x, const std::vector<float>& rank, std::size_t heads, int N, int width,
+              const Chunks& mine, int c, DType t);
+
+/// The ring on one GPU (ring.cu; CUDA builds): R ranks as R pairs of CUDA streams, each
+/// with its slice of the tensors in device memory, the hops device-to-device copies
+/// issued under the products; the local calls those of the model, on step 06's kernels,
+/// merged by merge_kernel (merge_rows, merge_column). Throws fa::Error as
+/// require_supported does, and without a GPU step 06 runs on (sm_80 and newer).
+ForwardOut gpu_forward(const Problem& p, const Qkv& in, int ranks);
+Grads gpu_backward(const Problem& p, const Qkv& in, const ForwardOut& fwd, const std::vector<float>& dout, int ranks);
+
 /// Bytes a rank sends in one pass: forward (R − 1) hops of its K/V block (2 · B·H · N/R ·
 /// d 16-bit elements); backward the same K/V hops and R hops of dK, dV in fp32 (the last
 /// one home).
