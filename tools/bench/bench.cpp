@@ -32,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cli.hpp"
 #include "common/cuda_check.cuh"
 #include "common/gpu.hpp"
 #include "tools/flashattn/steps_table.hpp"
@@ -41,20 +42,8 @@ namespace {
 using namespace fa;
 
 
-std::vector<int> ints(const std::string& s) {
-  std::vector<int> v;
-  std::stringstream ss(s);
-  std::string t;
-  while (std::getline(ss, t, ',')) v.push_back(std::stoi(t));
-  return v;
-}
-std::vector<std::string> words(const std::string& s) {
-  std::vector<std::string> v;
-  std::stringstream ss(s);
-  std::string t;
-  while (std::getline(ss, t, ',')) v.push_back(t);
-  return v;
-}
+using cli::ints;
+using cli::words;
 
 struct Row {
   std::string step, dir;

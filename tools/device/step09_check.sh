@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# Step 09 on the one-GPU machine in one call: build (sm_90), step 09's GPU tests (the
-# ring of R ranks on one GPU against step 06's kernel, the model and the budget) and
-# compute-sanitizer (memcheck, racecheck, synccheck) on them.
+# Step 09 on the GPU machine in one call: build (sm_90), step 09's GPU tests (the ring of
+# R ranks on one GPU against step 06's kernel, the model and the budget),
+# compute-sanitizer (memcheck, racecheck, synccheck) on them, then — where NCCL was
+# found — the ring over NCCL through ring09 (CTest's "step09 nccl R=…": Not Run with
+# fewer GPUs than ranks) and its bench at every R this machine has GPUs for (1, 2, 4).
 #   bash tools/device/step09_check.sh [build-dir]
-# Results (test09.txt, device09.txt) into $OUT/results.tgz, to be unpacked into
-# notes/results/h200; logs into $OUT/logs.tgz.
+# Results (test09.txt, nccl09.txt, bench09_r*.csv, device09.txt) into $OUT/results.tgz,
+# to be unpacked into notes/results/h200; logs into $OUT/logs.tgz.
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-logs}; BUILD=${1:-build-gpu}; R=$(mktemp -d); L=$(mktemp -d)
 trap 'tar -czf "$OUT/logs.tgz" -C "$L" . 2>/dev/null; tar -czf "$OUT/results.tgz" -C "$R" . 2>/dev/null' EXIT
 mkdir -p "$OUT"
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvcc --version | tail -1; } > "$R/device09.txt"
 t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null || exit 1
-cmake --build "$BUILD" -j16 --target step09_tests >"$L/build.log" 2>&1 ||
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$L/cmake.log" || exit 1
+grep -m1 "NCCL" "$L/cmake.log" | sed 's/^-- //' | tee -a "$R/device09.txt"
+nccl=0; grep -q "^-- NCCL [0-9]" "$L/cmake.log" && nccl=1
+targets="step09_tests"; [ $nccl = 1 ] && targets="$targets ring09 step09_nccl_tests step09_bench"
+cmake --build "$BUILD" -j16 --target $targets >"$L/build.log" 2>&1 ||
   { grep -B2 -A8 -E "error|FAILED" "$L/build.log" | head -60; exit 1; }
 stamp built
 exe=$BUILD/steps/09_ring/step09_tests
@@ -33,4 +38,18 @@ if [ $rc -eq 0 ]; then
     done; } > "$R/test09.txt"; cat "$R/test09.txt"
   stamp sanitized
 fi
-exit $rc
+[ $rc -ne 0 ] || [ $nccl = 0 ] && exit $rc
+(cd "$BUILD" && ctest -R "step09 nccl" --output-on-failure) >"$L/nccl09.log" 2>&1; rc=$?
+{ grep -m1 "tests passed" "$L/nccl09.log"; grep -E "Test +#[0-9]+: step09 nccl" "$L/nccl09.log" | sed -E 's/ +/ /g; s/^ //'
+  grep -h "All tests passed" "$L/nccl09.log" | sort | uniq -c; } > "$R/nccl09.txt"; cat "$R/nccl09.txt"
+[ $rc -ne 0 ] && { grep -B3 -A30 "FAILED" "$L/nccl09.log" | head -80; exit $rc; }
+stamp "nccl tested"
+gpus=$(nvidia-smi -L | wc -l)
+for ranks in 1 2 4; do
+  [ $ranks -gt $gpus ] && break
+  timeout ${BENCH_TIMEOUT:-200} "$BUILD/steps/09_ring/ring09" --ranks $ranks -- "$BUILD/steps/09_ring/step09_bench" \
+    --N ${NS:-16384,65536} --d 128 --causal 0,1 --heads 8 --reps 10 --csv "$R/bench09_r$ranks.csv" > "$L/bench09_r$ranks.log" 2>&1
+  echo "bench R=$ranks rc=$?"; grep "rank 0" "$L/bench09_r$ranks.log" | head -12
+  stamp "benched R = $ranks"
+done
+exit 0
