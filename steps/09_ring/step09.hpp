@@ -18,9 +18,11 @@
 // its late chunk against both visiting chunks when it comes from a higher one. Without
 // the mask every rank computes everything at every step, and the same layout serves.
 //
-// This step is, so far, its CPU model: R ranks simulated in one process, each local call
-// step 06's CPU model on exactly the rows the kernel would see, the merge in fp32, the
-// bytes each rank sends counted. Limits: bf16 or fp16, step 06's head dimensions,
+// Three forms: the CPU model (model.cpp: R ranks simulated in one process, each local
+// call step 06's CPU model on exactly the rows the kernel would see, the merge in fp32,
+// the bytes each rank sends counted); R ranks on one GPU (ring.cu); one process a GPU
+// over NCCL (nccl.hpp, started by ring09). The two GPU forms share a rank's work
+// (rank.cuh). Limits: bf16 or fp16, step 06's head dimensions,
 // self-attention (N_kv = N, H_kv = H), N divisible by 2R.
 // Note: notes/09_ring.md.
 #pragma once

@@ -744,7 +744,7 @@ def table_step07_bwd_memory(D):
            f"extra device memory (the workspace each step allocates beside its inputs and outputs) and the time.", "",
            "| d | causal | step 06: workspace | step 06: ms | step 07: workspace | step 07: ms | inputs and outputs |",
            "|---|---|---|---|---|---|---|"]
-    for d in (64, 128):
+    for d in (64, 128, 256):
         for c in (0, 1):
             a = D.find(rows, step="06", dir="bwd", d=d, causal=c, N=131072)
             b = D.find(rows, step="07", dir="bwd", d=d, causal=c, N=131072)
@@ -765,10 +765,11 @@ def table_step07_bwd_ncu(D):
             continue
         if hdr and len(r) == len(hdr):
             x = dict(zip(hdr, r))
-            if "dkdv_kernel" in x["Kernel Name"]:
+            if "dkdv_kernel" in x["Kernel Name"] or "dkdv_wide_kernel" in x["Kernel Name"]:
                 k.setdefault(int(x["ID"]), {})[x["Metric Name"]] = x["Metric Value"].replace(",", "")
-    # fa_bench --once --versions launches 07 (d = 64, 128), then 07det (d = 64, 128).
-    names = ["default, d = 64", "default, d = 128", "deterministic, d = 64", "deterministic, d = 128"]
+    # fa_bench --once --versions launches 07 (d = 64, 128, 256), then 07det (the same d).
+    ds = (64, 128, 256) if len(k) == 6 else (64, 128)
+    names = [f"{mode}, d = {d}" for mode in ("default", "deterministic") for d in ds]
     out = [f"Nsight Compute, one launch each of the dK/dV kernel, bf16, N = 8192, B·H·N = 131072, not causal, "
            f"on {device07(D)}:", "",
            "| kernel | time | tensor pipe active | warps stalled on a barrier | on long scoreboard | "
@@ -957,6 +958,38 @@ def table_sass08(D):
     return out
 
 
+# ---- step 09 ---------------------------------------------------------------------------
+def table_test09(D):
+    lines = open(os.path.join(D.folder, "test09.txt")).read().strip().splitlines()
+    lines += open(os.path.join(D.folder, "nccl09.txt")).read().strip().splitlines()
+    return ["```"] + lines + ["```"]
+
+
+def table_step09_bench(D):
+    """The ring over NCCL (step09_bench through ring09) against step 06 on one GPU, every R that ran."""
+    rows = []
+    for path in sorted(glob.glob(os.path.join(D.folder, "bench09_r*.csv"))):
+        rows += load(D.folder, os.path.basename(path))
+    dev = open(os.path.join(D.folder, "device09.txt")).read().splitlines()
+    name, driver, _mem = [x.strip() for x in dev[0].split(",")]
+    cuda = re.search(r"cuda_(\d+\.\d+)", dev[1])
+    nccl = next((x.split(":")[0] for x in dev if x.startswith("NCCL")), "NCCL")
+    ranks = sorted({int(r["ranks"]) for r in rows})
+    out = [f"bf16, d = 128, B·H = 8, on {name}, driver {driver}, CUDA {cuda.group(1) if cuda else '?'}, {nccl}; "
+           f"R = {', '.join(map(str, ranks))} ({len(ranks)} of the 1, 2, 4 asked for: the GPUs this machine has). "
+           "Median of 10, the slowest rank's time; TFLOP/s per GPU = the whole problem's FLOPs / R / time "
+           "(backward 2.5× the forward's); step 06 on one GPU at the same N (strong scaling) and at N / R (weak).", "",
+           "| R | N | causal | pass | ring: ms | ring: TFLOP/s per GPU | step 06, one GPU, N: TFLOP/s | "
+           "step 06, one GPU, N / R: TFLOP/s | strong efficiency | weak efficiency |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (int(r["ranks"]), int(r["causal"]), int(r["N"]), r["dir"] == "bwd")):
+        out.append(f"| {r['ranks']} | {r['N']} | {'yes' if r['causal'] == '1' else 'no'} | {r['dir']} | "
+                   f"{float(r['ring_ms']):.2f} | {float(r['ring_tflops_per_gpu']):.0f} | {float(r['one_gpu_tflops']):.0f} | "
+                   f"{float(r['one_gpu_NoverR_tflops']):.0f} | {float(r['strong_efficiency']):.2f} | "
+                   f"{float(r['weak_efficiency']):.2f} |")
+    return out
+
+
 TABLES = {
     "steps": table_steps, "maxn": table_maxn, "traffic": table_traffic, "memory": table_memory, "peers": table_peers,
     "step01": lambda D: table_step(D, "01", "fwd"), "step01-bwd": lambda D: table_step(D, "01", "bwd"),
@@ -977,7 +1010,7 @@ TABLES = {
     "step07-bwd-memory": table_step07_bwd_memory, "step07-bwd-ncu": table_step07_bwd_ncu, "test07": table_test07,
     "step08-decode": table_step08_decode, "step08-summary": table_step08_summary, "step08-splits": table_step08_splits,
     "step08-lesson": table_step08_lesson, "test08": table_test08, "ctest08": table_ctest08, "sm80-08": table_sm80_08,
-    "sass08": table_sass08,
+    "sass08": table_sass08, "test09": table_test09, "step09-bench": table_step09_bench,
 }
 MARK = re.compile(r"(<!-- fa:table (\S+) -->\n)(.*?)(<!-- /fa:table -->)", re.S)
 
