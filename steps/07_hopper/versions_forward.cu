@@ -2,7 +2,11 @@
 // the lesson's table. Each is a configuration with named fields (FwdVersion) built
 // from the one before it; one kernel takes them all, made of the same pieces as the
 // production kernel (forward.cuh). The last row, h7, is the production kernel itself
-// (forward.cu): h4 but with three consumers at d = 64.
+// (forward.cu): h4 but with three consumers at d = 64. The first, h0, is step 06's
+// kernel itself (its forward_block) with its loads by TMA: one Hopper feature alone.
+//   h0  TMA alone: step 06's mma.sync kernel, each K/V block two TMA boxes completing on
+//       an mbarrier (thread 0 issues them) instead of every thread's cp.async; d = 64
+//       only, where step 06's swizzle of 128-byte rows is TMA's 128-byte swizzle
 //   h1  TMA + wgmma: two warpgroups that both compute; the first thread of consumer 0
 //       also issues the copies, one K/V block ahead; per block S, softmax, P·V in turn
 //   h2  + warp specialisation: a producer warpgroup issues the copies and gives its
@@ -14,10 +18,93 @@
 #include <cstdint>
 
 #include "common/cuda_check.cuh"
+#include "steps/06_tensor_cores/forward.cuh"
 #include "steps/07_hopper/forward.cuh"
 
 namespace fa::step07 {
 namespace {
+
+// ---------------------------------------------------------------------------------
+// h0: step 06's forward with its copies by TMA.
+
+/// forward_block's copies by TMA (step 06's are CpAsyncLoads): thread 0 issues Q_i and
+/// each K/V block as boxes of the tensor maps, completing on full[0] (Q) and full[1 + b]
+/// (buffer b); every thread waits on the barrier instead of on its own cp.async group.
+template <class T, bool kCausal>
+struct TmaLoads {
+  using S = step06::FwdSmem<T, 64, kCausal>;
+  static constexpr std::uint32_t kKvBytes = 2 * S::kBc * 64 * sizeof(T);  // a K box and a V box
+  const CUtensorMap *q_map, *k_map, *v_map;
+  std::uint64_t* full;  ///< [3]: Q_i; K/V buffers 0 and 1
+  int q0, bh;
+  __device__ void issue_kv(const S& sm, int j) const {
+    std::uint64_t* bar = &full[1 + j % 2];
+    arrive_expecting(bar, kKvBytes);
+    load_tile(k_map, sm.k_buf(j % 2), bar, j * S::kBc, bh);
+    load_tile(v_map, sm.v_buf(j % 2), bar, j * S::kBc, bh);
+  }
+  __device__ void prologue(const S& sm) const {
+    if (threadIdx.x != 0) return;
+    arrive_expecting(&full[0], S::kRows * 64 * sizeof(T));
+    load_tile(q_map, sm.q, &full[0], q0, bh);
+    issue_kv(sm, 0);
+  }
+  /// Block next − 1 here (its barrier's phase (next − 1)/2), then block `next` into the
+  /// other buffer: after the barrier every warp is done with block next − 2, which used it.
+  __device__ void begin(const S& sm, int next, int end) const {
+    const int j = next - 1;
+    if (j == 0) wait(&full[0], 0);
+    wait(&full[1 + j % 2], (j / 2) % 2);
+    cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // this thread's ldmatrix reads before TMA's writes
+    __syncthreads();
+    if (threadIdx.x == 0 && next < end) issue_kv(sm, next);
+  }
+};
+
+template <class T, bool kCausal>
+__global__ void __launch_bounds__(step06::forward_tile(kCausal, 64).threads())
+    tma_alone_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
+                     const __grid_constant__ CUtensorMap v_map, T* __restrict__ o, float* __restrict__ lse, int N,
+                     float scale) {
+#if FA_STEP07_ARCH_OK
+  using S = step06::FwdSmem<T, 64, kCausal>;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  std::uint64_t* full = reinterpret_cast<std::uint64_t*>(smem_raw + S::kBytes);
+  if (threadIdx.x == 0) {
+    for (int b = 0; b < 3; ++b) cuda::ptx::mbarrier_init(&full[b], 1);
+    cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);  // visible to TMA
+  }
+  __syncthreads();
+  const int i = gridDim.y - 1 - blockIdx.y, bh = blockIdx.x;  // step 06's grid order
+  const TmaLoads<T, kCausal> loads{&q_map, &k_map, &v_map, full, i * S::kRows, bh};
+  step06::forward_block<T, 64, kCausal>(loads, smem_raw, i, bh, N, N, kCausal, scale, o, lse);
+#endif
+}
+
+template <class T, bool kCausal>
+void launch_h0(const Problem& p, const NativeFwdArgs& a, Stream stream) {
+  using S = step06::FwdSmem<T, 64, kCausal>;
+  const CUtensorMap q = make_tile_map(a.q, p.dtype, p.N, p.heads(), 64, S::kRows);
+  const CUtensorMap k = make_tile_map(a.k, p.dtype, p.N, p.heads(), 64, S::kBc);
+  const CUtensorMap v = make_tile_map(a.v, p.dtype, p.N, p.heads(), 64, S::kBc);
+  const std::size_t smem = S::kBytes + 3 * sizeof(std::uint64_t);
+  set_smem_limit(tma_alone_kernel<T, kCausal>, smem);
+  const dim3 grid(unsigned(p.heads()), unsigned(tiles::q_blocks(p.N, S::kRows)));
+  tma_alone_kernel<T, kCausal><<<grid, S::kTile.threads(), smem, stream>>>(q, k, v, static_cast<T*>(a.o), a.lse, p.N,
+                                                                          p.softmax_scale());
+  FA_CHECK_LAUNCH();
+}
+
+void run_h0(const Problem& p, const NativeFwdArgs& a, void*, Stream s) {  // d = 64 (kH0D)
+  if (p.dtype == DType::bf16)
+    p.causal ? launch_h0<__nv_bfloat16, true>(p, a, s) : launch_h0<__nv_bfloat16, false>(p, a, s);
+  else
+    p.causal ? launch_h0<__half, true>(p, a, s) : launch_h0<__half, false>(p, a, s);
+}
+constexpr int kH0D[] = {64, 0};
+
+// ---------------------------------------------------------------------------------
+// h1 … h6: one kernel, configured by what each version adds.
 
 constexpr int kConsumers = 2;  // the versions: two consumers, 128 query rows a block
 constexpr int kRows = kConsumers * kRowsPerConsumer;
@@ -215,6 +302,7 @@ constexpr int kNarrowD[] = {64, 128, 0};  // h6: 176 keys of K and V do not fit 
 }  // namespace
 
 const GpuForward kForwardVersions[kForwardVersionCount] = {
+    {"h0: TMA alone: step 06's kernel, its loads by TMA", 64, no_workspace, "", nullptr, run_h0, kH0D, kSm, true},
     {"h1: TMA + wgmma, no warp specialisation", 256, no_workspace, "", nullptr, run<h1>, kSupportedD, kSm, true},
     {"h2: + a producer warpgroup (setmaxnreg)", 256, no_workspace, "", nullptr, run<h2>, kSupportedD, kSm, true},
     {"h3: + ping-pong between the consumers", 256, no_workspace, "", nullptr, run<h3>, kSupportedD, kSm, true},
