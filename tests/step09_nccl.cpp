@@ -9,6 +9,7 @@
 #include "common/gpu.hpp"
 #include "steps/09_ring/nccl.hpp"
 #include "tests/lowp.hpp"
+#include "tests/ring_sizes.hpp"
 
 namespace fa {
 namespace {
@@ -17,14 +18,7 @@ using test::grad_out;
 using test::inputs;
 using test::lowp;
 using test::make;
-
-/// N = 2R·c for chunks of c = 1, 17, 113 rows, and N = 1000 where 2R divides it.
-std::vector<int> ring_sizes(int ranks) {
-  std::vector<int> out;
-  for (int c : {1, 17, 113}) out.push_back(2 * ranks * c);
-  if (1000 % (2 * ranks) == 0) out.push_back(1000);
-  return out;
-}
+using test::ring_sizes;
 
 /// This rank's rows of got and want compared, indices as [head, row of the rank, column].
 void check_rows(const char* what, const step09::RankShape& sh, int rank, int width, const std::vector<float>& got,
@@ -46,9 +40,7 @@ TEST_CASE("step09 over NCCL: each rank's rows equal the one-process ring's and s
         INFO(p.str() << ", seeds 140, 141");
         const step09::RankShape sh(p, R);
         const Qkv in = inputs(p, 140);
-        std::vector<float> kv = sh.rows(in.k, me, d);
-        const std::vector<float> v = sh.rows(in.v, me, d);
-        kv.insert(kv.end(), v.begin(), v.end());
+        const std::vector<float> kv = sh.kv_rows(in, me);
 
         step09::RankForward x(sh, sh.rows(in.q, me, d), kv);
         step09::nccl_forward(ring, sh, x);

@@ -13,6 +13,7 @@
 #include "steps/09_ring/step09.hpp"
 #include "tests/check.hpp"
 #include "tests/lowp.hpp"
+#include "tests/ring_sizes.hpp"
 
 using namespace fa;
 using fa::test::make;
@@ -25,16 +26,8 @@ using test::grad_out;
 using test::inputs;
 using test::lowp;
 using test::reorder;
+using test::ring_sizes;
 
-/// N = 2R·c for chunks of c rows: c = 1 (a chunk of one row), 17, 113 (no tile multiple),
-/// and N = 1000 where 2R divides it; FA_TEST_QUICK keeps c = 17.
-std::vector<int> ring_sizes(int ranks) {
-  std::vector<int> out;
-  for (int c : {1, 17, 113})
-    if (!test::quick() || c == 17) out.push_back(2 * ranks * c);
-  if (!test::quick() && 1000 % (2 * ranks) == 0) out.push_back(1000);
-  return out;
-}
 }  // namespace
 
 TEST_CASE("step09 zigzag layout: chunks, the ring's order, the calls of every rank and step", "[cpu]") {

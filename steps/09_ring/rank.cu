@@ -127,6 +127,13 @@ std::vector<float> RankShape::rows(const std::vector<float>& x, int rank, int wi
   return gather(x, heads, p.N, width, {mine.early, mine.late}, c);
 }
 
+std::vector<float> RankShape::kv_rows(const Qkv& in, int rank) const {
+  std::vector<float> kv = rows(in.k, rank, p.d);
+  const std::vector<float> v = rows(in.v, rank, p.d);
+  kv.insert(kv.end(), v.begin(), v.end());
+  return kv;
+}
+
 void require_gpu(const Problem& p, int ranks) {
   require_supported(p, ranks);
   std::string why;

@@ -28,6 +28,8 @@ struct RankShape {
   std::size_t block;  ///< elements of a rank's K (or V, O, dQ, …): B·H · 2c · d
   /// A rank's rows of a [B·H, N, width] tensor, gathered: [B·H, 2c, width].
   std::vector<float> rows(const std::vector<float>& x, int rank, int width) const;
+  /// A rank's own K/V block: its rows of K, then of V.
+  std::vector<float> kv_rows(const Qkv& in, int rank) const;
 };
 
 /// A rank's forward: its Q (both chunks, and each alone), the K/V block it holds and the

@@ -73,12 +73,7 @@ ForwardOut gpu_forward(const Problem& p, const Qkv& in, int ranks) {
   require_gpu(p, ranks);
   const RankShape sh(p, ranks);
   std::vector<RankForward> rank;
-  for (int r = 0; r < ranks; ++r) {
-    std::vector<float> kv = sh.rows(in.k, r, p.d);
-    const std::vector<float> v = sh.rows(in.v, r, p.d);
-    kv.insert(kv.end(), v.begin(), v.end());
-    rank.emplace_back(sh, sh.rows(in.q, r, p.d), kv);
-  }
+  for (int r = 0; r < ranks; ++r) rank.emplace_back(sh, sh.rows(in.q, r, p.d), sh.kv_rows(in, r));
   const Sync sync(ranks, kEvents);
   for (int s = 0; s < ranks; ++s) {
     pull_blocks(rank, sh, s, sync);
@@ -98,13 +93,9 @@ Grads gpu_backward(const Problem& p, const Qkv& in, const ForwardOut& fwd, const
   require_gpu(p, ranks);
   const RankShape sh(p, ranks);
   std::vector<RankBackward> rank;
-  for (int r = 0; r < ranks; ++r) {
-    std::vector<float> kv = sh.rows(in.k, r, p.d);
-    const std::vector<float> v = sh.rows(in.v, r, p.d);
-    kv.insert(kv.end(), v.begin(), v.end());
-    rank.emplace_back(sh, sh.rows(in.q, r, p.d), kv, sh.rows(fwd.o, r, p.d), sh.rows(fwd.lse, r, 1),
+  for (int r = 0; r < ranks; ++r)
+    rank.emplace_back(sh, sh.rows(in.q, r, p.d), sh.kv_rows(in, r), sh.rows(fwd.o, r, p.d), sh.rows(fwd.lse, r, 1),
                       sh.rows(dout, r, p.d));
-  }
   const Sync sync(ranks, kEvents);
   for (int s = 0; s < ranks; ++s) {
     pull_blocks(rank, sh, s, sync);
