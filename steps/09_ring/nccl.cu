@@ -6,8 +6,9 @@
 //                   step s's calls are done, the hop of the visiting block's dK, dV
 //                   (the last one home);
 //   compute stream: once block s (and its dK, dV) has arrived, forward_step / backward_step.
-// Every rank issues the same hops in the same order, which is what NCCL's send/receive
-// matching needs (PTX of nothing here: NCCL's user guide, "Point-to-point communication").
+// Every rank issues the same hops in the same order: each ncclSend must meet an ncclRecv
+// of the same count and type on its peer, and a send and a receive that must progress
+// together go in one group (NCCL user guide, "Point-to-point communication").
 #include "steps/09_ring/nccl.hpp"
 
 #include <cstdlib>
