@@ -18,10 +18,11 @@
 
 namespace fa::step09 {
 
-/// The shapes of a rank's work.
+/// The shapes of a rank's work, and the kernels its calls run on.
 struct RankShape {
   RankShape(const Problem& p, int ranks);
   Problem p;            ///< the whole problem (N rows)
+  LocalKernels kernels;
   Problem whole, half;  ///< a call's shape on both chunks (2c rows) and on one (c rows)
   int ranks, c;
   std::size_t heads;
@@ -38,14 +39,14 @@ struct RankForward {
   RankForward(const RankShape& sh, const std::vector<float>& q_rows, const std::vector<float>& kv_rows);
   DeviceBuffer<std::uint16_t> q, q1[2], kv[2], kv1, part_o;  ///< kv1: K, V of one visiting chunk; part_o: a call's O
   DeviceBuffer<float> o, lse, part_lse;
-  DeviceBuffer<char> ws;            ///< step 06's workspace
+  DeviceBuffer<char> ws;            ///< the local kernel's workspace
   DeviceBuffer<std::uint16_t> own;  ///< the rank's own K/V block, for restart
   /// Back to the state before step 0, on st (a pass leaves another rank's block in kv[0]
   /// and its result in o, lse): for timing repeats.
   void restart(cudaStream_t st);
 };
-/// Rank r's calls at step s on kv[s % 2] (rank kv_source(r, s)'s block), on step 06's
-/// forward, each merged into (o, lse) by merge_rows and merge_column.
+/// Rank r's calls at step s on kv[s % 2] (rank kv_source(r, s)'s block), on the local
+/// forward kernel, each merged into (o, lse) by merge_rows and merge_column.
 void forward_step(const RankShape& sh, int rank, int step, RankForward& x, cudaStream_t st);
 
 /// A rank's backward: its rows of Q, O, L, dO (both chunks, and each alone), the K/V
@@ -65,7 +66,7 @@ struct RankBackward {
   /// the block that never left.
   const DeviceBuffer<float>& own_dkv(int ranks) const { return ranks > 1 ? home : dkv[0]; }
 };
-/// Rank r's calls at step s on kv[s % 2], on step 06's backward with the final O, L:
+/// Rank r's calls at step s on kv[s % 2], on the local backward kernel with the final O, L:
 /// dQ added into dq, dK and dV into dkv[s % 2].
 void backward_step(const RankShape& sh, int rank, int step, RankBackward& x, cudaStream_t st);
 
