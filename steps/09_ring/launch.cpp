@@ -89,9 +89,12 @@ int main(int argc, char** argv) {
     posix_spawn_file_actions_init(&io);
     posix_spawn_file_actions_adddup2(&io, fd, STDOUT_FILENO);
     posix_spawn_file_actions_adddup2(&io, fd, STDERR_FILENO);
-    if (posix_spawnp(&pid[r], argv[first], &io, nullptr, argv + first, environ) != 0) {
-      std::perror("ring09: cannot start the program");
+    if (const int err = posix_spawnp(&pid[r], argv[first], &io, nullptr, argv + first, environ); err != 0) {
+      std::cerr << "ring09: cannot start " << argv[first] << ": " << std::strerror(err) << "\n";
+      pid[r] = -1;
       status = 1;
+      for (pid_t p : pid)  // the ranks already started would wait for this one in NCCL for ever
+        if (p > 0) kill(p, SIGTERM);
     }
     posix_spawn_file_actions_destroy(&io);
     close(fd);
