@@ -115,6 +115,19 @@ CallSetup set_up(const RankShape& sh, const LocalCall& call, Chunks mine, Chunks
 
 }  // namespace
 
+StepEvents::StepEvents(int kinds, int steps) : steps_(steps), e_(std::size_t(kinds) * steps) {
+  for (auto& e : e_) FA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+}
+StepEvents::~StepEvents() {
+  for (auto e : e_) cudaEventDestroy(e);
+}
+void StepEvents::record(int kind, int step, cudaStream_t on) const {
+  FA_CUDA_CHECK(cudaEventRecord(e_[std::size_t(kind) * steps_ + step], on));
+}
+void StepEvents::wait(cudaStream_t on, int kind, int step) const {
+  FA_CUDA_CHECK(cudaStreamWaitEvent(on, e_[std::size_t(kind) * steps_ + step], 0));
+}
+
 RankShape::RankShape(const Problem& problem, int n_ranks)
     : p(problem), whole(problem), half(problem), ranks(n_ranks), c(problem.N / (2 * n_ranks)),
       heads(problem.heads()), block(problem.heads() * 2 * std::size_t(c) * problem.d) {

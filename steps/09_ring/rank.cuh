@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "common/device_buffer.cuh"
@@ -17,6 +18,23 @@
 #include "steps/09_ring/step09.hpp"
 
 namespace fa::step09 {
+
+/// One rank's CUDA events, one per (kind, step), created and released in one place: the
+/// NCCL ring holds its own rank's, the one-GPU ring one table a rank.
+class StepEvents {
+ public:
+  StepEvents(int kinds, int steps);
+  StepEvents(StepEvents&& o) noexcept : steps_(o.steps_), e_(std::move(o.e_)) {}
+  StepEvents(const StepEvents&) = delete;
+  StepEvents& operator=(const StepEvents&) = delete;
+  ~StepEvents();
+  void record(int kind, int step, cudaStream_t on) const;
+  void wait(cudaStream_t on, int kind, int step) const;  ///< on waits for the last record of (kind, step)
+
+ private:
+  int steps_;
+  std::vector<cudaEvent_t> e_;
+};
 
 /// The shapes of a rank's work.
 struct RankShape {
