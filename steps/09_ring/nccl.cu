@@ -37,8 +37,7 @@ int env_int(const char* name) {
 enum Event { kReady, kArrived, kDone, kGradsArrived, kLast, kEvents };
 
 /// K/V block s + 1 over the link, once step s − 1's calls are done with its buffer.
-template <class Rank>
-void next_block(const NcclRing& ring, const RankShape& sh, Rank& x, int s, const StepEvents& ev) {
+void next_block(const NcclRing& ring, const RankShape& sh, RankBlocks& x, int s, const StepEvents& ev) {
   if (s + 1 >= sh.ranks) return;
   if (s > 0) ev.wait(ring.link(), kDone, s - 1);
   ring.hop(x.kv[s % 2].get(), x.kv[(s + 1) % 2].get(), 2 * sh.block * sizeof(std::uint16_t));
