@@ -60,11 +60,7 @@ __device__ __forceinline__ void forward_block(Loads loads, unsigned char* smem_r
                                               bool causal, float scale, T* __restrict__ o, float* __restrict__ lse) {
   constexpr FwdTile kTile = forward_tile(kCausal, kD);  // the block shape: step06.hpp
   constexpr int kMT = kTile.m_tiles, kBc = kTile.keys, kRows = kTile.rows();
-  constexpr int kW = smem_cols(kD);  // a shared tile's columns
-  const FwdSmem<T, kD, kCausal> sm(smem_raw);
-  T* Qs = reinterpret_cast<T*>(smem_raw);  // [kRows][kW], swizzled
-  T* Ks = Qs + kRows * kW;                 // [2][kBc][kW]: two buffers
-  T* Vs = Ks + 2 * kBc * kW;               // [2][kBc][kW]
+  const FwdSmem<T, kD, kCausal> sm(smem_raw);  // Q_i, and K_j, V_j in two buffers each
   require_aligned_smem(smem_raw);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int q0 = i * kRows, r0 = 16 * kMT * warp;  // this warp's first row in the block
@@ -90,7 +86,7 @@ __device__ __forceinline__ void forward_block(Loads loads, unsigned char* smem_r
 
     // S = Q_i·K_jᵀ: the warp's 16·kMT rows × kBc keys.
     float s[kMT][kBc / 8][4] = {};  // [m-tile][8-key n-tile][register]
-    gemm_abt<T, kD, kMT, kBc / 8>(s, smem_u32(Qs), r0, smem_u32(Ks + buf * kBc * kW), 0);
+    gemm_abt<T, kD, kMT, kBc / 8>(s, smem_u32(sm.q), r0, smem_u32(sm.k_buf(buf)), 0);
 
     // The mask, only where this warp's rows can meet it — the last K/V block (keys past
     // N_kv) and, when causal, blocks reaching past the warp's first row — in a loop of its
@@ -170,7 +166,7 @@ __device__ __forceinline__ void forward_block(Loads loads, unsigned char* smem_r
     }
 
     // O += P·V_j, P rounded to 16 bits (the one rounding inside the algorithm).
-    gemm_pv<T, kD, kMT, kBc>(acc, pa, smem_u32(Vs + buf * kBc * kW));
+    gemm_pv<T, kD, kMT, kBc>(acc, pa, smem_u32(sm.v_buf(buf)));
   }
 
   // Epilogue: ℓ = the quad's four parts; O = acc / ℓ in 16 bits; L = m·scale + log ℓ.

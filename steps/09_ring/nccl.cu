@@ -32,32 +32,12 @@ int env_int(const char* name) {
   return std::atoi(v);
 }
 
-/// Events of this rank, one per (kind, step), released in one place.
-class Events {
- public:
-  Events(int kinds, int steps) : steps_(steps), e_(std::size_t(kinds) * steps) {
-    for (auto& e : e_) FA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-  }
-  Events(const Events&) = delete;
-  Events& operator=(const Events&) = delete;
-  ~Events() {
-    for (auto e : e_) cudaEventDestroy(e);
-  }
-  void record(int kind, int s, cudaStream_t on) const { FA_CUDA_CHECK(cudaEventRecord(at(kind, s), on)); }
-  void wait(cudaStream_t on, int kind, int s) const { FA_CUDA_CHECK(cudaStreamWaitEvent(on, at(kind, s), 0)); }
-
- private:
-  cudaEvent_t at(int kind, int s) const { return e_[std::size_t(kind) * steps_ + s]; }
-  int steps_;
-  std::vector<cudaEvent_t> e_;
-};
 // x ready on the compute stream (before step 0); block s here; step s's calls done; its
 // dK, dV here; the last hop done (backward: dK, dV home).
 enum Event { kReady, kArrived, kDone, kGradsArrived, kLast, kEvents };
 
 /// K/V block s + 1 over the link, once step s − 1's calls are done with its buffer.
-template <class Rank>
-void next_block(const NcclRing& ring, const RankShape& sh, Rank& x, int s, const Events& ev) {
+void next_block(const NcclRing& ring, const RankShape& sh, RankBlocks& x, int s, const StepEvents& ev) {
   if (s + 1 >= sh.ranks) return;
   if (s > 0) ev.wait(ring.link(), kDone, s - 1);
   ring.hop(x.kv[s % 2].get(), x.kv[(s + 1) % 2].get(), 2 * sh.block * sizeof(std::uint16_t));
@@ -99,7 +79,7 @@ double NcclRing::max_over_ranks(double x) const {
 }
 
 void nccl_forward(const NcclRing& ring, const RankShape& sh, RankForward& x) {
-  const Events ev(kEvents, sh.ranks);
+  const StepEvents ev(kEvents, sh.ranks);
   const cudaStream_t st = ring.compute();
   ev.record(kReady, 0, st);  // x is ready (restart is on st): the link may send kv[0]
   ev.wait(ring.link(), kReady, 0);
@@ -112,7 +92,7 @@ void nccl_forward(const NcclRing& ring, const RankShape& sh, RankForward& x) {
 }
 
 void nccl_backward(const NcclRing& ring, const RankShape& sh, RankBackward& x) {
-  const Events ev(kEvents, sh.ranks);
+  const StepEvents ev(kEvents, sh.ranks);
   const cudaStream_t st = ring.compute();
   ev.record(kReady, 0, st);
   ev.wait(ring.link(), kReady, 0);

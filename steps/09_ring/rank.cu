@@ -122,6 +122,19 @@ LocalKernels local_kernels(const Problem& p) {
   return {&step06::kForward, &step06::kBackward};
 }
 
+StepEvents::StepEvents(int kinds, int steps) : steps_(steps), e_(std::size_t(kinds) * steps) {
+  for (auto& e : e_) FA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+}
+StepEvents::~StepEvents() {
+  for (auto e : e_) cudaEventDestroy(e);
+}
+void StepEvents::record(int kind, int step, cudaStream_t on) const {
+  FA_CUDA_CHECK(cudaEventRecord(e_[std::size_t(kind) * steps_ + step], on));
+}
+void StepEvents::wait(cudaStream_t on, int kind, int step) const {
+  FA_CUDA_CHECK(cudaStreamWaitEvent(on, e_[std::size_t(kind) * steps_ + step], 0));
+}
+
 RankShape::RankShape(const Problem& problem, int n_ranks)
     : p(problem), kernels(local_kernels(problem)), whole(problem), half(problem), ranks(n_ranks), c(problem.N / (2 * n_ranks)),
       heads(problem.heads()), block(problem.heads() * 2 * std::size_t(c) * problem.d) {
@@ -149,23 +162,31 @@ void require_gpu(const Problem& p, int ranks) {
   if (!why.empty()) throw Error("step09 " + why);
 }
 
-RankForward::RankForward(const RankShape& sh, const std::vector<float>& q_rows, const std::vector<float>& kv_rows)
+RankBlocks::RankBlocks(const RankShape& sh, const std::vector<float>& q_rows, const std::vector<float>& kv_rows)
     : q(gpu::upload16(sh.p.dtype, q_rows)),
       kv{gpu::upload16(sh.p.dtype, kv_rows), DeviceBuffer<u16>(2 * sh.block)},
       kv1(sh.block),
+      own(2 * sh.block) {
+  split_chunks(q1, q, sh, sh.p.d);
+  FA_CUDA_CHECK(cudaMemcpy(own.get(), kv[0].get(), own.size() * sizeof(u16), cudaMemcpyDeviceToDevice));
+}
+
+void RankBlocks::restore_own_block(cudaStream_t st) {
+  FA_CUDA_CHECK(cudaMemcpyAsync(kv[0].get(), own.get(), own.size() * sizeof(u16), cudaMemcpyDeviceToDevice, st));
+}
+
+RankForward::RankForward(const RankShape& sh, const std::vector<float>& q_rows, const std::vector<float>& kv_rows)
+    : RankBlocks(sh, q_rows, kv_rows),
       part_o(sh.block),
       o(std::vector<float>(sh.block, 0.0f)),
       lse(std::vector<float>(sh.heads * 2 * sh.c, -INFINITY)),
       part_lse(sh.heads * 2 * sh.c),
-      ws(std::max(sh.kernels.forward->workspace_bytes(sh.whole), sh.kernels.forward->workspace_bytes(sh.half))),
-      own(2 * sh.block) {
-  split_chunks(q1, q, sh, sh.p.d);
-  FA_CUDA_CHECK(cudaMemcpy(own.get(), kv[0].get(), own.size() * sizeof(u16), cudaMemcpyDeviceToDevice));
+      ws(std::max(sh.kernels.forward->workspace_bytes(sh.whole), sh.kernels.forward->workspace_bytes(sh.half))) {
   FA_CUDA_CHECK(cudaDeviceSynchronize());  // the ring's streams do not wait for the default one
 }
 
 void RankForward::restart(cudaStream_t st) {
-  FA_CUDA_CHECK(cudaMemcpyAsync(kv[0].get(), own.get(), own.size() * sizeof(u16), cudaMemcpyDeviceToDevice, st));
+  restore_own_block(st);
   FA_CUDA_CHECK(cudaMemsetAsync(o.get(), 0, o.size() * sizeof(float), st));
   fill_kernel<<<256, 256, 0, st>>>(lse.get(), lse.size(), -INFINITY);
   FA_CHECK_LAUNCH();
@@ -191,9 +212,7 @@ void forward_step(const RankShape& sh, int rank, int step, RankForward& x, cudaS
 RankBackward::RankBackward(const RankShape& sh, const std::vector<float>& q_rows, const std::vector<float>& kv_rows,
                            const std::vector<float>& o_rows, const std::vector<float>& lse_rows,
                            const std::vector<float>& dout_rows)
-    : q(gpu::upload16(sh.p.dtype, q_rows)),
-      kv{gpu::upload16(sh.p.dtype, kv_rows), DeviceBuffer<u16>(2 * sh.block)},
-      kv1(sh.block),
+    : RankBlocks(sh, q_rows, kv_rows),
       o(gpu::upload16(sh.p.dtype, o_rows)),
       dout(gpu::upload16(sh.p.dtype, dout_rows)),
       lse(lse_rows),
@@ -203,18 +222,15 @@ RankBackward::RankBackward(const RankShape& sh, const std::vector<float>& q_rows
       gq(sh.block),
       gk(sh.block),
       gv(sh.block),
-      ws(std::max(sh.kernels.backward->workspace_bytes(sh.whole), sh.kernels.backward->workspace_bytes(sh.half))),
-      own(2 * sh.block) {
-  split_chunks(q1, q, sh, sh.p.d);
+      ws(std::max(sh.kernels.backward->workspace_bytes(sh.whole), sh.kernels.backward->workspace_bytes(sh.half))) {
   split_chunks(o1, o, sh, sh.p.d);
   split_chunks(dout1, dout, sh, sh.p.d);
   split_chunks(lse1, lse, sh, 1);
-  FA_CUDA_CHECK(cudaMemcpy(own.get(), kv[0].get(), own.size() * sizeof(u16), cudaMemcpyDeviceToDevice));
   FA_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
 void RankBackward::restart(cudaStream_t st) {
-  FA_CUDA_CHECK(cudaMemcpyAsync(kv[0].get(), own.get(), own.size() * sizeof(u16), cudaMemcpyDeviceToDevice, st));
+  restore_own_block(st);
   FA_CUDA_CHECK(cudaMemsetAsync(dq.get(), 0, dq.size() * sizeof(float), st));
   FA_CUDA_CHECK(cudaMemsetAsync(dkv[0].get(), 0, dkv[0].size() * sizeof(float), st));
 }

@@ -21,32 +21,30 @@
 namespace fa::step09 {
 namespace {
 
-/// CUDA streams and events a ring needs, released in one place.
+/// CUDA streams and events a ring needs: two streams a rank and its StepEvents,
+/// released in one place.
 class Sync {
  public:
-  Sync(int ranks, int events) : ranks_(ranks) {
+  Sync(int ranks, int events) {
     streams_.resize(2 * ranks);
     for (auto& s : streams_) FA_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    events_.resize(std::size_t(events) * ranks * ranks);
-    for (auto& e : events_) FA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    for (int r = 0; r < ranks; ++r) events_.emplace_back(events, ranks);
   }
   Sync(const Sync&) = delete;
   Sync& operator=(const Sync&) = delete;
   ~Sync() {
-    for (auto e : events_) cudaEventDestroy(e);
+    events_.clear();
     for (auto s : streams_) cudaStreamDestroy(s);
   }
   cudaStream_t compute(int r) const { return streams_[2 * r]; }
   cudaStream_t copy(int r) const { return streams_[2 * r + 1]; }
   /// Event `kind` of rank r at step s.
-  cudaEvent_t event(int kind, int r, int s) const { return events_[(std::size_t(kind) * ranks_ + r) * ranks_ + s]; }
-  void record(int kind, int r, int s, cudaStream_t on) const { FA_CUDA_CHECK(cudaEventRecord(event(kind, r, s), on)); }
-  void wait(cudaStream_t on, int kind, int r, int s) const { FA_CUDA_CHECK(cudaStreamWaitEvent(on, event(kind, r, s), 0)); }
+  void record(int kind, int r, int s, cudaStream_t on) const { events_[r].record(kind, s, on); }
+  void wait(cudaStream_t on, int kind, int r, int s) const { events_[r].wait(on, kind, s); }
 
  private:
-  int ranks_;
   std::vector<cudaStream_t> streams_;
-  std::vector<cudaEvent_t> events_;
+  std::vector<StepEvents> events_;
 };
 enum Event { kArrived, kDone, kGradsArrived, kEvents };  // block s here; step s's calls done; its dK, dV here
 

@@ -982,11 +982,9 @@ def table_step09_bench(D):
     for path in sorted(glob.glob(os.path.join(D.folder, "bench09_r*.csv"))):
         rows += load(D.folder, os.path.basename(path))
     dev = open(os.path.join(D.folder, "device09.txt")).read().splitlines()
-    name, driver, _mem = [x.strip() for x in dev[0].split(",")]
-    cuda = re.search(r"cuda_(\d+\.\d+)", dev[1])
     nccl = next((x.split(":")[0] for x in dev if x.startswith("NCCL")), "NCCL")
     ranks = sorted({int(r["ranks"]) for r in rows})
-    out = [f"bf16, d = 128, B·H = 8, on {name}, driver {driver}, CUDA {cuda.group(1) if cuda else '?'}, {nccl}; "
+    out = [f"bf16, d = 128, B·H = 8, on {device07(D, 'device09.txt')}, {nccl}; "
            f"R = {', '.join(map(str, ranks))} ({len(ranks)} of the 1, 2, 4 asked for: the GPUs this machine has). "
            "Median of 10, the slowest rank's time; TFLOP/s per GPU = the whole problem's FLOPs / R / time "
            "(backward 2.5× the forward's); step 06 on one GPU at the same N (strong scaling) and at N / R (weak).", "",
