@@ -2,8 +2,9 @@
 // 4", Not Run on a machine with fewer GPUs). Every rank runs this file on the same
 // inputs (the same seeds) and checks its own rows: against the one-process ring on its
 // GPU (the same local calls and merges in the same order — bit for bit but for dQ, which
-// step 06's kernel adds with atomics in any order) and against step 06's kernel on the
-// whole sequence (the merge's reordering; with one rank, bit for bit but for dQ).
+// the local kernel adds in any order) and against the local kernel (local_kernels: step
+// 07's on an H200, step 06's before) on the whole sequence (the merge's reordering; with
+// one rank, bit for bit but for dQ).
 #include <string>
 
 #include "common/gpu.hpp"
@@ -28,7 +29,7 @@ void check_rows(const char* what, const step09::RankShape& sh, int rank, int wid
   FA_CHECK_CLOSE(what, g, w, t, shape);
 }
 
-TEST_CASE("step09 over NCCL: each rank's rows equal the one-process ring's and step 06's kernel's", "[nccl]") {
+TEST_CASE("step09 over NCCL: each rank's rows equal the one-process ring's and the local kernel's", "[nccl]") {
   const step09::NcclRing ring;
   const int R = ring.ranks(), me = ring.rank();
   INFO("rank " << me << " of " << R << " (chunks " << step09::chunks_of(me, R).early << ", "
@@ -48,11 +49,11 @@ TEST_CASE("step09 over NCCL: each rank's rows equal the one-process ring's and s
         ForwardOut got{std::vector<float>(p.elems()), std::vector<float>(p.rows())};
         step09::put_forward(sh, me, x, got);
         const ForwardOut one = step09::gpu_forward(p, in, R);
-        const ForwardOut whole = gpu::forward(step06::kForward, p, in, true);
+        const ForwardOut whole = gpu::forward(*step09::local_kernels(p).forward, p, in, true);
         check_rows("O vs the one-process ring", sh, me, d, got.o, one.o, tol::kBitExact);
         check_rows("L vs the one-process ring", sh, me, 1, got.lse, one.lse, tol::kBitExact);
-        check_rows("O vs step 06", sh, me, d, got.o, whole.o, R == 1 ? tol::kBitExact : step06::kBf16Reorder);
-        check_rows("L vs step 06", sh, me, 1, got.lse, whole.lse, R == 1 ? tol::kBitExact : tol::kFp32Reorder);
+        check_rows("O vs the local kernel", sh, me, d, got.o, whole.o, R == 1 ? tol::kBitExact : step06::kBf16Reorder);
+        check_rows("L vs the local kernel", sh, me, 1, got.lse, whole.lse, R == 1 ? tol::kBitExact : tol::kFp32Reorder);
 
         // The backward on the one-process ring's O and L, so that all three see the same.
         const std::vector<float> dout = grad_out(p, 141);
@@ -63,14 +64,14 @@ TEST_CASE("step09 over NCCL: each rank's rows equal the one-process ring's and s
         Grads g{std::vector<float>(p.elems()), std::vector<float>(p.elems()), std::vector<float>(p.elems())};
         step09::put_backward(sh, me, y, g);
         const Grads g1 = step09::gpu_backward(p, in, one, dout, R);
-        const Grads gw = gpu::backward(step06::kBackward, p, in, one, dout);
+        const Grads gw = gpu::backward(*step09::local_kernels(p).backward, p, in, one, dout);
         const Tolerance& t = R == 1 ? tol::kBitExact : step06::kBf16Reorder;
         check_rows("dQ vs the one-process ring", sh, me, d, g.dq, g1.dq, step06::kBf16Reorder);
         check_rows("dK vs the one-process ring", sh, me, d, g.dk, g1.dk, tol::kBitExact);
         check_rows("dV vs the one-process ring", sh, me, d, g.dv, g1.dv, tol::kBitExact);
-        check_rows("dQ vs step 06", sh, me, d, g.dq, gw.dq, step06::kBf16Reorder);
-        check_rows("dK vs step 06", sh, me, d, g.dk, gw.dk, t);
-        check_rows("dV vs step 06", sh, me, d, g.dv, gw.dv, t);
+        check_rows("dQ vs the local kernel", sh, me, d, g.dq, gw.dq, step06::kBf16Reorder);
+        check_rows("dK vs the local kernel", sh, me, d, g.dk, gw.dk, t);
+        check_rows("dV vs the local kernel", sh, me, d, g.dv, gw.dv, t);
       }
 }
 

@@ -208,11 +208,12 @@ TEST_CASE("step09 refuses what the ring does not take, in one line", "[cpu]") {
 #ifdef FA_HAVE_CUDA
 #include "common/gpu.hpp"
 
-// The ring on one GPU: its ranks' local calls are step 06's kernels, so against step 06's
-// kernel on the whole sequence (bit for bit with one rank but for dQ's atomics, within the
-// reordering with several), against the model (the same calls and merges; the kernels' own fp32 order
-// apart), and the budget.
-TEST_CASE("step09 ring on one GPU, R = 1, 2, 4: step 06's kernel on the whole sequence, the model, the budget",
+// The ring on one GPU: its ranks' local calls are local_kernels(p) (step 07's on an
+// H200, step 06's on older GPUs), so against that kernel on the whole sequence (bit for
+// bit with one rank but for dQ, which both steps add in any order; within the reordering
+// with several), against the model (step 06's: the same calls and merges, the kernels'
+// own fp32 order apart), and the budget.
+TEST_CASE("step09 ring on one GPU, R = 1, 2, 4: the local kernel on the whole sequence, the model, the budget",
           "[gpu]") {
   for (int ranks : {1, 2, 4})
     for (int N : ring_sizes(ranks))
@@ -221,23 +222,24 @@ TEST_CASE("step09 ring on one GPU, R = 1, 2, 4: step 06's kernel on the whole se
           const Problem p = lowp(make(1, 3, N, d, causal), DType::bf16);
           INFO(p.str() << ", R = " << ranks << ", seeds 130, 131");
           const Qkv in = inputs(p, 130);
+          INFO("local kernel: " << step09::local_kernels(p).forward->name);
           const ForwardOut ring = step09::gpu_forward(p, in, ranks);
-          const ForwardOut whole = gpu::forward(step06::kForward, p, in, true);
+          const ForwardOut whole = gpu::forward(*step09::local_kernels(p).forward, p, in, true);
           const Tolerance& t = ranks == 1 ? tol::kBitExact : step06::kBf16Reorder;
-          FA_CHECK_CLOSE("O vs step 06", ring.o, whole.o, t, test::shape_o(p));
-          FA_CHECK_CLOSE("L vs step 06", ring.lse, whole.lse, ranks == 1 ? tol::kBitExact : tol::kFp32Reorder,
+          FA_CHECK_CLOSE("O vs the local kernel", ring.o, whole.o, t, test::shape_o(p));
+          FA_CHECK_CLOSE("L vs the local kernel", ring.lse, whole.lse, ranks == 1 ? tol::kBitExact : tol::kFp32Reorder,
                          test::shape_l(p));
           const ForwardOut model = step09::model_forward(p, in, ranks).out;
           FA_CHECK_CLOSE("O vs model", ring.o, model.o, step06::kBf16Reorder, test::shape_o(p));
           if (N <= 300) check_budget(p, in, ring, "ring");
           const std::vector<float> dout = grad_out(p, 131);
           const Grads g = step09::gpu_backward(p, in, ring, dout, ranks);
-          // dQ: step 06's kernel adds its pieces with fp32 atomics in any order, so even at
-          // R = 1 it is equal only within that reordering; dK and dV follow t.
-          const Grads whole_g = gpu::backward(step06::kBackward, p, in, ring, dout);
-          FA_CHECK_CLOSE("dQ vs step 06", g.dq, whole_g.dq, step06::kBf16Reorder, test::shape_o(p));
-          FA_CHECK_CLOSE("dK vs step 06", g.dk, whole_g.dk, t, test::shape_o(p));
-          FA_CHECK_CLOSE("dV vs step 06", g.dv, whole_g.dv, t, test::shape_o(p));
+          // dQ: both steps' kernels add its pieces in any order (fp32 atomics, bulk
+          // reductions), so even at R = 1 it is equal only within that reordering; dK and dV follow t.
+          const Grads whole_g = gpu::backward(*step09::local_kernels(p).backward, p, in, ring, dout);
+          FA_CHECK_CLOSE("dQ vs the local kernel", g.dq, whole_g.dq, step06::kBf16Reorder, test::shape_o(p));
+          FA_CHECK_CLOSE("dK vs the local kernel", g.dk, whole_g.dk, t, test::shape_o(p));
+          FA_CHECK_CLOSE("dV vs the local kernel", g.dv, whole_g.dv, t, test::shape_o(p));
           check_grads_close("vs model", p, g, step09::model_backward(p, in, ring, dout, ranks).grads,
                             step06::kBf16Reorder);
           if (N <= 300) check_grad_budget(p, in, dout, g, "ring");

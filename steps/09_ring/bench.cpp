@@ -7,7 +7,8 @@
 // shape: the ring's forward and backward (CUDA events around one pass on every rank, the
 // slowest rank's time, median of reps; the ranks start each repeat together), then, on
 // rank 0 alone, step 06's kernel on one GPU at the same N (strong scaling) and at N/R
-// (weak scaling: the same rows per GPU). Rank 0 prints a table and writes the CSV:
+// (weak scaling: the same rows per GPU), each the local kernel (local_kernels: step 07's
+// on an H200). Rank 0 prints a table and writes the CSV:
 // TFLOP/s per GPU = FLOPs of the whole problem / R / time (backward: 2.5× the forward's
 // FLOPs), and the efficiencies = the ring's TFLOP/s per GPU ÷ step 06's on one GPU.
 #include <algorithm>
@@ -50,8 +51,9 @@ double time_ring(const step09::NcclRing& ring, int reps, Pass pass) {
 /// Step 06 on one GPU (rank 0), or NaN where it does not fit.
 double single(bool backward, const Problem& p, int reps) {
   try {
-    return backward ? gpu::time_backward(step06::kBackward, p, reps).median_ms
-                    : gpu::time_forward(step06::kForward, p, reps).median_ms;
+    const step09::LocalKernels local = step09::local_kernels(p);
+    return backward ? gpu::time_backward(*local.backward, p, reps).median_ms
+                    : gpu::time_forward(*local.forward, p, reps).median_ms;
   } catch (const std::exception& e) {
     std::cerr << "step 06 alone, " << p.str() << ": " << e.what() << "\n";
     return NAN;
@@ -84,7 +86,7 @@ int main(int argc, char** argv) try {
   if (me == 0 && !csv.empty()) {
     out.open(csv);
     out << "ranks,heads,N,d,causal,dir,ring_ms,ring_tflops_per_gpu,one_gpu_ms,one_gpu_tflops,one_gpu_NoverR_tflops,"
-           "strong_efficiency,weak_efficiency,gpu\n";
+           "strong_efficiency,weak_efficiency,gpu,local_kernel\n";
   }
   if (me == 0)
     std::printf("%5s %5s %7s %4s %6s %4s %10s %12s %10s %10s %12s %7s %7s\n", "ranks", "B·H", "N", "d", "causal", "dir",
@@ -138,7 +140,7 @@ int main(int argc, char** argv) try {
           if (out)
             out << R << "," << heads << "," << N << "," << d << "," << causal << "," << (backward ? "bwd" : "fwd") << ","
                 << ms << "," << tf << "," << one << "," << tf1 << "," << tfp << "," << tf / tf1 << "," << tf / tfp << ","
-                << gpu::describe_device() << "\n";
+                << gpu::describe_device() << "," << step09::local_kernels(p).forward->name << "\n";
         }
       }
   return 0;

@@ -12,6 +12,7 @@
 #include "common/gpu.hpp"
 #include "common/gpu16.cuh"
 #include "steps/06_tensor_cores/step06.hpp"
+#include "steps/07_hopper/step07.hpp"
 
 namespace fa::step09 {
 namespace {
@@ -115,6 +116,12 @@ CallSetup set_up(const RankShape& sh, const LocalCall& call, Chunks mine, Chunks
 
 }  // namespace
 
+LocalKernels local_kernels(const Problem& p) {
+  if (gpu::too_old(step07::kSm, true).empty() && takes_d(step07::kForward.max_d, step07::kForward.only_d, p.d))
+    return {&step07::kForward, &step07::kBackward};
+  return {&step06::kForward, &step06::kBackward};
+}
+
 StepEvents::StepEvents(int kinds, int steps) : steps_(steps), e_(std::size_t(kinds) * steps) {
   for (auto& e : e_) FA_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
 }
@@ -129,7 +136,7 @@ void StepEvents::wait(cudaStream_t on, int kind, int step) const {
 }
 
 RankShape::RankShape(const Problem& problem, int n_ranks)
-    : p(problem), whole(problem), half(problem), ranks(n_ranks), c(problem.N / (2 * n_ranks)),
+    : p(problem), kernels(local_kernels(problem)), whole(problem), half(problem), ranks(n_ranks), c(problem.N / (2 * n_ranks)),
       heads(problem.heads()), block(problem.heads() * 2 * std::size_t(c) * problem.d) {
   whole.N = 2 * c;
   half.N = c;
@@ -174,7 +181,7 @@ RankForward::RankForward(const RankShape& sh, const std::vector<float>& q_rows, 
       o(std::vector<float>(sh.block, 0.0f)),
       lse(std::vector<float>(sh.heads * 2 * sh.c, -INFINITY)),
       part_lse(sh.heads * 2 * sh.c),
-      ws(std::max(step06::kForward.workspace_bytes(sh.whole), step06::kForward.workspace_bytes(sh.half))) {
+      ws(std::max(sh.kernels.forward->workspace_bytes(sh.whole), sh.kernels.forward->workspace_bytes(sh.half))) {
   FA_CUDA_CHECK(cudaDeviceSynchronize());  // the ring's streams do not wait for the default one
 }
 
@@ -191,7 +198,7 @@ void forward_step(const RankShape& sh, int rank, int step, RankForward& x, cudaS
     const CallSetup cs = set_up(sh, call, mine, theirs, x.kv[step % 2].get(), x.kv1.get(), st);
     const NativeFwdArgs args{cs.qs.both ? x.q.get() : x.q1[cs.qs.slot].get(), cs.k, cs.v, x.part_o.get(),
                              x.part_lse.get()};
-    step06::kForward.run_native(cs.sub, args, x.ws.get(), st);
+    sh.kernels.forward->run_native(cs.sub, args, x.ws.get(), st);
     const RowMap map{cs.sub.N, cs.qs.both ? 0 : cs.qs.slot * sh.c, 2 * sh.c};
     const unsigned rows = unsigned(sh.heads * cs.sub.N);
     if (sh.p.dtype == DType::bf16)
@@ -215,7 +222,7 @@ RankBackward::RankBackward(const RankShape& sh, const std::vector<float>& q_rows
       gq(sh.block),
       gk(sh.block),
       gv(sh.block),
-      ws(std::max(step06::kBackward.workspace_bytes(sh.whole), step06::kBackward.workspace_bytes(sh.half))) {
+      ws(std::max(sh.kernels.backward->workspace_bytes(sh.whole), sh.kernels.backward->workspace_bytes(sh.half))) {
   split_chunks(o1, o, sh, sh.p.d);
   split_chunks(dout1, dout, sh, sh.p.d);
   split_chunks(lse1, lse, sh, 1);
@@ -246,7 +253,7 @@ void backward_step(const RankShape& sh, int rank, int step, RankBackward& x, cud
     const NativeBwdArgs args{both ? x.q.get() : x.q1[slot].get(),       cs.k, cs.v,
                              both ? x.o.get() : x.o1[slot].get(),       both ? x.lse.get() : x.lse1[slot].get(),
                              both ? x.dout.get() : x.dout1[slot].get(), x.gq.get(), x.gk.get(), x.gv.get()};
-    step06::kBackward.run_native(cs.sub, args, x.ws.get(), st);
+    sh.kernels.backward->run_native(cs.sub, args, x.ws.get(), st);
     accumulate(x.dq.get(), x.gq.get(), RowMap{cs.sub.N, both ? 0 : slot * sh.c, 2 * sh.c});
     const RowMap kmap{cs.sub.N, cs.ks.both ? 0 : cs.ks.slot * sh.c, 2 * sh.c};
     accumulate(grads, x.gk.get(), kmap);

@@ -36,10 +36,11 @@ class StepEvents {
   std::vector<cudaEvent_t> e_;
 };
 
-/// The shapes of a rank's work.
+/// The shapes of a rank's work, and the kernels its calls run on.
 struct RankShape {
   RankShape(const Problem& p, int ranks);
   Problem p;            ///< the whole problem (N rows)
+  LocalKernels kernels;
   Problem whole, half;  ///< a call's shape on both chunks (2c rows) and on one (c rows)
   int ranks, c;
   std::size_t heads;
@@ -65,13 +66,13 @@ struct RankForward : RankBlocks {
   RankForward(const RankShape& sh, const std::vector<float>& q_rows, const std::vector<float>& kv_rows);
   DeviceBuffer<std::uint16_t> part_o;
   DeviceBuffer<float> o, lse, part_lse;
-  DeviceBuffer<char> ws;  ///< step 06's workspace
+  DeviceBuffer<char> ws;  ///< the local kernel's workspace
   /// Back to the state before step 0, on st (its own block in kv[0], (O, L) empty): for
   /// timing repeats.
   void restart(cudaStream_t st);
 };
-/// Rank r's calls at step s on kv[s % 2] (rank kv_source(r, s)'s block), on step 06's
-/// forward, each merged into (o, lse) by merge_rows and merge_column.
+/// Rank r's calls at step s on kv[s % 2] (rank kv_source(r, s)'s block), on the local
+/// forward kernel, each merged into (o, lse) by merge_rows and merge_column.
 void forward_step(const RankShape& sh, int rank, int step, RankForward& x, cudaStream_t st);
 
 /// A rank's backward: RankBlocks, its rows of O, L, dO (both chunks, and each alone),
@@ -90,7 +91,7 @@ struct RankBackward : RankBlocks {
   /// the block that never left.
   const DeviceBuffer<float>& own_dkv(int ranks) const { return ranks > 1 ? home : dkv[0]; }
 };
-/// Rank r's calls at step s on kv[s % 2], on step 06's backward with the final O, L:
+/// Rank r's calls at step s on kv[s % 2], on the local backward kernel with the final O, L:
 /// dQ added into dq, dK and dV into dkv[s % 2].
 void backward_step(const RankShape& sh, int rank, int step, RankBackward& x, cudaStream_t st);
 

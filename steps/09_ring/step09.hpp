@@ -4,9 +4,10 @@
 // blocks of one GPU; here across R GPUs, the ranks of a ring. When a sequence no longer
 // fits one GPU, each rank keeps N/R rows of Q, K and V. The K/V blocks travel around the
 // ring (rank r sends the block it holds to r + 1 and receives one from r − 1: R − 1
-// hops), and at every step each rank runs its local attention kernel (step 06's) on the
-// block it holds and merges the partial (O, L) into its own by the course's rule
-// (PKU "FlashAttention", the blockwise merge, p22–24). The backward sends dK and dV
+// hops), and at every step each rank runs its local attention kernel (step 07's on
+// Hopper, step 06's before: local_kernels) on the block it holds and merges the partial
+// (O, L) into its own by the course's rule (PKU "FlashAttention", the blockwise merge,
+// p22–24). The backward sends dK and dV
 // around with their K and V, back to the rank that owns them.
 //
 // Layout (zigzag, ring-flash-attention's): the sequence in 2R chunks of N/(2R) rows,
@@ -33,6 +34,7 @@
 #include "common/hbm.hpp"
 #include "common/hd.hpp"
 #include "common/problem.hpp"
+#include "common/step_api.hpp"
 #include "steps/03_online_softmax/online_softmax.hpp"
 
 namespace fa::step09 {
@@ -45,7 +47,7 @@ Chunks chunks_of(int rank, int ranks);
 /// The rank whose K/V block rank r holds at step s: r − s (mod R).
 int kv_source(int rank, int step, int ranks);
 
-/// One local call of step 06's kernel: rows of Q (this rank's chunks `q`, in order)
+/// One local call of the local kernel: rows of Q (this rank's chunks `q`, in order)
 /// against the rows of the visiting K/V block (chunks `kv`), causal or not, as one
 /// self-attention problem of |q|·N/(2R) rows — or, at the steps after the first with the
 /// causal mask, one call per (query chunk, key chunk) pair of equal length.
@@ -122,9 +124,17 @@ std::vector<float> gather(const std::vector<float>& x, std::size_t heads, int N,
 void put_rows(std::vector<float>& x, const std::vector<float>& rank, std::size_t heads, int N, int width,
               const Chunks& mine, int c, DType t);
 
+/// The local kernels of the rings on GPUs: step 07's where they run (an sm_90 GPU and a
+/// d step 07 takes), step 06's elsewhere; chosen for the current GPU (rank.cu).
+struct LocalKernels {
+  const GpuForward* forward;
+  const GpuBackward* backward;
+};
+LocalKernels local_kernels(const Problem& p);
+
 /// The ring on one GPU (ring.cu; CUDA builds): R ranks as R pairs of CUDA streams, each
 /// with its slice of the tensors in device memory, the hops device-to-device copies
-/// issued under the products; the local calls those of the model, on step 06's kernels,
+/// issued under the products; the local calls those of the model, on local_kernels(p),
 /// merged by merge_kernel (merge_rows, merge_column). Throws fa::Error as
 /// require_supported does, and without a GPU step 06 runs on (sm_80 and newer).
 ForwardOut gpu_forward(const Problem& p, const Qkv& in, int ranks);
