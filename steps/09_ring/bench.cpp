@@ -140,7 +140,8 @@ int main(int argc, char** argv) try {
           if (out)
             out << R << "," << heads << "," << N << "," << d << "," << causal << "," << (backward ? "bwd" : "fwd") << ","
                 << ms << "," << tf << "," << one << "," << tf1 << "," << tfp << "," << tf / tf1 << "," << tf / tfp << ","
-                << gpu::describe_device() << "," << step09::local_kernels(p).forward->name << "\n";
+                << "\"" << gpu::describe_device() << "\","  // the GPU's line has commas
+                << (backward ? step09::local_kernels(p).backward->name : step09::local_kernels(p).forward->name) << "\n";
         }
       }
   return 0;

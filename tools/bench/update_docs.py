@@ -977,25 +977,33 @@ def table_test09(D):
 
 
 def table_step09_bench(D):
-    """The ring over NCCL (step09_bench through ring09) against step 06 on one GPU, every R that ran."""
+    """The ring over NCCL (step09_bench through ring09) against its local kernel on one GPU, every R that ran."""
     rows = []
     for path in sorted(glob.glob(os.path.join(D.folder, "bench09_r*.csv"))):
         rows += load(D.folder, os.path.basename(path))
     dev = open(os.path.join(D.folder, "device09.txt")).read().splitlines()
     nccl = next((x.split(":")[0] for x in dev if x.startswith("NCCL")), "NCCL")
     ranks = sorted({int(r["ranks"]) for r in rows})
+    kernels = sorted({r.get("local_kernel") or "step06" for r in rows})
     out = [f"bf16, d = 128, B·H = 8, on {device07(D, 'device09.txt')}, {nccl}; "
            f"R = {', '.join(map(str, ranks))} ({len(ranks)} of the 1, 2, 4 asked for: the GPUs this machine has). "
+           f"Local kernels: {', '.join('`' + k + '`' for k in kernels)}. "
            "Median of 10, the slowest rank's time; TFLOP/s per GPU = the whole problem's FLOPs / R / time "
-           "(backward 2.5× the forward's); step 06 on one GPU at the same N (strong scaling) and at N / R (weak).", "",
-           "| R | N | causal | pass | ring: ms | ring: TFLOP/s per GPU | step 06, one GPU, N: TFLOP/s | "
-           "step 06, one GPU, N / R: TFLOP/s | strong efficiency | weak efficiency |",
+           "(backward 2.5× the forward's); the local kernel alone on one GPU at the same N (strong scaling) "
+           "and at N / R (weak).", "",
+           "| R | N | causal | pass | ring: ms | ring: TFLOP/s per GPU | one GPU, N: TFLOP/s | "
+           "one GPU, N / R: TFLOP/s | strong efficiency | weak efficiency |",
            "|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (int(r["ranks"]), int(r["causal"]), int(r["N"]), r["dir"] == "bwd")):
         out.append(f"| {r['ranks']} | {r['N']} | {'yes' if r['causal'] == '1' else 'no'} | {r['dir']} | "
                    f"{float(r['ring_ms']):.2f} | {float(r['ring_tflops_per_gpu']):.0f} | {float(r['one_gpu_tflops']):.0f} | "
                    f"{float(r['one_gpu_NoverR_tflops']):.0f} | {float(r['strong_efficiency']):.2f} | "
                    f"{float(r['weak_efficiency']):.2f} |")
+    out.append("")
+    for R in ranks:
+        for N in sorted({int(r["N"]) for r in rows if int(r["ranks"]) == R}):
+            e = [float(r["strong_efficiency"]) for r in rows if int(r["ranks"]) == R and int(r["N"]) == N]
+            out.append(f"- R = {R}, N = {N}: strong efficiency {min(e):.2f}–{max(e):.2f}.")
     return out
 
 
