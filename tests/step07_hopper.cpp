@@ -59,6 +59,26 @@ TEST_CASE("step07 model's blocks: 128 query rows (192 at d = 64), 128 keys (80 a
                  test::shape_o(p));
 }
 
+TEST_CASE("step07 short problems at d = 64 take h1's 128-row block, and the model counts it", "[cpu]") {
+  // Two blocks an SM where a query block visits at most 8 K/V blocks on average: N ≤ 1024,
+  // or N ≤ 2048 with the causal mask; never at d = 128 or 256.
+  CHECK(step07::two_blocks_an_sm(64, 1, false));
+  CHECK(step07::two_blocks_an_sm(64, 1024, false));
+  CHECK_FALSE(step07::two_blocks_an_sm(64, 1025, false));
+  CHECK(step07::two_blocks_an_sm(64, 2048, true));
+  CHECK_FALSE(step07::two_blocks_an_sm(64, 2049, true));
+  for (int d : {128, 256}) CHECK_FALSE(step07::two_blocks_an_sm(d, 1, true));
+  for (bool causal : {false, true})
+    for (int N : {1000, 1024, 1025, 2048, 2049, 4096}) {
+      const Problem p = lowp(make(1, 2, N, 64, causal), DType::bf16);
+      INFO(p.str());
+      const int rows = step07::two_blocks_an_sm(64, N, causal) ? 128 : 192;
+      CHECK(step07::forward_shape(64, N, causal).rows == rows);
+      const Traffic got = step07::traffic_forward(p), want = step06::traffic_forward_tiled(p, rows, 128);
+      CHECK(got.total() == want.total());
+    }
+}
+
 TEST_CASE("step07 tiles use TMA's 128-byte swizzle (exercise 07-swizzle)", "[cpu]") {
   // What the hardware does (CUTLASS's Swizzle<3, 4, 3>): in the unswizzled byte offset of
   // a panel, bits 4–6 (the 16-byte chunk of a 128-byte row) are XORed with bits 7–9 (the
@@ -160,6 +180,29 @@ TEST_CASE("step07 kernel at N = 4097 (one past a tile multiple), several heads",
       const ForwardOut s06 = gpu::forward(step06::kForward, p, in, true);
       FA_CHECK_CLOSE("O vs step 06", out.o, s06.o, step06::kBf16Reorder, test::shape_o(p));
       FA_CHECK_CLOSE("L vs step 06", out.lse, s06.lse, tol::kFp32Reorder, test::shape_l(p));
+    }
+}
+
+TEST_CASE("step07 forward at d = 64 on both sides of the switch to h1's kernel", "[gpu]") {
+  // kForward runs h1's kernel where two_blocks_an_sm, the warp-specialised one (h7)
+  // elsewhere: the same arithmetic a row, so equal to both bit for bit, and within budget.
+  const GpuForward& h1 = step07::kForwardVersions[1];
+  const GpuForward& h7 = step07::kForwardVersions[step07::kForwardVersionCount - 1];
+  std::vector<int> Ns{1024, 1025, 2048, 2049};
+  if (test::quick()) Ns = {1024, 1025};  // under the sanitizers too: their sweep has no d = 64
+  for (bool causal : {false, true})
+    for (int N : Ns) {
+      const Problem p = lowp(make(1, 2, N, 64, causal), DType::bf16);
+      INFO(p.str() << ", seed 99, " << (step07::two_blocks_an_sm(64, N, causal) ? "h1's kernel" : "h7's kernel"));
+      const Qkv in = inputs(p, 99);
+      const ForwardOut out = gpu::forward(step07::kForward, p, in, true);
+      check_budget(p, in, out, "kernel");
+      for (const GpuForward* v : {&h1, &h7}) {
+        INFO(v->name);
+        const ForwardOut o = gpu::forward(*v, p, in, true);
+        FA_CHECK_CLOSE("O vs the version", out.o, o.o, tol::kBitExact, test::shape_o(p));
+        FA_CHECK_CLOSE("L vs the version", out.lse, o.lse, tol::kBitExact, test::shape_l(p));
+      }
     }
 }
 
@@ -291,7 +334,8 @@ TEST_CASE("step07 backward at d = 64 and 256, both modes (also under the sanitiz
 #endif
 
 #ifdef FA_HAVE_CUDA
-// The versions of note 07's table against the production kernel (h7): h1 … h4 change
+// The versions of note 07's table against h7, the warp-specialised kernel (production's
+// but for short problems at d = 64, which take h1's: above): h1 … h4 change
 // only who issues what when, and h7 how many consumers share a block, never a row's
 // arithmetic, so they agree with it bit for bit. h5 and h6 change the K/V blocks, so
 // the fp32 sums: the reorder tolerance, and the budget.
@@ -318,7 +362,7 @@ TEST_CASE("step07 forward versions: h1 = h2 = h3 = h4 = h7 bit for bit; h5, h6 w
     for (const Problem& base : test::sweep({113, 1000}, kAllD)) {
       const Problem p = lowp(base, t);
       const Qkv in = inputs(p, 97);
-      const ForwardOut h7 = gpu::forward(step07::kForward, p, in, true);
+      const ForwardOut h7 = gpu::forward(step07::kForwardVersions[step07::kForwardVersionCount - 1], p, in, true);
       for (const GpuForward& v : step07::kForwardVersions) {
         if (!takes_d(v.max_d, v.only_d, p.d) || std::string(v.name).rfind("h0", 0) == 0) continue;  // h0: below
         INFO(v.name << ", " << p.str() << ", seed 97");

@@ -9,10 +9,14 @@ void require_supported(const Problem& p) { step06::require_lowp(p, "step07", kSu
 
 ModelForward model_forward(const Problem& p, const Qkv& in) {
   require_supported(p);
-  return step06::model_forward_tiled(p, in, forward_tile(p.d).rows(), forward_tile(p.d).keys);
+  const FwdShape b = forward_shape(p.d, p.N, p.causal);
+  return step06::model_forward_tiled(p, in, b.rows, b.keys);
 }
 
-Traffic traffic_forward(const Problem& p) { return step06::traffic_forward_tiled(p, forward_tile(p.d).rows(), forward_tile(p.d).keys); }
+Traffic traffic_forward(const Problem& p) {
+  const FwdShape b = forward_shape(p.d, p.N, p.causal);
+  return step06::traffic_forward_tiled(p, b.rows, b.keys);
+}
 
 }  // namespace fa::step07
 

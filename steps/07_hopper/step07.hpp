@@ -61,6 +61,24 @@ FA_HD constexpr FwdTile forward_tile(int d) {
   return d == 64 ? FwdTile{3, 128, 2} : d == 256 ? FwdTile{2, 80, 2} : FwdTile{2, 128, 2};
 }
 
+/// Short problems at d = 64 run on another kernel: lesson row h1's (TMA + wgmma, two
+/// warpgroups that both compute, no producer). A block of it is 256 threads of at most
+/// 128 registers and 80 KiB of shared memory, so two blocks share an SM, and one's fixed
+/// costs (its barriers, its first copies, its epilogue) run under the other's products;
+/// the specialised block holds the SM alone and pays them in full. That pays where a
+/// query block visits few K/V blocks: at most 8 on average, N ≤ 1024, or N ≤ 2048 with
+/// the causal mask (note 07, "Short problems", measures the choice).
+constexpr int kShortRows = 128;  ///< query rows of the short problems' block (two warpgroups of 64)
+FA_HD constexpr bool two_blocks_an_sm(int d, int N, bool causal) { return d == 64 && N <= (causal ? 2048 : 1024); }
+/// The forward's block for a problem: rows × keys.
+struct FwdShape {
+  int rows, keys;
+};
+FA_HD constexpr FwdShape forward_shape(int d, int N, bool causal) {
+  return two_blocks_an_sm(d, N, causal) ? FwdShape{kShortRows, forward_tile(d).keys}
+                                        : FwdShape{forward_tile(d).rows(), forward_tile(d).keys};
+}
+
 /// The shared-memory layout of every tile (hopper.cuh): R rows × d columns of 16-bit
 /// elements as d/64 panels of R rows × 64 columns, 128 bytes a row, each panel with the
 /// 128-byte swizzle — what TMA writes with CU_TENSOR_MAP_SWIZZLE_128B and what a wgmma
@@ -85,8 +103,9 @@ inline constexpr int kSupportedD[] = {64, 128, 256, 0};
 /// Throws fa::Error unless p is bf16 or fp16 with d in kSupportedD.
 void require_supported(const Problem& p);
 
-/// CPU model: step 06's model with step 07's blocks (forward_tile's rows × keys) — the same rounding points (inputs, P before P·V, O at the end) and the
-/// same lazy rescaling (the kernel decides per warp, the model per row).
+/// CPU model: step 06's model with step 07's blocks (forward_shape's rows × keys) — the
+/// same rounding points (inputs, P before P·V, O at the end) and the same lazy rescaling
+/// (the kernel decides per warp, the model per row).
 ModelForward model_forward(const Problem& p, const Qkv& in);
 Traffic traffic_forward(const Problem& p);  ///< elements (×2 bytes, L ×4)
 
@@ -108,6 +127,7 @@ FA_HD constexpr int backward_keys(int d) { return d == 256 ? kRowsPerConsumer : 
 ModelBackward model_backward(const Problem& p, const Qkv& in, const ForwardOut& fwd, const std::vector<float>& dout);
 Traffic traffic_backward(const Problem& p);  ///< elements, as step 06's
 
+/// The forward: the warp-specialised kernel (forward.cu), or h1's where two_blocks_an_sm.
 extern const GpuForward kForward;
 /// The backward: dQ added by TMA bulk reductions as the blocks finish, in any order.
 extern const GpuBackward kBackward;

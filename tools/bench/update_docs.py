@@ -553,6 +553,35 @@ def table_step07_peers(D, direction="fwd"):
     return out
 
 
+def table_step07_short(D, sub=""):
+    """Short problems at d = 64: lesson rows h1 and h7, the production forward and cuDNN, one run
+    (fa_bench --versions and peers.py into short07[sub]/v64_t*.csv and p64_t*.csv)."""
+    folder = os.path.join(D.folder, sub) if sub else D.folder
+    rows = {}
+    for path in sorted(glob.glob(os.path.join(folder, "v64_t*.csv")) + glob.glob(os.path.join(folder, "p64_t*.csv"))):
+        for r in csv.DictReader(open(path)):
+            if r["status"] != "ok":
+                continue
+            who = {"07": "prod", "07h1": "h1", "07h7": "h7"}.get(r["step"]) if r["impl"] == "fa" else \
+                ("cudnn" if r["impl"] == "torch-cudnn" else None)
+            if who:
+                key = (int(r["H"]) * int(r["N"]), int(r["N"]), r["causal"] == "1")
+                rows.setdefault(key, {})[who] = float(r["tflops"])
+    out = [f"bf16 forward, d = 64, on {device07(D, folder=folder)}, one run: TFLOP/s of lesson rows h1 (two blocks "
+           "an SM) and h7 (warp-specialised, one block an SM), of the production forward, and of cuDNN "
+           "(`" + rel(folder) + "`).", "",
+           "| B·H·N | N | causal | h1 | h7 | production | cuDNN | production ÷ cuDNN |",
+           "|---|---|---|---|---|---|---|---|"]
+    for (tokens, N, causal), r in sorted(rows.items()):
+        if not all(k in r for k in ("h1", "h7", "prod", "cudnn")):
+            continue
+        ratio = r["prod"] / r["cudnn"]
+        b = "**" if round(ratio, 2) < 1 else ""
+        out.append(f"| {tokens} | {N} | {'yes' if causal else 'no'} | {r['h1']:.0f} | {r['h7']:.0f} | "
+                   f"{r['prod']:.0f} | {r['cudnn']:.0f} | {b}{ratio:.2f}{b} |")
+    return out
+
+
 def table_step07_summary(D, direction="fwd"):
     """Ranges of step 07's ratios to cuDNN, FA-2 and step 06, per B·H·N and d (causal and not together)."""
     rows = step07_rows(D, direction)
@@ -1021,6 +1050,8 @@ TABLES = {
     "step07-peers": table_step07_peers, "step07-summary": table_step07_summary, "step07-lesson": table_step07_lesson,
     "sass07": table_sass07, "step07-gemm": table_step07_gemm, "ctest07": table_ctest07,
     "step07-persistent": table_step07_persistent,
+    "step07-short-before": lambda D: table_step07_short(D, "short07_before"),
+    "step07-short": lambda D: table_step07_short(D, "short07"),
     "step07-bwd-peers": lambda D: table_step07_peers(D, "bwd"),
     "step07-bwd-summary": lambda D: table_step07_summary(D, "bwd"),
     "step07-bwd-lesson": table_step07_bwd_lesson, "step07-det": table_step07_det,

@@ -2,7 +2,9 @@
 # Step 07 on the H200 in one call: build (sm_90; step 07 itself is sm_90a), its GPU
 # tests, compute-sanitizer (memcheck, racecheck, synccheck), the SASS facts, and the
 # forward beside step 06 and PyTorch's FlashAttention-2 and cuDNN backends.
-#   [PHASE=test|bench|bwd|bwdbench|bwdprof|all|final] bash tools/device/step07_check.sh [build-dir]
+#   [PHASE=test|short|fwd|bench|bwd|bwdbench|bwdprof|all|final] bash tools/device/step07_check.sh [build-dir]
+# (test: the tests, sanitizers and SASS, then the short problems' table at d = 64;
+#  short: that table alone; fwd: the forward's tables against the peers, no versions)
 # (bwd: the tests and sanitizers, then the backward's bench instead of the forward's;
 #  bwdbench, bwdprof: without the tests, the backward's tables against the peers, or its
 #  versions, memory and profile — the two halves of bwd, each within one call's 10 minutes;
@@ -43,7 +45,7 @@ print(f"{2 * 8192**3 / statistics.median(ts) / 1e9:.1f} TFLOP/s bf16 torch.matmu
 PY
   cat "$R/gemm07.txt"; stamp final; exit $rc
 fi
-if [ "$PHASE" != bench ] && [ "$PHASE" != bwdbench ] && [ "$PHASE" != bwdprof ]; then
+if [ "$PHASE" != bench ] && [ "$PHASE" != fwd ] && [ "$PHASE" != short ] && [ "$PHASE" != bwdbench ] && [ "$PHASE" != bwdprof ]; then
   { echo "SASS of step 07's kernels (cuobjdump --dump-sass), per kernel: wgmma, TMA loads/stores, local memory"
     cuobjdump --dump-sass "$BUILD"/steps/07_hopper/libstep07.a |
       awk '/Function :/{f=$3} /HGMMA/{h[f]++} /UTMALDG/{ld[f]++} /UTMASTG/{st[f]++} /LDL|STL/{l[f]++}
@@ -68,8 +70,20 @@ if [ "$PHASE" != bench ] && [ "$PHASE" != bwdbench ] && [ "$PHASE" != bwdprof ];
     stamp sanitized
   fi
 fi
-[ "$PHASE" = test ] && exit $rc
 [ $rc -ne 0 ] && exit $rc
+if [ "$PHASE" = test ] || [ "$PHASE" = short ]; then
+  # Short problems at d = 64 (note 07, "Short problems"): lesson rows h1 and h7, the
+  # production forward, which runs one of them (two_blocks_an_sm), and cuDNN, one run.
+  mkdir -p "$R/short07"; cp "$R/device07.txt" "$R/short07/"
+  for tokens in 131072 524288; do
+    "$BUILD/tools/bench/fa_bench" --steps 07 --versions --dtype bf16 --d 64 --N 1024,2048,4096,8192 --dir fwd \
+      --tokens $tokens --reps 20 --csv "$R/short07/v64_t$tokens.csv" 2> "$L/short07_t$tokens.log"
+    python3 tools/bench/peers.py --dtypes bf16 --d 64 --N 1024,2048,4096,8192 --dir fwd --backends cudnn \
+      --tokens $tokens --reps 20 --csv "$R/short07/p64_t$tokens.csv" 2> "$L/short07_peers_t$tokens.log"
+  done
+  stamp "short problems"
+  exit 0
+fi
 if [ "$PHASE" = bwd ] || [ "$PHASE" = bwdbench ] || [ "$PHASE" = bwdprof ]; then
   # The backward beside step 06, cuDNN and FlashAttention-2; the deterministic mode beside the default.
   NS=${NS:-1024,2048,4096,8192,16384,32768}
@@ -104,6 +118,7 @@ for tokens in ${TOKENS:-131072 524288}; do
   stamp "benched B·H·N = $tokens"
 done
 python3 tools/bench/compare07.py "$R" > "$R/compare07.txt"; tail -14 "$R/compare07.txt"
+[ "$PHASE" = fwd ] && { stamp "forward benched"; exit 0; }
 # The lesson's rows: every version of note 07's table, two sizes, one run.
 "$BUILD/tools/bench/fa_bench" --steps 07 --versions --dtype bf16 --d 64,128,256 --N 4096,16384 --dir fwd \
   --tokens 131072 --reps 10 --csv "$R/versions07.csv" 2> "$L/versions07.log"; tail -1 "$L/versions07.log"
