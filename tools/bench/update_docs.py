@@ -582,6 +582,61 @@ def table_step07_short(D, sub=""):
     return out
 
 
+def table_step07_repeats(D):
+    """The forward's table run three times in one session: step 07 ÷ cuDNN per B·H·N and d, each run."""
+    runs = [("run 1 (the tables above)", D.folder)] + [
+        (f"run {i}", os.path.join(D.folder, "fwd07_repeats", f"run{i}")) for i in (2, 3)]
+    def ratios(folder):
+        out = {}
+        for tokens in (131072, 524288):
+            ours = {(int(r["d"]), int(r["N"]), r["causal"]): float(r["tflops"])
+                    for r in csv.DictReader(open(os.path.join(folder, f"bench07_t{tokens}.csv")))
+                    if r["step"] == "07" and r["status"] == "ok"}
+            for r in csv.DictReader(open(os.path.join(folder, f"peers07_t{tokens}.csv"))):
+                k = (int(r["d"]), int(r["N"]), r["causal"])
+                if r["impl"] == "torch-cudnn" and r["status"] == "ok" and k in ours:
+                    out.setdefault((tokens, k[0]), []).append(ours[k] / float(r["tflops"]))
+        return out
+    R = [(name, ratios(f)) for name, f in runs]
+    out = [f"bf16 forward, step 07 ÷ cuDNN (TFLOP/s), N = 1024–32768, causal and not, the same code three times "
+           f"in one session on {device07(D)} (runs 2 and 3 back to back on one machine, `notes/results/h200/fwd07_repeats/`): "
+           "lowest–highest ratio, and shapes below 1.0.", "",
+           "| B·H·N | d | " + " | ".join(n for n, _ in R) + " |", "|---|---|" + "---|" * len(R)]
+    for key in sorted(R[0][1]):
+        cells = []
+        for _, r in R:
+            x = r.get(key, [])
+            cells.append(f"{min(x):.2f}–{max(x):.2f} ({sum(round(v, 2) < 1 for v in x)} below)" if x else "—")
+        out.append(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + " |")
+    return out
+
+
+def table_step07_harness(D):
+    """One binary's TFLOP/s under two harnesses (harness07/): the old table's fa_bench against today's,
+    and today's with inputs drawn on the device (A) or on the host (B)."""
+    f = os.path.join(D.folder, "harness07")
+    def load_runs(prefix):
+        out = {}
+        for path in sorted(glob.glob(os.path.join(f, prefix + "*.csv"))):
+            for r in csv.DictReader(open(path)):
+                if r["status"] == "ok":
+                    out.setdefault((int(r["d"]), int(r["N"]), r["causal"] == "1"), []).append(float(r["tflops"]))
+        return out
+    old, new = load_runs("old_"), load_runs("new_")
+    dev, host = load_runs("dev_vs_host_A"), load_runs("dev_vs_host_B")
+    def cell(x):
+        return "—" if not x else " / ".join(f"{v:.0f}" for v in x)
+    out = [f"bf16 forward, step 07's kernels, B·H·N = 131072, on {device07(D)}; TFLOP/s of each run, "
+           "interleaved in one call (`notes/results/h200/harness07/`). Calls 1 and 2 on two machines of one session.", "",
+           "| d | N | causal | call 1: fa_bench of 320df6d | call 1: today's fa_bench | "
+           "call 2: inputs drawn on the device (today's) | call 2: inputs drawn on the host |",
+           "|---|---|---|---|---|---|---|"]
+    for k in sorted(set(old) | set(dev)):
+        out.append(f"| {k[0]} | {k[1]} | {'yes' if k[2] else 'no'} | {cell(old.get(k))} | {cell(new.get(k))} | "
+                   f"{cell(dev.get(k))} | {cell(host.get(k))} |")
+    return out
+
+
 def table_step07_summary(D, direction="fwd"):
     """Ranges of step 07's ratios to cuDNN, FA-2 and step 06, per B·H·N and d (causal and not together)."""
     rows = step07_rows(D, direction)
@@ -1052,6 +1107,7 @@ TABLES = {
     "step07-persistent": table_step07_persistent,
     "step07-short-before": lambda D: table_step07_short(D, "short07_before"),
     "step07-short": lambda D: table_step07_short(D, "short07"),
+    "step07-repeats": table_step07_repeats, "step07-harness": table_step07_harness,
     "step07-bwd-peers": lambda D: table_step07_peers(D, "bwd"),
     "step07-bwd-summary": lambda D: table_step07_summary(D, "bwd"),
     "step07-bwd-lesson": table_step07_bwd_lesson, "step07-det": table_step07_det,
