@@ -553,10 +553,10 @@ def table_step07_peers(D, direction="fwd"):
     return out
 
 
-def table_step07_short(D, sub=""):
+def table_step07_short(D, sub):
     """Short problems at d = 64: lesson rows h1 and h7, the production forward and cuDNN, one run
-    (fa_bench --versions and peers.py into short07[sub]/v64_t*.csv and p64_t*.csv)."""
-    folder = os.path.join(D.folder, sub) if sub else D.folder
+    (fa_bench --versions and peers.py into D.folder/sub/v64_t*.csv and p64_t*.csv)."""
+    folder = os.path.join(D.folder, sub)
     rows = {}
     for path in sorted(glob.glob(os.path.join(folder, "v64_t*.csv")) + glob.glob(os.path.join(folder, "p64_t*.csv"))):
         for r in csv.DictReader(open(path)):
@@ -588,14 +588,9 @@ def table_step07_repeats(D):
         (f"run {i}", os.path.join(D.folder, "fwd07_repeats", f"run{i}")) for i in (2, 3)]
     def ratios(folder):
         out = {}
-        for tokens in (131072, 524288):
-            ours = {(int(r["d"]), int(r["N"]), r["causal"]): float(r["tflops"])
-                    for r in csv.DictReader(open(os.path.join(folder, f"bench07_t{tokens}.csv")))
-                    if r["step"] == "07" and r["status"] == "ok"}
-            for r in csv.DictReader(open(os.path.join(folder, f"peers07_t{tokens}.csv"))):
-                k = (int(r["d"]), int(r["N"]), r["causal"])
-                if r["impl"] == "torch-cudnn" and r["status"] == "ok" and k in ours:
-                    out.setdefault((tokens, k[0]), []).append(ours[k] / float(r["tflops"]))
+        for (tokens, d, _causal, _n), r in step07_rows(D, "fwd", folder).items():
+            if "step07" in r and "cudnn" in r:
+                out.setdefault((tokens, d), []).append(r["step07"] / r["cudnn"])
         return out
     R = [(name, ratios(f)) for name, f in runs]
     out = [f"bf16 forward, step 07 ÷ cuDNN (TFLOP/s), N = 1024–32768, causal and not, the same code three times "
