@@ -68,8 +68,13 @@ FA_HD constexpr FwdTile forward_tile(int d) {
 /// the specialised block holds the SM alone and pays them in full. That pays where a
 /// query block visits few K/V blocks: at most 8 on average, N ≤ 1024, or N ≤ 2048 with
 /// the causal mask (note 07, "Short problems", measures the choice).
-constexpr int kShortRows = 128;  ///< query rows of the short problems' block (two warpgroups of 64)
-FA_HD constexpr bool two_blocks_an_sm(int d, int N, bool causal) { return d == 64 && N <= (causal ? 2048 : 1024); }
+constexpr int kShortRows = 128;     ///< query rows of the short problems' block (two warpgroups of 64)
+constexpr int kShortKvBlocks = 8;   ///< K/V blocks a query block visits on average, at most
+/// N / B_c blocks a query block without the mask, about half of that with it: N ≤ 1024,
+/// or N ≤ 2048 causal, at d = 64's B_c of 128.
+FA_HD constexpr bool two_blocks_an_sm(int d, int N, bool causal) {
+  return d == 64 && N <= (causal ? 2 : 1) * kShortKvBlocks * forward_tile(d).keys;
+}
 /// The forward's block for a problem: rows × keys.
 struct FwdShape {
   int rows, keys;

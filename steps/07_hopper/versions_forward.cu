@@ -1,8 +1,9 @@
 // Step 07's forward as note 07 measures it, one Hopper idea at a time: the versions of
 // the lesson's table. Each is a configuration with named fields (FwdVersion) built
 // from the one before it; one kernel takes them all, made of the same pieces as the
-// production kernel (forward.cuh). The last row, h7, is the production kernel itself
-// (forward.cu): h4 but with three consumers at d = 64. The first, h0, is step 06's
+// production kernel (forward.cuh). The last row, h7, is the warp-specialised production
+// kernel itself (forward.cu): h4 but with three consumers at d = 64. Short problems at
+// d = 64 run h1's kernel instead (two_blocks_an_sm). The first row, h0, is step 06's
 // kernel itself (its forward_block) with its loads by TMA: one Hopper feature alone.
 //   h0  TMA alone: step 06's mma.sync kernel, each K/V block two TMA boxes completing on
 //       an mbarrier (thread 0 issues them) instead of every thread's cp.async; d = 64
