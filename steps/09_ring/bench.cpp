@@ -1,4 +1,4 @@
-// step09_bench: the ring over NCCL timed, beside step 06 on one GPU. Run by ring09:
+// step09_bench: the ring over NCCL timed, beside its local kernel on one GPU. Run by ring09:
 //
 //   ring09 --ranks R -- step09_bench [--N 16384,65536] [--d 128] [--causal 0,1] [--heads 8]
 //                                    [--reps 10] [--csv FILE]
@@ -6,11 +6,11 @@
 // N is the whole sequence (R ranks hold N/R rows each), B = 1, H = --heads, bf16. Per
 // shape: the ring's forward and backward (CUDA events around one pass on every rank, the
 // slowest rank's time, median of reps; the ranks start each repeat together), then, on
-// rank 0 alone, step 06's kernel on one GPU at the same N (strong scaling) and at N/R
-// (weak scaling: the same rows per GPU), each the local kernel (local_kernels: step 07's
-// on an H200). Rank 0 prints a table and writes the CSV:
+// rank 0 alone, the local kernel (local_kernels: step 07's on an H200, step 06's before
+// Hopper) on one GPU at the same N (strong scaling) and at N/R (weak scaling: the same
+// rows per GPU). Rank 0 prints a table and writes the CSV:
 // TFLOP/s per GPU = FLOPs of the whole problem / R / time (backward: 2.5× the forward's
-// FLOPs), and the efficiencies = the ring's TFLOP/s per GPU ÷ step 06's on one GPU.
+// FLOPs), and the efficiencies = the ring's TFLOP/s per GPU ÷ the local kernel's on one GPU.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -48,14 +48,14 @@ double time_ring(const step09::NcclRing& ring, int reps, Pass pass) {
   return ms[ms.size() / 2];
 }
 
-/// Step 06 on one GPU (rank 0), or NaN where it does not fit.
+/// The local kernel alone on one GPU (rank 0), or NaN where it does not fit.
 double single(bool backward, const Problem& p, int reps) {
   try {
     const step09::LocalKernels local = step09::local_kernels(p);
     return backward ? gpu::time_backward(*local.backward, p, reps).median_ms
                     : gpu::time_forward(*local.forward, p, reps).median_ms;
   } catch (const std::exception& e) {
-    std::cerr << "step 06 alone, " << p.str() << ": " << e.what() << "\n";
+    std::cerr << "the local kernel alone, " << p.str() << ": " << e.what() << "\n";
     return NAN;
   }
 }
@@ -123,6 +123,7 @@ int main(int argc, char** argv) try {
         });
         Problem part = p;
         part.N = N / R;
+        const step09::LocalKernels local = step09::local_kernels(p);
         for (const bool backward : {false, true}) {
           double one = NAN, one_part = NAN;
           if (me == 0) {
@@ -141,7 +142,7 @@ int main(int argc, char** argv) try {
             out << R << "," << heads << "," << N << "," << d << "," << causal << "," << (backward ? "bwd" : "fwd") << ","
                 << ms << "," << tf << "," << one << "," << tf1 << "," << tfp << "," << tf / tf1 << "," << tf / tfp << ","
                 << "\"" << gpu::describe_device() << "\","  // the GPU's line has commas
-                << (backward ? step09::local_kernels(p).backward->name : step09::local_kernels(p).forward->name) << "\n";
+                << (backward ? local.backward->name : local.forward->name) << "\n";
         }
       }
   return 0;
