@@ -13,6 +13,7 @@
 # into $OUT/results.tgz, to be unpacked into notes/results/h200; logs into $OUT/logs.tgz
 # (only a few files come back from the machine).
 set -uo pipefail
+source "$(dirname "$0")/sanitize.sh"  # sanitize, sanitizer_lines
 OUT=${OUT:-$PWD/gpu-logs}; BUILD=${1:-build-gpu}; R=$(mktemp -d); L=$(mktemp -d); PHASE=${PHASE:-all}
 trap 'tar -czf "$OUT/logs.tgz" -C "$L" . 2>/dev/null; tar -czf "$OUT/results.tgz" -C "$R" . 2>/dev/null' EXIT
 mkdir -p "$OUT"
@@ -56,17 +57,9 @@ if [ "$PHASE" != bench ] && [ "$PHASE" != fwd ] && [ "$PHASE" != short ] && [ "$
   tail -3 "$L/test07.log"; [ $rc -ne 0 ] && grep -B4 -A25 "FAILED" "$L/test07.log" | head -150
   stamp tested
   if [ $rc -eq 0 ]; then
-    for tool in memcheck racecheck synccheck; do
-      ( q=1; [ $tool = racecheck ] && q=2
-        FA_TEST_QUICK=$q timeout ${SAN_TIMEOUT:-300} compute-sanitizer --tool $tool --error-exitcode 9 "$exe" --gpu "[gpu]" \
-          >"$L/san-$tool-step07.log" 2>&1
-        echo "$tool step07 rc=$? $(grep -hE 'SUMMARY|passed|failed' "$L/san-$tool-step07.log" | tr '\n' ' ')" ) &
-    done
-    wait
+    sanitize step07 "$exe" "$L" ${SAN_TIMEOUT:-300}
     { echo "step07_tests --gpu \"[gpu]\": $(grep -m1 'All tests passed' "$L/test07.log")"
-      for tool in memcheck racecheck synccheck; do
-        echo "compute-sanitizer --tool $tool (FA_TEST_QUICK): $(grep -h 'All tests passed' "$L/san-$tool-step07.log" | head -1); $(grep -h SUMMARY "$L/san-$tool-step07.log" | sed 's/=* *//')"
-      done; } > "$R/test07.txt"
+      sanitizer_lines step07 "$L"; } > "$R/test07.txt"
     stamp sanitized
   fi
 fi

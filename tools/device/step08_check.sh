@@ -10,6 +10,7 @@
 # Results (bench08*.csv, peers08*.csv, sass08.txt, test08.txt, ctest08.txt, device08.txt)
 # into $OUT/results.tgz, to be unpacked into notes/results/h200; logs into $OUT/logs.tgz.
 set -uo pipefail
+source "$(dirname "$0")/sanitize.sh"  # sanitize, sanitizer_lines
 OUT=${OUT:-$PWD/gpu-logs}; BUILD=${1:-build-gpu}; R=$(mktemp -d); L=$(mktemp -d); PHASE=${PHASE:-all}
 trap 'tar -czf "$OUT/logs.tgz" -C "$L" . 2>/dev/null; tar -czf "$OUT/results.tgz" -C "$R" . 2>/dev/null' EXIT
 mkdir -p "$OUT"
@@ -51,19 +52,11 @@ if [ "$PHASE" != final ]; then
   echo "cli rc=$r: $(tail -2 "$L/test-cli.log" | tr '\n' ' ')"; [ $r -ne 0 ] && { rc=$r; grep -B4 -A25 "FAILED" "$L/test-cli.log" | head -60; }
 fi
 stamp tested
-for tool in memcheck racecheck synccheck; do
-  ( q=1; [ $tool = racecheck ] && q=2
-    FA_TEST_QUICK=$q timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$exe" --gpu "[gpu]" \
-      >"$L/san-$tool-step08.log" 2>&1
-    echo "$tool step08 rc=$? $(grep -hE 'SUMMARY|passed|failed' "$L/san-$tool-step08.log" | tr '\n' ' ')" ) &
-done
-wait
+sanitize step08 "$exe" "$L" 300
 { echo "step08_tests --gpu \"[gpu]\": $(grep -m1 -E 'All tests passed|test cases' "$L/test-step08.log")"
   [ "$PHASE" != final ] && echo "step06_tests --gpu \"[gpu]\": $(grep -m1 -E 'All tests passed|test cases' "$L/test-step06.log")"
   [ "$PHASE" != final ] && echo "cli_tests --gpu \"[gpu]\": $(grep -m1 -E 'All tests passed|test cases' "$L/test-cli.log")"
-  for tool in memcheck racecheck synccheck; do
-    echo "compute-sanitizer --tool $tool (FA_TEST_QUICK): $(grep -h -E 'All tests passed|test cases' "$L/san-$tool-step08.log" | head -1); $(grep -h SUMMARY "$L/san-$tool-step08.log" | sed 's/=* *//')"
-  done; } > "$R/test08.txt"
+  sanitizer_lines step08 "$L"; } > "$R/test08.txt"
 cat "$R/test08.txt"
 stamp sanitized
 [ "$PHASE" = test ] && exit $rc

@@ -8,6 +8,7 @@
 # Results (test09.txt, nccl09.txt, bench09_r*.csv, device09.txt) into $OUT/results.tgz,
 # to be unpacked into notes/results/h200; logs into $OUT/logs.tgz.
 set -uo pipefail
+source "$(dirname "$0")/sanitize.sh"  # sanitize, sanitizer_lines
 OUT=${OUT:-$PWD/gpu-logs}; BUILD=${1:-build-gpu}; R=$(mktemp -d); L=$(mktemp -d)
 trap 'tar -czf "$OUT/logs.tgz" -C "$L" . 2>/dev/null; tar -czf "$OUT/results.tgz" -C "$R" . 2>/dev/null' EXIT
 mkdir -p "$OUT"
@@ -25,17 +26,9 @@ timeout ${TEST_TIMEOUT:-200} "$exe" --gpu --gpu-min-sm 80 "[gpu]" >"$L/test09.lo
 tail -3 "$L/test09.log"; [ $rc -ne 0 ] && grep -B4 -A25 "FAILED" "$L/test09.log" | head -120
 stamp tested
 if [ $rc -eq 0 ]; then
-  for tool in memcheck racecheck synccheck; do
-    ( q=1; [ $tool = racecheck ] && q=2
-      FA_TEST_QUICK=$q timeout ${SAN_TIMEOUT:-200} compute-sanitizer --tool $tool --error-exitcode 9 "$exe" --gpu "[gpu]" \
-        >"$L/san-$tool-step09.log" 2>&1
-      echo "$tool step09 rc=$? $(grep -hE 'SUMMARY|passed|failed' "$L/san-$tool-step09.log" | tr '\n' ' ')" ) &
-  done
-  wait
+  sanitize step09 "$exe" "$L" ${SAN_TIMEOUT:-200}
   { echo "step09_tests --gpu \"[gpu]\": $(grep -m1 'All tests passed' "$L/test09.log")"
-    for tool in memcheck racecheck synccheck; do
-      echo "compute-sanitizer --tool $tool (FA_TEST_QUICK): $(grep -h 'All tests passed' "$L/san-$tool-step09.log" | head -1); $(grep -h SUMMARY "$L/san-$tool-step09.log" | sed 's/=* *//')"
-    done; } > "$R/test09.txt"; cat "$R/test09.txt"
+    sanitizer_lines step09 "$L"; } > "$R/test09.txt"; cat "$R/test09.txt"
   stamp sanitized
 fi
 [ $rc -ne 0 ] || [ $nccl = 0 ] && exit $rc
