@@ -182,6 +182,15 @@ DeviceBuffer<std::uint16_t> random16(DType t, std::size_t n, std::uint64_t seed)
 
 }  // namespace
 
+void check_runnable(const GpuForward& s, const Problem& p) {
+  check_supported(s, p);
+  check_dtype(s, p);
+}
+void check_runnable(const GpuBackward& s, const Problem& p) {
+  check_supported(s, p);
+  check_dtype(s, p);
+}
+
 DeviceBuffer<float> poisoned(std::size_t n) {
   DeviceBuffer<float> b(n);
   std::vector<float> h(n, poison_value());
@@ -210,8 +219,7 @@ std::size_t backward_bytes(const GpuBackward& s, const Problem& p) {
 }
 
 ForwardOut forward(const GpuForward& s, const Problem& p, const Qkv& in, bool softmax) {
-  check_supported(s, p);
-  check_dtype(s, p);
+  check_runnable(s, p);
   const std::size_t ws_bytes = s.workspace_bytes(p);
   check_memory(s.name, forward_bytes(s, p), ws_bytes, s.workspace_what);
   if (p.dtype != DType::fp32) {  // 16 bits on the device, float32 on the host
@@ -234,8 +242,7 @@ ForwardOut forward(const GpuForward& s, const Problem& p, const Qkv& in, bool so
 
 Grads backward(const GpuBackward& s, const Problem& p, const Qkv& in, const ForwardOut& fwd,
                const std::vector<float>& dout) {
-  check_supported(s, p);
-  check_dtype(s, p);
+  check_runnable(s, p);
   const std::size_t ws_bytes = s.workspace_bytes(p);
   check_memory(s.name, backward_bytes(s, p), ws_bytes, s.workspace_what);
   if (p.dtype != DType::fp32) {
@@ -285,8 +292,7 @@ Timing time_launches(Launch&& launch, int reps) {
 }  // namespace
 
 Timing time_forward(const GpuForward& s, const Problem& p, int reps) {
-  check_supported(s, p);
-  check_dtype(s, p);
+  check_runnable(s, p);
   check_memory(s.name, forward_bytes(s, p), s.workspace_bytes(p), s.workspace_what);
   if (p.dtype != DType::fp32) {
     // Inputs made on the device: a decoding problem's K/V cache (gigabytes) would take
@@ -307,8 +313,7 @@ Timing time_forward(const GpuForward& s, const Problem& p, int reps) {
 }
 
 Timing time_backward(const GpuBackward& s, const Problem& p, int reps) {
-  check_supported(s, p);
-  check_dtype(s, p);
+  check_runnable(s, p);
   check_memory(s.name, backward_bytes(s, p), s.workspace_bytes(p), s.workspace_what);
   const Qkv in = random_qkv(p, 7);
   // O and L need not be a real forward's for timing: the arithmetic is the same.

@@ -40,6 +40,12 @@ int device_code_arch();
 /// sm_90a) —; else why not, in one line naming the device.
 std::string too_old(int min_sm, bool exact = false);
 
+/// Throws fa::Error, in one line, unless `step` can run p on this GPU: its head
+/// dimensions, its element types, self-attention or decoding shapes, the GPU's
+/// architecture. What forward(), backward() and the timers check first.
+void check_runnable(const GpuForward& step, const Problem& p);
+void check_runnable(const GpuBackward& step, const Problem& p);
+
 /// Runs a forward step on host tensors. Outputs are filled with the poison
 /// pattern before the launch, so unwritten elements are visible to compare().
 /// Throws fa::Error when d is unsupported or the device cannot hold the data.

@@ -3,7 +3,9 @@
 
   python3 tools/bench/compare07.py notes/results/h200 [--dir bwd] [--markdown]
 
-Reads bench07_t<tokens>.csv (fa_bench: steps 06, 07) and peers07_t<tokens>.csv
+Reads ab07.csv (ab.py: every implementation in one process, in turns; the median of
+its rounds) — ab07bwd.csv for the backward — where the folder has it; else
+bench07_t<tokens>.csv (fa_bench: steps 06, 07) and peers07_t<tokens>.csv
 (peers.py: torch-flash, torch-cudnn) for every B·H·N = tokens measured — for the
 backward bench07bwd_t<tokens>.csv and peers07bwd_t<tokens>.csv — and prints
 TFLOP/s per shape and the ratios step07/cuDNN and step07/FA-2 — every one of them,
@@ -13,6 +15,7 @@ import csv
 import glob
 import os
 import re
+import statistics
 import sys
 
 
@@ -21,16 +24,35 @@ def load(path):
         return [r for r in csv.DictReader(f) if r.get("status") == "ok"]
 
 
-def table(folder, direction):
+WHO = {"06": "step06", "07": "step07"}
+
+
+def ab_rounds(path):
+    """{(tokens, d, causal, N): {who: [TFLOP/s of each round]}} from one ab.py CSV (ab07.csv, ab07bwd.csv)."""
     rows = {}
+    for r in load(path):
+        who = WHO.get(r["step"]) if r["impl"] == "fa" else r["impl"].replace("torch-", "")
+        if who:
+            key = (int(r["H"]) * int(r["N"]), int(r["d"]), int(r["causal"]), int(r["N"]))
+            rows.setdefault(key, {}).setdefault(who, []).append(float(r["tflops"]))
+    return rows
+
+
+def table(folder, direction):
+    """{(tokens, d, causal, N): {who: TFLOP/s}}: from ab07[bwd].csv (ab.py, one process: the median of its
+    rounds) where the folder has one, else from fa_bench's and peers.py's CSVs of one device run."""
     tag = "07" if direction == "fwd" else "07bwd"
+    ab = os.path.join(folder, f"ab{tag}.csv")
+    if os.path.exists(ab):
+        return {k: {w: statistics.median(x) for w, x in r.items()} for k, r in ab_rounds(ab).items()}
+    rows = {}
     for bench in sorted(glob.glob(os.path.join(folder, f"bench{tag}_t*.csv"))):
         tokens = int(re.search(r"_t(\d+)\.csv$", bench).group(1))
         peers = bench.replace(f"bench{tag}_", f"peers{tag}_")
         for r in load(bench) + (load(peers) if os.path.exists(peers) else []):
             if r["dir"] != direction or r["dtype"] != "bf16":
                 continue
-            who = {"06": "step06", "07": "step07"}.get(r["step"]) if r["impl"] == "fa" else r["impl"].replace("torch-", "")
+            who = WHO.get(r["step"]) if r["impl"] == "fa" else r["impl"].replace("torch-", "")
             key = (tokens, int(r["d"]), int(r["causal"]), int(r["N"]))
             rows.setdefault(key, {})[who] = float(r["tflops"])
     return rows

@@ -1,0 +1,329 @@
+#!/usr/bin/env python3
+"""Steps and PyTorch's attention timed in one process, on the same tensors, in alternation.
+
+  python3 tools/bench/ab.py --lib BUILD/tools/bench/libfa_capi.so --csv ab.csv
+      [--impls 07,06,torch-cudnn,torch-flash] [--dir fwd|bwd] [--dtype bf16]
+      [--d 64,128,256] [--N 1024,...,32768] [--causal 0,1] [--tokens 131072,524288]
+      [--rounds 5] [--reps 10] [--pause-ms 0] [--hide-host-us 200]
+  python3 tools/bench/ab.py --decode --lib ... [--impls 08,06,torch-cudnn,torch-flash,torch-efficient]
+      [--Nq 1,16] [--Nkv 8192,...] [--bh 32,128] [--group 1,8] [--d 128] [--causal 0,1]
+
+Why a third harness. fa_bench (a step) and peers.py (PyTorch) time the two sides in two
+processes, one after the other, each with its own inputs: a ratio of their figures also
+compares two states of the GPU (one run rested after uploading its inputs, the other hot
+from the shapes before). Here both sides run on one set of tensors in one process, and
+each shape is timed in rounds: in every round each implementation times --reps repeats,
+in an order rotated round by round, so that they take turns at every position.
+
+Each repeat as in fa_bench and peers.py: the L2 flushed (a 128 MiB buffer zeroed), CUDA
+events around the call alone. One thing more: a spin kernel of --hide-host-us is queued
+between the flush and the start event, so that the host's work of either side (PyTorch's
+dispatch and autograd, the tensor maps a step encodes) is done while the GPU still spins,
+and the events time the GPU's work alone. --pause-ms sleeps (the GPU idle) before every
+block of repeats: the experiment of a rested GPU.
+
+After every repeat NVML is read: the SM clock, the power, the temperature and the
+clock-event reasons (power cap, thermal slowdown, …; idle left out). The CSV has one row
+per implementation, shape and round: the median of the round's repeats, the lowest clock,
+the highest power and temperature and every reason seen. Before any timing, every step's
+outputs (poisoned first) are compared with PyTorch's (its default backend): a mismatch is
+reported and the step is not timed at that shape.
+"""
+import argparse
+import ctypes
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.bias import causal_lower_right
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peers import BACKENDS, DTYPES, device_fields, l2_flush_buffer  # noqa: E402
+
+CODE = {"fp32": 0, "bf16": 1, "fp16": 2}  # fa_shape.dtype
+
+
+class Shape(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_int) for n in ("B", "H", "H_kv", "N", "N_kv", "d", "causal", "dtype")]
+
+
+class Steps:
+    """libfa_capi.so: plan, forward, backward on torch tensors and torch's current stream."""
+
+    def __init__(self, path):
+        self.lib = ctypes.CDLL(path)
+        self.lib.fa_plan.restype = ctypes.c_void_p
+        self.lib.fa_plan.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(Shape),
+                                     ctypes.POINTER(ctypes.c_ulonglong), ctypes.c_char_p, ctypes.c_int]
+        self.lib.fa_free_plan.argtypes = [ctypes.c_void_p]
+        self.lib.fa_forward.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_char_p, ctypes.c_int]
+        self.lib.fa_backward.argtypes = [ctypes.c_void_p] * 12 + [ctypes.c_char_p, ctypes.c_int]
+        self.err = ctypes.create_string_buffer(1024)
+
+    def plan(self, step, backward, shape):
+        """(plan, workspace tensor), or raises RuntimeError with the step's own message."""
+        ws = ctypes.c_ulonglong(0)
+        plan = self.lib.fa_plan(step.encode(), int(backward), ctypes.byref(shape), ctypes.byref(ws), self.err, 1024)
+        if not plan:
+            raise RuntimeError(self.err.value.decode())
+        return plan, torch.empty(max(ws.value, 1), dtype=torch.uint8, device="cuda")
+
+    def call(self, fn, *ptrs):
+        stream = torch.cuda.current_stream().cuda_stream
+        if fn(*[ctypes.c_void_p(p) for p in ptrs], ctypes.c_void_p(stream), self.err, 1024):
+            raise RuntimeError(self.err.value.decode())
+
+
+class Nvml:
+    """SM clock (MHz), power (W), temperature (°C) and clock-event reasons of GPU 0."""
+    NAMES = {0x2: "app-clocks", 0x4: "power-cap", 0x8: "hw-slowdown", 0x10: "sync-boost", 0x20: "sw-thermal",
+             0x40: "hw-thermal", 0x80: "power-brake", 0x100: "display"}
+
+    def __init__(self):
+        self.lib, self.handle = None, ctypes.c_void_p()
+        try:
+            lib = ctypes.CDLL("libnvidia-ml.so.1")
+            if lib.nvmlInit_v2() == 0 and lib.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(self.handle)) == 0:
+                self.lib = lib
+                self.reasons = getattr(lib, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+                    lib.nvmlDeviceGetCurrentClocksThrottleReasons
+        except OSError:
+            pass
+
+    def sample(self):
+        if not self.lib:
+            return 0, 0.0, 0, 0
+        mhz, mw, temp, why = ctypes.c_uint(), ctypes.c_uint(), ctypes.c_uint(), ctypes.c_ulonglong()
+        self.lib.nvmlDeviceGetClockInfo(self.handle, 1, ctypes.byref(mhz))  # NVML_CLOCK_SM
+        self.lib.nvmlDeviceGetPowerUsage(self.handle, ctypes.byref(mw))
+        self.lib.nvmlDeviceGetTemperature(self.handle, 0, ctypes.byref(temp))  # NVML_TEMPERATURE_GPU
+        self.reasons(self.handle, ctypes.byref(why))
+        return mhz.value, mw.value / 1000.0, temp.value, why.value & ~0x1  # not "idle"
+
+    def names(self, mask):
+        return "+".join(n for bit, n in self.NAMES.items() if mask & bit) or "none"
+
+
+def relative_error(got, want):
+    """max |got − want| / max |want|, NaN when got holds a NaN (an unwritten, poisoned element)."""
+    got, want = got.float(), want.float()
+    if torch.isnan(got).any():
+        return float("nan")
+    return ((got - want).abs().max() / want.abs().max().clamp_min(1e-30)).item()
+
+
+class Case:
+    """One shape: its tensors, and a callable per implementation (or the reason it has none)."""
+
+    def __init__(self, a, steps, B, H, H_kv, N, N_kv, d, causal, seed):
+        self.B, self.H, self.H_kv, self.N, self.N_kv, self.d, self.causal = B, H, H_kv, N, N_kv, d, causal
+        self.decode = N_kv != N or H_kv != H
+        dt = DTYPES[a.dtype]
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        rand = lambda *s: torch.rand(*s, device="cuda", generator=g, dtype=dt) * 2 - 1  # noqa: E731
+        self.q, self.k, self.v = rand(B, H, N, d), rand(B, H_kv, N_kv, d), rand(B, H_kv, N_kv, d)
+        self.do = rand(B, H, N, d) if a.dir == "bwd" else None
+        self.shape = Shape(B, H, H_kv if H_kv != H else 0, N, N_kv if N_kv != N else 0, d, causal, CODE[a.dtype])
+        self.steps, self.dir, self.plans = steps, a.dir, []
+
+    def torch_kwargs(self):
+        kw = {}
+        if self.causal:
+            kw = {"attn_mask": causal_lower_right(self.N, self.N_kv)} if self.decode else {"is_causal": True}
+        if self.H_kv != self.H:
+            kw["enable_gqa"] = True
+        return kw
+
+    def torch_ref(self):
+        """PyTorch's output (forward) or gradients (backward), by its default choice of backend."""
+        kw = self.torch_kwargs()
+        if self.dir == "fwd":
+            return [F.scaled_dot_product_attention(self.q, self.k, self.v, **kw)]
+        qq, kk, vv = (t.detach().requires_grad_() for t in (self.q, self.k, self.v))
+        return list(torch.autograd.grad(F.scaled_dot_product_attention(qq, kk, vv, **kw), (qq, kk, vv), self.do))
+
+    def torch_fn(self, backend):
+        kw = self.torch_kwargs()
+        with sdpa_kernel([BACKENDS[backend]]):
+            if self.dir == "fwd":
+                fn = lambda: F.scaled_dot_product_attention(self.q, self.k, self.v, **kw)  # noqa: E731
+            else:
+                qq, kk, vv = (t.detach().requires_grad_() for t in (self.q, self.k, self.v))
+                o = F.scaled_dot_product_attention(qq, kk, vv, **kw)
+                fn = lambda: torch.autograd.grad(o, (qq, kk, vv), self.do, retain_graph=True)  # noqa: E731
+            fn()  # refuses here, inside the backend choice, if it does not take the shape
+            torch.cuda.synchronize()
+        return lambda: self._under(backend, fn)
+
+    @staticmethod
+    def _under(backend, fn):
+        with sdpa_kernel([BACKENDS[backend]]):
+            return fn()
+
+    def step_fn(self, step):
+        """The step's call, and its outputs after one poisoned call (to check)."""
+        S, lib = self.steps, self.steps.lib
+        fplan, fws = S.plan(step, False, self.shape)
+        self.plans.append(fplan)
+        o = torch.full_like(self.q, float("nan"))
+        lse = torch.full((self.B, self.H, self.N), float("nan"), device="cuda")
+        fwd = lambda: S.call(lib.fa_forward, fplan, self.q.data_ptr(), self.k.data_ptr(), self.v.data_ptr(),  # noqa: E731
+                             o.data_ptr(), lse.data_ptr(), fws.data_ptr())
+        fwd()
+        if self.dir == "fwd":
+            torch.cuda.synchronize()
+            return fwd, [o]
+        bplan, bws = S.plan(step, True, self.shape)
+        self.plans.append(bplan)
+        dq, dk, dv = (torch.full_like(t, float("nan")) for t in (self.q, self.k, self.v))
+        bwd = lambda: S.call(lib.fa_backward, bplan, self.q.data_ptr(), self.k.data_ptr(), self.v.data_ptr(),  # noqa: E731
+                             o.data_ptr(), lse.data_ptr(), self.do.data_ptr(), dq.data_ptr(), dk.data_ptr(),
+                             dv.data_ptr(), bws.data_ptr())
+        bwd()
+        torch.cuda.synchronize()
+        return bwd, [dq, dk, dv]
+
+    def free(self):
+        for p in self.plans:
+            self.steps.lib.fa_free_plan(p)
+
+
+def time_block(fn, reps, flush, spin_cycles, nvml):
+    """Median ms of `reps` repeats, and the NVML readings: lowest clock, highest power and temperature, reasons."""
+    fn()  # one untimed call: every block starts as fa_bench's repeats do, after a warm-up
+    torch.cuda.synchronize()
+    times, samples = [], []
+    for _ in range(reps):
+        flush.zero_()
+        if spin_cycles:
+            torch.cuda._sleep(spin_cycles)
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop))
+        samples.append(nvml.sample())
+    mhz = min(s[0] for s in samples)
+    watts, temp = max(s[1] for s in samples), max(s[2] for s in samples)
+    why = 0
+    for s in samples:
+        why |= s[3]
+    return statistics.median(times), mhz, watts, temp, why
+
+
+def shapes(a):
+    """(B, H, H_kv, N, N_kv, d, causal) of the sweep."""
+    ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
+    if a.decode:
+        for d in ints(a.d):
+            for causal in ints(a.causal):
+                for bh in ints(a.bh):
+                    for group in ints(a.group):
+                        for nq in ints(a.Nq):
+                            for nkv in ints(a.Nkv):
+                                if not (causal and nq == 1):  # one query sees every key
+                                    yield 1, bh, bh // group, nq, nkv, d, causal
+        return
+    for tokens in ints(a.tokens):
+        for d in ints(a.d):
+            for causal in ints(a.causal):
+                for N in ints(a.N):
+                    H = max(1, tokens // N)
+                    yield 1, H, H, N, N, d, causal
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lib", required=True, help="libfa_capi.so of a CUDA build")
+    ap.add_argument("--csv", default="ab.csv")
+    ap.add_argument("--impls", default=None, help="steps (07) and torch-<backend>, comma-separated")
+    ap.add_argument("--dir", default="fwd", choices=["fwd", "bwd"])
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    ap.add_argument("--decode", action="store_true")
+    ap.add_argument("--d", default=None)
+    ap.add_argument("--N", default="1024,2048,4096,8192,16384,32768")
+    ap.add_argument("--causal", default=None)
+    ap.add_argument("--tokens", default="131072,524288")
+    ap.add_argument("--Nq", default="1,16")
+    ap.add_argument("--Nkv", default="8192,16384,32768,65536,131072")
+    ap.add_argument("--bh", default="32,128")
+    ap.add_argument("--group", default="1")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--pause-ms", type=float, default=0.0)
+    ap.add_argument("--hide-host-us", type=float, default=200.0)
+    a = ap.parse_args()
+    if a.decode and a.dir == "bwd":
+        sys.exit("ab.py: decoding shapes have no backward here")
+    a.impls = (a.impls or ("08,06,torch-cudnn,torch-flash,torch-efficient" if a.decode else "07,06,torch-cudnn,torch-flash")).split(",")
+    a.d = a.d or ("128" if a.decode else "64,128,256")
+    a.causal = a.causal or "0"
+    for impl in a.impls:
+        if impl.startswith("torch-") and impl[6:] not in BACKENDS:
+            sys.exit(f"ab.py: unknown implementation {impl} (torch-" + ", torch-".join(BACKENDS) + ", or a step)")
+    steps, nvml, flush, dev = Steps(a.lib), Nvml(), l2_flush_buffer(), device_fields()
+    spin = int(a.hide_host_us * 2000)  # cycles: at least --hide-host-us at clocks up to 2 GHz
+    if not nvml.lib:
+        print("ab.py: NVML not found: clocks, power and reasons are written as 0", file=sys.stderr)
+    else:
+        t = time.perf_counter()
+        for _ in range(20):
+            nvml.sample()
+        print(f"ab.py: NVML answers in {(time.perf_counter() - t) / 20 * 1e3:.2f} ms a sample", file=sys.stderr)
+    out = open(a.csv, "w")
+    out.write("impl,step,dir,dtype,B,H,H_kv,N,N_kv,d,causal,round,ms,tflops,gbps,sm_mhz_min,power_w_max,temp_c_max,"
+              "reasons,status,gpu,cuda_driver_api,cuda_runtime\n")
+    for n_case, (B, H, H_kv, N, N_kv, d, causal) in enumerate(shapes(a)):
+        case = Case(a, steps, B, H, H_kv, N, N_kv, d, causal, seed=N + N_kv + d + n_case)
+        pairs = N * N_kv - (N * N / 2 if causal else 0)
+        flops = 4.0 * B * H * pairs * d * (2.5 if a.dir == "bwd" else 1.0)
+        floor = 2.0 * (2 * case.q.numel() + 2 * case.k.numel()) + 4.0 * B * H * N
+        ref = case.torch_ref()
+        fns, status = {}, {}
+        for impl in a.impls:
+            try:
+                if impl.startswith("torch-"):
+                    fns[impl] = case.torch_fn(impl[6:])
+                else:
+                    fn, got = case.step_fn(impl)
+                    err = max(relative_error(g, r) for g, r in zip(got, ref))
+                    if not err <= (2e-2 if a.dir == "fwd" else 5e-2):  # NaN too
+                        raise RuntimeError(f"outputs differ from PyTorch's: max relative error {err:.3g}")
+                    fns[impl] = fn
+            except (RuntimeError, torch.OutOfMemoryError) as e:
+                status[impl] = "out-of-memory" if "out of memory" in str(e) else "unsupported"
+                if not impl.startswith("torch-"):
+                    print(f"  {impl} {a.dir} B={B} H={H} H_kv={H_kv} N={N} N_kv={N_kv} d={d} causal={causal}: {e}",
+                          file=sys.stderr)
+        del ref
+        shape_txt = f"B={B} H={H} H_kv={H_kv} N={N} N_kv={N_kv} d={d} causal={causal}"
+        meds = {}
+        for r in range(a.rounds):
+            order = a.impls[r % len(a.impls):] + a.impls[:r % len(a.impls)]
+            for impl in order:
+                row = f"{'fa' if not impl.startswith('torch-') else impl},{impl if not impl.startswith('torch-') else '-'}," \
+                      f"{a.dir},{a.dtype},{B},{H},{H_kv},{N},{N_kv},{d},{causal},{r},"
+                if impl not in fns:
+                    out.write(row + f"0,0,0,0,0,0,none,{status[impl]},{dev}\n")
+                    continue
+                if a.pause_ms:
+                    torch.cuda.synchronize()
+                    time.sleep(a.pause_ms / 1000)
+                ms, mhz, watts, temp, why = time_block(fns[impl], a.reps, flush, spin, nvml)
+                meds.setdefault(impl, []).append(ms)
+                out.write(row + f"{ms:.5f},{flops / (ms * 1e-3) / 1e12:.3f},{floor / (ms * 1e-3) / 1e9:.1f},"
+                                f"{mhz},{watts:.1f},{temp},{nvml.names(why)},ok,{dev}\n")
+            out.flush()
+        print(shape_txt + ": " + ", ".join(f"{i} {statistics.median(m):.4f} ms" for i, m in meds.items()), file=sys.stderr)
+        case.free()
+        del case, fns
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The steps beside PyTorch's attention in one process, on the same tensors, in alternation
+# (tools/bench/ab.py over libfa_capi.so), on the H200 in one call.
+#   [PHASE=fwd|bwd|decode|pause|gemm|all] [ROUNDS=5] bash tools/device/ab.sh [build-dir]
+# gemm:   the bf16 matrix-product rate, timed the same way (also in fwd);
+# fwd:    step 07's forward, step 06, cuDNN and FlashAttention-2, d = 64, 128, 256,
+#         N = 1k–32k, causal and not, B·H·N = 131072 and 524288 (note 07's tables);
+# bwd:    the same for the backward;
+# decode: step 08, step 06 and PyTorch's backends on note 08's decoding shapes;
+# pause:  step 07 and cuDNN at d = 128 and 256 timed with no pause and after 500 ms of
+#         rest before every block (note 07, "How far one run can be trusted").
+# Results (ab*.csv, device.txt) into $OUT/results.tgz (and $RESULTS, if given), to be
+# unpacked into notes/results/h200/ab; logs into $OUT/logs.tgz.
+set -uo pipefail
+OUT=${OUT:-$PWD/gpu-logs}; BUILD=${1:-build-gpu}; R=${RESULTS:-$(mktemp -d)}; L=${LOGS:-$(mktemp -d)}; PHASE=${PHASE:-all}
+ROUNDS=${ROUNDS:-5}
+trap 'tar -czf "$OUT/logs.tgz" -C "$L" . 2>/dev/null; tar -czf "$OUT/results.tgz" -C "$R" . 2>/dev/null' EXIT
+mkdir -p "$OUT"
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvcc --version | tail -1
+  python3 -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())" 2>&1
+  git rev-parse --short HEAD 2>/dev/null; } > "$R/device.txt"
+t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null || exit 1
+cmake --build "$BUILD" -j16 --target fa_capi >"$L/build.log" 2>&1 ||
+  { grep -B2 -A8 -E "error|FAILED" "$L/build.log" | head -60; exit 1; }
+stamp built
+ab() { python3 tools/bench/ab.py --lib "$BUILD/tools/bench/libfa_capi.so" --rounds "$ROUNDS" "$@"; }
+run() {  # run NAME ARGS...: ab.py into $R/NAME.csv, its log into $L/NAME.log
+  local name=$1; shift
+  ab --csv "$R/$name.csv" "$@" 2> "$L/$name.log"; local rc=$?
+  tail -2 "$L/$name.log"; [ $rc -ne 0 ] && tail -30 "$L/$name.log"; stamp "$name (rc $rc)"
+}
+case $PHASE in fwd|gemm|all)
+  # The bf16 matrix-product rate of this GPU now, timed as ab.py times (flush, spin, events): note 07's scale.
+  python3 - > "$R/gemm.txt" <<'PY'
+import statistics, torch
+a, b = (torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+flush = torch.empty(128 << 20, dtype=torch.uint8, device="cuda")
+for _ in range(3): a @ b
+ts = []
+for _ in range(20):
+    flush.zero_(); torch.cuda._sleep(400000)
+    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    s.record(); a @ b; e.record(); e.synchronize(); ts.append(s.elapsed_time(e))
+print(f"{2 * 8192**3 / statistics.median(ts) / 1e9:.1f} TFLOP/s bf16 torch.matmul 8192^3, median of 20")
+PY
+  cat "$R/gemm.txt" ;;
+esac
+case $PHASE in fwd|all) run ab07 --dir fwd --causal 0,1 ;; esac
+case $PHASE in pause|all)
+  run ab07_pause0 --dir fwd --impls 07,torch-cudnn --d 128,256 --N 1024,4096,16384 --causal 0,1 --tokens 131072
+  run ab07_pause500 --dir fwd --impls 07,torch-cudnn --d 128,256 --N 1024,4096,16384 --causal 0,1 --tokens 131072 \
+    --pause-ms 500 ;;
+esac
+case $PHASE in decode|all)
+  run ab08 --decode --causal 0
+  run ab08_causal --decode --causal 1 --Nq 16
+  run ab08_gqa --decode --causal 0 --Nq 1 --bh 32,128 --group 8 ;;
+esac
+case $PHASE in bwd|all) run ab07bwd --dir bwd --causal 0,1 ;; esac
+exit 0
