@@ -532,12 +532,32 @@ def step07_rows(D, direction="fwd", folder=None):
 WORD = {"fwd": "forward", "bwd": "backward"}
 
 
+AB = "ab"  # notes/results/h200/ab: ab.py's runs (tools/device/ab.sh)
+
+
+def ab_folder(D):
+    return os.path.join(D.folder, AB)
+
+
+def main_run07(D, direction):
+    """The rows of step 07's main tables, and how they were measured: ab.py's run where there is one."""
+    f = ab_folder(D)
+    tag = "07" if direction == "fwd" else "07bwd"
+    if os.path.exists(os.path.join(f, f"ab{tag}.csv")):
+        rounds = {r["round"] for r in load(f, f"ab{tag}.csv")}
+        how = (f"measured in one process (`tools/bench/ab.py`, `{rel(os.path.join(f, 'ab' + tag + '.csv'))}`): at each "
+               f"shape every implementation on the same tensors, taking turns, {len(rounds)} rounds of 10 repeats; the "
+               f"median of the rounds")
+        return step07_rows(D, direction, f), device07(D, "device.txt", f), how
+    return step07_rows(D, direction), device07(D), "one run"
+
+
 def table_step07_peers(D, direction="fwd"):
     """Step 07's forward (or backward) against cuDNN at every shape: TFLOP/s (× cuDNN), per B·H·N."""
-    rows = step07_rows(D, direction)
+    rows, dev, how = main_run07(D, direction)
     Ns = sorted({k[3] for k in rows})
-    out = [f"bf16 {WORD[direction]}, on {device07(D)}, one run: TFLOP/s of step 07 (× PyTorch SDPA's cuDNN backend on "
-           f"the same shapes, same run; B = 1, H = B·H·N / N). Every ratio, the ones below 1.0 included.", "",
+    out = [f"bf16 {WORD[direction]}, on {dev}, {how}: TFLOP/s of step 07 (× PyTorch SDPA's cuDNN backend on "
+           f"the same shapes; B = 1, H = B·H·N / N). Every ratio, the ones below 1.0 included.", "",
            "| B·H·N | d | causal | " + " | ".join(f"N = {n}" for n in Ns) + " |", "|---|---|---|" + "---|" * len(Ns)]
     for tokens, d, causal in sorted({k[:3] for k in rows}):
         cells = []
@@ -584,7 +604,7 @@ def table_step07_short(D, sub):
 
 def table_step07_repeats(D):
     """The forward's table run three times in one session: step 07 ÷ cuDNN per B·H·N and d, each run."""
-    runs = [("run 1 (the tables above)", D.folder)] + [
+    runs = [("run 1 (`bench07_t*.csv`)", D.folder)] + [
         (f"run {i}", os.path.join(D.folder, "fwd07_repeats", f"run{i}")) for i in (2, 3)]
     def ratios(folder):
         out = {}
@@ -632,10 +652,82 @@ def table_step07_harness(D):
     return out
 
 
+def table_step07_rounds(D):
+    """How much the rounds of ab.py's runs differ, and the GPU's state through them (NVML)."""
+    f = ab_folder(D)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import compare07
+    out = [f"step 07 ÷ cuDNN round by round in ab.py's runs on {device07(D, 'device.txt', f)} (each round's median "
+           "of 10 repeats, the two taking turns): the ratio of the medians, the lowest and highest round's ratio, and "
+           "what NVML read after every repeat of both: the lowest SM clock, and in how many of the blocks of repeats "
+           "the power cap had held the clock back.", "",
+           "| direction | B·H·N | d | ratio of medians | rounds' ratios | shapes with every round within 5% of the median's "
+           "| lowest SM clock, MHz | blocks under the power cap |",
+           "|---|---|---|---|---|---|---|---|"]
+    for direction, tag in (("forward", "07"), ("backward", "07bwd")):
+        path = os.path.join(f, f"ab{tag}.csv")
+        if not os.path.exists(path):
+            continue
+        R = compare07.ab_rounds(path)
+        state = {}
+        for r in load(f, f"ab{tag}.csv"):
+            if r["status"] == "ok" and (r["step"] == "07" or r["impl"] == "torch-cudnn"):
+                st = state.setdefault((int(r["H"]) * int(r["N"]), int(r["d"])), [9999, 0, 0])
+                st[0] = min(st[0], int(r["sm_mhz_min"]))
+                st[1] += "power-cap" in r["reasons"]
+                st[2] += 1
+        for tokens, d in sorted({k[:2] for k in R}):
+            med, rounds, steady = [], [], 0
+            for k, r in R.items():
+                if k[:2] == (tokens, d) and "step07" in r and "cudnn" in r:
+                    m = sorted(r["step07"])[len(r["step07"]) // 2] / sorted(r["cudnn"])[len(r["cudnn"]) // 2]
+                    these = [a / b for a, b in zip(r["step07"], r["cudnn"])]
+                    med.append(m)
+                    rounds += these
+                    steady += all(abs(x / m - 1) <= 0.05 for x in these)
+            st = state[(tokens, d)]
+            out.append(f"| {direction} | {tokens} | {d} | {min(med):.2f}–{max(med):.2f} | {min(rounds):.2f}–{max(rounds):.2f} | "
+                       f"{steady} of {len(med)} | {st[0]} | {st[1]} of {st[2]} |")
+    return out
+
+
+def table_step07_pause(D):
+    """ab.py at d = 128 and 256 without a pause and with 500 ms of rest before every block of repeats."""
+    f = ab_folder(D)
+    def run(name):
+        out = {}
+        for r in load(f, name):
+            if r["status"] == "ok":
+                who = "07" if r["impl"] == "fa" else "cudnn"
+                c = out.setdefault((int(r["d"]), int(r["N"]), r["causal"] == "1"), {}).setdefault(who, [[], 9999, 0])
+                c[0].append(float(r["tflops"]))
+                c[1] = min(c[1], int(r["sm_mhz_min"]))
+                c[2] += "power-cap" in r["reasons"]
+        return out
+    A, B = run("ab07_pause0.csv"), run("ab07_pause500.csv")
+    med = lambda x: sorted(x)[len(x) // 2]  # noqa: E731
+    out = [f"bf16 forward, B·H·N = 131072, on {device07(D, 'device.txt', f)}, `ab.py` twice in one call: with no pause, "
+           "and with 500 ms of rest (the GPU idle) before every block of 10 repeats (`ab07_pause0.csv`, "
+           "`ab07_pause500.csv`). TFLOP/s, the median of 3 rounds; in brackets the lowest SM clock (MHz) NVML read "
+           "after a repeat, and * where the power cap held the clock back in some block.", "",
+           "| d | N | causal | step 07, no pause | step 07, rested | cuDNN, no pause | cuDNN, rested | "
+           "step 07 ÷ cuDNN, no pause | rested |", "|---|---|---|---|---|---|---|---|---|"]
+    def cell(c):
+        return f"{med(c[0]):.0f} ({c[1]}{'*' if c[2] else ''})"
+    for k in sorted(A):
+        if k not in B or not all(w in A[k] and w in B[k] for w in ("07", "cudnn")):
+            continue
+        a, b = A[k], B[k]
+        out.append(f"| {k[0]} | {k[1]} | {'yes' if k[2] else 'no'} | {cell(a['07'])} | {cell(b['07'])} | "
+                   f"{cell(a['cudnn'])} | {cell(b['cudnn'])} | {med(a['07'][0]) / med(a['cudnn'][0]):.2f} | "
+                   f"{med(b['07'][0]) / med(b['cudnn'][0]):.2f} |")
+    return out
+
+
 def table_step07_summary(D, direction="fwd"):
     """Ranges of step 07's ratios to cuDNN, FA-2 and step 06, per B·H·N and d (causal and not together)."""
-    rows = step07_rows(D, direction)
-    out = [f"bf16 {WORD[direction]}, N = 1024–32768, causal and not, on {device07(D)}, one run; ratios of TFLOP/s "
+    rows, dev, how = main_run07(D, direction)
+    out = [f"bf16 {WORD[direction]}, N = 1024–32768, causal and not, on {dev}, {how}; ratios of TFLOP/s "
            f"(bold: below 1.0).", "",
            "| B·H·N | d | step 07, TFLOP/s | × cuDNN | × FlashAttention-2 | × step 06 | cells ≥ cuDNN |",
            "|---|---|---|---|---|---|---|"]
@@ -650,7 +742,7 @@ def table_step07_summary(D, direction="fwd"):
         out.append(f"| {tokens} | {d} | {min(t):.0f}–{max(t):.0f} | {span('cudnn')} | {span('flash')} | "
                    f"{span('step06')} | {ok} of {len(sel)} |")
     both = [(k, r) for k, r in rows.items() if "step07" in r and "cudnn" in r]
-    below = [(k, r["step07"] / r["cudnn"]) for k, r in both if r["step07"] < r["cudnn"]]
+    below = [(k, r["step07"] / r["cudnn"]) for k, r in both if round(r["step07"] / r["cudnn"], 2) < 1]
     long_ = [r["step07"] / r["cudnn"] for k, r in both if k[3] >= 8192]
     flash = [r["step07"] / r["flash"] for k, r in both if "flash" in r]
     out += ["", f"Below cuDNN in {len(below)} of {len(both)} shapes, at N = {min(k[3] for k, _ in below)}–{max(k[3] for k, _ in below)} "
@@ -732,12 +824,15 @@ def table_step07_lesson(D):
 
 def table_step07_gemm(D):
     """Step 07's best TFLOP/s per d against the bf16 GEMM rate of the same session (gemm07.txt)."""
-    path = os.path.join(D.folder, "gemm07.txt")
+    path = os.path.join(ab_folder(D), "gemm.txt")  # measured beside ab.py's run, where there is one
+    if not os.path.exists(path):
+        path = os.path.join(D.folder, "gemm07.txt")
     if not os.path.exists(path):
         return ["(no gemm07.txt: run tools/device/step07_check.sh)"]
     gemm = float(open(path).read().split()[0])
-    rows = step07_rows(D, "fwd")
-    out = [f"bf16 GEMM 8192³: {gemm:.0f} TFLOP/s. Step 07's forward, largest TFLOP/s over the shapes above:", "",
+    rows, _, _ = main_run07(D, "fwd")
+    out = [f"bf16 GEMM 8192³: {gemm:.0f} TFLOP/s (`{rel(path)}`). Step 07's forward, largest TFLOP/s over the shapes "
+           "above:", "",
            "| d | step 07, best | of the GEMM rate |", "|---|---|---|"]
     for d in sorted({k[1] for k in rows}):
         best = max(r["step07"] for k, r in rows.items() if k[1] == d and "step07" in r)
@@ -895,6 +990,24 @@ def decode08(folder):
     return rows, (sum(copy) / len(copy) if copy else 0.0)
 
 
+def decode08_ab(D):
+    """decode08's {shape: {who: row}} from ab.py's decoding runs (ab/ab08*.csv): each row's ms and GB/s the
+    median of its rounds; and the copy bandwidth of the fa_bench run (bench08.csv), which ab.py does not time."""
+    rows = {}
+    for path in sorted(glob.glob(os.path.join(ab_folder(D), "ab08*.csv"))):
+        for r in csv.DictReader(open(path)):
+            if r["status"] != "ok":
+                continue
+            key = tuple(int(r[k]) for k in ("H", "H_kv", "N", "N_kv", "causal"))
+            who = r["step"] if r["impl"] == "fa" else r["impl"].replace("torch-", "")
+            c = rows.setdefault(key, {}).setdefault(who, {"ms": [], "gbps": []})
+            c["ms"].append(float(r["ms"]))
+            c["gbps"].append(float(r["gbps"]))
+    med = lambda x: sorted(x)[len(x) // 2]  # noqa: E731
+    rows = {k: {w: {"ms": med(c["ms"]), "gbps": med(c["gbps"])} for w, c in r.items()} for k, r in rows.items()}
+    return rows, decode08(D.folder)[1]
+
+
 PEERS08 = ("flash", "cudnn", "efficient", "math")
 
 
@@ -913,64 +1026,71 @@ REPEATS08 = ("decode08_rep", "decode08_run3")  # the decode bench rerun in later
 
 
 def table_step08_decode(D):
-    """Every decoding shape of the final run: step 08 against PyTorch's best backend and step 06, and its bandwidth."""
-    rows, copy = decode08(D.folder)
-    reps = [decode08(os.path.join(D.folder, f))[0] for f in REPEATS08]
-    out = [f"bf16, d = 128, B = 1, on {device08(D)}; one run (`{rel(os.path.join(D.folder, 'bench08.csv'))}` and "
-           f"`peers08*.csv`), and the ratios of two more runs in other sessions (`decode08_rep/`, `decode08_run3/`, the "
-           f"third after the last host-code change). GB/s: the fewest "
+    """Every decoding shape of ab.py's run: step 08 against PyTorch's best backend and step 06, and its bandwidth;
+    beside it the ratios of the three earlier runs, which timed the two sides in two processes."""
+    rows, copy = decode08_ab(D)
+    reps = [decode08(D.folder)[0]] + [decode08(os.path.join(D.folder, f))[0] for f in REPEATS08]
+    out = [f"bf16, d = 128, B = 1, on {device07(D, 'device.txt', ab_folder(D))}, measured in one process "
+           f"(`tools/bench/ab.py`, `{rel(ab_folder(D))}/ab08*.csv`: at each shape step 08, step 06 and PyTorch's "
+           f"backends on the same tensors, taking turns, 3 rounds; the median), and the ratios of three earlier runs in "
+           f"three sessions that timed step 08 (fa_bench) and PyTorch (peers_decode.py) in two processes (`bench08.csv`, "
+           f"`decode08_rep/`, `decode08_run3/`). GB/s: the fewest "
            f"bytes (Q, K, V read once, O and L written) over the time, beside this GPU's device-to-device copy, "
            f"{copy:.0f} GB/s read + written. PyTorch: `scaled_dot_product_attention`'s fastest backend at the shape "
-           f"(flash = FlashAttention-2, cudnn, efficient, math). Bold: below 1.0.", "",
+           f"(flash = FlashAttention-2, cudnn, efficient). Bold: below 1.0.", "",
            "| B·H | H_kv | N_q | N_kv | causal | step 08 ms | GB/s (× copy) | PyTorch best ms | step 08 × PyTorch | "
-           "runs 2, 3 | step 06 ms | × step 06 |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "two processes: runs 1, 2, 3 | step 06 ms | × step 06 |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     def bold(x):
         return f"**{x:.2f}**" if round(x, 2) < 1 else f"{x:.2f}"
     for key in sorted(rows, key=lambda k: (k[0] != k[1], k[4], k[0], k[2], k[3])):
         c = rows[key]
         if "08" not in c:
             continue
-        ms = float(c["08"]["ms"])
+        ms = c["08"]["ms"]
         who, best = best_peer(c)
         later = ", ".join(bold(best_peer(r[key])[1] / float(r[key]["08"]["ms"])) if key in r and "08" in r[key]
                           else "—" for r in reps)
-        s06 = float(c["06"]["ms"]) if "06" in c else 0
-        out.append(f"| {shape08(key)} | {ms:.4f} | {float(c['08']['gbps']):.0f} ({float(c['08']['gbps']) / copy:.2f}) | "
+        s06 = c["06"]["ms"] if "06" in c else 0
+        out.append(f"| {shape08(key)} | {ms:.4f} | {c['08']['gbps']:.0f} ({c['08']['gbps'] / copy:.2f}) | "
                    f"{best:.4f} ({who}) | {bold(best / ms)} | {later} | {s06:.4f} | {s06 / ms:.1f} |")
     return out
 
 
 def table_step08_summary(D):
-    """Ranges of step 08's ratios per group of shapes, both runs."""
-    out = [f"bf16, d = 128, N_kv = 8k–128k, on {device08(D)}; ratios of time (bold: below 1.0), three runs in three "
-           f"sessions (the second: `decode08_rep/`; the third, after the last host-code change: `decode08_run3/`); the "
-           f"other columns from run 1.", "",
-           "| B·H | H_kv | N_q | step 08 × PyTorch's best, run 1 | run 2 | run 3 | step 08 × step 06 | "
-           "step 08 GB/s ÷ copy | step 06 GB/s ÷ copy |", "|---|---|---|---|---|---|---|---|---|"]
-    runs = [decode08(D.folder)] + [decode08(os.path.join(D.folder, f)) for f in REPEATS08]
+    """Ranges of step 08's ratios per group of shapes: ab.py's run, and the three earlier two-process runs."""
+    out = [f"bf16, d = 128, N_kv = 8k–128k, on {device07(D, 'device.txt', ab_folder(D))}; ratios of time (bold: below "
+           f"1.0). First column: measured in one process (`tools/bench/ab.py`: step 08 and PyTorch on the same tensors, "
+           f"taking turns); then three earlier runs in three sessions that timed the two in two processes (`bench08.csv`, "
+           f"`decode08_rep/`, `decode08_run3/`); the last three columns from the one-process run.", "",
+           "| B·H | H_kv | N_q | step 08 × PyTorch's best, one process | two processes: run 1 | run 2 | run 3 | "
+           "step 08 × step 06 | step 08 GB/s ÷ copy | step 06 GB/s ÷ copy |", "|---|---|---|---|---|---|---|---|---|---|"]
+    ab, copy = decode08_ab(D)
+    runs = [ab] + [decode08(D.folder)[0]] + [decode08(os.path.join(D.folder, f))[0] for f in REPEATS08]
     def rng(xs, mark=True):
         lo, hi = min(xs), max(xs)
         b = "**" if mark and round(lo, 2) < 1 else ""
         return f"{b}{lo:.2f}{b}–{hi:.2f}"
-    groups = sorted({(k[0], k[1], k[2]) for k in runs[0][0]}, key=lambda g: (g[0] != g[1], g[0], g[2]))
+    groups = sorted({(k[0], k[1], k[2]) for k in ab}, key=lambda g: (g[0] != g[1], g[0], g[2]))
     counts = []
-    for rows, _ in runs:
+    for rows in runs:
         ratios = [best_peer(c)[1] / float(c["08"]["ms"]) for c in rows.values() if "08" in c]
         counts.append((sum(1 for x in ratios if round(x, 2) < 1), len(ratios)))
     for g in groups:
         cells = []
-        for rows, copy in runs:
+        for rows in runs:
             xs = [best_peer(c)[1] / float(c["08"]["ms"]) for k, c in rows.items() if k[:3] == g and "08" in c]
-            cells.append(rng(xs))
-        rows, copy = runs[0]
-        ks = [k for k in rows if k[:3] == g and "08" in rows[k]]
-        v06 = [float(rows[k]["06"]["ms"]) / float(rows[k]["08"]["ms"]) for k in ks]
-        bw = [float(rows[k]["08"]["gbps"]) / copy for k in ks]
-        bw06 = [float(rows[k]["06"]["gbps"]) / copy for k in ks]
+            cells.append(rng(xs) if xs else "—")
+        ks = [k for k in ab if k[:3] == g and "08" in ab[k]]
+        v06 = [ab[k]["06"]["ms"] / ab[k]["08"]["ms"] for k in ks]
+        bw = [ab[k]["08"]["gbps"] / copy for k in ks]
+        bw06 = [ab[k]["06"]["gbps"] / copy for k in ks]
         out.append(f"| {g[0]} | {g[1] if g[1] != g[0] else '—'} | {g[2]} | {' | '.join(cells)} | {rng(v06, False)} | "
                    f"{rng(bw, False)} | {rng(bw06, False)} |")
+    names = ["one process"] + [f"two-process run {i}" for i in (1, 2, 3)]
+    near = [best_peer(c)[1] / c["08"]["ms"] for c in ab.values() if "08" in c]
     out += ["", "Step 08 below PyTorch's best in " +
-            ", ".join(f"{n} of {m} shapes in run {i + 1}" for i, (n, m) in enumerate(counts)) + "."]
+            ", ".join(f"{n} of {m} shapes ({name})" for (n, m), name in zip(counts, names)) +
+            f"; in the one-process run {sum(1 for x in near if x < 0.975)} of them by more than 2.5%."]
     return out
 
 
@@ -1103,6 +1223,7 @@ TABLES = {
     "step07-short-before": lambda D: table_step07_short(D, "short07_before"),
     "step07-short": lambda D: table_step07_short(D, "short07"),
     "step07-repeats": table_step07_repeats, "step07-harness": table_step07_harness,
+    "step07-rounds": table_step07_rounds, "step07-pause": table_step07_pause,
     "step07-bwd-peers": lambda D: table_step07_peers(D, "bwd"),
     "step07-bwd-summary": lambda D: table_step07_summary(D, "bwd"),
     "step07-bwd-lesson": table_step07_bwd_lesson, "step07-det": table_step07_det,
