@@ -1,35 +1,18 @@
-// libfa_capi.so: the steps' GPU kernels behind a C interface, on the caller's device
-// tensors and stream. tools/bench/ab.py loads it with ctypes to time a step and
-// PyTorch's attention in one process, on the same tensors, in alternation — so that
-// neither side is measured on a GPU in another state (warmer, busier) than the other.
-//
-//   fa_plan        checks that the step can run the shape here (once, untimed) and says
-//                  how much workspace it needs;
-//   fa_forward,
-//   fa_backward    launch it, and nothing else: what the timer sees;
-//   fa_free_plan.
-//
-// Errors: a function that fails returns null or nonzero and writes one line into `err`.
+// libfa_capi.so (fa_capi.h): the steps' GPU kernels behind a C interface. tools/bench/ab.py
+// loads it with ctypes to time a step and PyTorch's attention in one process, on the same
+// tensors, in alternation — so that neither side is measured on a GPU in another state
+// (warmer, busier) than the other. The plan checks once, untimed; the forward and backward
+// calls launch, and nothing else: what the timer sees.
 #include <cuda_runtime.h>
 
 #include <cstdio>
 #include <exception>
+#include <memory>
 #include <string>
 
 #include "common/gpu.hpp"
+#include "tools/bench/fa_capi.h"
 #include "tools/flashattn/steps_table.hpp"
-
-#define FA_CAPI __attribute__((visibility("default")))  // the library exports these alone
-
-extern "C" {
-
-/// A problem's shape as ab.py passes it (fa::Problem's fields; H_kv, N_kv = 0: H, N).
-/// dtype: 0 fp32, 1 bf16, 2 fp16 (fa::DType's order).
-struct fa_shape {
-  int B, H, H_kv, N, N_kv, d, causal, dtype;
-};
-
-}  // extern "C"
 
 namespace {
 
@@ -61,35 +44,27 @@ int guarded(char* err, int n, F&& f) {
 
 extern "C" {
 
-/// A plan for step `step` ("07"; what `flashattn run --step` takes), forward (backward = 0)
-/// or backward, at shape s; *workspace_bytes receives the workspace the caller must pass.
-/// Null, with the reason in err, when the step cannot run the shape on this GPU.
 FA_CAPI void* fa_plan(const char* step, int backward, const fa_shape* s, unsigned long long* workspace_bytes, char* err,
-              int n) {
+                      int n) {
   try {
     const fa::StepEntry& e = fa::find_step(step);
-    auto* plan = new Plan;
-    plan->p.B = s->B, plan->p.H = s->H, plan->p.H_kv = s->H_kv, plan->p.N = s->N, plan->p.N_kv = s->N_kv;
-    plan->p.d = s->d, plan->p.causal = s->causal != 0;
+    auto plan = std::make_unique<Plan>();
+    fa::Problem& p = plan->p;
+    p.B = s->B, p.H = s->H, p.H_kv = s->H_kv, p.N = s->N, p.N_kv = s->N_kv, p.d = s->d, p.causal = s->causal != 0;
     if (s->dtype < 0 || s->dtype > 2) throw fa::Error("dtype must be 0 (fp32), 1 (bf16) or 2 (fp16)");
-    plan->p.dtype = fa::DType(s->dtype);
-    try {
-      if (backward) {
-        if (!e.gpu_backward) throw fa::Error("step " + e.id + " has no GPU backward");
-        fa::gpu::check_runnable(*e.gpu_backward, plan->p);
-        plan->backward = e.gpu_backward;
-        *workspace_bytes = e.gpu_backward->workspace_bytes(plan->p);
-      } else {
-        if (!e.gpu_forward) throw fa::Error("step " + e.id + " has no GPU forward");
-        fa::gpu::check_runnable(*e.gpu_forward, plan->p);
-        plan->forward = e.gpu_forward;
-        *workspace_bytes = e.gpu_forward->workspace_bytes(plan->p);
-      }
-    } catch (...) {
-      delete plan;
-      throw;
+    p.dtype = fa::DType(s->dtype);
+    if (backward) {
+      if (!e.gpu_backward) throw fa::Error("step " + e.id + " has no GPU backward");
+      fa::gpu::check_runnable(*e.gpu_backward, p);
+      plan->backward = e.gpu_backward;
+      *workspace_bytes = e.gpu_backward->workspace_bytes(p);
+    } else {
+      if (!e.gpu_forward) throw fa::Error("step " + e.id + " has no GPU forward");
+      fa::gpu::check_runnable(*e.gpu_forward, p);
+      plan->forward = e.gpu_forward;
+      *workspace_bytes = e.gpu_forward->workspace_bytes(p);
     }
-    return plan;
+    return plan.release();
   } catch (const std::exception& x) {
     say(err, n, x.what());
     return nullptr;
@@ -98,7 +73,6 @@ FA_CAPI void* fa_plan(const char* step, int backward, const fa_shape* s, unsigne
 
 FA_CAPI void fa_free_plan(void* plan) { delete static_cast<Plan*>(plan); }
 
-/// The forward of a plan: O and L from Q, K, V (device pointers of the plan's dtype; L fp32).
 FA_CAPI int fa_forward(const void* plan, const void* q, const void* k, const void* v, void* o, float* lse, void* workspace,
                void* stream, char* err, int n) {
   const auto* pl = static_cast<const Plan*>(plan);
@@ -113,7 +87,6 @@ FA_CAPI int fa_forward(const void* plan, const void* q, const void* k, const voi
   });
 }
 
-/// The backward of a plan: dQ, dK, dV from Q, K, V, O, L and dO.
 FA_CAPI int fa_backward(const void* plan, const void* q, const void* k, const void* v, const void* o, const float* lse,
                 const void* dout, void* dq, void* dk, void* dv, void* workspace, void* stream, char* err, int n) {
   const auto* pl = static_cast<const Plan*>(plan);

@@ -1,0 +1,161 @@
+// Tests of libfa_capi (tools/bench/fa_capi.h), the C interface through which ab.py times
+// the steps beside PyTorch: it refuses what a step refuses, in the step's own words,
+// before anything runs; and a plan's launches write what the host wrappers' launches
+// write, bit for bit, outputs poisoned first — so that a figure timed through it is the
+// figure of the kernel the other tests check.
+#include <string>
+#include <vector>
+
+#include "common/gpu.hpp"
+#include "common/gpu16.cuh"
+#include "steps/06_tensor_cores/step06.hpp"
+#include "tests/check.hpp"
+#include "tools/bench/fa_capi.h"
+#include "tools/flashattn/steps_table.hpp"
+
+using namespace fa;
+
+namespace {
+
+fa_shape shape_of(const Problem& p) { return {p.B, p.H, p.H_kv, p.N, p.N_kv, p.d, int(p.causal), int(p.dtype)}; }
+
+/// What fa_plan answers for step `step` at shape s: "" when it makes a plan, else its message.
+std::string refusal(const char* step, bool backward, const fa_shape& s) {
+  char err[512] = "";
+  unsigned long long ws = 0;
+  void* plan = fa_plan(step, backward, &s, &ws, err, int(sizeof err));
+  if (plan) {
+    fa_free_plan(plan);
+    return "";
+  }
+  return err[0] ? err : "(a refusal with no message)";
+}
+std::string refusal(const char* step, bool backward, const Problem& p) { return refusal(step, backward, shape_of(p)); }
+
+Problem bf16(Problem p) {
+  p.dtype = DType::bf16;
+  return p;
+}
+
+/// A plan and its workspace, freed at the end of the scope.
+struct Planned {
+  void* plan = nullptr;
+  DeviceBuffer<char> ws;
+  Planned(const char* step, bool backward, const Problem& p) {
+    char err[512] = "";
+    unsigned long long bytes = 0;
+    const fa_shape s = shape_of(p);
+    plan = fa_plan(step, backward, &s, &bytes, err, int(sizeof err));
+    INFO(err);
+    REQUIRE(plan);
+    ws = DeviceBuffer<char>(bytes);
+  }
+  ~Planned() { fa_free_plan(plan); }
+};
+
+/// The forward of `step` at p through the C interface, on device tensors made from `in`.
+ForwardOut forward_capi(const char* step, const Problem& p, const Qkv& in) {
+  Planned pl(step, false, p);
+  DeviceBuffer<std::uint16_t> q = gpu::upload16(p.dtype, in.q), k = gpu::upload16(p.dtype, in.k),
+                              v = gpu::upload16(p.dtype, in.v);
+  DeviceBuffer<std::uint16_t> o(std::vector<std::uint16_t>(p.elems(), gpu::kPoison16));
+  DeviceBuffer<float> lse = gpu::poisoned(p.rows());
+  char err[512] = "";
+  const int rc = fa_forward(pl.plan, q.get(), k.get(), v.get(), o.get(), lse.get(), pl.ws.get(), nullptr, err,
+                            int(sizeof err));
+  INFO(err);
+  REQUIRE(rc == 0);
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  return {gpu::download16(p.dtype, o), lse.download()};
+}
+
+}  // namespace
+
+TEST_CASE("capi: fa_plan refuses in the step's own words, before anything runs", "[cpu]") {
+  const Problem p = bf16(test::make(1, 2, 64, 64, false));
+  CHECK(test::contains(refusal("99", false, p), "unknown step '99'"));
+  CHECK(test::contains(refusal("reference", false, p), "step reference has no GPU forward"));
+  CHECK(test::contains(refusal("02", true, p), "step 02 has no GPU backward"));
+  fa_shape odd = shape_of(p);
+  odd.dtype = 7;
+  CHECK(test::contains(refusal("07", false, odd), "dtype must be 0 (fp32), 1 (bf16) or 2 (fp16)"));
+  Problem d = p;
+  d.d = 100;
+  CHECK(test::contains(refusal("07", false, d), "supports d = 64, 128, 256 (got d = 100)"));
+  Problem decode = p;
+  decode.N_kv = 1000;
+  CHECK(test::contains(refusal("07", false, decode), "takes as many keys as queries"));
+  Problem bad = p;
+  bad.N = 0;
+  CHECK(!refusal("06", false, bad).empty());
+  std::string why;
+  if (!gpu::available(&why)) {  // CI: the shape is fine, the machine has no GPU
+    CHECK(test::contains(refusal("06", false, p), "needs a GPU"));
+    CHECK(test::contains(refusal("08", false, p), "needs a GPU"));
+  }
+}
+
+TEST_CASE("capi: a plan's forward writes what the host wrapper's forward writes, bit for bit", "[gpu]") {
+  struct Case {
+    const char* step;
+    Problem p;
+  };
+  Problem grouped = bf16(test::make(1, 4, 16, 64, true));  // decoding: 16 queries against 1000 keys, 2 K/V heads
+  grouped.N_kv = 1000, grouped.H_kv = 2;
+  Problem fp16 = test::make(2, 3, 113, 64, false);
+  fp16.dtype = DType::fp16;
+  const std::vector<Case> cases = {{"06", bf16(test::make(2, 3, 113, 64, true))}, {"06", fp16},
+                                   {"07", bf16(test::make(2, 3, 113, 128, true))}, {"07", bf16(test::make(1, 2, 1000, 64, false))},
+                                   {"08", grouped}, {"08", bf16(test::make(1, 2, 1, 128, false))}};
+  for (const Case& c : cases) {
+    const Problem& p = c.p;
+    INFO("step " << c.step << ", " << p.str());
+    const GpuForward& step = *find_step(c.step).gpu_forward;
+    const std::string old = gpu::too_old(step.min_sm, step.exact_sm);
+    if (!old.empty()) {  // this GPU cannot run it: the C interface says so, as the step does
+      CHECK(test::contains(refusal(c.step, false, p), old));
+      continue;
+    }
+    const Qkv in = random_qkv(p, 11);
+    const ForwardOut want = gpu::forward(step, p, in, true);
+    const ForwardOut got = forward_capi(c.step, p, in);
+    FA_CHECK_CLOSE("O", got.o, want.o, tol::kBitExact, test::shape_o(p));
+    FA_CHECK_CLOSE("L", got.lse, want.lse, tol::kBitExact, test::shape_l(p));
+  }
+}
+
+TEST_CASE("capi: a plan's backward writes what the host wrapper's backward writes", "[gpu]") {
+  for (const char* id : {"06", "07"}) {
+    const Problem p = bf16(test::make(1, 2, 113, 64, true));
+    INFO("step " << id << ", " << p.str());
+    const StepEntry& e = find_step(id);
+    const std::string old = gpu::too_old(e.gpu_backward->min_sm, e.gpu_backward->exact_sm);
+    if (!old.empty()) {
+      CHECK(test::contains(refusal(id, true, p), old));
+      continue;
+    }
+    const Qkv in = random_qkv(p, 12);
+    const std::vector<float> dout = random_tensor(p.elems(), 13);
+    const ForwardOut fwd = gpu::forward(*e.gpu_forward, p, in, true);
+    const Grads want = gpu::backward(*e.gpu_backward, p, in, fwd, dout);
+
+    Planned pl(id, true, p);
+    const DType t = p.dtype;
+    DeviceBuffer<std::uint16_t> q = gpu::upload16(t, in.q), k = gpu::upload16(t, in.k), v = gpu::upload16(t, in.v);
+    DeviceBuffer<std::uint16_t> o = gpu::upload16(t, fwd.o), dO = gpu::upload16(t, dout);
+    DeviceBuffer<float> lse(fwd.lse);
+    const std::vector<std::uint16_t> poison(p.elems(), gpu::kPoison16);
+    DeviceBuffer<std::uint16_t> dq(poison), dk(poison), dv(poison);
+    char err[512] = "";
+    const int rc = fa_backward(pl.plan, q.get(), k.get(), v.get(), o.get(), lse.get(), dO.get(), dq.get(), dk.get(),
+                               dv.get(), pl.ws.get(), nullptr, err, int(sizeof err));
+    INFO(err);
+    REQUIRE(rc == 0);
+    FA_CUDA_CHECK(cudaDeviceSynchronize());
+    // dK and dV are each one block's own sums: bit for bit. dQ's pieces are added in the
+    // order the key blocks finish (note 07), so its last bits may differ from run to run.
+    FA_CHECK_CLOSE("dK", gpu::download16(t, dk), want.dk, tol::kBitExact, test::shape_o(p));
+    FA_CHECK_CLOSE("dV", gpu::download16(t, dv), want.dv, tol::kBitExact, test::shape_o(p));
+    FA_CHECK_CLOSE("dQ", gpu::download16(t, dq), want.dq, step06::kBf16Reorder, test::shape_o(p));
+  }
+}

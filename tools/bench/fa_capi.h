@@ -1,0 +1,37 @@
+/* libfa_capi.so: the steps' GPU kernels behind a C interface, on the caller's device
+ * tensors and stream (tools/bench/fa_capi.cpp; ab.py reaches it through ctypes).
+ *
+ *   fa_plan        checks that step `step` ("07": what `flashattn run --step` takes) can
+ *                  run shape *s here, once and untimed; *workspace_bytes receives the
+ *                  scratch the caller must pass. Null, with the reason in err, if not.
+ *   fa_forward     O and L from Q, K, V (device pointers of the plan's dtype; L fp32);
+ *   fa_backward    dQ, dK, dV from Q, K, V, O, L and dO: launches, and nothing else.
+ *   fa_free_plan
+ *
+ * A call that fails returns nonzero and writes one line into err (n bytes). */
+#ifndef FA_CAPI_H
+#define FA_CAPI_H
+
+#define FA_CAPI __attribute__((visibility("default"))) /* what the library exports, and nothing else */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A problem's shape (fa::Problem's fields; H_kv, N_kv = 0: H, N). dtype: 0 fp32, 1 bf16, 2 fp16. */
+struct fa_shape {
+  int B, H, H_kv, N, N_kv, d, causal, dtype;
+};
+
+FA_CAPI void* fa_plan(const char* step, int backward, const struct fa_shape* s, unsigned long long* workspace_bytes,
+              char* err, int n);
+FA_CAPI void fa_free_plan(void* plan);
+FA_CAPI int fa_forward(const void* plan, const void* q, const void* k, const void* v, void* o, float* lse, void* workspace,
+               void* stream, char* err, int n);
+FA_CAPI int fa_backward(const void* plan, const void* q, const void* k, const void* v, const void* o, const float* lse,
+                const void* dout, void* dq, void* dk, void* dv, void* workspace, void* stream, char* err, int n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
