@@ -43,6 +43,7 @@ from torch.nn.attention.bias import causal_lower_right
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from peers import BACKENDS, DTYPES, device_fields, l2_flush_buffer  # noqa: E402
+from peers_decode import decode_shapes, ints  # noqa: E402
 
 CODE = {"fp32": 0, "bf16": 1, "fp16": 2}  # fa_shape.dtype
 
@@ -218,16 +219,9 @@ def time_block(fn, reps, flush, spin_cycles, nvml):
 
 def shapes(a):
     """(B, H, H_kv, N, N_kv, d, causal) of the sweep."""
-    ints = lambda s: [int(x) for x in s.split(",")]  # noqa: E731
     if a.decode:
-        for d in ints(a.d):
-            for causal in ints(a.causal):
-                for bh in ints(a.bh):
-                    for group in ints(a.group):
-                        for nq in ints(a.Nq):
-                            for nkv in ints(a.Nkv):
-                                if not (causal and nq == 1):  # one query sees every key
-                                    yield 1, bh, bh // group, nq, nkv, d, causal
+        for shape in decode_shapes(a):
+            yield (1,) + shape
         return
     for tokens in ints(a.tokens):
         for d in ints(a.d):

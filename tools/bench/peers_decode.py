@@ -28,6 +28,19 @@ def ints(s):
     return [int(x) for x in s.split(",")]
 
 
+def decode_shapes(a):
+    """(H, H_kv, N_q, N_kv, d, causal) of a decoding sweep (B = 1), from the flags both this
+    script and ab.py take: --d, --causal, --bh, --group, --Nq, --Nkv."""
+    for d in ints(a.d):
+        for causal in ints(a.causal):
+            for bh in ints(a.bh):
+                for group in ints(a.group):
+                    for nq in ints(a.Nq):
+                        for nkv in ints(a.Nkv):
+                            if not (causal and nq == 1):  # one query sees every key
+                                yield bh, bh // group, nq, nkv, d, causal
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--csv", default="peers_decode.csv")
@@ -45,32 +58,23 @@ def main():
     out = open(a.csv, "w")
     out.write("impl,step,dtype,B,H,H_kv,N,N_kv,d,causal,ms,gbps,floor_bytes,scratch_bytes,status,gpu,"
               "cuda_driver_api,cuda_runtime\n")
-    for d in ints(a.d):
-        for causal in ints(a.causal):
-            for bh in ints(a.bh):
-                for group in ints(a.group):
-                    for nq in ints(a.Nq):
-                        for nkv in ints(a.Nkv):
-                            if causal and nq == 1:
-                                continue  # one query sees every key
-                            hkv = bh // group
-                            g = torch.Generator(device="cuda").manual_seed(nq + nkv + d)
-                            q = torch.rand(1, bh, nq, d, device="cuda", generator=g, dtype=torch.bfloat16) * 2 - 1
-                            k, v_ = (torch.rand(1, hkv, nkv, d, device="cuda", generator=g, dtype=torch.bfloat16) * 2 - 1
-                                     for _ in range(2))
-                            floor = 2 * (2 * q.numel() + 2 * k.numel()) + 4 * bh * nq
-                            mask = causal_lower_right(nq, nkv) if causal else None
-                            for name in a.backends.split(","):
-                                status, ms, scratch = measured(
-                                    name, lambda: lambda: F.scaled_dot_product_attention(
-                                        q, k, v_, attn_mask=mask, enable_gqa=group > 1), a.reps, flush)
-                                gbps = floor / (ms * 1e-3) / 1e9 if ms else 0.0
-                                out.write(f"torch-{name},-,bf16,1,{bh},{hkv},{nq},{nkv},{d},{causal},{ms:.5f},"
-                                          f"{gbps:.1f},{floor},{scratch},{status},{dev}\n")
-                                out.flush()
-                                print(f"torch-{name} H={bh} H_kv={hkv} Nq={nq} Nkv={nkv} d={d} causal={causal}: "
-                                      f"{ms:.4f} ms {gbps:.0f} GB/s {status}", file=sys.stderr)
-                                torch.cuda.empty_cache()
+    for bh, hkv, nq, nkv, d, causal in decode_shapes(a):
+        g = torch.Generator(device="cuda").manual_seed(nq + nkv + d)
+        q = torch.rand(1, bh, nq, d, device="cuda", generator=g, dtype=torch.bfloat16) * 2 - 1
+        k, v_ = (torch.rand(1, hkv, nkv, d, device="cuda", generator=g, dtype=torch.bfloat16) * 2 - 1 for _ in range(2))
+        floor = 2 * (2 * q.numel() + 2 * k.numel()) + 4 * bh * nq
+        mask = causal_lower_right(nq, nkv) if causal else None
+        for name in a.backends.split(","):
+            status, ms, scratch = measured(
+                name, lambda: lambda: F.scaled_dot_product_attention(q, k, v_, attn_mask=mask, enable_gqa=hkv != bh),
+                a.reps, flush)
+            gbps = floor / (ms * 1e-3) / 1e9 if ms else 0.0
+            out.write(f"torch-{name},-,bf16,1,{bh},{hkv},{nq},{nkv},{d},{causal},{ms:.5f},"
+                      f"{gbps:.1f},{floor},{scratch},{status},{dev}\n")
+            out.flush()
+            print(f"torch-{name} H={bh} H_kv={hkv} Nq={nq} Nkv={nkv} d={d} causal={causal}: "
+                  f"{ms:.4f} ms {gbps:.0f} GB/s {status}", file=sys.stderr)
+            torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

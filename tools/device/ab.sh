@@ -32,18 +32,7 @@ run() {  # run NAME ARGS...: ab.py into $R/NAME.csv, its log into $L/NAME.log
 }
 case $PHASE in fwd|gemm|all)
   # The bf16 matrix-product rate of this GPU now, timed as ab.py times (flush, spin, events): note 07's scale.
-  python3 - > "$R/gemm.txt" <<'PY'
-import statistics, torch
-a, b = (torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-flush = torch.empty(128 << 20, dtype=torch.uint8, device="cuda")
-for _ in range(3): a @ b
-ts = []
-for _ in range(20):
-    flush.zero_(); torch.cuda._sleep(400000)
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record(); a @ b; e.record(); e.synchronize(); ts.append(s.elapsed_time(e))
-print(f"{2 * 8192**3 / statistics.median(ts) / 1e9:.1f} TFLOP/s bf16 torch.matmul 8192^3, median of 20")
-PY
+  python3 tools/bench/gemm_rate.py --spin-us 200 > "$R/gemm.txt"
   cat "$R/gemm.txt" ;;
 esac
 case $PHASE in fwd|all) run ab07 --dir fwd --causal 0,1 ;; esac

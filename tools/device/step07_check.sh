@@ -33,17 +33,7 @@ if [ "$PHASE" = final ]; then
   (cd "$BUILD" && ctest -j4 --output-on-failure) >"$L/ctest.log" 2>&1; rc=$?
   { grep -m1 "tests passed" "$L/ctest.log"; grep -E "Test +#[0-9]+: step07" "$L/ctest.log" | sed -E 's/ +/ /g; s/^ //'; } \
     > "$R/ctest07.txt"; cat "$R/ctest07.txt"
-  python3 - > "$R/gemm07.txt" <<'PY'
-import statistics, torch
-a, b = (torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-for _ in range(3): a @ b
-ts = []
-for _ in range(20):
-    flush.zero_(); s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record(); a @ b; e.record(); e.synchronize(); ts.append(s.elapsed_time(e))
-print(f"{2 * 8192**3 / statistics.median(ts) / 1e9:.1f} TFLOP/s bf16 torch.matmul 8192^3, median of 20")
-PY
+  python3 tools/bench/gemm_rate.py > "$R/gemm07.txt"
   cat "$R/gemm07.txt"; stamp final; exit $rc
 fi
 if [ "$PHASE" != bench ] && [ "$PHASE" != fwd ] && [ "$PHASE" != short ] && [ "$PHASE" != bwdbench ] && [ "$PHASE" != bwdprof ]; then
