@@ -19,8 +19,10 @@ Each repeat as in fa_bench and peers.py: the L2 flushed (a 128 MiB buffer zeroed
 events around the call alone. One thing more: a spin kernel of --hide-host-us is queued
 between the flush and the start event, so that the host's work of either side (PyTorch's
 dispatch and autograd, the tensor maps a step encodes) is done while the GPU still spins,
-and the events time the GPU's work alone. --pause-ms sleeps (the GPU idle) before every
-block of repeats: the experiment of a rested GPU.
+and the events time the GPU's work alone — as long as that host work takes less than the
+spin (host work beyond it is timed: raise --hide-host-us until the figures stop moving;
+--hide-host-us 0 times it all). --pause-ms sleeps (the GPU idle) before every block of
+repeats: the experiment of a rested GPU.
 
 After every repeat NVML is read: the SM clock, the power, the temperature and the
 clock-event reasons (power cap, thermal slowdown, …; idle left out). The CSV has one row
