@@ -26,18 +26,27 @@ void say(char* err, int n, const std::string& what) {
   if (err && n > 0) std::snprintf(err, std::size_t(n), "%s", what.c_str());
 }
 
-/// Runs f, turning an exception into `err` and a return code of 1.
+/// Runs f, turning an exception into `err` and a return code of 1. (The steps check
+/// their own launches, FA_CHECK_LAUNCH: a failed launch is an exception here too.)
 template <class F>
 int guarded(char* err, int n, F&& f) {
   try {
     f();
-    const cudaError_t e = cudaPeekAtLastError();
-    if (e != cudaSuccess) throw fa::Error(std::string("CUDA error after the launch: ") + cudaGetErrorString(e));
     return 0;
   } catch (const std::exception& e) {
     say(err, n, e.what());
     return 1;
   }
+}
+
+/// The step's kernel for one direction, checked against p: its workspace into *bytes.
+template <class Step>
+const Step* checked(const Step* step, const fa::StepEntry& e, const char* direction, const fa::Problem& p,
+                    unsigned long long* bytes) {
+  if (!step) throw fa::Error("step " + e.id + " has no GPU " + direction);
+  fa::gpu::check_runnable(*step, p);
+  *bytes = step->workspace_bytes(p);
+  return step;
 }
 
 }  // namespace
@@ -46,29 +55,21 @@ extern "C" {
 
 FA_CAPI void* fa_plan(const char* step, int backward, const fa_shape* s, unsigned long long* workspace_bytes, char* err,
                       int n) {
-  try {
+  void* made = nullptr;
+  guarded(err, n, [&] {
     const fa::StepEntry& e = fa::find_step(step);
     auto plan = std::make_unique<Plan>();
     fa::Problem& p = plan->p;
     p.B = s->B, p.H = s->H, p.H_kv = s->H_kv, p.N = s->N, p.N_kv = s->N_kv, p.d = s->d, p.causal = s->causal != 0;
     if (s->dtype < 0 || s->dtype > 2) throw fa::Error("dtype must be 0 (fp32), 1 (bf16) or 2 (fp16)");
     p.dtype = fa::DType(s->dtype);
-    if (backward) {
-      if (!e.gpu_backward) throw fa::Error("step " + e.id + " has no GPU backward");
-      fa::gpu::check_runnable(*e.gpu_backward, p);
-      plan->backward = e.gpu_backward;
-      *workspace_bytes = e.gpu_backward->workspace_bytes(p);
-    } else {
-      if (!e.gpu_forward) throw fa::Error("step " + e.id + " has no GPU forward");
-      fa::gpu::check_runnable(*e.gpu_forward, p);
-      plan->forward = e.gpu_forward;
-      *workspace_bytes = e.gpu_forward->workspace_bytes(p);
-    }
-    return plan.release();
-  } catch (const std::exception& x) {
-    say(err, n, x.what());
-    return nullptr;
-  }
+    if (backward)
+      plan->backward = checked(e.gpu_backward, e, "backward", p, workspace_bytes);
+    else
+      plan->forward = checked(e.gpu_forward, e, "forward", p, workspace_bytes);
+    made = plan.release();
+  });
+  return made;
 }
 
 FA_CAPI void fa_free_plan(void* plan) { delete static_cast<Plan*>(plan); }
