@@ -12,7 +12,11 @@ import csv
 import glob
 import os
 import re
+import statistics
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import compare07  # noqa: E402  (step 07's rows: compare07.table, ab_rounds)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -524,8 +528,6 @@ def device07(D, name="device07.txt", folder=None):
 
 def step07_rows(D, direction="fwd", folder=None):
     """{(tokens, d, causal, N): {who: TFLOP/s}} from bench07[bwd]_t*.csv and peers07[bwd]_t*.csv (compare07.py)."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import compare07
     return compare07.table(folder or D.folder, direction)
 
 
@@ -655,8 +657,6 @@ def table_step07_harness(D):
 def table_step07_rounds(D):
     """How much the rounds of ab.py's runs differ, and the GPU's state through them (NVML)."""
     f = ab_folder(D)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import compare07
     out = [f"step 07 ÷ cuDNN round by round in ab.py's runs on {device07(D, 'device.txt', f)} (each round's median "
            "of 10 repeats, the two taking turns): the ratio of the medians, the lowest and highest round's ratio, and "
            "what NVML read after every repeat of both: the lowest SM clock, and in how many of the blocks of repeats "
@@ -680,7 +680,7 @@ def table_step07_rounds(D):
             med, rounds, steady = [], [], 0
             for k, r in R.items():
                 if k[:2] == (tokens, d) and "step07" in r and "cudnn" in r:
-                    m = sorted(r["step07"])[len(r["step07"]) // 2] / sorted(r["cudnn"])[len(r["cudnn"]) // 2]
+                    m = statistics.median(r["step07"]) / statistics.median(r["cudnn"])
                     these = [a / b for a, b in zip(r["step07"], r["cudnn"])]
                     med.append(m)
                     rounds += these
@@ -705,7 +705,7 @@ def table_step07_pause(D):
                 c[2] += "power-cap" in r["reasons"]
         return out
     A, B = run("ab07_pause0.csv"), run("ab07_pause500.csv")
-    med = lambda x: sorted(x)[len(x) // 2]  # noqa: E731
+    med = statistics.median
     out = [f"bf16 forward, B·H·N = 131072, on {device07(D, 'device.txt', f)}, `ab.py` twice in one call: with no pause, "
            "and with 500 ms of rest (the GPU idle) before every block of 10 repeats (`ab07_pause0.csv`, "
            "`ab07_pause500.csv`). TFLOP/s, the median of 3 rounds; in brackets the lowest SM clock (MHz) NVML read "
@@ -973,6 +973,12 @@ def device08(D, folder=None):
     return device07(D, "device08.txt", folder)
 
 
+def shape_who08(r):
+    """A decoding CSV row's shape (H, H_kv, N, N_kv, causal) and who it measures ('08', '06', …, 'cudnn', …)."""
+    return (tuple(int(r[k]) for k in ("H", "H_kv", "N", "N_kv", "causal")),
+            r["step"] if r["impl"] == "fa" else r["impl"].replace("torch-", ""))
+
+
 def decode08(folder):
     """{shape: {who: row}} and the copy bandwidth of one step 08 run (bench08*.csv, peers08*.csv).
     shape = (H, H_kv, N, N_kv, causal) as ints; who = '08', '06', '08s1', …, 'flash', 'cudnn', …"""
@@ -984,8 +990,7 @@ def decode08(folder):
                 continue
             if r["status"] != "ok":
                 continue
-            key = tuple(int(r[k]) for k in ("H", "H_kv", "N", "N_kv", "causal"))
-            who = r["step"] if r["impl"] == "fa" else r["impl"].replace("torch-", "")
+            key, who = shape_who08(r)
             rows.setdefault(key, {})[who] = r
     return rows, (sum(copy) / len(copy) if copy else 0.0)
 
@@ -998,12 +1003,11 @@ def decode08_ab(D):
         for r in csv.DictReader(open(path)):
             if r["status"] != "ok":
                 continue
-            key = tuple(int(r[k]) for k in ("H", "H_kv", "N", "N_kv", "causal"))
-            who = r["step"] if r["impl"] == "fa" else r["impl"].replace("torch-", "")
+            key, who = shape_who08(r)
             c = rows.setdefault(key, {}).setdefault(who, {"ms": [], "gbps": []})
             c["ms"].append(float(r["ms"]))
             c["gbps"].append(float(r["gbps"]))
-    med = lambda x: sorted(x)[len(x) // 2]  # noqa: E731
+    med = statistics.median
     rows = {k: {w: {"ms": med(c["ms"]), "gbps": med(c["gbps"])} for w, c in r.items()} for k, r in rows.items()}
     return rows, decode08(D.folder)[1]
 
