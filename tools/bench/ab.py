@@ -279,6 +279,7 @@ def main():
         pairs = N * N_kv - (N * N / 2 if causal else 0)
         flops = 4.0 * B * H * pairs * d * (2.5 if a.dir == "bwd" else 1.0)
         floor = 2.0 * (2 * case.q.numel() + 2 * case.k.numel()) + 4.0 * B * H * N
+        shape_txt = f"B={B} H={H} H_kv={H_kv} N={N} N_kv={N_kv} d={d} causal={causal}"
         ref = case.torch_ref()
         fns, status = {}, {}
         for impl in a.impls:
@@ -294,16 +295,14 @@ def main():
             except (RuntimeError, torch.OutOfMemoryError) as e:
                 status[impl] = "out-of-memory" if "out of memory" in str(e) else "unsupported"
                 if not impl.startswith("torch-"):
-                    print(f"  {impl} {a.dir} B={B} H={H} H_kv={H_kv} N={N} N_kv={N_kv} d={d} causal={causal}: {e}",
-                          file=sys.stderr)
+                    print(f"  {impl} {a.dir} {shape_txt}: {e}", file=sys.stderr)
         del ref
-        shape_txt = f"B={B} H={H} H_kv={H_kv} N={N} N_kv={N_kv} d={d} causal={causal}"
         meds = {}
         for r in range(a.rounds):
             order = a.impls[r % len(a.impls):] + a.impls[:r % len(a.impls)]
             for impl in order:
-                row = f"{'fa' if not impl.startswith('torch-') else impl},{impl if not impl.startswith('torch-') else '-'}," \
-                      f"{a.dir},{a.dtype},{B},{H},{H_kv},{N},{N_kv},{d},{causal},{r},"
+                who = f"{impl},-" if impl.startswith("torch-") else f"fa,{impl}"  # the CSVs' impl, step
+                row = f"{who},{a.dir},{a.dtype},{B},{H},{H_kv},{N},{N_kv},{d},{causal},{r},"
                 if impl not in fns:
                     out.write(row + f"0,0,0,0,0,0,none,{status[impl]},{dev}\n")
                     continue
