@@ -85,6 +85,10 @@ TEST_CASE("capi: fa_plan refuses in the step's own words, before anything runs",
   Problem decode = p;
   decode.N_kv = 1000;
   CHECK(test::contains(refusal("07", false, decode), "takes as many keys as queries"));
+  // A version of a step's note table, by fa_bench --versions' id.
+  CHECK(test::contains(refusal("07s9", false, p), "step 07 has no version '07s9' (its versions: 07h0, 07h1"));
+  CHECK(test::contains(refusal("07s1", false, p), "(got d = 64)"));  // s1 is written for d = 128 alone
+  CHECK(test::contains(refusal("07s1", true, p), "step 07s1 has no GPU backward"));
   Problem bad = p;
   bad.N = 0;
   CHECK(!refusal("06", false, bad).empty());
@@ -106,11 +110,12 @@ TEST_CASE("capi: a plan's forward writes what the host wrapper's forward writes,
   fp16.dtype = DType::fp16;
   const std::vector<Case> cases = {{"06", bf16(test::make(2, 3, 113, 64, true))}, {"06", fp16},
                                    {"07", bf16(test::make(2, 3, 113, 128, true))}, {"07", bf16(test::make(1, 2, 1000, 64, false))},
+                                   {"07s1", bf16(test::make(2, 3, 113, 128, true))},
                                    {"08", grouped}, {"08", bf16(test::make(1, 2, 1, 128, false))}};
   for (const Case& c : cases) {
     const Problem& p = c.p;
     INFO("step " << c.step << ", " << p.str());
-    const GpuForward& step = *find_step(c.step).gpu_forward;
+    const GpuForward& step = *find_kernels(c.step).gpu_forward;
     const std::string old = gpu::too_old(step.min_sm, step.exact_sm);
     if (!old.empty()) {  // this GPU cannot run it: the C interface says so, as the step does
       CHECK(test::contains(refusal(c.step, false, p), old));

@@ -237,7 +237,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", required=True, help="libfa_capi.so of a CUDA build")
     ap.add_argument("--csv", default="ab.csv")
-    ap.add_argument("--impls", default=None, help="steps (07) and torch-<backend>, comma-separated")
+    ap.add_argument("--impls", default=None,
+                    help="steps (07), versions of a step's note table (07s1) and torch-<backend>, comma-separated")
     ap.add_argument("--dir", default="fwd", choices=["fwd", "bwd"])
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     ap.add_argument("--decode", action="store_true")

@@ -208,21 +208,8 @@ int main(int argc, char** argv) {
     // The versions of a step's note table: the step's row with another kernel, id "06v3".
     std::vector<StepEntry> version_rows;
     if (versions) {
-      auto id = [](const StepEntry& s, const char* name) {
-        return s.id + std::string(name).substr(0, std::string(name).find(':'));
-      };
-      for (const StepEntry* s : chosen) {
-        for (const GpuForward* v : s->forward_versions) {
-          StepEntry e = *s;
-          e.id = id(*s, v->name), e.gpu_forward = v, e.gpu_backward = nullptr;
-          version_rows.push_back(e);
-        }
-        for (const GpuBackward* v : s->backward_versions) {
-          StepEntry e = *s;
-          e.id = id(*s, v->name), e.gpu_forward = nullptr, e.gpu_backward = v;
-          version_rows.push_back(e);
-        }
-      }
+      for (const StepEntry* s : chosen)
+        for (StepEntry& e : fa::version_rows(*s)) version_rows.push_back(std::move(e));
       if (version_rows.empty()) throw Error("--versions: none of the chosen steps has versions (step 06 has; --dtype bf16)");
       for (const StepEntry& e : version_rows) chosen.push_back(&e);
     }

@@ -57,7 +57,7 @@ FA_CAPI void* fa_plan(const char* step, int backward, const fa_shape* s, unsigne
                       int n) {
   void* made = nullptr;
   guarded(err, n, [&] {
-    const fa::StepEntry& e = fa::find_step(step);
+    const fa::StepEntry e = fa::find_kernels(step);
     auto plan = std::make_unique<Plan>();
     fa::Problem& p = plan->p;
     p.B = s->B, p.H = s->H, p.H_kv = s->H_kv, p.N = s->N, p.N_kv = s->N_kv, p.d = s->d, p.causal = s->causal != 0;

@@ -1,7 +1,8 @@
 /* libfa_capi.so: the steps' GPU kernels behind a C interface, on the caller's device
  * tensors and stream (tools/bench/fa_capi.cpp; ab.py reaches it through ctypes).
  *
- *   fa_plan        checks that step `step` ("07": what `flashattn run --step` takes) can
+ *   fa_plan        checks that step `step` ("07": what `flashattn run --step` takes), or
+ *                  a version of its note's table ("07s1": fa_bench --versions' ids), can
  *                  run shape *s here, once and untimed; *workspace_bytes receives the
  *                  scratch the caller must pass. Null, with the reason in err, if not.
  *   fa_forward     O and L from Q, K, V (device pointers of the plan's dtype; L fp32);

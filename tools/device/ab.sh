@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The steps beside PyTorch's attention in one process, on the same tensors, in alternation
 # (tools/bench/ab.py over libfa_capi.so), on the H200 in one call.
-#   [PHASE=fwd|bwd|decode|pause|gemm|all] [ROUNDS=5] bash tools/device/ab.sh [build-dir]
+#   [PHASE=fwd|bwd|decode|pause|gemm|short|all, or several: PHASE=short,decode] [ROUNDS=5]
+#       bash tools/device/ab.sh [build-dir]
 # gemm:   the bf16 matrix-product rate, timed the same way (also in fwd);
 # fwd:    step 07's forward, step 06, cuDNN and FlashAttention-2, d = 64, 128, 256,
 #         N = 1k–32k, causal and not, B·H·N = 131072 and 524288 (note 07's tables);
 # bwd:    the same for the backward;
 # decode: step 08, step 06 and PyTorch's backends on note 08's decoding shapes;
+# short:  the forward's short problems at d = 128 (N = 1k–8k), where step 07 was below
+#         cuDNN: lesson rows h1, h5 and s1 beside the production forward and cuDNN;
 # pause:  step 07 and cuDNN at d = 128 and 256 timed with no pause and after 500 ms of
 #         rest before every block (note 07, "How far one run can be trusted").
 # Results (ab*.csv, device.txt) into $OUT/results.tgz (and $RESULTS, if given), to be
@@ -30,21 +33,23 @@ run() {  # run NAME ARGS...: ab.py into $R/NAME.csv, its log into $L/NAME.log
   ab --csv "$R/$name.csv" "$@" 2> "$L/$name.log"; local rc=$?
   tail -2 "$L/$name.log"; [ $rc -ne 0 ] && tail -30 "$L/$name.log"; stamp "$name (rc $rc)"
 }
-case $PHASE in fwd|gemm|all)
+want() { [[ ",$PHASE," == *",$1,"* || $PHASE == all ]]; }
+if want fwd || want gemm; then
   # The bf16 matrix-product rate of this GPU now, timed as ab.py times (flush, spin, events): note 07's scale.
   python3 tools/bench/gemm_rate.py --spin-us 200 > "$R/gemm.txt"
-  cat "$R/gemm.txt" ;;
-esac
-case $PHASE in fwd|all) run ab07 --dir fwd --causal 0,1 ;; esac
-case $PHASE in pause|all)
+  cat "$R/gemm.txt"
+fi
+want fwd && run ab07 --dir fwd --causal 0,1
+want short && run ab07_short --dir fwd --impls 07,07h1,07h5,07s1,torch-cudnn --d 128 --N 1024,2048,4096,8192 --causal 0,1
+if want pause; then
   run ab07_pause0 --dir fwd --impls 07,torch-cudnn --d 128,256 --N 1024,4096,16384 --causal 0,1 --tokens 131072
   run ab07_pause500 --dir fwd --impls 07,torch-cudnn --d 128,256 --N 1024,4096,16384 --causal 0,1 --tokens 131072 \
-    --pause-ms 500 ;;
-esac
-case $PHASE in decode|all)
+    --pause-ms 500
+fi
+if want decode; then
   run ab08 --decode --causal 0
   run ab08_causal --decode --causal 1 --Nq 16
-  run ab08_gqa --decode --causal 0 --Nq 1 --bh 32,128 --group 8 ;;
-esac
-case $PHASE in bwd|all) run ab07bwd --dir bwd --causal 0,1 ;; esac
+  run ab08_gqa --decode --causal 0 --Nq 1 --bh 32,128 --group 8
+fi
+want bwd && run ab07bwd --dir bwd --causal 0,1
 exit 0

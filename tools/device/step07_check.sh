@@ -13,7 +13,7 @@
 # into $OUT/results.tgz, to be unpacked into notes/results/h200; logs into $OUT/logs.tgz
 # (only a few files come back from the machine).
 set -uo pipefail
-source "$(dirname "$0")/sanitize.sh"  # sanitize, sanitizer_lines
+source "$(dirname "$0")/sanitize.sh"  # sanitize, sanitizer_lines, sass_counts
 OUT=${OUT:-$PWD/gpu-logs}; BUILD=${1:-build-gpu}; R=$(mktemp -d); L=$(mktemp -d); PHASE=${PHASE:-all}
 trap 'tar -czf "$OUT/logs.tgz" -C "$L" . 2>/dev/null; tar -czf "$OUT/results.tgz" -C "$R" . 2>/dev/null' EXIT
 mkdir -p "$OUT"
@@ -38,11 +38,8 @@ if [ "$PHASE" = final ]; then
 fi
 if [ "$PHASE" != bench ] && [ "$PHASE" != fwd ] && [ "$PHASE" != short ] && [ "$PHASE" != bwdbench ] && [ "$PHASE" != bwdprof ]; then
   { echo "SASS of step 07's kernels (cuobjdump --dump-sass), per kernel: wgmma, TMA loads/stores, local memory"
-    cuobjdump --dump-sass "$BUILD"/steps/07_hopper/libstep07.a |
-      awk '/Function :/{f=$3} /HGMMA/{h[f]++} /UTMALDG/{ld[f]++} /UTMASTG/{st[f]++} /LDL|STL/{l[f]++}
-           END{for(k in h) printf "%s: %d HGMMA, %d UTMALDG, %d UTMASTG, %d LDL/STL\n", k, h[k], ld[k], st[k], l[k]}' |
-      (c++filt 2>/dev/null || cat) | sed -E 's/fa::step07::\(anonymous namespace\):://; s/__nv_bfloat16/bf16/g; s/__half/fp16/g; s/\(CUtensorMap_st[^)]*\)//' | sort
-  } > "$R/sass07.txt" 2>&1; grep -c HGMMA "$R/sass07.txt"; grep -v " 0 LDL" "$R/sass07.txt" | head -5
+    sass_counts "$BUILD"/steps/07_hopper/libstep07.a HGMMA UTMALDG UTMASTG 'LDL|STL'
+  } > "$R/sass07.txt" 2>&1; echo "$(grep -cE ": [1-9][0-9]* HGMMA" "$R/sass07.txt") kernels with wgmma"; grep -v " 0 LDL" "$R/sass07.txt" | head -5
   timeout ${TEST_TIMEOUT:-300} "$exe" --gpu --gpu-min-sm 90 --gpu-exact-sm "[gpu]" >"$L/test07.log" 2>&1; rc=$?
   tail -3 "$L/test07.log"; [ $rc -ne 0 ] && grep -B4 -A25 "FAILED" "$L/test07.log" | head -150
   stamp tested

@@ -10,7 +10,7 @@
 # Results (bench08*.csv, peers08*.csv, sass08.txt, test08.txt, ctest08.txt, device08.txt)
 # into $OUT/results.tgz, to be unpacked into notes/results/h200; logs into $OUT/logs.tgz.
 set -uo pipefail
-source "$(dirname "$0")/sanitize.sh"  # sanitize, sanitizer_lines
+source "$(dirname "$0")/sanitize.sh"  # sanitize, sanitizer_lines, sass_counts
 OUT=${OUT:-$PWD/gpu-logs}; BUILD=${1:-build-gpu}; R=$(mktemp -d); L=$(mktemp -d); PHASE=${PHASE:-all}
 trap 'tar -czf "$OUT/logs.tgz" -C "$L" . 2>/dev/null; tar -czf "$OUT/results.tgz" -C "$R" . 2>/dev/null' EXIT
 mkdir -p "$OUT"
@@ -24,10 +24,7 @@ cmake --build "$BUILD" -j16 $targets >"$L/build.log" 2>&1 ||
 stamp built
 exe=$BUILD/steps/08_split_kv/step08_tests
 { echo "SASS of step 08's kernels (cuobjdump --dump-sass), per kernel: tensor-core MMAs, cp.async (LDGSTS), local memory"
-  cuobjdump --dump-sass "$BUILD"/steps/08_split_kv/libstep08.a |
-    awk '/Function :/{f=$3; m[f]+=0; c[f]+=0; l[f]+=0} /HMMA/{m[f]++} /LDGSTS/{c[f]++} /LDL|STL/{l[f]++}
-         END{for(k in m) printf "%s: %d HMMA, %d LDGSTS, %d LDL/STL\n", k, m[k], c[k], l[k]}' |
-    (c++filt 2>/dev/null || cat) | sed -E 's/fa::step08::\(anonymous namespace\):://; s/__nv_bfloat16/bf16/g; s/__half/fp16/g' | sort
+  sass_counts "$BUILD"/steps/08_split_kv/libstep08.a HMMA LDGSTS 'LDL|STL'
 } > "$R/sass08.txt" 2>&1; cat "$R/sass08.txt"
 rc=0
 if [ "$PHASE" = final ]; then

@@ -142,4 +142,32 @@ const StepEntry& find_step(const std::string& id) {
   throw Error("unknown step '" + printable(id, 40) + "' (this build has: " + known + ")");
 }
 
+std::vector<StepEntry> version_rows(const StepEntry& s) {
+  auto id = [&](const char* name) { return s.id + std::string(name).substr(0, std::string(name).find(':')); };
+  std::vector<StepEntry> rows;
+  for (const GpuForward* v : s.forward_versions) {
+    rows.push_back(s);
+    rows.back().id = id(v->name), rows.back().gpu_forward = v, rows.back().gpu_backward = nullptr;
+  }
+  for (const GpuBackward* v : s.backward_versions) {
+    rows.push_back(s);
+    rows.back().id = id(v->name), rows.back().gpu_forward = nullptr, rows.back().gpu_backward = v;
+  }
+  return rows;
+}
+
+StepEntry find_kernels(const std::string& id) {
+  for (const auto& s : step_table())
+    if (id.size() > s.id.size() && id.rfind(s.id, 0) == 0 && !std::isdigit(static_cast<unsigned char>(id[s.id.size()]))) {
+      std::string known;
+      for (const StepEntry& v : version_rows(s)) {
+        if (v.id == id) return v;
+        known += (known.empty() ? "" : ", ") + v.id;
+      }
+      throw Error("step " + s.id + " has no version '" + printable(id, 40) + "' (" +
+                  (known.empty() ? "it has none" : "its versions: " + known) + ")");
+    }
+  return find_step(id);
+}
+
 }  // namespace fa

@@ -41,5 +41,11 @@ struct StepEntry {
 const std::vector<StepEntry>& step_table();
 /// The step named `id` ("3", "03" and "step03" all name step 03); throws fa::Error.
 const StepEntry& find_step(const std::string& id);
+/// The versions of step s's note table as rows of their own: s's row with the version's
+/// kernel as its only GPU kernel, and the id "07h1" (s's id and the version's name up to
+/// ':'), as fa_bench --versions and ab.py name them.
+std::vector<StepEntry> version_rows(const StepEntry& s);
+/// A step ("07", as find_step) or one of its versions ("07s1"); throws fa::Error.
+StepEntry find_kernels(const std::string& id);
 
 }  // namespace fa
