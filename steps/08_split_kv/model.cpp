@@ -43,9 +43,7 @@ SplitPlan plan(const Problem& p, const GpuShape& gpu) {
 }
 
 std::size_t workspace_bytes(const Problem& p, const SplitPlan& s) {
-  if (s.splits == 1) return 0;
-  return std::size_t(s.splits) * p.rows() * std::size_t(p.d + 1) * sizeof(float) +
-         std::size_t(row_blocks(p)) * p.kv_heads() * sizeof(int);  // the tickets
+  return s.splits == 1 ? 0 : std::size_t(s.splits) * p.rows() * std::size_t(p.d + 1) * sizeof(float);
 }
 
 namespace {
@@ -179,10 +177,9 @@ ModelForward model_forward(const Problem& p, const Qkv& in, const SplitPlan& s) 
     }
   }
   if (split) {
-    // The last block of each row block: a row's splits merged at once. A split's (O/ℓ, L)
-    // is the state (m = L, ℓ = 1, O/ℓ): e^L·1 = e^m·ℓ. The statistics of all of them first
-    // (the merge folded over the L's alone), then every split weighted against the common
-    // max, added in split order.
+    // The second kernel: a row's splits merged at once. A split's (O/ℓ, L) is the state
+    // (m = L, ℓ = 1, O/ℓ): e^L·1 = e^m·ℓ. The statistics of all of them first (the merge
+    // folded over the L's alone), then every split weighted against the common max.
     std::vector<float> ls(s.splits), o(d);
     for (std::size_t row = 0; row < p.rows(); ++row) {
       float mm = -INFINITY, ll = 0.0f;

@@ -1,4 +1,4 @@
-// Step 08's kernel: the keys of every head split across thread blocks, and the merge.
+// Step 08's kernels: the keys of every head split across thread blocks, and the merge.
 //
 // split_kernel — grid (row blocks, splits, B·H_kv). A block owns 16 packed rows (the
 // G = H/H_kv query heads of one K/V head, N queries each, consecutive in Q) and one chunk
@@ -9,11 +9,11 @@
 //   O_w += P·V_w       P from registers, V transposed by ldmatrix (step 06's gemm_pv)
 // so each warp ends with its own (m, ℓ, O) of the 16 rows over a quarter of the keys. The
 // epilogue merges the four through shared memory with online::merge, and writes O/ℓ and
-// L — to O itself when there is one split, else to the fp32 partials. Then the splits:
-// the block of a row block that finishes last (a ticket counter per row block) merges
-// every split's partials of its rows by the merge rule for many parts at once (statistics
-// first, then every part weighted), rounds O to 16 bits and writes L. One kernel: no
-// second launch, whose fixed cost is a large part of the shortest decoding shapes.
+// L — to O itself when there is one split, else to the fp32 partials.
+// combine_kernel — one thread block a row, launched early on Hopper (programmatic
+// dependent launch): the row's splits merged by the merge rule for
+// many parts at once (statistics first, then every part weighted), O rounded to 16 bits,
+// L written.
 #include <algorithm>
 #include <cstdint>
 
@@ -45,64 +45,21 @@ struct SplitArgs {
   T* o;                  // [B·H·N][d], written when plan.splits == 1
   float* lse;            // [B·H·N]
   float *part_o, *part_lse;  // [splits][B·H·N][d] and [splits][B·H·N] otherwise
-  int* tickets;              // [B·H_kv][row blocks]: blocks of the row block done, zero at launch
 };
-
-/// The splits of `rows` rows (global rows base …) merged by one thread block, the last of
-/// their row block. A split's (O/ℓ, L) is the partial state (m = L, ℓ = 1, O/ℓ) — e^L·1 =
-/// e^m·ℓ — and an empty split's (0, −∞) has ℓ = 0. The merge rule for S parts at once: their
-/// statistics first (online::merge folded over the L's, no O: the common max M and
-/// ℓ = Σ e^(L_s − M)), then O = Σ e^(L_s − M)·O_s / ℓ, every part weighted against the common
-/// max (online::rescale). The loads of that sum are independent of each other, where a fold
-/// of the O's would make each wait for the last. `ws` is shared memory for rows × S + 2·kRows
-/// floats. The partials were written by other blocks: read through L2 (ld.global.cg), past
-/// this SM's L1.
-template <class T, int kD>
-__device__ void merge_splits(const SplitArgs<T>& a, std::size_t base, int rows, float* ws) {
-  const int S = a.plan.splits;
-  float* w = ws;                 // [rows][S]: L_s, then each split's weight e^(L_s − M)
-  float* stat_m = w + rows * S;  // [kRows]: M of each row
-  float* stat_l = stat_m + kRows;  // [kRows]: ℓ of each row
-  for (int e = threadIdx.x; e < rows * S; e += kThreads)
-    w[e] = __ldcg(a.part_lse + std::size_t(e % S) * a.rows + base + e / S);
-  __syncthreads();
-  if (threadIdx.x < rows) {  // one thread a row folds its S statistics, in split order
-    float m = -INFINITY, l = 0.0f;
-    for (int sp = 0; sp < S; ++sp) {
-      const float x = w[threadIdx.x * S + sp];
-      online::merge(m, l, nullptr, x, x == -INFINITY ? 0.0f : 1.0f, nullptr, 0);
-    }
-    stat_m[threadIdx.x] = m, stat_l[threadIdx.x] = l;
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e < rows * S; e += kThreads) w[e] = online::rescale(w[e], stat_m[e / S]);  // 0 if empty
-  __syncthreads();
-  constexpr int kQuads = kD / 4;
-  for (int e = threadIdx.x; e < rows * kQuads; e += kThreads) {  // (row, 4 columns): quads fastest, loads coalesce
-    const int r = e / kQuads, q = e % kQuads;
-    const std::size_t row = base + r;
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 8
-    for (int sp = 0; sp < S; ++sp) {  // in split order, as the model adds
-      const float x = w[r * S + sp];
-      const float4 v = __ldcg(reinterpret_cast<const float4*>(a.part_o + (std::size_t(sp) * a.rows + row) * kD) + q);
-      acc.x += x * v.x, acc.y += x * v.y, acc.z += x * v.z, acc.w += x * v.w;
-    }
-    const float l = stat_l[r];
-    T* out = a.o + row * kD + 4 * q;
-    out[0] = T(acc.x / l), out[1] = T(acc.y / l), out[2] = T(acc.z / l), out[3] = T(acc.w / l);
-    if (q == 0) a.lse[row] = online::lse(stat_m[r], l);
-  }
-}
 
 template <class T, int kD, int kStages>
 __global__ void __launch_bounds__(kThreads) split_kernel(const SplitArgs<T> a) {
 #if FA_STEP06_ARCH_OK  // compiled out before sm_80 (step 06's mma.cuh)
+#if __CUDA_ARCH__ >= 900
+  // Programmatic dependent launch (CUDA C++ Programming Guide, "Programmatic Dependent
+  // Launch and Synchronization"): the merge kernel may be launched from now on; its blocks
+  // wait in cudaGridDependencySynchronize until this grid has finished and its writes
+  // are visible, but the launch itself is off the critical path.
+  cudaTriggerProgrammaticLaunchCompletion();
+#endif
   constexpr int kW = smem_cols(kD);
   static_assert((kWarps * kRows * (kD + 2)) * sizeof(float) <= 2 * kStages * kTileKeys * kW * sizeof(T),
                 "the epilogue's per-warp states fit in the ring they reuse");
-  static_assert((kRows * kMaxSplits + 2 * kRows) * sizeof(float) <= 2 * kStages * kTileKeys * kW * sizeof(T),
-                "the merge's statistics and weights fit in the ring they reuse");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* Qs = reinterpret_cast<T*>(smem_raw);  // [kRows][kW], swizzled
   T* Ks = Qs + kRows * kW;                 // [kStages][kTileKeys][kW]: the ring
@@ -233,22 +190,53 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const SplitArgs<T> a) {
       if (c == 0) a.part_lse[at] = ll > 0.0f ? online::lse(mm, ll) : -INFINITY;
     }
   }
-  if (a.plan.splits == 1) return;
-
-  // The splits merged, by the block of this row block that finishes last. Every thread's
-  // partials are made visible to the whole GPU before the block takes its ticket, and the
-  // last block fences again before it reads the others' (the pattern of the CUDA C++
-  // Programming Guide, "Memory Fence Functions": __threadfence, then an atomic counter).
-  int* last = reinterpret_cast<int*>(Qs);  // over Q, which no warp reads any more
-  __threadfence();
-  __syncthreads();  // every thread's partials written and fenced; the ring's epilogue data read
-  if (threadIdx.x == 0) *last = atomicAdd(&a.tickets[std::size_t(kvh) * gridDim.x + rb], 1) == a.plan.splits - 1;
-  __syncthreads();
-  if (!*last) return;
-  __threadfence();
-  merge_splits<T, kD>(a, base, rows, Ow);
 #endif
 }
+
+/// The splits of each row merged: one thread block a row, 256 threads = d/4 column quads ×
+/// J lanes (8 at d = 128, 16 at d = 64). A split's (O/ℓ, L) is the partial state
+/// (m = L, ℓ = 1, O/ℓ) — e^L·1 = e^m·ℓ — and an empty split's (0, −∞) has ℓ = 0. The merge
+/// rule for S parts at once: their statistics first (online::merge folded over the L's,
+/// no O: the common max M and ℓ = Σ e^(L_s − M)), then O = Σ e^(L_s − M)·O_s / ℓ, every
+/// part's weight against the common max (online::rescale). The loads of the sum are
+/// independent of each other — lane j takes the splits s ≡ j (mod J) — where a fold of
+/// the O's would make each wait for the last.
+template <class T, int kD>
+__global__ void __launch_bounds__(kCombineThreads)
+    combine_kernel(std::size_t rows, int splits, const float* __restrict__ part_o, const float* __restrict__ part_lse,
+                   T* __restrict__ o, float* __restrict__ lse) {
+#if FA_STEP06_ARCH_OK
+#if __CUDA_ARCH__ >= 900
+  cudaGridDependencySynchronize();  // the split kernel done, its partials visible (launched early, see launch)
+#endif
+  constexpr int kQuads = kD / 4, kLanes = kCombineThreads / kQuads;
+  __shared__ float ls[kMaxSplits];           // the row's L of every split
+  __shared__ float4 sums[kLanes][kQuads];    // each lane's part of Σ e^(L_s − M)·O_s
+  const std::size_t row = blockIdx.x;
+  const int q = threadIdx.x % kQuads, j = threadIdx.x / kQuads;
+  for (int s = threadIdx.x; s < splits; s += kCombineThreads) ls[s] = part_lse[std::size_t(s) * rows + row];
+  __syncthreads();
+  float m = -INFINITY, l = 0.0f;  // the statistics of all parts (every thread folds the same L's)
+  for (int s = 0; s < splits; ++s) online::merge(m, l, nullptr, ls[s], ls[s] == -INFINITY ? 0.0f : 1.0f, nullptr, 0);
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+  for (int s = j; s < splits; s += kLanes) {
+    const float w = online::rescale(ls[s], m);  // e^(L_s − M); 0 for an empty split
+    const float4 x = *reinterpret_cast<const float4*>(part_o + (std::size_t(s) * rows + row) * kD + 4 * q);
+    acc.x += w * x.x, acc.y += w * x.y, acc.z += w * x.z, acc.w += w * x.w;
+  }
+  sums[j][q] = acc;
+  __syncthreads();
+  if (j == 0) {
+    for (int jj = 1; jj < kLanes; ++jj)
+      acc.x += sums[jj][q].x, acc.y += sums[jj][q].y, acc.z += sums[jj][q].z, acc.w += sums[jj][q].w;
+    T* out = o + row * kD + 4 * q;
+    out[0] = T(acc.x / l), out[1] = T(acc.y / l), out[2] = T(acc.z / l), out[3] = T(acc.w / l);
+    if (q == 0) lse[row] = online::lse(m, l);
+  }
+#endif
+}
+
 
 template <class T, int kD, int kStages>
 void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const SplitPlan& sp) {
@@ -256,15 +244,34 @@ void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const
   set_smem_limit(split_kernel<T, kD, kStages>, smem);
   float* part_o = static_cast<float*>(ws);
   float* part_lse = part_o ? part_o + std::size_t(sp.splits) * p.elems() : nullptr;
-  int* tickets = part_lse ? reinterpret_cast<int*>(part_lse + std::size_t(sp.splits) * p.rows()) : nullptr;
-  if (tickets)
-    FA_CUDA_CHECK(cudaMemsetAsync(tickets, 0, std::size_t(row_blocks(p)) * p.kv_heads() * sizeof(int), st));
   const SplitArgs<T> args{p.N, p.keys(), p.H, p.group(), p.rows(), p.causal, p.softmax_scale(), sp,
                           static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
-                          static_cast<T*>(a.o), a.lse, part_o, part_lse, tickets};
+                          static_cast<T*>(a.o), a.lse, part_o, part_lse};
   const dim3 grid(unsigned(row_blocks(p)), unsigned(sp.splits), unsigned(p.kv_heads()));
   split_kernel<T, kD, kStages><<<grid, kThreads, smem, st>>>(args);
   FA_CHECK_LAUNCH();
+  if (sp.splits == 1) return;
+  // The merge kernel, launched while the split kernel still runs where the code that runs
+  // here waits for it (sm_90 and up: compiled from PTX of 9.0 or later; a PTX build of
+  // 8.0 JIT-compiled for this GPU has no wait, so it is launched after the splits, as
+  // any kernel). What this hides is the second launch's latency, a large part of the
+  // shortest decoding shapes (note 08).
+  static const bool kEarly = [] {
+    cudaFuncAttributes f{};
+    FA_CUDA_CHECK(cudaFuncGetAttributes(&f, combine_kernel<T, kD>));
+    return f.ptxVersion >= 90;
+  }();
+  cudaLaunchAttribute early{};
+  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned(p.rows()));
+  cfg.blockDim = dim3(kCombineThreads);
+  cfg.stream = st;
+  cfg.attrs = &early;
+  cfg.numAttrs = kEarly ? 1 : 0;
+  FA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, combine_kernel<T, kD>, p.rows(), sp.splits, static_cast<const float*>(part_o),
+                                   static_cast<const float*>(part_lse), static_cast<T*>(a.o), a.lse));
 }
 
 GpuShape this_gpu() { return {gpu::sm_count(), gpu::smem_per_sm(), gpu::smem_per_block()}; }

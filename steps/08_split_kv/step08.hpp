@@ -10,11 +10,10 @@
 //              block each: B·H_kv · ⌈G·N/16⌉ · splits blocks fill the GPU;
 //   warps      the four warps of a block take 16 keys each of every tile: four partial
 //              states per row, merged through shared memory at the end;
-//   merge      each block writes its rows' (O/ℓ, L) in fp32; the block of a row block
-//              that finishes last merges its rows' splits by the course's merge rule
-//              (online_softmax.hpp), taken for all of them at once: the common max first,
-//              then every split's weight. One kernel, no second launch.
-// Splits = 1 writes O and L straight from the block (no partials, no tickets).
+//   merge      each block writes its rows' (O/ℓ, L) in fp32; a second kernel merges a
+//              row's splits by the course's merge rule (online_softmax.hpp), taken for
+//              all of them at once: the common max first, then every split's weight.
+// Splits = 1 writes O and L straight from the first kernel (no partials, no second kernel).
 // Limits: d = 64 or 128, bf16 or fp16, N_kv ≥ 1 keys for N ≥ 1 queries (the queries the
 // last N positions; causal within them); H_kv dividing H. GPUs: sm_80 and newer.
 // Note: notes/08_split_kv.md.
@@ -38,7 +37,8 @@ FA_HD constexpr std::size_t smem_bytes(int d, int stages) {
   return (std::size_t(kRows) + 2 * std::size_t(stages) * kTileKeys) * std::size_t(d) * 2;
 }
 inline constexpr int kSupportedD[] = {64, 128, 0};
-constexpr int kMaxSplits = 128;  ///< the most splits a plan makes (the merge keeps its rows' L's on chip)
+constexpr int kMaxSplits = 128;      ///< the most splits a plan makes (the merge keeps a row's L's on chip)
+constexpr int kCombineThreads = 256; ///< the merge kernel's block: one row
 constexpr int kMinSm = 80;  ///< step 06's pieces: mma.sync on bf16, cp.async
 
 /// What the ring's depth and the split choice need to know of the GPU.
@@ -84,8 +84,7 @@ FA_HD int tile_end(int N, int Nk, int group, bool causal, int rb) {
   const int latest = lo / N != hi / N ? N - 1 : hi % N;
   return (Nk - N + latest) / kTileKeys + 1;
 }
-/// The partials' scratch: splits · B·H·N rows of d + 1 floats (O/ℓ and L) and a ticket (int)
-/// per row block of every K/V head; none for one split.
+/// The partials' scratch: splits · B·H·N rows of d + 1 floats (O/ℓ and L); none for one split.
 std::size_t workspace_bytes(const Problem& p, const SplitPlan& s);
 
 /// Throws fa::Error unless p is bf16 or fp16 with d = 64 or 128.
