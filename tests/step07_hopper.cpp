@@ -44,39 +44,52 @@ TEST_CASE("step07 model meets the error budget of its 16-bit type", "[cpu]") {
 }
 
 TEST_CASE("step07 model's blocks: 128 query rows (192 at d = 64), 128 keys (80 at d = 256)", "[cpu]") {
-  // The model is step 06's with step 07's tiles: at N = 300, d = 128, step 07's model
-  // must equal step 06's model run with 128 × 128 blocks, bit for bit.
+  // The model is step 06's with step 07's tiles: at d = 128 step 07's model must equal
+  // step 06's model run with 128 × 128 blocks (N = 1100), and with s1's 128 × 64 where the
+  // short problems' kernel runs (N = 300), bit for bit.
   for (int d : kAllD) {
     CHECK(step07::forward_tile(d).keys == (d == 256 ? 80 : 128));
     CHECK(step07::forward_tile(d).rows() == (d == 64 ? 192 : 128));
   }
   CHECK(step07::forward_tile(64).consumer_regs() == 160);
   CHECK(step07::forward_tile(128).consumer_regs() == 240);
-  const Problem p = lowp(make(1, 1, 300, 128, false), DType::bf16);
-  const Qkv in = inputs(p, 92);
-  const ModelForward m = step07::model_forward(p, in), r = step06::model_forward_tiled(p, in, 128, 128);
-  FA_CHECK_CLOSE("O: step 07's model = step 06's with 128 × 128 blocks", m.out.o, r.out.o, tol::kBitExact,
-                 test::shape_o(p));
+  for (int N : {300, 1100}) {
+    const Problem p = lowp(make(1, 1, N, 128, false), DType::bf16);
+    const int keys = N <= 1024 ? 64 : 128;
+    INFO(p.str() << ", step 06's model with 128 × " << keys << " blocks");
+    const Qkv in = inputs(p, 92);
+    const ModelForward m = step07::model_forward(p, in), r = step06::model_forward_tiled(p, in, 128, keys);
+    FA_CHECK_CLOSE("O: step 07's model = step 06's", m.out.o, r.out.o, tol::kBitExact, test::shape_o(p));
+  }
 }
 
-TEST_CASE("step07 short problems at d = 64 take h1's 128-row block, and the model counts it", "[cpu]") {
-  // Two blocks an SM where a query block visits at most 8 K/V blocks on average: N ≤ 1024,
-  // or N ≤ 2048 with the causal mask; never at d = 128 or 256.
+TEST_CASE("step07 short problems take h1's block at d = 64 and s1's at d = 128, and the model counts it", "[cpu]") {
+  // Two blocks an SM where a query block visits at most 8 of the specialised kernel's
+  // K/V blocks on average: N ≤ 1024, or N ≤ 2048 at d = 64 with the causal mask; never
+  // at d = 256.
   CHECK(step07::two_blocks_an_sm(64, 1, false));
   CHECK(step07::two_blocks_an_sm(64, 1024, false));
   CHECK_FALSE(step07::two_blocks_an_sm(64, 1025, false));
   CHECK(step07::two_blocks_an_sm(64, 2048, true));
   CHECK_FALSE(step07::two_blocks_an_sm(64, 2049, true));
-  for (int d : {128, 256}) CHECK_FALSE(step07::two_blocks_an_sm(d, 1, true));
-  for (bool causal : {false, true})
-    for (int N : {1000, 1024, 1025, 2048, 2049, 4096}) {
-      const Problem p = lowp(make(1, 2, N, 64, causal), DType::bf16);
-      INFO(p.str());
-      const int rows = step07::two_blocks_an_sm(64, N, causal) ? 128 : 192;
-      CHECK(step07::forward_shape(64, N, causal).rows == rows);
-      const Traffic got = step07::traffic_forward(p), want = step06::traffic_forward_tiled(p, rows, 128);
-      CHECK(got.total() == want.total());
-    }
+  for (bool causal : {false, true}) {
+    CHECK(step07::two_blocks_an_sm(128, 1, causal));
+    CHECK(step07::two_blocks_an_sm(128, 1024, causal));
+    CHECK_FALSE(step07::two_blocks_an_sm(128, 1025, causal));
+    CHECK_FALSE(step07::two_blocks_an_sm(256, 1, causal));
+  }
+  for (int d : {64, 128})
+    for (bool causal : {false, true})
+      for (int N : {1000, 1024, 1025, 2048, 2049, 4096}) {
+        const Problem p = lowp(make(1, 2, N, d, causal), DType::bf16);
+        INFO(p.str());
+        const bool short_block = step07::two_blocks_an_sm(d, N, causal);
+        const int rows = short_block ? 128 : d == 64 ? 192 : 128, keys = short_block && d == 128 ? 64 : 128;
+        CHECK(step07::forward_shape(d, N, causal).rows == rows);
+        CHECK(step07::forward_shape(d, N, causal).keys == keys);
+        const Traffic got = step07::traffic_forward(p), want = step06::traffic_forward_tiled(p, rows, keys);
+        CHECK(got.total() == want.total());
+      }
 }
 
 TEST_CASE("step07 tiles use TMA's 128-byte swizzle (exercise 07-swizzle)", "[cpu]") {
@@ -183,27 +196,38 @@ TEST_CASE("step07 kernel at N = 4097 (one past a tile multiple), several heads",
     }
 }
 
-TEST_CASE("step07 forward at d = 64 on both sides of the switch to h1's kernel", "[gpu]") {
-  // kForward runs h1's kernel where two_blocks_an_sm, the warp-specialised one (h7)
-  // elsewhere: the same arithmetic a row, so equal to both bit for bit, and within budget.
-  const GpuForward& h1 = step07::kForwardVersions[1];
-  const GpuForward& h7 = step07::kForwardVersions[step07::kForwardVersionCount - 1];
-  std::vector<int> Ns{1024, 1025, 2048, 2049};
-  if (test::quick()) Ns = {1024, 1025};  // under the sanitizers too: their sweep has no d = 64
-  for (bool causal : {false, true})
-    for (int N : Ns) {
-      const Problem p = lowp(make(1, 2, N, 64, causal), DType::bf16);
-      INFO(p.str() << ", seed 99, " << (step07::two_blocks_an_sm(64, N, causal) ? "h1's kernel" : "h7's kernel"));
-      const Qkv in = inputs(p, 99);
-      const ForwardOut out = gpu::forward(step07::kForward, p, in, true);
-      check_budget(p, in, out, "kernel");
-      for (const GpuForward* v : {&h1, &h7}) {
-        INFO(v->name);
-        const ForwardOut o = gpu::forward(*v, p, in, true);
-        FA_CHECK_CLOSE("O vs the version", out.o, o.o, tol::kBitExact, test::shape_o(p));
-        FA_CHECK_CLOSE("L vs the version", out.lse, o.lse, tol::kBitExact, test::shape_l(p));
+TEST_CASE("step07 forward at d = 64 and 128 on both sides of the switch to the short problems' kernel", "[gpu]") {
+  // kForward runs h1's kernel (d = 64) or s1's (d = 128) where two_blocks_an_sm, the
+  // warp-specialised one (h7) elsewhere: bit for bit the version that runs, and within
+  // budget. At d = 64 h1 and h7 also agree with each other (the same 128-key blocks, the
+  // same arithmetic a row); s1's 64-key blocks are another order of the sums.
+  const auto version = [](const char* id) -> const GpuForward& {
+    for (const GpuForward& v : step07::kForwardVersions)
+      if (std::string(v.name).rfind(std::string(id) + ":", 0) == 0) return v;
+    throw Error(std::string("no version ") + id);
+  };
+  const GpuForward &h1 = version("h1"), &s1 = version("s1"), &h7 = version("h7");
+  for (int d : {64, 128}) {
+    std::vector<int> Ns{1024, 1025, 2048, 2049};
+    if (test::quick()) Ns = {1024, 1025};  // under the sanitizers too
+    for (bool causal : {false, true})
+      for (int N : Ns) {
+        const Problem p = lowp(make(1, 2, N, d, causal), DType::bf16);
+        const bool short_block = step07::two_blocks_an_sm(d, N, causal);
+        INFO(p.str() << ", seed 99, " << (short_block ? (d == 64 ? "h1's kernel" : "s1's kernel") : "h7's kernel"));
+        const Qkv in = inputs(p, 99);
+        const ForwardOut out = gpu::forward(step07::kForward, p, in, true);
+        check_budget(p, in, out, "kernel");
+        std::vector<const GpuForward*> same{short_block ? (d == 64 ? &h1 : &s1) : &h7};
+        if (d == 64) same = {&h1, &h7};
+        for (const GpuForward* v : same) {
+          INFO(v->name);
+          const ForwardOut o = gpu::forward(*v, p, in, true);
+          FA_CHECK_CLOSE("O vs the version", out.o, o.o, tol::kBitExact, test::shape_o(p));
+          FA_CHECK_CLOSE("L vs the version", out.lse, o.lse, tol::kBitExact, test::shape_l(p));
+        }
       }
-    }
+  }
 }
 
 TEST_CASE("step07 with huge logits stays finite and within budget", "[gpu]") {
@@ -335,7 +359,7 @@ TEST_CASE("step07 backward at d = 64 and 256, both modes (also under the sanitiz
 
 #ifdef FA_HAVE_CUDA
 // The versions of note 07's table against h7, the warp-specialised kernel (production's
-// but for short problems at d = 64, which take h1's: above): h1 … h4 change
+// but for short problems at d = 64 and 128, which take h1's and s1's: above): h1 … h4 change
 // only who issues what when, and h7 how many consumers share a block, never a row's
 // arithmetic, so they agree with it bit for bit. h5, h6 and s1 (h1 with h5's blocks, at
 // d = 128) change the K/V blocks, so the fp32 sums: the reorder tolerance, and the budget.

@@ -19,8 +19,8 @@
 // Epilogue: O/ℓ rounded to 16 bits into the consumer's own Q buffer (its last S is
 // done), one TMA store of 64 rows (rows past N dropped by the map), L from registers.
 // With the causal mask the query blocks with the most K/V blocks start first.
-// Short problems at d = 64 run on lesson row h1's kernel instead, which fits two blocks
-// on an SM (two_blocks_an_sm, step07.hpp; the kernel is in versions_forward.cu).
+// Short problems at d = 64 and 128 run on lesson row h1's and s1's kernel instead, which
+// fits two blocks on an SM (two_blocks_an_sm, step07.hpp; versions_forward.cu).
 #include "common/cuda_check.cuh"
 #include "steps/07_hopper/forward.cuh"
 
@@ -126,10 +126,10 @@ void run_d(const Problem& p, const NativeFwdArgs& a, Stream s) {
   p.causal ? run_d<kD, true>(p, a, s) : run_d<kD, false>(p, a, s);
 }
 
-/// Short problems at d = 64 on h1's kernel, two blocks an SM (step07.hpp); the rest on
-/// the warp-specialised one.
+/// Short problems at d = 64 and 128 on the kernel of two blocks an SM (step07.hpp); the
+/// rest on the warp-specialised one.
 void run(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
-  two_blocks_an_sm(p.d, p.N, p.causal) ? run_h1(p, a, ws, s) : run_specialised(p, a, ws, s);
+  two_blocks_an_sm(p.d, p.N, p.causal) ? run_short(p, a, ws, s) : run_specialised(p, a, ws, s);
 }
 
 }  // namespace

@@ -240,9 +240,10 @@ struct ForwardMaps {
 ForwardMaps forward_maps(const Problem& p, const NativeFwdArgs& a, int keys);
 
 /// The forward's two kernels, which kForward chooses between (two_blocks_an_sm): the
-/// warp-specialised one (forward.cu; lesson row h7) and lesson row h1's
-/// (versions_forward.cu), which fits two blocks on an SM at d = 64.
+/// warp-specialised one (forward.cu; lesson row h7) and the short problems' one
+/// (versions_forward.cu: lesson row h1's at d = 64, s1's at d = 128), which fits two
+/// blocks on an SM.
 void run_specialised(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream s);
-void run_h1(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream s);
+void run_short(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream s);
 
 }  // namespace fa::step07

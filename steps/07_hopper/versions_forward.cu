@@ -2,9 +2,10 @@
 // the lesson's table. Each is a configuration with named fields (FwdVersion) built
 // from the one before it; one kernel takes them all, made of the same pieces as the
 // production kernel (forward.cuh). The last row, h7, is the warp-specialised production
-// kernel itself (forward.cu): h4 but with three consumers at d = 64. Short problems at
-// d = 64 run h1's kernel instead (two_blocks_an_sm). The first row, h0, is step 06's
-// kernel itself (its forward_block) with its loads by TMA: one Hopper feature alone.
+// kernel itself (forward.cu): h4 but with three consumers at d = 64. Short problems run
+// h1's kernel instead at d = 64, s1's at d = 128 (two_blocks_an_sm). The first row, h0,
+// is step 06's kernel itself (its forward_block) with its loads by TMA: one Hopper
+// feature alone.
 //   h0  TMA alone: step 06's mma.sync kernel, each K/V block two TMA boxes completing on
 //       an mbarrier (thread 0 issues them) instead of every thread's cp.async; d = 64
 //       only, where step 06's swizzle of 128-byte rows is TMA's 128-byte swizzle
@@ -15,6 +16,7 @@
 //   h3  + ping-pong: the consumers take turns on the tensor cores (named barriers)
 //   h4  + in a warpgroup, S_{j+1} issued before P_j·V_j, its softmax under that product
 //   h5, h6  h4 with 64- and 176-key blocks (block shapes)
+//   s1  h1 with 64-key blocks, two blocks an SM at d = 128: short problems' kernel there
 //   h7  h4 with three consumers (192 query rows) at d = 64: the production kernel
 #include <cstdint>
 
@@ -307,17 +309,20 @@ static_assert(h4(64).keys == forward_tile(64).keys && h4(128).keys == forward_ti
               "h7, the production kernel, is h4 but for its three consumers at d = 64");
 
 constexpr int kNarrowD[] = {64, 128, 0};  // h6: 176 keys of K and V do not fit beside Q at d = 256
-static_assert(h1(64).threads() == 2 * 128 && kConsumers * kRowsPerConsumer == kShortRows &&
-                  h1(64).keys == forward_shape(64, 1024, false).keys,
-              "the production forward's short block (forward_shape) is h1's");
+static_assert(h1(64).threads() == 2 * 128 && s1(128).threads() == 2 * 128 &&
+                  kConsumers * kRowsPerConsumer == kShortRows &&
+                  h1(64).keys == forward_shape(64, 1024, false).keys &&
+                  s1(128).keys == forward_shape(128, 1024, false).keys,
+              "the production forward's short block (forward_shape) is h1's at d = 64, s1's at d = 128");
 
-}  // namespace
-
-void run_h1(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) { run<h1>(p, a, ws, s); }
-namespace {
-constexpr int kS1D[] = {128, 0};  // s1: the short-problem candidate at d = 128 (d = 64 has h1)
+constexpr int kS1D[] = {128, 0};  // s1: the short problems' kernel at d = 128 (d = 64 has h1)
 void run_s1(const Problem& p, const NativeFwdArgs& a, void*, Stream s) { run_d<s1, 128>(p, a, s); }
+
 }  // namespace
+
+void run_short(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
+  p.d == 64 ? run<h1>(p, a, ws, s) : run_s1(p, a, ws, s);
+}
 
 const GpuForward kForwardVersions[kForwardVersionCount] = {
     {"h0: TMA alone: step 06's kernel, its loads by TMA", 64, no_workspace, "", nullptr, run_h0, kH0D, kSm, true},
@@ -327,8 +332,8 @@ const GpuForward kForwardVersions[kForwardVersionCount] = {
     {"h4: + softmax under P.V in a warpgroup", 256, no_workspace, "", nullptr, run<h4>, kSupportedD, kSm, true},
     {"h5: h4 with 64-key blocks", 256, no_workspace, "", nullptr, run<h5>, kSupportedD, kSm, true},
     {"h6: h4 with 176-key blocks", 128, no_workspace, "", nullptr, run<h6>, kNarrowD, kSm, true},
-    {"s1: h1 with 64-key blocks (two blocks an SM at d = 128)", 128, no_workspace, "", nullptr, run_s1, kS1D, kSm,
-     true},
+    {"s1: h1 with 64-key blocks (two blocks an SM at d = 128, short problems)", 128, no_workspace, "", nullptr,
+     run_s1, kS1D, kSm, true},
     {"h7: h4 with three consumers at d = 64 (production)", 256, no_workspace, "", nullptr, run_specialised,
      kSupportedD, kSm, true},
 };
