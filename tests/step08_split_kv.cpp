@@ -245,6 +245,20 @@ TEST_CASE("step08 kernel as an RTX 30xx/40xx runs it (two stages at d = 128): it
     }
 }
 
+TEST_CASE("step08 merge kernel launched early or after the splits: the same bits", "[gpu]") {
+  // The early launch changes when the merge kernel starts, not what it reads: it must wait
+  // for every split (cudaGridDependencySynchronize), so the output is the late launch's.
+  for (int d : kAllD)
+    for (const Problem& p : {decode(1, 32, 1, 20000, 4, d, false), decode(2, 8, 16, 3000, 8, d, true)}) {
+      INFO(p.str() << ": " << step08::device_plan(p).splits << " splits");
+      const Qkv in = inputs(p, 88);
+      const ForwardOut early = gpu::forward(step08::kForward, p, in, true);
+      const ForwardOut late = gpu::forward(step08::kForwardLateMerge, p, in, true);
+      FA_CHECK_CLOSE("O, early vs late", early.o, late.o, tol::kBitExact, test::shape_o(p));
+      FA_CHECK_CLOSE("L, early vs late", early.lse, late.lse, tol::kBitExact, test::shape_l(p));
+    }
+}
+
 TEST_CASE("step08 kernel on self-attention, huge logits and many row blocks", "[gpu]") {
   // Self-attention (N_kv = N): every row block of the causal mask stops at its own tile.
   for (const Problem& p : {lowp(make(1, 2, 300, 128, true), DType::bf16), lowp(make(2, 1, 1000, 64, false), DType::fp16),

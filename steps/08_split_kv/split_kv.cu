@@ -239,7 +239,7 @@ __global__ void __launch_bounds__(kCombineThreads)
 
 
 template <class T, int kD, int kStages>
-void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const SplitPlan& sp) {
+void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const SplitPlan& sp, bool early_merge) {
   const std::size_t smem = smem_bytes(kD, kStages);
   set_smem_limit(split_kernel<T, kD, kStages>, smem);
   float* part_o = static_cast<float*>(ws);
@@ -256,7 +256,7 @@ void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const
   // 8.0 JIT-compiled for this GPU has no wait, so it is launched after the splits, as
   // any kernel). What this hides is the second launch's latency, a large part of the
   // shortest decoding shapes (note 08).
-  static const bool kEarly = [] {
+  static const bool kCanWait = [] {
     cudaFuncAttributes f{};
     FA_CUDA_CHECK(cudaFuncGetAttributes(&f, combine_kernel<T, kD>));
     return f.ptxVersion >= 90;
@@ -269,7 +269,7 @@ void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const
   cfg.blockDim = dim3(kCombineThreads);
   cfg.stream = st;
   cfg.attrs = &early;
-  cfg.numAttrs = kEarly ? 1 : 0;
+  cfg.numAttrs = early_merge && kCanWait ? 1 : 0;
   FA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, combine_kernel<T, kD>, p.rows(), sp.splits, static_cast<const float*>(part_o),
                                    static_cast<const float*>(part_lse), static_cast<T*>(a.o), a.lse));
 }
@@ -282,32 +282,41 @@ GpuShape small_blocks(GpuShape g) {
 }
 
 template <class T>
-void run_t(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const SplitPlan& sp, const GpuShape& g) {
-  if (p.d == 64) return launch<T, 64, 4>(p, a, ws, st, sp);  // stages(64, ·) = 4 on every GPU
-  stages(128, g) == 4 ? launch<T, 128, 4>(p, a, ws, st, sp) : launch<T, 128, 2>(p, a, ws, st, sp);
+void run_t(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const SplitPlan& sp, const GpuShape& g,
+           bool early_merge) {
+  if (p.d == 64) return launch<T, 64, 4>(p, a, ws, st, sp, early_merge);  // stages(64, ·) = 4 on every GPU
+  stages(128, g) == 4 ? launch<T, 128, 4>(p, a, ws, st, sp, early_merge)
+                      : launch<T, 128, 2>(p, a, ws, st, sp, early_merge);
 }
+
+/// What a row of the step's tables changes against the production forward (Variant{}).
+struct Variant {
+  int splits = 0;             ///< the split count; 0: the plan's
+  bool small_blocks = false;  ///< the GPU as one that gives a block 99 KiB sees it (small_blocks)
+  bool early_merge = true;    ///< the merge kernel launched while the splits run (where it can wait)
+};
 
 /// The GPU as the step sees it: this one, or (kSmall) as small_blocks.
 template <bool kSmall>
 GpuShape shape_here() {
   return kSmall ? small_blocks(this_gpu()) : this_gpu();
 }
-/// The plan for GPU g (kFixed = 0), or with the split count fixed.
-template <int kFixed>
-SplitPlan plan_for(const Problem& p, const GpuShape& g) {
-  return kFixed > 0 ? fixed_plan(p, kFixed) : plan(p, g);
+/// The plan for GPU g (splits = 0), or with the split count fixed.
+SplitPlan plan_for(const Problem& p, const GpuShape& g, int splits) {
+  return splits > 0 ? fixed_plan(p, splits) : plan(p, g);
 }
 
-template <int kFixed, bool kSmall = false>
+template <const Variant& kV>
 void run(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st) {
-  const GpuShape g = shape_here<kSmall>();
-  const SplitPlan sp = plan_for<kFixed>(p, g);
-  p.dtype == DType::bf16 ? run_t<__nv_bfloat16>(p, a, ws, st, sp, g) : run_t<__half>(p, a, ws, st, sp, g);
+  const GpuShape g = shape_here<kV.small_blocks>();
+  const SplitPlan sp = plan_for(p, g, kV.splits);
+  p.dtype == DType::bf16 ? run_t<__nv_bfloat16>(p, a, ws, st, sp, g, kV.early_merge)
+                         : run_t<__half>(p, a, ws, st, sp, g, kV.early_merge);
 }
 
-template <int kFixed, bool kSmall = false>
+template <const Variant& kV>
 std::size_t workspace(const Problem& p) {
-  return workspace_bytes(p, plan_for<kFixed>(p, shape_here<kSmall>()));
+  return workspace_bytes(p, plan_for(p, shape_here<kV.small_blocks>(), kV.splits));
 }
 
 }  // namespace
@@ -332,16 +341,20 @@ int device_blocks_per_sm(int d) {
 }
 
 constexpr const char* kWhat = "the splits' partial O/l and L (fp32)";
-const GpuForward kForward{"step08 forward", 128, workspace<0>, kWhat, nullptr, run<0>, kSupportedD, kMinSm, false, true};
+/// The production forward and the rows of note 08's tables, each a Variant of it.
+template <const Variant& kV>
+constexpr GpuForward forward(const char* name) {
+  return {name, 128, workspace<kV>, kWhat, nullptr, run<kV>, kSupportedD, kMinSm, false, true};
+}
+constexpr Variant kPlan{}, kSplits1{1}, kSplits2{2}, kSplits8{8}, kSplits32{32}, kSplits128{128};
+constexpr Variant kSmall{0, /*small_blocks=*/true}, kLate{0, false, /*early_merge=*/false};
+const GpuForward kForward = forward<kPlan>("step08 forward");
 const GpuForward kForwardFixed[kFixedSplitCount] = {
-    {"s1: one split", 128, workspace<1>, kWhat, nullptr, run<1>, kSupportedD, kMinSm, false, true},
-    {"s2: 2 splits", 128, workspace<2>, kWhat, nullptr, run<2>, kSupportedD, kMinSm, false, true},
-    {"s8: 8 splits", 128, workspace<8>, kWhat, nullptr, run<8>, kSupportedD, kMinSm, false, true},
-    {"s32: 32 splits", 128, workspace<32>, kWhat, nullptr, run<32>, kSupportedD, kMinSm, false, true},
-    {"s128: 128 splits", 128, workspace<128>, kWhat, nullptr, run<128>, kSupportedD, kMinSm, false, true},
+    forward<kSplits1>("s1: one split"),    forward<kSplits2>("s2: 2 splits"),         forward<kSplits8>("s8: 8 splits"),
+    forward<kSplits32>("s32: 32 splits"), forward<kSplits128>("s128: 128 splits"),
 };
-const GpuForward kForwardSmallBlocks{"r2: the RTX 30xx/40xx ring", 128, workspace<0, true>, kWhat, nullptr, run<0, true>,
-                                     kSupportedD, kMinSm, false, true};
+const GpuForward kForwardSmallBlocks = forward<kSmall>("r2: the RTX 30xx/40xx ring");
+const GpuForward kForwardLateMerge = forward<kLate>("m1: the merge kernel launched after the splits");
 static_assert(kFixedSplits[0] == 1 && kFixedSplits[1] == 2 && kFixedSplits[2] == 8 && kFixedSplits[3] == 32 &&
                   kFixedSplits[4] == 128,
               "kForwardFixed follows kFixedSplits");

@@ -116,5 +116,8 @@ extern const GpuForward kForwardFixed[kFixedSplitCount];
 /// of two tiles at d = 128, and the plan for that occupancy), on this GPU: the tests run
 /// that code path on the H200, and the note's table times it.
 extern const GpuForward kForwardSmallBlocks;
+/// The forward with its merge kernel launched after the split kernel, as any kernel, on
+/// every GPU: what the early launch (programmatic dependent launch, sm_90) buys.
+extern const GpuForward kForwardLateMerge;
 
 }  // namespace fa::step08

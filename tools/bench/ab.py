@@ -4,7 +4,7 @@
   python3 tools/bench/ab.py --lib BUILD/tools/bench/libfa_capi.so --csv ab.csv
       [--impls 07,06,torch-cudnn,torch-flash] [--dir fwd|bwd] [--dtype bf16]
       [--d 64,128,256] [--N 1024,...,32768] [--causal 0,1] [--tokens 131072,524288]
-      [--rounds 5] [--reps 10] [--pause-ms 0] [--hide-host-us 200]
+      [--rounds 5] [--reps 10] [--pause-ms 0] [--hide-host-us 200] [--check-peers]
   python3 tools/bench/ab.py --decode --lib ... [--impls 08,06,torch-cudnn,torch-flash,torch-efficient]
       [--Nq 1,16] [--Nkv 8192,...] [--bh 32,128] [--group 1,8] [--d 128] [--causal 0,1]
 
@@ -28,8 +28,11 @@ After every repeat NVML is read: the SM clock, the power, the temperature and th
 clock-event reasons (power cap, thermal slowdown, …; idle left out). The CSV has one row
 per implementation, shape and round: the median of the round's repeats, the lowest clock,
 the highest power and temperature and every reason seen. Before any timing, every step's
-outputs (poisoned first) are compared with PyTorch's (its default backend): a mismatch is
-reported and the step is not timed at that shape.
+outputs (poisoned first) are compared with a reference: the forward computed in fp32 from
+the same 16-bit inputs where a head's scores fit in 1 GiB, else (and for the backward)
+PyTorch's output by its default backend. A mismatch is reported and the step is not
+timed at that shape (status "differs"). --check-peers holds PyTorch's backends to the
+same check, and prints every backend's error.
 """
 import argparse
 import ctypes
@@ -142,12 +145,33 @@ class Case:
         return kw
 
     def torch_ref(self):
-        """PyTorch's output (forward) or gradients (backward), by its default choice of backend."""
+        """PyTorch's output (forward) or gradients (backward), by its default choice of backend; the forward in fp32
+        (exact_ref) where a head's scores fit in 1 GiB, so that PyTorch's own backends can be checked too."""
         kw = self.torch_kwargs()
         if self.dir == "fwd":
+            if self.N * self.N_kv * 4 <= 1 << 30:
+                return [self.exact_ref()]
             return [F.scaled_dot_product_attention(self.q, self.k, self.v, **kw)]
         qq, kk, vv = (t.detach().requires_grad_() for t in (self.q, self.k, self.v))
         return list(torch.autograd.grad(F.scaled_dot_product_attention(qq, kk, vv, **kw), (qq, kk, vv), self.do))
+
+    def exact_ref(self):
+        """The forward in fp32 from the 16-bit inputs, a query head at a time: softmax(scale·QKᵀ)V written out, the
+        causal mask lower right (the queries the last N positions), query head h on K/V head h // (H / H_kv)."""
+        G = self.H // self.H_kv
+        out = torch.empty(self.q.shape, device="cuda", dtype=torch.float32)
+        keep = None
+        if self.causal:
+            i = torch.arange(self.N, device="cuda")[:, None] + (self.N_kv - self.N)
+            keep = torch.arange(self.N_kv, device="cuda")[None, :] <= i
+        for b in range(self.B):
+            for h in range(self.H):
+                q, k, v = self.q[b, h].float(), self.k[b, h // G].float(), self.v[b, h // G].float()
+                s = (q @ k.T) * self.d ** -0.5
+                if keep is not None:
+                    s = s.masked_fill(~keep, float("-inf"))
+                out[b, h] = torch.softmax(s, dim=-1) @ v
+        return out
 
     def torch_fn(self, backend):
         kw = self.torch_kwargs()
@@ -254,6 +278,9 @@ def main():
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--pause-ms", type=float, default=0.0)
     ap.add_argument("--hide-host-us", type=float, default=200.0)
+    ap.add_argument("--check-peers", action="store_true",
+                    help="check PyTorch's backends' forward too, against the same reference as the steps (fp32 where "
+                         "it fits), print every error, and leave a backend that differs untimed")
     a = ap.parse_args()
     if a.decode and a.dir == "bwd":
         sys.exit("ab.py: decoding shapes have no backward here")
@@ -287,6 +314,13 @@ def main():
             try:
                 if impl.startswith("torch-"):
                     fns[impl] = case.torch_fn(impl[6:])
+                    if a.check_peers and a.dir == "fwd":  # PyTorch's backends against the same reference
+                        err = relative_error(fns[impl](), ref[0])
+                        torch.cuda.synchronize()
+                        print(f"  {impl} {shape_txt}: max relative error {err:.3g}", file=sys.stderr)
+                        if not err <= 2e-2:
+                            del fns[impl]
+                            raise RuntimeError(f"outputs differ from the fp32 reference: max relative error {err:.3g}")
                 else:
                     fn, got = case.step_fn(impl)
                     err = max(relative_error(g, r) for g, r in zip(got, ref))
@@ -294,8 +328,9 @@ def main():
                         raise RuntimeError(f"outputs differ from PyTorch's: max relative error {err:.3g}")
                     fns[impl] = fn
             except (RuntimeError, torch.OutOfMemoryError) as e:
-                status[impl] = "out-of-memory" if "out of memory" in str(e) else "unsupported"
-                if not impl.startswith("torch-"):
+                status[impl] = ("out-of-memory" if "out of memory" in str(e) else "differs" if "differ" in str(e)
+                                else "unsupported")
+                if not impl.startswith("torch-") or status[impl] == "differs":
                     print(f"  {impl} {a.dir} {shape_txt}: {e}", file=sys.stderr)
         del ref
         meds = {}

@@ -995,11 +995,11 @@ def decode08(folder):
     return rows, (sum(copy) / len(copy) if copy else 0.0)
 
 
-def decode08_ab(D):
-    """decode08's {shape: {who: row}} from ab.py's decoding runs (ab/ab08*.csv): each row's ms and GB/s the
-    median of its rounds; and the copy bandwidth of the fa_bench run (bench08.csv), which ab.py does not time."""
+def decode08_ab(D, folder=None):
+    """decode08's {shape: {who: row}} from ab.py's decoding runs (ab/ab08*.csv, or folder's): each row's ms and GB/s
+    the median of its rounds; and the copy bandwidth of the fa_bench run (bench08.csv), which ab.py does not time."""
     rows = {}
-    for path in sorted(glob.glob(os.path.join(ab_folder(D), "ab08*.csv"))):
+    for path in sorted(glob.glob(os.path.join(folder or ab_folder(D), "ab08*.csv"))):
         for r in csv.DictReader(open(path)):
             if r["status"] != "ok":
                 continue
@@ -1148,6 +1148,35 @@ def table_step08_lesson(D):
     return out
 
 
+MERGE08 = "two_kernels"  # ab/two_kernels: ab.py's decoding run of step 08 with its second (merge) kernel
+
+
+def table_step08_merge(D):
+    """The merge in the split kernel's last block against the second kernel it replaced: both runs of ab.py, each
+    with PyTorch's best of its own run, at every decoding shape."""
+    old, new = decode08_ab(D, os.path.join(ab_folder(D), MERGE08))[0], decode08_ab(D)[0]
+    keys = [k for k in sorted(new, key=lambda k: (k[0] != k[1], k[4], k[0], k[2], k[3]))
+            if "08" in new[k] and k in old and "08" in old[k]]
+    out = [f"µs of step 08 (× PyTorch's best backend in the same run), bf16, d = 128, B = 1, on "
+           f"{device07(D, 'device.txt', ab_folder(D))}; two runs of `tools/bench/ab.py` on two machines "
+           f"(`{rel(os.path.join(ab_folder(D), MERGE08))}/` and `{rel(ab_folder(D))}/`), each 3 rounds, the median.", "",
+           "| B·H | H_kv | N_q | N_kv | causal | merge kernel: µs | (× PyTorch) | last block merges: µs | (× PyTorch) | "
+           "new ÷ old time |", "|---|---|---|---|---|---|---|---|---|---|"]
+    ratios = []
+    for k in keys:
+        a, b = old[k]["08"]["ms"], new[k]["08"]["ms"]
+        ratios.append(b / a)
+        out.append(f"| {shape08(k)} | {a * 1e3:.1f} | {best_peer(old[k])[1] / a:.2f} | {b * 1e3:.1f} | "
+                   f"{best_peer(new[k])[1] / b:.2f} | {b / a:.2f} |")
+    grouped = [r for k, r in zip(keys, ratios) if k[0] != k[1]]
+    plain = [r for k, r in zip(keys, ratios) if k[0] == k[1]]
+    if ratios:
+        out += ["", f"New ÷ old time: {min(plain):.2f}–{max(plain):.2f} with one K/V head per query head, "
+                    f"{min(grouped):.2f}–{max(grouped):.2f} with grouped heads ({len(keys)} shapes)."
+                if plain and grouped else f"New ÷ old time: {min(ratios):.2f}–{max(ratios):.2f} ({len(keys)} shapes)."]
+    return out
+
+
 def table_test08(D):
     return ["```"] + open(os.path.join(D.folder, "test08.txt")).read().strip().splitlines() + ["```"]
 
@@ -1233,7 +1262,7 @@ TABLES = {
     "step07-bwd-lesson": table_step07_bwd_lesson, "step07-det": table_step07_det,
     "step07-bwd-memory": table_step07_bwd_memory, "step07-bwd-ncu": table_step07_bwd_ncu, "test07": table_test07,
     "step08-decode": table_step08_decode, "step08-summary": table_step08_summary, "step08-splits": table_step08_splits,
-    "step08-lesson": table_step08_lesson, "test08": table_test08, "ctest08": table_ctest08, "sm80-08": table_sm80_08,
+    "step08-lesson": table_step08_lesson, "step08-merge": table_step08_merge, "test08": table_test08, "ctest08": table_ctest08, "sm80-08": table_sm80_08,
     "sass08": table_sass08, "test09": table_test09, "step09-bench": table_step09_bench,
 }
 MARK = re.compile(r"(<!-- fa:table (\S+) -->\n)(.*?)(<!-- /fa:table -->)", re.S)

@@ -7,7 +7,8 @@
 # fwd:    step 07's forward, step 06, cuDNN and FlashAttention-2, d = 64, 128, 256,
 #         N = 1k–32k, causal and not, B·H·N = 131072 and 524288 (note 07's tables);
 # bwd:    the same for the backward;
-# decode: step 08, step 06 and PyTorch's backends on note 08's decoding shapes;
+# decode: step 08 (and 08m1, its merge kernel launched late), step 06 and PyTorch's
+#         backends on note 08's decoding shapes;
 # short:  the forward's short problems at d = 128 (N = 1k–8k), where step 07 was below
 #         cuDNN: lesson rows h1, h5 and s1 beside the production forward and cuDNN;
 # pause:  step 07 and cuDNN at d = 128 and 256 timed with no pause and after 500 ms of
@@ -21,13 +22,13 @@ trap 'tar -czf "$OUT/logs.tgz" -C "$L" . 2>/dev/null; tar -czf "$OUT/results.tgz
 mkdir -p "$OUT"
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvcc --version | tail -1
   python3 -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())" 2>&1
-  git rev-parse --short HEAD 2>/dev/null; } > "$R/device.txt"
+  echo "${FA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}"; } > "$R/device.txt"
 t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null || exit 1
 cmake --build "$BUILD" -j16 --target fa_capi >"$L/build.log" 2>&1 ||
   { grep -B2 -A8 -E "error|FAILED" "$L/build.log" | head -60; exit 1; }
 stamp built
-ab() { python3 tools/bench/ab.py --lib "$BUILD/tools/bench/libfa_capi.so" --rounds "$ROUNDS" "$@"; }
+ab() { python3 tools/bench/ab.py --lib "$BUILD/tools/bench/libfa_capi.so" --rounds "$ROUNDS" --check-peers "$@"; }
 run() {  # run NAME ARGS...: ab.py into $R/NAME.csv, its log into $L/NAME.log
   local name=$1; shift
   ab --csv "$R/$name.csv" "$@" 2> "$L/$name.log"; local rc=$?
@@ -46,10 +47,11 @@ if want pause; then
   run ab07_pause500 --dir fwd --impls 07,torch-cudnn --d 128,256 --N 1024,4096,16384 --causal 0,1 --tokens 131072 \
     --pause-ms 500
 fi
-if want decode; then
-  run ab08 --decode --causal 0
-  run ab08_causal --decode --causal 1 --Nq 16
-  run ab08_gqa --decode --causal 0 --Nq 1 --bh 32,128 --group 8
+if want decode; then  # 08m1: step 08 with its merge kernel launched after the splits, as any kernel
+  impls=--impls=08,08m1,06,torch-cudnn,torch-flash,torch-efficient
+  run ab08 --decode --causal 0 $impls
+  run ab08_causal --decode --causal 1 --Nq 16 $impls
+  run ab08_gqa --decode --causal 0 --Nq 1 --bh 32,128 --group 8 $impls
 fi
 want bwd && run ab07bwd --dir bwd --causal 0,1
 exit 0

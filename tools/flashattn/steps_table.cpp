@@ -120,6 +120,7 @@ std::vector<StepEntry> make_table() {
 #ifdef FA_HAVE_CUDA
   for (const GpuForward& v : step08::kForwardFixed) t.back().forward_versions.push_back(&v);
   t.back().forward_versions.push_back(&step08::kForwardSmallBlocks);
+  t.back().forward_versions.push_back(&step08::kForwardLateMerge);
 #endif
   return t;
 }
