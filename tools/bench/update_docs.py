@@ -604,6 +604,36 @@ def table_step07_short(D, sub):
     return out
 
 
+def table_step07_short128(D, sub="short07_d128"):
+    """Short problems at d = 128: lesson rows h1, h5 and s1, the warp-specialised production forward of then, and
+    cuDNN, in one process (ab.py: D.folder/sub/ab07_short.csv), the median of the rounds."""
+    folder = os.path.join(D.folder, sub)
+    cells = {}
+    for r in load(folder, "ab07_short.csv"):
+        if r["status"] != "ok":
+            continue
+        who = r["step"] if r["impl"] == "fa" else r["impl"].replace("torch-", "")
+        key = (int(r["H"]) * int(r["N"]), int(r["N"]), r["causal"] == "1")
+        cells.setdefault(key, {}).setdefault(who, []).append(float(r["tflops"]))
+    rounds = {r["round"] for r in load(folder, "ab07_short.csv")}
+    out = [f"bf16 forward, d = 128, on {device07(D, 'device.txt', folder)}, measured in one process "
+           f"(`tools/bench/ab.py`, `{rel(os.path.join(folder, 'ab07_short.csv'))}`, {len(rounds)} rounds of 10 repeats, "
+           "the median): TFLOP/s of lesson rows h1, h5 and s1, of the warp-specialised forward (production at every N "
+           "then), and of cuDNN; bold: below 1.0.", "",
+           "| B·H·N | N | causal | h1 | h5 | s1 | warp-specialised | cuDNN | s1 ÷ cuDNN | warp-specialised ÷ cuDNN |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    def bold(x):
+        return f"**{x:.2f}**" if round(x, 2) < 1 else f"{x:.2f}"
+    for (tokens, N, causal), c in sorted(cells.items()):
+        m = {w: statistics.median(v) for w, v in c.items()}
+        if not all(k in m for k in ("07h1", "07h5", "07s1", "07", "cudnn")):
+            continue
+        out.append(f"| {tokens} | {N} | {'yes' if causal else 'no'} | {m['07h1']:.0f} | {m['07h5']:.0f} | "
+                   f"{m['07s1']:.0f} | {m['07']:.0f} | {m['cudnn']:.0f} | {bold(m['07s1'] / m['cudnn'])} | "
+                   f"{bold(m['07'] / m['cudnn'])} |")
+    return out
+
+
 def table_step07_repeats(D):
     """The forward's table run three times in one session: step 07 ÷ cuDNN per B·H·N and d, each run."""
     runs = [("run 1 (`bench07_t*.csv`)", D.folder)] + [
@@ -664,6 +694,7 @@ def table_step07_rounds(D):
            "| direction | B·H·N | d | ratio of medians | rounds' ratios | shapes with every round within 5% of the median's "
            "| lowest SM clock, MHz | blocks under the power cap |",
            "|---|---|---|---|---|---|---|---|"]
+    total = {}
     for direction, tag in (("forward", "07"), ("backward", "07bwd")):
         path = os.path.join(f, f"ab{tag}.csv")
         if not os.path.exists(path):
@@ -688,6 +719,13 @@ def table_step07_rounds(D):
             st = state[(tokens, d)]
             out.append(f"| {direction} | {tokens} | {d} | {min(med):.2f}–{max(med):.2f} | {min(rounds):.2f}–{max(rounds):.2f} | "
                        f"{steady} of {len(med)} | {st[0]} | {st[1]} of {st[2]} |")
+            total.setdefault(direction, [0, 0, 9999])
+            total[direction][0] += steady
+            total[direction][1] += len(med)
+            total[direction][2] = min(total[direction][2], st[0])
+    out += ["", "Every round within 5% of the median's: " + "; ".join(
+        f"{d} in {a} of {n} shapes (lowest SM clock {mhz} MHz)" for d, (a, n, mhz) in total.items()) +
+        f" (`{rel(f)}/ab07.csv` and `ab07bwd.csv`, each its own run)."]
     return out
 
 
@@ -1148,32 +1186,57 @@ def table_step08_lesson(D):
     return out
 
 
-MERGE08 = "two_kernels"  # ab/two_kernels: ab.py's decoding run of step 08 with its second (merge) kernel
+MERGE08 = ("ab/two_kernels", "tries/step08_last_block_merge")  # ab.py's runs: the merge kernel; the last block merging
 
 
 def table_step08_merge(D):
-    """The merge in the split kernel's last block against the second kernel it replaced: both runs of ab.py, each
-    with PyTorch's best of its own run, at every decoding shape."""
-    old, new = decode08_ab(D, os.path.join(ab_folder(D), MERGE08))[0], decode08_ab(D)[0]
+    """Tried and not kept: the splits merged by the last block of each row block, against the merge kernel it
+    replaced; two runs of ab.py on two machines, each with PyTorch's best of its own run."""
+    old, new = (decode08_ab(D, os.path.join(D.folder, f))[0] for f in MERGE08)
     keys = [k for k in sorted(new, key=lambda k: (k[0] != k[1], k[4], k[0], k[2], k[3]))
             if "08" in new[k] and k in old and "08" in old[k]]
     out = [f"µs of step 08 (× PyTorch's best backend in the same run), bf16, d = 128, B = 1, on "
-           f"{device07(D, 'device.txt', ab_folder(D))}; two runs of `tools/bench/ab.py` on two machines "
-           f"(`{rel(os.path.join(ab_folder(D), MERGE08))}/` and `{rel(ab_folder(D))}/`), each 3 rounds, the median.", "",
-           "| B·H | H_kv | N_q | N_kv | causal | merge kernel: µs | (× PyTorch) | last block merges: µs | (× PyTorch) | "
-           "new ÷ old time |", "|---|---|---|---|---|---|---|---|---|---|"]
+           f"{device07(D, 'device.txt', os.path.join(D.folder, MERGE08[0]))}; two runs of `tools/bench/ab.py` on two "
+           f"machines in two sessions (`{rel(os.path.join(D.folder, MERGE08[0]))}/`, "
+           f"`{rel(os.path.join(D.folder, MERGE08[1]))}/`), each 3 rounds, the median; the shapes where the last "
+           "block's merge moved the time by more than 1%.", "",
+           "| B·H | H_kv | N_q | N_kv | causal | merge kernel: µs (× PyTorch) | last block merges: µs (× PyTorch) | "
+           "time, last block ÷ merge kernel |", "|---|---|---|---|---|---|---|---|"]
     ratios = []
     for k in keys:
         a, b = old[k]["08"]["ms"], new[k]["08"]["ms"]
-        ratios.append(b / a)
-        out.append(f"| {shape08(k)} | {a * 1e3:.1f} | {best_peer(old[k])[1] / a:.2f} | {b * 1e3:.1f} | "
-                   f"{best_peer(new[k])[1] / b:.2f} | {b / a:.2f} |")
-    grouped = [r for k, r in zip(keys, ratios) if k[0] != k[1]]
-    plain = [r for k, r in zip(keys, ratios) if k[0] == k[1]]
-    if ratios:
-        out += ["", f"New ÷ old time: {min(plain):.2f}–{max(plain):.2f} with one K/V head per query head, "
-                    f"{min(grouped):.2f}–{max(grouped):.2f} with grouped heads ({len(keys)} shapes)."
-                if plain and grouped else f"New ÷ old time: {min(ratios):.2f}–{max(ratios):.2f} ({len(keys)} shapes)."]
+        ratios.append((k, b / a))
+        if abs(b / a - 1) > 0.01:
+            out.append(f"| {shape08(k)} | {a * 1e3:.1f} ({best_peer(old[k])[1] / a:.2f}) | {b * 1e3:.1f} "
+                       f"({best_peer(new[k])[1] / b:.2f}) | {b / a:.2f} |")
+    g = [r for k, r in ratios if k[0] != k[1]]
+    f = [r for k, r in ratios if k[0] == k[1]]
+    out += ["", f"Over all {len(ratios)} shapes the last block's merge took {min(f):.2f}–{max(f):.2f}× the merge "
+                f"kernel's time with one K/V head per query head and {min(g):.2f}–{max(g):.2f}× with grouped heads."]
+    return out
+
+
+def table_step08_early(D):
+    """The merge kernel launched early (programmatic dependent launch) against launched after the splits (08m1):
+    both in one ab.py run, at every decoding shape."""
+    rows, _ = decode08_ab(D)
+    keys = [k for k in sorted(rows, key=lambda k: (k[0] != k[1], k[4], k[0], k[2], k[3]))
+            if "08" in rows[k] and "08m1" in rows[k]]
+    out = [f"µs of step 08 (× PyTorch's best backend), bf16, d = 128, B = 1, on "
+           f"{device07(D, 'device.txt', ab_folder(D))}, measured in one process (`tools/bench/ab.py`, "
+           f"`{rel(ab_folder(D))}/ab08*.csv`: both launches and PyTorch on the same tensors, taking turns, 3 rounds; "
+           "the median).", "",
+           "| B·H | H_kv | N_q | N_kv | causal | merge launched after the splits (m1) | launched early (production) | "
+           "time, early ÷ after |", "|---|---|---|---|---|---|---|---|"]
+    for k in keys:
+        c = rows[k]
+        late, early, best = c["08m1"]["ms"], c["08"]["ms"], best_peer(c)[1]
+        out.append(f"| {shape08(k)} | {late * 1e3:.1f} ({best / late:.2f}) | {early * 1e3:.1f} ({best / early:.2f}) | "
+                   f"{early / late:.3f} |")
+    r = [rows[k]["08"]["ms"] / rows[k]["08m1"]["ms"] for k in keys]
+    g = [rows[k]["08"]["ms"] / rows[k]["08m1"]["ms"] for k in keys if k[0] != k[1]]
+    out += ["", f"Early ÷ after: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes; {min(g):.3f}–{max(g):.3f} with "
+                f"grouped heads; {sum(1 for x in r if x < 0.99)} shapes gain more than 1%."]
     return out
 
 
@@ -1254,7 +1317,7 @@ TABLES = {
     "sass07": table_sass07, "step07-gemm": table_step07_gemm, "ctest07": table_ctest07,
     "step07-persistent": table_step07_persistent,
     "step07-short-before": lambda D: table_step07_short(D, "short07_before"),
-    "step07-short": lambda D: table_step07_short(D, "short07"),
+    "step07-short": lambda D: table_step07_short(D, "short07"), "step07-short128": table_step07_short128,
     "step07-repeats": table_step07_repeats, "step07-harness": table_step07_harness,
     "step07-rounds": table_step07_rounds, "step07-pause": table_step07_pause,
     "step07-bwd-peers": lambda D: table_step07_peers(D, "bwd"),
@@ -1262,7 +1325,9 @@ TABLES = {
     "step07-bwd-lesson": table_step07_bwd_lesson, "step07-det": table_step07_det,
     "step07-bwd-memory": table_step07_bwd_memory, "step07-bwd-ncu": table_step07_bwd_ncu, "test07": table_test07,
     "step08-decode": table_step08_decode, "step08-summary": table_step08_summary, "step08-splits": table_step08_splits,
-    "step08-lesson": table_step08_lesson, "step08-merge": table_step08_merge, "test08": table_test08, "ctest08": table_ctest08, "sm80-08": table_sm80_08,
+    "step08-lesson": table_step08_lesson, "step08-merge": table_step08_merge,
+    "step08-early": table_step08_early, "test08": table_test08,
+    "ctest08": table_ctest08, "sm80-08": table_sm80_08,
     "sass08": table_sass08, "test09": table_test09, "step09-bench": table_step09_bench,
 }
 MARK = re.compile(r"(<!-- fa:table (\S+) -->\n)(.*?)(<!-- /fa:table -->)", re.S)

@@ -38,7 +38,8 @@ if [ "$PHASE" != sanitize ]; then
     { grep -B2 -A8 -E "error|FAILED" "$L/build.log" | head -60; exit 1; }
   stamp built
   for n in $STEPS; do
-    sass_counts "$(echo "$BUILD"/steps/${n}_*/libstep${n}.a)" ${opcodes[$n]} > "$R/sass$n.txt" 2>&1
+    { echo "SASS of step $n's kernels (cuobjdump --dump-sass), per kernel: ${opcodes[$n]}"
+      sass_counts "$(echo "$BUILD"/steps/${n}_*/libstep${n}.a)" ${opcodes[$n]}; } > "$R/sass$n.txt" 2>&1
     grep -v " 0 LDL/STL" "$R/sass$n.txt" | head -5  # a kernel that spills
     gpu_tests step$n "$(echo "$BUILD"/steps/${n}_*/step${n}_tests)" ${demand[$n]} &
   done
