@@ -200,9 +200,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const SplitArgs<T> a) {
 /// no O: the common max M and ℓ = Σ e^(L_s − M)), then O = Σ e^(L_s − M)·O_s / ℓ, every
 /// part's weight against the common max (online::rescale). The loads of the sum are
 /// independent of each other — lane j takes the splits s ≡ j (mod J) — where a fold of
-/// the O's would make each wait for the last; and of the statistics too, so every load
-/// is issued before the first is used: one trip to memory, where the weights first would
-/// make two (a kernel of a few microseconds, most of it latency).
+/// the O's would make each wait for the last.
 template <class T, int kD>
 __global__ void __launch_bounds__(kCombineThreads)
     combine_kernel(std::size_t rows, int splits, const float* __restrict__ part_o, const float* __restrict__ part_lse,
@@ -211,29 +209,21 @@ __global__ void __launch_bounds__(kCombineThreads)
 #if __CUDA_ARCH__ >= 900
   cudaGridDependencySynchronize();  // the split kernel done, its partials visible (launched early, see launch)
 #endif
-  constexpr int kQuads = kD / 4, kLanes = kCombineThreads / kQuads, kPerLane = kMaxSplits / kLanes;
+  constexpr int kQuads = kD / 4, kLanes = kCombineThreads / kQuads;
   __shared__ float ls[kMaxSplits];           // the row's L of every split
   __shared__ float4 sums[kLanes][kQuads];    // each lane's part of Σ e^(L_s − M)·O_s
   const std::size_t row = blockIdx.x;
   const int q = threadIdx.x % kQuads, j = threadIdx.x / kQuads;
-  float4 x[kPerLane];  // [kPerLane]: columns 4q … 4q + 3 of split j + i·J's O/ℓ (16 at d = 128, 8 at d = 64)
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {
-    const int s = j + i * kLanes;
-    x[i] = s < splits ? *reinterpret_cast<const float4*>(part_o + (std::size_t(s) * rows + row) * kD + 4 * q)
-                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  }
   for (int s = threadIdx.x; s < splits; s += kCombineThreads) ls[s] = part_lse[std::size_t(s) * rows + row];
   __syncthreads();
   float m = -INFINITY, l = 0.0f;  // the statistics of all parts (every thread folds the same L's)
   for (int s = 0; s < splits; ++s) online::merge(m, l, nullptr, ls[s], ls[s] == -INFINITY ? 0.0f : 1.0f, nullptr, 0);
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-  for (int i = 0; i < kPerLane; ++i) {  // split order within the lane, as before the loads moved
-    const int s = j + i * kLanes;
-    if (s >= splits) break;
+#pragma unroll 4
+  for (int s = j; s < splits; s += kLanes) {
     const float w = online::rescale(ls[s], m);  // e^(L_s − M); 0 for an empty split
-    acc.x += w * x[i].x, acc.y += w * x[i].y, acc.z += w * x[i].z, acc.w += w * x[i].w;
+    const float4 x = *reinterpret_cast<const float4*>(part_o + (std::size_t(s) * rows + row) * kD + 4 * q);
+    acc.x += w * x.x, acc.y += w * x.y, acc.z += w * x.z, acc.w += w * x.w;
   }
   sums[j][q] = acc;
   __syncthreads();
