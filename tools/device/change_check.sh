@@ -40,7 +40,7 @@ if [ "$PHASE" != sanitize ]; then
   for n in $STEPS; do
     { echo "SASS of step $n's kernels (cuobjdump --dump-sass), per kernel: ${opcodes[$n]}"
       sass_counts "$(echo "$BUILD"/steps/${n}_*/libstep${n}.a)" ${opcodes[$n]}; } > "$R/sass$n.txt" 2>&1
-    grep -v " 0 LDL/STL" "$R/sass$n.txt" | head -5  # a kernel that spills
+    tail -n +2 "$R/sass$n.txt" | grep -v " 0 LDL/STL" | head -5  # a kernel that spills
     gpu_tests step$n "$(echo "$BUILD"/steps/${n}_*/step${n}_tests)" ${demand[$n]} &
   done
   gpu_tests capi "$BUILD/tests/capi_tests" &
@@ -54,13 +54,11 @@ if [ "$PHASE" != test ]; then
 fi
 for n in $STEPS; do
   { echo "step${n}_tests --gpu \"[gpu]\": $(grep -m1 -E 'All tests passed|test cases' "$L/test-step$n.log")"
-    sanitizer_lines step$n "$L"; } > "$R/test$n.txt"
+    [ "$PHASE" != test ] && sanitizer_lines step$n "$L"; } > "$R/test$n.txt"
   cat "$R/test$n.txt"
 done
 echo "capi_tests --gpu \"[gpu]\": $(grep -m1 -E 'All tests passed|test cases' "$L/test-capi.log")" | tee "$R/testcapi.txt"
-# Nonzero unless every line says all tests passed and every sanitizer summary is 0 (after
-# PHASE=test, the sanitizers' parts of the lines are empty).
-[ "$PHASE" = test ] && { grep -h "_tests" "$R"/test*.txt | grep -qv "All tests passed" && exit 1; exit 0; }
+# Nonzero unless every line says all tests passed and every sanitizer summary is 0.
 grep -hv "All tests passed" "$R"/test*.txt | grep -q . && exit 1
 grep -hqE "SUMMARY: [1-9]" "$R"/test*.txt && exit 1
 exit 0
