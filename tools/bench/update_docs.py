@@ -608,14 +608,14 @@ def table_step07_short128(D, sub="short07_d128"):
     """Short problems at d = 128: lesson rows h1, h5 and s1, the warp-specialised production forward of then, and
     cuDNN, in one process (ab.py: D.folder/sub/ab07_short.csv), the median of the rounds."""
     folder = os.path.join(D.folder, sub)
-    cells = {}
-    for r in load(folder, "ab07_short.csv"):
+    runs, cells = load(folder, "ab07_short.csv"), {}
+    for r in runs:
         if r["status"] != "ok":
             continue
         who = r["step"] if r["impl"] == "fa" else r["impl"].replace("torch-", "")
         key = (int(r["H"]) * int(r["N"]), int(r["N"]), r["causal"] == "1")
         cells.setdefault(key, {}).setdefault(who, []).append(float(r["tflops"]))
-    rounds = {r["round"] for r in load(folder, "ab07_short.csv")}
+    rounds = {r["round"] for r in runs}
     out = [f"bf16 forward, d = 128, on {device07(D, 'device.txt', folder)}, measured in one process "
            f"(`tools/bench/ab.py`, `{rel(os.path.join(folder, 'ab07_short.csv'))}`, {len(rounds)} rounds of 10 repeats, "
            "the median): TFLOP/s of lesson rows h1, h5 and s1, of the warp-specialised forward (production at every N "
@@ -1059,6 +1059,12 @@ def best_peer(cells):
     return min(got)[1], min(got)[0]
 
 
+def order08(key):
+    """The decoding tables' order: one K/V head per query head first, then by causal, B·H, N_q, N_kv."""
+    H, Hkv, N, Nk, c = key
+    return H != Hkv, c, H, N, Nk
+
+
 def shape08(key):
     H, Hkv, N, Nk, c = key
     return f"{H} | {Hkv if Hkv != H else '—'} | {N} | {Nk // 1024}k | {'yes' if c else 'no'}"
@@ -1084,7 +1090,7 @@ def table_step08_decode(D):
            "two processes: runs 1, 2, 3 | step 06 ms | × step 06 |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     def bold(x):
         return f"**{x:.2f}**" if round(x, 2) < 1 else f"{x:.2f}"
-    for key in sorted(rows, key=lambda k: (k[0] != k[1], k[4], k[0], k[2], k[3])):
+    for key in sorted(rows, key=order08):
         c = rows[key]
         if "08" not in c:
             continue
@@ -1193,7 +1199,7 @@ def table_step08_merge(D):
     """Tried and not kept: the splits merged by the last block of each row block, against the merge kernel it
     replaced; two runs of ab.py on two machines, each with PyTorch's best of its own run."""
     old, new = (decode08_ab(D, os.path.join(D.folder, f))[0] for f in MERGE08)
-    keys = [k for k in sorted(new, key=lambda k: (k[0] != k[1], k[4], k[0], k[2], k[3]))
+    keys = [k for k in sorted(new, key=order08)
             if "08" in new[k] and k in old and "08" in old[k]]
     out = [f"µs of step 08 (× PyTorch's best backend in the same run), bf16, d = 128, B = 1, on "
            f"{device07(D, 'device.txt', os.path.join(D.folder, MERGE08[0]))}; two runs of `tools/bench/ab.py` on two "
@@ -1220,7 +1226,7 @@ def table_step08_early(D):
     """The merge kernel launched early (programmatic dependent launch) against launched after the splits (08m1):
     both in one ab.py run, at every decoding shape."""
     rows, _ = decode08_ab(D)
-    keys = [k for k in sorted(rows, key=lambda k: (k[0] != k[1], k[4], k[0], k[2], k[3]))
+    keys = [k for k in sorted(rows, key=order08)
             if "08" in rows[k] and "08m1" in rows[k]]
     out = [f"µs of step 08 (× PyTorch's best backend), bf16, d = 128, B = 1, on "
            f"{device07(D, 'device.txt', ab_folder(D))}, measured in one process (`tools/bench/ab.py`, "
@@ -1228,13 +1234,14 @@ def table_step08_early(D):
            "the median).", "",
            "| B·H | H_kv | N_q | N_kv | causal | merge launched after the splits (m1) | launched early (production) | "
            "time, early ÷ after |", "|---|---|---|---|---|---|---|---|"]
+    ratio = {k: rows[k]["08"]["ms"] / rows[k]["08m1"]["ms"] for k in keys}
     for k in keys:
         c = rows[k]
         late, early, best = c["08m1"]["ms"], c["08"]["ms"], best_peer(c)[1]
         out.append(f"| {shape08(k)} | {late * 1e3:.1f} ({best / late:.2f}) | {early * 1e3:.1f} ({best / early:.2f}) | "
-                   f"{early / late:.3f} |")
-    r = [rows[k]["08"]["ms"] / rows[k]["08m1"]["ms"] for k in keys]
-    g = [rows[k]["08"]["ms"] / rows[k]["08m1"]["ms"] for k in keys if k[0] != k[1]]
+                   f"{ratio[k]:.3f} |")
+    r = list(ratio.values())
+    g = [x for k, x in ratio.items() if k[0] != k[1]]
     out += ["", f"Early ÷ after: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes; {min(g):.3f}–{max(g):.3f} with "
                 f"grouped heads; {sum(1 for x in r if x < 0.99)} shapes gain more than 1%."]
     return out
