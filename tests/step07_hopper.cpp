@@ -218,8 +218,8 @@ TEST_CASE("step07 forward at d = 64 and 128 on both sides of the switch to the s
         const Qkv in = inputs(p, 99);
         const ForwardOut out = gpu::forward(step07::kForward, p, in, true);
         check_budget(p, in, out, "kernel");
-        std::vector<const GpuForward*> same{short_block ? (d == 64 ? &h1 : &s1) : &h7};
-        if (d == 64) same = {&h1, &h7};
+        const std::vector<const GpuForward*> same =
+            d == 64 ? std::vector<const GpuForward*>{&h1, &h7} : std::vector<const GpuForward*>{short_block ? &s1 : &h7};
         for (const GpuForward* v : same) {
           INFO(v->name);
           const ForwardOut o = gpu::forward(*v, p, in, true);
