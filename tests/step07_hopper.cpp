@@ -337,6 +337,29 @@ TEST_CASE("step07 deterministic backward: two runs bit for bit; dK, dV = the def
       }
 }
 
+// The tries timed beside the production backward (note 07): x1 reads K_c, V_c from
+// registers (the same products), x2 adds dQ's pieces from the registers (the same pieces,
+// added in another order), x3 both. dK and dV are each one block's own sums.
+TEST_CASE("step07 backward tries x1, x2, x3 match the production backward", "[gpu]") {
+  for (const GpuBackward& x : step07::kBackwardTries)
+    for (int N : {1, 17, 113, 1000, 4097})
+      for (int d : {64, 128})
+        for (bool causal : {false, true}) {
+          if (!takes_d(x.max_d, x.only_d, d) || (test::quick() && N > 1000)) continue;
+          const Problem p = lowp(make(2, 2, N, d, causal), DType::bf16);
+          INFO(x.name << ", " << p.str() << ", seeds 114, 115");
+          const Qkv in = inputs(p, 114);
+          const std::vector<float> dout = grad_out(p, 115);
+          const ForwardOut fwd = gpu::forward(step07::kForward, p, in, true);
+          const Grads g = gpu::backward(x, p, in, fwd, dout);
+          const Grads want = gpu::backward(step07::kBackward, p, in, fwd, dout);
+          FA_CHECK_CLOSE("dK vs production", g.dk, want.dk, tol::kBitExact, test::shape_o(p));
+          FA_CHECK_CLOSE("dV vs production", g.dv, want.dv, tol::kBitExact, test::shape_o(p));
+          FA_CHECK_CLOSE("dQ vs production", g.dq, want.dq, step06::kBf16Reorder, test::shape_o(p));
+          if (N <= 1000) check_grad_budget(p, in, dout, g, x.name);
+        }
+}
+
 TEST_CASE("step07 backward at d = 64 and 256, both modes (also under the sanitizers)", "[gpu]") {
   // FA_TEST_QUICK keeps d = 128 alone in the sweeps: this case keeps d = 64 and 256 there
   // (at d = 256 another kernel: the consumers split the columns). N = 113: two query

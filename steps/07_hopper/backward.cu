@@ -115,9 +115,10 @@ static_assert(kBwdConsumers == 2, "pieces and the alternating barriers are writt
 __device__ __forceinline__ int q_block(int q_blocks, int it) { return q_blocks - 1 - it; }
 
 /// The fp32 dQ accumulator's layout: per head and 64-query block, kD/64 pieces of 64
-/// columns, each as the consumers' registers hold it — register x of thread tid of a
-/// warpgroup at x·128 + tid — so that staging it in shared memory is conflict-free and
-/// a piece is one contiguous 16 KiB run for one bulk reduction. convert_kernel undoes it.
+/// columns, each as the consumers' registers hold it — registers 4u … 4u + 3 of thread
+/// tid of a warpgroup at 512u + 4·tid — so that a warp stores (in shared memory) or adds
+/// (in device memory) 512 contiguous bytes with one 16-byte access a thread, and a piece
+/// is one contiguous 16 KiB run for one bulk reduction. convert_kernel undoes it.
 __host__ __device__ constexpr std::size_t dq_piece(std::size_t bh, int q_blocks, int i, int panel, int panels) {
   return ((bh * q_blocks + i) * panels + panel) * std::size_t(kChunkFloats);
 }
@@ -191,25 +192,51 @@ __device__ __forceinline__ void store_dkdv(unsigned char* dk_tile, unsigned char
 
 /// A consumer's dQ piece (64 queries × 64 columns, fp32: the m64n64 accumulator, 32
 /// registers a thread) to the writer: once the slot is free (dq_empty's phase of this
-/// parity), staged as the accumulator lays it out (dq_piece: register x of thread tid at
-/// x·128 + tid), fenced for the bulk reduction's proxy, announced by each warp's lane 0.
+/// parity), staged as the accumulator lays it out (dq_piece), fenced for the bulk
+/// reduction's proxy, announced by each warp's lane 0.
 __device__ __forceinline__ void stage_dq(const float (&dq)[kChunkFloats / 128], float* slot, std::uint64_t* empty,
                                          std::uint32_t parity, std::uint64_t* full, int tid) {
   wait(empty, parity);
 #pragma unroll
-  for (int x = 0; x < kChunkFloats / 128; ++x) slot[x * 128 + tid] = dq[x];
+  for (int u = 0; u < kChunkFloats / 512; ++u)
+    *reinterpret_cast<float4*>(slot + 512 * u + 4 * tid) = make_float4(dq[4 * u], dq[4 * u + 1], dq[4 * u + 2], dq[4 * u + 3]);
   cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // read by the bulk reduction
   __syncwarp();
   if (tid % 32 == 0) arrive(full);
 }
 
-template <class T, int kD>
+/// The same piece added straight from the registers into its place in the accumulator,
+/// four floats a thread at a time: "red.global.add.v4.f32" (PTX ISA 8.1, sm_90;
+/// "Parallel Synchronization and Communication Instructions: red", reductions with
+/// vector type; relaxed, gpu scope; libcu++ has no vector red into global memory).
+__device__ __forceinline__ void add_dq(const float (&dq)[kChunkFloats / 128], float* piece, int tid) {
+#pragma unroll
+  for (int u = 0; u < kChunkFloats / 512; ++u)
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(piece + 512 * u + 4 * tid), "f"(dq[4 * u]),
+                 "f"(dq[4 * u + 1]), "f"(dq[4 * u + 2]), "f"(dq[4 * u + 3])
+                 : "memory");
+}
+
+/// What the dK/dV kernel at d ≤ 128 does beyond lesson row b4 (note 07's backward).
+struct BwdVersion {
+  bool kv_in_registers;    ///< d = 64: K_c, V_c as A fragments; Sᵀ and dPᵀ read only Q_i, dO_i from shared memory
+  bool dq_from_registers;  ///< dQ's pieces added by the consumers from their registers (red.global.add.v4.f32)
+                           ///< instead of staged for the writer's bulk reduction (not in the deterministic mode)
+};
+using Version = BwdVersion (*)();  // a version as a function, so that it can name a kernel's template argument
+FA_HD constexpr BwdVersion b4() { return {false, false}; }
+FA_HD constexpr BwdVersion x1() { return {true, false}; }
+FA_HD constexpr BwdVersion x2() { return {false, true}; }
+FA_HD constexpr BwdVersion x3() { return {true, true}; }
+
+template <class T, int kD, Version V>
 __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     dkdv_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                 const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap do_map,
                 const __grid_constant__ CUtensorMap dk_map, const __grid_constant__ CUtensorMap dv_map,
                 const BwdParams prm) {
 #if FA_STEP07_ARCH_OK
+  constexpr BwdVersion kV = V();
   using L = BwdSmem<kD>;
   using P = DqPieces<kD>;
   extern __shared__ unsigned char smem_raw[];
@@ -241,7 +268,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         load_stats(smem + L::l2 + s * kQ * 4, prm.l2 + stat, &bars.q_full[s]);
         load_stats(smem + L::dsum + s * kQ * 4, prm.dsum + stat, &bars.q_full[s]);
       }
-    } else if (threadIdx.x == 32) {
+    } else if (threadIdx.x == 32 && (prm.deterministic || !kV.dq_from_registers)) {
       write_dq<kD>(prm, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full, bars.dq_empty, j, bh, steps);
     }
     return;
@@ -257,8 +284,15 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   const std::uint32_t kv_rows = kRowsPerConsumer * c * 128;  // consumer c's keys inside a K/V panel
   float* stage_dq_at = reinterpret_cast<float*>(smem + L::dq) + c * kChunkFloats;  // this consumer's slot
 
+  constexpr bool kKvRegs = kV.kv_in_registers && kD == 64;
+  const bool staged = prm.deterministic || !kV.dq_from_registers;  // dQ's pieces to the writer
   float dk[kD / 2] = {}, dv[kD / 2] = {};  // dK_c, dV_c: 64 keys × kD; register 4n + 2h + e = key g + 8h, column 8n + 2t + e
   wait(bars.kv_full, 0);
+  std::uint32_t ka[kD / 16][4], va[kD / 16][4];  // kKvRegs: K_c, V_c as A fragments, [16-column k step][register]
+  if constexpr (kKvRegs) {
+    load_a<kD>(ka, smem + L::k, kBc, kRowsPerConsumer * c, warp, g, t);
+    load_a<kD>(va, smem + L::v, kBc, kRowsPerConsumer * c, warp, g, t);
+  }
 
   // Main loop over the query blocks.
   for (int it = 0; it < steps; ++it) {
@@ -273,9 +307,15 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     // Sᵀ = K_c·Q_iᵀ and dPᵀ = V_c·dO_iᵀ: kD/16 k steps each, both operands K-major.
     float st[kQ / 2], dpt[kQ / 2];  // 64 keys × 64 queries: register 4n + 2h + e = key g + 8h, query 8n + 2t + e
     wgmma_fence();
-    ss_kk<T, kQ, kD>(st, k_tile + kv_rows, kBc, q_tile, kQ);
+    if constexpr (kKvRegs)
+      rs_kk<T, kQ, kD>(st, ka, q_tile, kQ);
+    else
+      ss_kk<T, kQ, kD>(st, k_tile + kv_rows, kBc, q_tile, kQ);
     wgmma_commit();
-    ss_kk<T, kQ, kD>(dpt, v_tile + kv_rows, kBc, do_tile, kQ);
+    if constexpr (kKvRegs)
+      rs_kk<T, kQ, kD>(dpt, va, do_tile, kQ);
+    else
+      ss_kk<T, kQ, kD>(dpt, v_tile + kv_rows, kBc, do_tile, kQ);
     wgmma_commit();
 
     // Pᵀ (fp32 in st), masked where a key is past N or (causal) after the query.
@@ -344,7 +384,10 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       release_stage();
       wgmma_wait<0>(dq);
       const int m = it * P::kPanels + panel;
-      stage_dq(dq, stage_dq_at, &bars.dq_empty[c], P::parity(m) ^ 1, &bars.dq_full[c], tid);
+      if (staged)
+        stage_dq(dq, stage_dq_at, &bars.dq_empty[c], P::parity(m) ^ 1, &bars.dq_full[c], tid);
+      else
+        add_dq(dq, prm.dq_acc + dq_piece(bh, prm.q_blocks, q_block(prm.q_blocks, it), panel, P::kPanels), tid);
     }
   }
 
@@ -579,14 +622,15 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
 }
 
 /// dQ = scale·accumulator in 16 bits, out of dq_piece's layout: a thread takes registers
-/// x, x + 1 (x even) of one thread `tid` of one piece — two neighbouring columns.
+/// x, x + 1 (x even) of one thread `tid` of one piece — two neighbouring columns, and
+/// neighbours in the layout, so that a warp reads 256 contiguous bytes.
 template <class T>
 __global__ void convert_kernel(int N, int d, int q_blocks, std::size_t pairs, float scale,
                                const float* __restrict__ acc, T* __restrict__ dq) {
 #if FA_STEP07_ARCH_OK
   const std::size_t e = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= pairs) return;
-  const int tid = int(e % 128), x = 2 * int(e / 128 % (kChunkFloats / 256));
+  const int tid = int(e / 2 % 128), x = 4 * int(e / 256 % (kChunkFloats / 512)) + 2 * int(e % 2);  // e: (x/4, tid, x%4/2)
   const std::size_t piece = e / (kChunkFloats / 2);  // ((bh·q_blocks + i)·panels + panel)
   const int panels = d / kPanel, panel = int(piece % panels);
   const std::size_t block = piece / panels;
@@ -595,9 +639,8 @@ __global__ void convert_kernel(int N, int d, int q_blocks, std::size_t pairs, fl
   const int w = tid / 32, g = tid % 32 / 4, t = tid % 4;
   const int row = i * kQ + 16 * w + g + 8 * (x % 4 / 2), col = panel * kPanel + 8 * (x / 4) + 2 * t;
   if (row >= N) return;
-  const float* src = acc + piece * kChunkFloats + tid;
-  *reinterpret_cast<std::uint32_t*>(dq + (bh * N + row) * d + col) =
-      step06::Mma<T>::pack(scale * src[x * 128], scale * src[(x + 1) * 128]);
+  const float2 v = *reinterpret_cast<const float2*>(acc + piece * kChunkFloats + 512 * (x / 4) + 4 * tid + x % 4);
+  *reinterpret_cast<std::uint32_t*>(dq + (bh * N + row) * d + col) = step06::Mma<T>::pack(scale * v.x, scale * v.y);
 #endif
 }
 
@@ -619,20 +662,20 @@ constexpr const char* kWorkspace =
     "counter per query block";
 
 /// The dK/dV kernel of a head dimension, its keys a block and its shared memory.
-template <class T, int kD>
+template <class T, int kD, Version V>
 struct DkdvKernel {
-  static constexpr auto kernel = dkdv_kernel<T, kD>;
+  static constexpr auto kernel = dkdv_kernel<T, kD, V>;
   static constexpr std::size_t smem = BwdSmem<kD>::bytes + 1024;  // + the base's alignment
 };
-template <class T>
-struct DkdvKernel<T, kWideD> {
+template <class T, Version V>
+struct DkdvKernel<T, kWideD, V> {
   static constexpr auto kernel = dkdv_wide_kernel<T>;
   static constexpr std::size_t smem = WideSmem::bytes + 1024;
 };
 
-template <class T, int kD>
+template <class T, int kD, Version V>
 void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool deterministic) {
-  using K = DkdvKernel<T, kD>;
+  using K = DkdvKernel<T, kD, V>;
   constexpr int kKeys = backward_keys(kD);
   const BwdWorkspace w = carve(p, ws);
   const int N = p.N, Np = step06::padded_rows(N), qb = tiles::q_blocks(N, kQ);
@@ -659,21 +702,30 @@ void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool d
   FA_CHECK_LAUNCH();
 }
 
-template <int kD>
+template <int kD, Version V>
 void run_d(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool det) {
-  p.dtype == DType::bf16 ? launch<__nv_bfloat16, kD>(p, a, ws, s, det) : launch<__half, kD>(p, a, ws, s, det);
+  p.dtype == DType::bf16 ? launch<__nv_bfloat16, kD, V>(p, a, ws, s, det) : launch<__half, kD, V>(p, a, ws, s, det);
 }
+template <Version V>
 void run(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool det) {
   // gpu::backward checked d
-  p.d == 64 ? run_d<64>(p, a, ws, s, det) : p.d == 128 ? run_d<128>(p, a, ws, s, det) : run_d<256>(p, a, ws, s, det);
+  p.d == 64    ? run_d<64, V>(p, a, ws, s, det)
+  : p.d == 128 ? run_d<128, V>(p, a, ws, s, det)
+               : run_d<256, V>(p, a, ws, s, det);
 }
-void run_any_order(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) { run(p, a, ws, s, false); }
-void run_in_order(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) { run(p, a, ws, s, true); }
+template <Version V>
+void run_any_order(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) { run<V>(p, a, ws, s, false); }
+void run_in_order(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) { run<b4>(p, a, ws, s, true); }
+constexpr int kD64[] = {64, 0}, kD64_128[] = {64, 128, 0};
 
 }  // namespace
 
-const GpuBackward kBackward{"step07 backward", 256, workspace_bytes, kWorkspace, nullptr, run_any_order, kBackwardD,
-                            kSm, true};
+const GpuBackward kBackward{"step07 backward", 256, workspace_bytes, kWorkspace, nullptr, run_any_order<b4>,
+                            kBackwardD, kSm, true};
+const GpuBackward kBackwardTries[3] = {
+    {"x1: K, V in registers", 256, workspace_bytes, kWorkspace, nullptr, run_any_order<x1>, kD64, kSm, true},
+    {"x2: dQ added from registers", 256, workspace_bytes, kWorkspace, nullptr, run_any_order<x2>, kD64_128, kSm, true},
+    {"x3: both", 256, workspace_bytes, kWorkspace, nullptr, run_any_order<x3>, kD64, kSm, true}};
 const GpuBackward kBackwardDeterministic{"det: dQ added in key-block order", 256, workspace_bytes, kWorkspace, nullptr,
                                          run_in_order, kBackwardD, kSm, true};
 

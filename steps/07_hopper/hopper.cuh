@@ -164,6 +164,32 @@ __device__ __forceinline__ void to_a(const float (&acc)[N / 2], std::uint32_t (&
     for (int r = 0; r < 4; ++r) a[kk][r] = step06::Mma<T>::pack(acc[8 * kk + 2 * r], acc[8 * kk + 2 * r + 1]);
 }
 
+/// D(64×N) = A·Bᵀ over k = K: A from registers (K/16 k steps), B (N rows) K-major in
+/// shared memory as in ss_kk. The backward's Sᵀ = K_c·Q_iᵀ and dPᵀ = V_c·dO_iᵀ at d = 64,
+/// where K_c and V_c stay in registers.
+template <class T, int N, int K>
+__device__ __forceinline__ void rs_kk(float (&d)[N / 2], const std::uint32_t (&a)[K / 16][4], std::uint32_t b,
+                                      int b_rows) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk)
+    Wgmma<T, N>::template rs<0>(d, a[kk], descriptor(b + (kk / 4) * b_rows * 128 + (kk % 4) * 32, 0), kk > 0);
+}
+
+/// The A fragments (K/16 k steps) of rows row0 … row0 + 63 of a panel-layout tile of
+/// `rows` rows at `tile`, read from shared memory: register r of k step kk holds row
+/// row0 + 16·warp + g (+8 if r is odd), columns 16kk + 8⌊r/2⌋ + 2t, 2t + 1 — what
+/// to_a makes of an accumulator.
+template <int K>
+__device__ __forceinline__ void load_a(std::uint32_t (&a)[K / 16][4], const unsigned char* tile, int rows, int row0,
+                                       int warp, int g, int t) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+      a[kk][r] = *reinterpret_cast<const std::uint32_t*>(
+          tile + swizzled(rows, row0 + 16 * warp + g + 8 * (r % 2), 16 * kk + 8 * (r / 2) + 2 * t));
+}
+
 /// D(64×N) += A·B: A from registers (K/16 k steps), B MN-major in shared memory at `b` (its
 /// rows are the k index: a 16-row k step is 2048 bytes; its 64-column panels `panel` bytes
 /// apart, the LBO).

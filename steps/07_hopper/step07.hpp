@@ -146,6 +146,8 @@ extern const GpuBackward kBackward;
 /// The same kernels with dQ added in key-block order (a semaphore per query block):
 /// two runs give the same bits.
 extern const GpuBackward kBackwardDeterministic;
+/// Tries, timed beside kBackward (note 07).
+extern const GpuBackward kBackwardTries[3];
 constexpr int kForwardVersionCount = 9;
 /// The forward versions of note 07's table (versions_forward.cu), for the bench and tests.
 extern const GpuForward kForwardVersions[kForwardVersionCount];
