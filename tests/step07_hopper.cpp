@@ -338,9 +338,9 @@ TEST_CASE("step07 deterministic backward: two runs bit for bit; dK, dV = the def
 }
 
 // The tries timed beside the production backward (note 07): x1 reads K_c, V_c from
-// registers (the same products), x2 adds dQ's pieces from the registers (the same pieces,
-// added in another order), x3 both. dK and dV are each one block's own sums.
-TEST_CASE("step07 backward tries x1, x2, x3 match the production backward", "[gpu]") {
+// registers (the same products), x2 has one consumer compute a query block's whole dQ
+// (the same sums, added in another order). dK and dV are each one block's own sums.
+TEST_CASE("step07 backward tries x1, x2 match the production backward", "[gpu]") {
   for (const GpuBackward& x : step07::kBackwardTries)
     for (int N : {1, 17, 113, 1000, 4097})
       for (int d : {64, 128})

@@ -36,6 +36,8 @@
 // consumers split the columns of dK and dV instead of the keys.
 #include <cuda/atomic>
 
+#include <type_traits>
+
 #include "steps/06_tensor_cores/backward.cuh"  // preprocess_kernel, padded_rows
 #include "steps/07_hopper/forward.cuh"         // aligned_smem, epilogue_bar
 
@@ -106,8 +108,19 @@ struct DqPieces {
     const int p = ((c - it * kPanels) % kBwdConsumers + kBwdConsumers) % kBwdConsumers;
     return p < kPanels ? p : -1;
   }
-  /// How many pieces consumer c = m % 2 computed before piece m: the parity of its barriers.
-  __device__ static std::uint32_t parity(int m) { return (m / kBwdConsumers) % 2; }
+  /// The consumer of panel `panel` at iteration `it` (piece m = it·kPanels + panel: m % 2),
+  /// and the parity of its staging barriers there: how many pieces it staged before, mod 2.
+  __device__ static int consumer(int it, int panel) { return (it * kPanels + panel) % kBwdConsumers; }
+  __device__ static std::uint32_t parity(int it, int panel) { return (it * kPanels + panel) / kBwdConsumers % 2; }
+};
+
+/// The other dealing (BwdVersion::whole_dq): query block it's dQ, all its panels, by
+/// consumer it % 2, which stages them one after the other in its slot.
+template <int kD>
+struct DqRows {
+  static constexpr int kPanels = kD / kPanel;
+  __device__ static int consumer(int it, int = 0) { return it % kBwdConsumers; }
+  __device__ static std::uint32_t parity(int it, int panel) { return ((it / kBwdConsumers) * kPanels + panel) % 2; }
 };
 static_assert(kBwdConsumers == 2, "pieces and the alternating barriers are written for two consumers");
 
@@ -137,19 +150,18 @@ struct BwdParams {
 /// reduction; the staging is handed back (dq_empty[c]) once read. In the deterministic
 /// mode a query block's pieces go only after the key blocks before this one have added
 /// theirs (order[i] == j), and order[i] = j + 1 once they are in memory.
-template <int kD>
+template <class P>
 __device__ void write_dq(const BwdParams& prm, const float* staging, std::uint64_t* dq_full, std::uint64_t* dq_empty,
                          int j, int bh, int steps) {
-  using P = DqPieces<kD>;
   for (int m = 0; m < steps * P::kPanels; ++m) {
-    const int it = m / P::kPanels, panel = m % P::kPanels, c = m % kBwdConsumers, i = q_block(prm.q_blocks, it);
+    const int it = m / P::kPanels, panel = m % P::kPanels, c = P::consumer(it, panel), i = q_block(prm.q_blocks, it);
     cuda::atomic_ref<int, cuda::thread_scope_device> order(prm.order[std::size_t(bh) * prm.q_blocks + i]);
     if (prm.deterministic && panel == 0) {
       while (order.load(cuda::memory_order_acquire) != j) {
       }
       cuda::ptx::fence_proxy_async(cuda::ptx::space_global);  // the earlier blocks' sums, for this proxy
     }
-    wait(&dq_full[c], P::parity(m));
+    wait(&dq_full[c], P::parity(it, panel));
     cuda::ptx::cp_reduce_async_bulk(cuda::ptx::space_global, cuda::ptx::space_shared, cuda::ptx::op_add,
                                     prm.dq_acc + dq_piece(bh, prm.q_blocks, i, panel, P::kPanels),
                                     staging + c * kChunkFloats, std::uint32_t(kChunkFloats * 4));
@@ -205,29 +217,16 @@ __device__ __forceinline__ void stage_dq(const float (&dq)[kChunkFloats / 128], 
   if (tid % 32 == 0) arrive(full);
 }
 
-/// The same piece added straight from the registers into its place in the accumulator,
-/// four floats a thread at a time: "red.global.add.v4.f32" (PTX ISA 8.1, sm_90;
-/// "Parallel Synchronization and Communication Instructions: red", reductions with
-/// vector type; relaxed, gpu scope; libcu++ has no vector red into global memory).
-__device__ __forceinline__ void add_dq(const float (&dq)[kChunkFloats / 128], float* piece, int tid) {
-#pragma unroll
-  for (int u = 0; u < kChunkFloats / 512; ++u)
-    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(piece + 512 * u + 4 * tid), "f"(dq[4 * u]),
-                 "f"(dq[4 * u + 1]), "f"(dq[4 * u + 2]), "f"(dq[4 * u + 3])
-                 : "memory");
-}
-
 /// What the dK/dV kernel at d ≤ 128 does beyond lesson row b4 (note 07's backward).
 struct BwdVersion {
   bool kv_in_registers;    ///< d = 64: K_c, V_c as A fragments; Sᵀ and dPᵀ read only Q_i, dO_i from shared memory
-  bool dq_from_registers;  ///< dQ's pieces added by the consumers from their registers (red.global.add.v4.f32)
-                           ///< instead of staged for the writer's bulk reduction (not in the deterministic mode)
+  bool whole_dq;         ///< d = 128: a query block's dQ (both pieces, one m64n128 product) by one consumer,
+                         ///< the consumers taking the query blocks in turn (d = 64's dealing already)
 };
 using Version = BwdVersion (*)();  // a version as a function, so that it can name a kernel's template argument
 FA_HD constexpr BwdVersion b4() { return {false, false}; }
 FA_HD constexpr BwdVersion x1() { return {true, false}; }
 FA_HD constexpr BwdVersion x2() { return {false, true}; }
-FA_HD constexpr BwdVersion x3() { return {true, true}; }
 
 template <class T, int kD, Version V>
 __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
@@ -268,8 +267,8 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         load_stats(smem + L::l2 + s * kQ * 4, prm.l2 + stat, &bars.q_full[s]);
         load_stats(smem + L::dsum + s * kQ * 4, prm.dsum + stat, &bars.q_full[s]);
       }
-    } else if (threadIdx.x == 32 && (prm.deterministic || !kV.dq_from_registers)) {
-      write_dq<kD>(prm, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full, bars.dq_empty, j, bh, steps);
+    } else if (threadIdx.x == 32) {
+      write_dq<std::conditional_t<kV.whole_dq, DqRows<kD>, DqPieces<kD>>>(prm, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full, bars.dq_empty, j, bh, steps);
     }
     return;
   }
@@ -285,7 +284,6 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   float* stage_dq_at = reinterpret_cast<float*>(smem + L::dq) + c * kChunkFloats;  // this consumer's slot
 
   constexpr bool kKvRegs = kV.kv_in_registers && kD == 64;
-  const bool staged = prm.deterministic || !kV.dq_from_registers;  // dQ's pieces to the writer
   float dk[kD / 2] = {}, dv[kD / 2] = {};  // dK_c, dV_c: 64 keys × kD; register 4n + 2h + e = key g + 8h, column 8n + 2t + e
   wait(bars.kv_full, 0);
   std::uint32_t ka[kD / 16][4], va[kD / 16][4];  // kKvRegs: K_c, V_c as A fragments, [16-column k step][register]
@@ -365,6 +363,30 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
       arrive(&bars.q_empty[s]);
     };
+    if constexpr (kV.whole_dq) {
+      using R = DqRows<kD>;
+      if (R::consumer(it) != c) {
+        named_arrive(ds_bar(it), 128 * kBwdConsumers);  // the other consumer's query block
+        wgmma_wait<0>(dv);
+        wgmma_wait<0>(dk);
+        release_stage();
+        continue;
+      }
+      named_sync(ds_bar(it), 128 * kBwdConsumers);
+      float dqw[kD / 2];  // 64 queries × kD: register 4n + 2h + e = query 16w + g + 8h, column 8n + 2t + e
+      wgmma_fence();
+      ss_mnmn<T, kD, kBc>(dqw, smem_u32(ds_tile), kBc * 128, k_tile, kBc * 128);
+      wgmma_commit();
+      wgmma_wait<1>(dv);
+      wgmma_wait<1>(dk);
+      release_stage();
+      wgmma_wait<0>(dqw);
+#pragma unroll
+      for (int panel = 0; panel < P::kPanels; ++panel)  // registers 32·panel … of dqw: the panel's piece
+        stage_dq(*reinterpret_cast<const float(*)[kChunkFloats / 128]>(dqw + panel * (kChunkFloats / 128)), stage_dq_at,
+                 &bars.dq_empty[c], R::parity(it, panel) ^ 1, &bars.dq_full[c], tid);
+      continue;
+    }
     const int panel = P::panel(c, it);
     if (panel < 0) {
       named_arrive(ds_bar(it), 128 * kBwdConsumers);  // no piece this step: dSᵀ is the other's to use
@@ -383,11 +405,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       wgmma_wait<1>(dk);
       release_stage();
       wgmma_wait<0>(dq);
-      const int m = it * P::kPanels + panel;
-      if (staged)
-        stage_dq(dq, stage_dq_at, &bars.dq_empty[c], P::parity(m) ^ 1, &bars.dq_full[c], tid);
-      else
-        add_dq(dq, prm.dq_acc + dq_piece(bh, prm.q_blocks, q_block(prm.q_blocks, it), panel, P::kPanels), tid);
+      stage_dq(dq, stage_dq_at, &bars.dq_empty[c], P::parity(it, panel) ^ 1, &bars.dq_full[c], tid);
     }
   }
 
@@ -502,7 +520,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         load_stats(smem + L::dsum, prm.dsum + stat, bars.do_full);
       }
     } else if (threadIdx.x == 32) {
-      write_dq<kWideD>(prm, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full, bars.dq_empty, j, bh, steps);
+      write_dq<P>(prm, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full, bars.dq_empty, j, bh, steps);
     }
     return;
   }
@@ -599,8 +617,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         arrive(&bars.q_empty[s]);
       }
       wgmma_wait<0>(dq);
-      const int m = it * P::kPanels + panel;
-      stage_dq(dq, stage_dq_at, &bars.dq_empty[c], P::parity(m) ^ 1, &bars.dq_full[c], tid);
+      stage_dq(dq, stage_dq_at, &bars.dq_empty[c], P::parity(it, panel) ^ 1, &bars.dq_full[c], tid);
     }
   }
 
@@ -716,16 +733,16 @@ void run(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool det)
 template <Version V>
 void run_any_order(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) { run<V>(p, a, ws, s, false); }
 void run_in_order(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) { run<b4>(p, a, ws, s, true); }
-constexpr int kD64[] = {64, 0}, kD64_128[] = {64, 128, 0};
+constexpr int kD64[] = {64, 0}, kD128[] = {128, 0};
 
 }  // namespace
 
 const GpuBackward kBackward{"step07 backward", 256, workspace_bytes, kWorkspace, nullptr, run_any_order<b4>,
                             kBackwardD, kSm, true};
-const GpuBackward kBackwardTries[3] = {
+const GpuBackward kBackwardTries[2] = {
     {"x1: K, V in registers", 256, workspace_bytes, kWorkspace, nullptr, run_any_order<x1>, kD64, kSm, true},
-    {"x2: dQ added from registers", 256, workspace_bytes, kWorkspace, nullptr, run_any_order<x2>, kD64_128, kSm, true},
-    {"x3: both", 256, workspace_bytes, kWorkspace, nullptr, run_any_order<x3>, kD64, kSm, true}};
+    {"x2: a query block's dQ by one consumer", 256, workspace_bytes, kWorkspace, nullptr, run_any_order<x2>, kD128, kSm,
+     true}};
 const GpuBackward kBackwardDeterministic{"det: dQ added in key-block order", 256, workspace_bytes, kWorkspace, nullptr,
                                          run_in_order, kBackwardD, kSm, true};
 

@@ -147,7 +147,7 @@ extern const GpuBackward kBackward;
 /// two runs give the same bits.
 extern const GpuBackward kBackwardDeterministic;
 /// Tries, timed beside kBackward (note 07).
-extern const GpuBackward kBackwardTries[3];
+extern const GpuBackward kBackwardTries[2];
 constexpr int kForwardVersionCount = 9;
 /// The forward versions of note 07's table (versions_forward.cu), for the bench and tests.
 extern const GpuForward kForwardVersions[kForwardVersionCount];

@@ -7,7 +7,7 @@
 # fwd:    step 07's forward, step 06, cuDNN and FlashAttention-2, d = 64, 128, 256,
 #         N = 1k–32k, causal and not, B·H·N = 131072 and 524288 (note 07's tables);
 # bwd:    the same for the backward;
-# bwdx:   the backward's tries (07x1, 07x2, 07x3) beside the production backward and
+# bwdx:   the backward's tries (07x1, 07x2) beside the production backward and
 #         cuDNN, d = 64 and 128, N = 1k, 4k, 16k, causal and not;
 # decode: step 08 (and 08m1, its merge kernel launched late), step 06 and PyTorch's
 #         backends on note 08's decoding shapes;
@@ -56,6 +56,6 @@ if want decode; then  # 08m1: step 08 with its merge kernel launched after the s
   run ab08_gqa --decode --causal 0 --Nq 1 --bh 32,128 --group 8 $impls
 fi
 want bwd && run ab07bwd --dir bwd --causal 0,1
-want bwdx && run ab07bwd_tries --dir bwd --impls 07,07x1,07x2,07x3,torch-cudnn --d 64,128 --N 1024,4096,16384 \
+want bwdx && run ab07bwd_tries --dir bwd --impls 07,07x1,07x2,torch-cudnn --d 64,128 --N 1024,4096,16384 \
   --causal 0,1
 exit 0
