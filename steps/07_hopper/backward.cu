@@ -17,8 +17,10 @@
 //                          in the deterministic mode only once the key blocks before
 //                          j have added theirs (a semaphore per query block);
 //     it gives its registers away (setmaxnreg).
-//   consumer c (1 and 2)   64 keys each, their dK, dV in registers (fp32); per i:
-//       Sᵀ  = K_c·Q_iᵀ,  dPᵀ = V_c·dO_iᵀ       wgmma, both operands in shared memory
+//   consumer c (1 and 2)   64 keys each, their dK, dV in registers (fp32) — at d = 64 K_c
+//                          and V_c too (16-bit A fragments, read once); per i:
+//       Sᵀ  = K_c·Q_iᵀ,  dPᵀ = V_c·dO_iᵀ       wgmma, Q_i and dO_i in shared memory, K_c and
+//                                               V_c too at d = 128 (from registers at d = 64)
 //       Pᵀ  = 2^(Sᵀ·scale·log2 e − L_i·log2 e)  (no max, no sum: L has them)
 //       dSᵀ = Pᵀ∘(dPᵀ − D_i)
 //       dV_c += Pᵀ·dO_i,  dK_c += dSᵀ·Q_i       wgmma, Pᵀ and dSᵀ from registers (16 bits)
@@ -35,8 +37,6 @@
 // At d = 256 (dkdv_wide_kernel, below the first) the block owns 64 keys, and the two
 // consumers split the columns of dK and dV instead of the keys.
 #include <cuda/atomic>
-
-#include <type_traits>
 
 #include "steps/06_tensor_cores/backward.cuh"  // preprocess_kernel, padded_rows
 #include "steps/07_hopper/forward.cuh"         // aligned_smem, epilogue_bar
@@ -114,14 +114,6 @@ struct DqPieces {
   __device__ static std::uint32_t parity(int it, int panel) { return (it * kPanels + panel) / kBwdConsumers % 2; }
 };
 
-/// The other dealing (BwdVersion::whole_dq): query block it's dQ, all its panels, by
-/// consumer it % 2, which stages them one after the other in its slot.
-template <int kD>
-struct DqRows {
-  static constexpr int kPanels = kD / kPanel;
-  __device__ static int consumer(int it, int = 0) { return it % kBwdConsumers; }
-  __device__ static std::uint32_t parity(int it, int panel) { return ((it / kBwdConsumers) * kPanels + panel) % 2; }
-};
 static_assert(kBwdConsumers == 2, "pieces and the alternating barriers are written for two consumers");
 
 /// Query block i of a block's it-th step: last to first.
@@ -129,9 +121,9 @@ __device__ __forceinline__ int q_block(int q_blocks, int it) { return q_blocks -
 
 /// The fp32 dQ accumulator's layout: per head and 64-query block, kD/64 pieces of 64
 /// columns, each as the consumers' registers hold it — registers 4u … 4u + 3 of thread
-/// tid of a warpgroup at 512u + 4·tid — so that a warp stores (in shared memory) or adds
-/// (in device memory) 512 contiguous bytes with one 16-byte access a thread, and a piece
-/// is one contiguous 16 KiB run for one bulk reduction. convert_kernel undoes it.
+/// tid of a warpgroup at 512u + 4·tid — so that a warp stages 512 contiguous bytes in
+/// shared memory with one 16-byte store a thread, and a piece is one contiguous 16 KiB run
+/// for one bulk reduction. convert_kernel undoes it.
 __host__ __device__ constexpr std::size_t dq_piece(std::size_t bh, int q_blocks, int i, int panel, int panels) {
   return ((bh * q_blocks + i) * panels + panel) * std::size_t(kChunkFloats);
 }
@@ -150,9 +142,10 @@ struct BwdParams {
 /// reduction; the staging is handed back (dq_empty[c]) once read. In the deterministic
 /// mode a query block's pieces go only after the key blocks before this one have added
 /// theirs (order[i] == j), and order[i] = j + 1 once they are in memory.
-template <class P>
+template <int kD>
 __device__ void write_dq(const BwdParams& prm, const float* staging, std::uint64_t* dq_full, std::uint64_t* dq_empty,
                          int j, int bh, int steps) {
+  using P = DqPieces<kD>;
   for (int m = 0; m < steps * P::kPanels; ++m) {
     const int it = m / P::kPanels, panel = m % P::kPanels, c = P::consumer(it, panel), i = q_block(prm.q_blocks, it);
     cuda::atomic_ref<int, cuda::thread_scope_device> order(prm.order[std::size_t(bh) * prm.q_blocks + i]);
@@ -211,22 +204,22 @@ __device__ __forceinline__ void stage_dq(const float (&dq)[kChunkFloats / 128], 
   wait(empty, parity);
 #pragma unroll
   for (int u = 0; u < kChunkFloats / 512; ++u)
-    *reinterpret_cast<float4*>(slot + 512 * u + 4 * tid) = make_float4(dq[4 * u], dq[4 * u + 1], dq[4 * u + 2], dq[4 * u + 3]);
+    *reinterpret_cast<float4*>(slot + 512 * u + 4 * tid) =
+        make_float4(dq[4 * u], dq[4 * u + 1], dq[4 * u + 2], dq[4 * u + 3]);
   cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // read by the bulk reduction
   __syncwarp();
   if (tid % 32 == 0) arrive(full);
 }
 
-/// What the dK/dV kernel at d ≤ 128 does beyond lesson row b4 (note 07's backward).
+/// The dK/dV kernel at d ≤ 128, as note 07's backward table measures it: production (b5)
+/// and lesson row b4, which it changes in one way.
 struct BwdVersion {
-  bool kv_in_registers;    ///< d = 64: K_c, V_c as A fragments; Sᵀ and dPᵀ read only Q_i, dO_i from shared memory
-  bool whole_dq;         ///< d = 128: a query block's dQ (both pieces, one m64n128 product) by one consumer,
-                         ///< the consumers taking the query blocks in turn (d = 64's dealing already)
+  bool kv_in_registers;  ///< d = 64: K_c and V_c held as A fragments, so that Sᵀ and dPᵀ read only Q_i and
+                         ///< dO_i from shared memory (b4: both operands from shared memory)
 };
 using Version = BwdVersion (*)();  // a version as a function, so that it can name a kernel's template argument
-FA_HD constexpr BwdVersion b4() { return {false, false}; }
-FA_HD constexpr BwdVersion x1() { return {true, false}; }
-FA_HD constexpr BwdVersion x2() { return {false, true}; }
+FA_HD constexpr BwdVersion b4() { return {false}; }
+FA_HD constexpr BwdVersion b5() { return {true}; }
 
 template <class T, int kD, Version V>
 __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
@@ -268,7 +261,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         load_stats(smem + L::dsum + s * kQ * 4, prm.dsum + stat, &bars.q_full[s]);
       }
     } else if (threadIdx.x == 32) {
-      write_dq<std::conditional_t<kV.whole_dq, DqRows<kD>, DqPieces<kD>>>(prm, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full, bars.dq_empty, j, bh, steps);
+      write_dq<kD>(prm, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full, bars.dq_empty, j, bh, steps);
     }
     return;
   }
@@ -286,7 +279,11 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   constexpr bool kKvRegs = kV.kv_in_registers && kD == 64;
   float dk[kD / 2] = {}, dv[kD / 2] = {};  // dK_c, dV_c: 64 keys × kD; register 4n + 2h + e = key g + 8h, column 8n + 2t + e
   wait(bars.kv_full, 0);
-  std::uint32_t ka[kD / 16][4], va[kD / 16][4];  // kKvRegs: K_c, V_c as A fragments, [16-column k step][register]
+  // d = 64: K_c and V_c as A fragments, read once. An m64n64k16 product with both operands in
+  // shared memory reads 4 KiB for 64K multiply-adds, at the tensor cores' rate about the 128
+  // bytes a cycle shared memory delivers, so Sᵀ and dPᵀ were bound by it; from registers, 2 KiB.
+  // (At d = 128 the 64 registers they would take are dK's and dV's.)
+  std::uint32_t ka[kD / 16][4], va[kD / 16][4];  // [16-column k step][register]
   if constexpr (kKvRegs) {
     load_a<kD>(ka, smem + L::k, kBc, kRowsPerConsumer * c, warp, g, t);
     load_a<kD>(va, smem + L::v, kBc, kRowsPerConsumer * c, warp, g, t);
@@ -302,7 +299,8 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     unsigned char* ds_tile = smem + L::ds + (it % 2) * L::kDsBytes;
     wait(&bars.q_full[s], (it / kStages) % 2);
 
-    // Sᵀ = K_c·Q_iᵀ and dPᵀ = V_c·dO_iᵀ: kD/16 k steps each, both operands K-major.
+    // Sᵀ = K_c·Q_iᵀ and dPᵀ = V_c·dO_iᵀ: kD/16 k steps each, both operands K-major; at d = 64
+    // K_c and V_c from registers (kKvRegs), so that only Q_i and dO_i are read from shared memory.
     float st[kQ / 2], dpt[kQ / 2];  // 64 keys × 64 queries: register 4n + 2h + e = key g + 8h, query 8n + 2t + e
     wgmma_fence();
     if constexpr (kKvRegs)
@@ -363,30 +361,6 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
       arrive(&bars.q_empty[s]);
     };
-    if constexpr (kV.whole_dq) {
-      using R = DqRows<kD>;
-      if (R::consumer(it) != c) {
-        named_arrive(ds_bar(it), 128 * kBwdConsumers);  // the other consumer's query block
-        wgmma_wait<0>(dv);
-        wgmma_wait<0>(dk);
-        release_stage();
-        continue;
-      }
-      named_sync(ds_bar(it), 128 * kBwdConsumers);
-      float dqw[kD / 2];  // 64 queries × kD: register 4n + 2h + e = query 16w + g + 8h, column 8n + 2t + e
-      wgmma_fence();
-      ss_mnmn<T, kD, kBc>(dqw, smem_u32(ds_tile), kBc * 128, k_tile, kBc * 128);
-      wgmma_commit();
-      wgmma_wait<1>(dv);
-      wgmma_wait<1>(dk);
-      release_stage();
-      wgmma_wait<0>(dqw);
-#pragma unroll
-      for (int panel = 0; panel < P::kPanels; ++panel)  // registers 32·panel … of dqw: the panel's piece
-        stage_dq(*reinterpret_cast<const float(*)[kChunkFloats / 128]>(dqw + panel * (kChunkFloats / 128)), stage_dq_at,
-                 &bars.dq_empty[c], R::parity(it, panel) ^ 1, &bars.dq_full[c], tid);
-      continue;
-    }
     const int panel = P::panel(c, it);
     if (panel < 0) {
       named_arrive(ds_bar(it), 128 * kBwdConsumers);  // no piece this step: dSᵀ is the other's to use
@@ -520,7 +494,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         load_stats(smem + L::dsum, prm.dsum + stat, bars.do_full);
       }
     } else if (threadIdx.x == 32) {
-      write_dq<P>(prm, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full, bars.dq_empty, j, bh, steps);
+      write_dq<kWideD>(prm, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full, bars.dq_empty, j, bh, steps);
     }
     return;
   }
@@ -732,17 +706,15 @@ void run(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool det)
 }
 template <Version V>
 void run_any_order(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) { run<V>(p, a, ws, s, false); }
-void run_in_order(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) { run<b4>(p, a, ws, s, true); }
-constexpr int kD64[] = {64, 0}, kD128[] = {128, 0};
+void run_in_order(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) { run<b5>(p, a, ws, s, true); }
+constexpr int kD64[] = {64, 0};  // lesson row b4 differs from production at d = 64 only
 
 }  // namespace
 
-const GpuBackward kBackward{"step07 backward", 256, workspace_bytes, kWorkspace, nullptr, run_any_order<b4>,
+const GpuBackward kBackward{"step07 backward", 256, workspace_bytes, kWorkspace, nullptr, run_any_order<b5>,
                             kBackwardD, kSm, true};
-const GpuBackward kBackwardTries[2] = {
-    {"x1: K, V in registers", 256, workspace_bytes, kWorkspace, nullptr, run_any_order<x1>, kD64, kSm, true},
-    {"x2: a query block's dQ by one consumer", 256, workspace_bytes, kWorkspace, nullptr, run_any_order<x2>, kD128, kSm,
-     true}};
+const GpuBackward kBackwardB4{"b4: K, V read from shared memory by every product", 256, workspace_bytes, kWorkspace,
+                              nullptr, run_any_order<b4>, kD64, kSm, true};
 const GpuBackward kBackwardDeterministic{"det: dQ added in key-block order", 256, workspace_bytes, kWorkspace, nullptr,
                                          run_in_order, kBackwardD, kSm, true};
 

@@ -146,8 +146,9 @@ extern const GpuBackward kBackward;
 /// The same kernels with dQ added in key-block order (a semaphore per query block):
 /// two runs give the same bits.
 extern const GpuBackward kBackwardDeterministic;
-/// Tries, timed beside kBackward (note 07).
-extern const GpuBackward kBackwardTries[2];
+/// Lesson row b4 of note 07's backward table: at d = 64 (only) K_c and V_c read from
+/// shared memory by Sᵀ's and dPᵀ's products instead of held in registers.
+extern const GpuBackward kBackwardB4;
 constexpr int kForwardVersionCount = 9;
 /// The forward versions of note 07's table (versions_forward.cu), for the bench and tests.
 extern const GpuForward kForwardVersions[kForwardVersionCount];

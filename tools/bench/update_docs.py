@@ -990,9 +990,12 @@ def table_step07_bwd_ncu(D):
             x = dict(zip(hdr, r))
             if "dkdv_kernel" in x["Kernel Name"] or "dkdv_wide_kernel" in x["Kernel Name"]:
                 k.setdefault(int(x["ID"]), {})[x["Metric Name"]] = x["Metric Value"].replace(",", "")
-    # fa_bench --once --versions launches 07 (d = 64, 128, 256), then 07det (the same d).
-    ds = (64, 128, 256) if len(k) == 6 else (64, 128)
+    # fa_bench --once --versions launches 07 (d = 64, 128, 256), then 07det (the same d), then
+    # 07b4 (d = 64 only) where the run has it.
+    ds = (64, 128, 256) if len(k) >= 6 else (64, 128)
     names = [f"{mode}, d = {d}" for mode in ("default", "deterministic") for d in ds]
+    if len(k) == len(names) + 1:
+        names.append("lesson row b4 (K, V from shared memory), d = 64")
     out = [f"Nsight Compute, one launch each of the dK/dV kernel, bf16, N = 8192, B·H·N = 131072, not causal, "
            f"on {device07(D)}:", "",
            "| kernel | time | tensor pipe active | warps stalled on a barrier | on long scoreboard | "

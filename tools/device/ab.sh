@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
 # The steps beside PyTorch's attention in one process, on the same tensors, in alternation
 # (tools/bench/ab.py over libfa_capi.so), on the H200 in one call.
-#   [PHASE=fwd|bwd|bwdx|decode|pause|gemm|short|all, or several: PHASE=short,decode] [ROUNDS=5]
+#   [PHASE=fwd|bwd|decode|pause|gemm|short|all, or several: PHASE=short,decode] [ROUNDS=5]
 #       bash tools/device/ab.sh [build-dir]
 # gemm:   the bf16 matrix-product rate, timed the same way (also in fwd);
 # fwd:    step 07's forward, step 06, cuDNN and FlashAttention-2, d = 64, 128, 256,
 #         N = 1k–32k, causal and not, B·H·N = 131072 and 524288 (note 07's tables);
-# bwd:    the same for the backward;
-# bwdx:   the backward's tries (07x1, 07x2) beside the production backward and
-#         cuDNN, d = 64 and 128, N = 1k, 4k, 16k, causal and not;
+# bwd:    the same for the backward, with lesson row b4 (07b4: K, V from shared memory at
+#         d = 64) beside it;
 # decode: step 08 (and 08m1, its merge kernel launched late), step 06 and PyTorch's
 #         backends on note 08's decoding shapes;
 # short:  the forward's short problems at d = 128 (N = 1k–8k), where step 07 was below
@@ -55,7 +54,5 @@ if want decode; then  # 08m1: step 08 with its merge kernel launched after the s
   run ab08_causal --decode --causal 1 --Nq 16 $impls
   run ab08_gqa --decode --causal 0 --Nq 1 --bh 32,128 --group 8 $impls
 fi
-want bwd && run ab07bwd --dir bwd --causal 0,1
-want bwdx && run ab07bwd_tries --dir bwd --impls 07,07x1,07x2,torch-cudnn --d 64,128 --N 1024,4096,16384 \
-  --causal 0,1
+want bwd && run ab07bwd --dir bwd --causal 0,1 --impls 07,07b4,06,torch-cudnn,torch-flash
 exit 0
