@@ -18,8 +18,9 @@
 //   epilogue   O through shared memory and a TMA store; L written as in every step.
 // Backward (backward.cu): step 06's (K/V outer, its preprocess, its blocks and rounding
 // points) on the same pieces — K_j, V_j once and Q_i, dO_i, L_i, D_i through a TMA ring,
-// the five products on wgmma in two consumer warpgroups of 64 keys each (at d = 256 one
-// block of 64 keys, the consumers splitting dK's and dV's columns), dQ added into an
+// the five products on wgmma in two consumer warpgroups of 64 keys each (at d = 64 with
+// their K and V held in registers; at d = 256 one block of 64 keys, the consumers
+// splitting dK's and dV's columns), dQ added into an
 // fp32 accumulator by TMA bulk reductions from the producer's second warp; a
 // deterministic mode adds them in key-block order.
 // Limits: d = 64, 128 or 256, bf16 or fp16; a Hopper GPU (sm_90:

@@ -913,7 +913,10 @@ def table_sass07(D):
     lines = open(path).read().splitlines()[1:] if os.path.exists(path) else []
     out = ["Per kernel (bf16; fp16 compiles to the same counts), from `cuobjdump --dump-sass` of the sm_90a build "
            f"(`{rel(path)}`):", ""]
-    out += [f"- `{x.split(':')[0].replace('void ', '')}`: {x.split(': ', 1)[1]}" for x in lines
+    def name(x):  # "void dkdv_kernel<bf16, 64, &fa::step07::(anonymous namespace)::b5>::BwdParams)" → its short name
+        k = x.split(": ", 1)[0].replace("void ", "")
+        return re.sub(r"&fa::step07::\(anonymous namespace\)::(\w+)>.*", r"\1>", k).split(":")[0]
+    out += [f"- `{name(x)}`: {x.split(': ', 1)[1]}" for x in lines
             if "bf16" in x and x.startswith(("void forward_kernel", "void dkdv_kernel", "void dkdv_wide_kernel"))]
     out += ["", "The versions' kernels (h1–h6) likewise: no local memory in any of them."]
     return out
@@ -925,8 +928,10 @@ STEP07_BWD = [("b1", "bwd07_first", "TMA + wgmma + a producer warpgroup; dQ by T
               ("b2", "bwd07_b2", "+ dQ's 64-column pieces dealt to the consumers in turn (d = 64: one reduction a "
                "query block, every other block each), query blocks last to first"),
               ("b3", "bwd07_b3", "+ a query block's stage released before dQ's piece"),
-              ("b4", ".", "**production**: + d = 256 in a second kernel, 64 keys a block, the consumers splitting dK's "
-               "and dV's columns (b3's kernel unchanged at d ≤ 128)")]
+              ("b4", ".", "+ d = 256 in a second kernel, 64 keys a block, the consumers splitting dK's "
+               "and dV's columns (b3's kernel unchanged at d ≤ 128)"),
+              ("b5", AB, "**production**: + at d = 64, K_c and V_c held in registers, so that Sᵀ's and dPᵀ's "
+               "products read only Q_i and dO_i from shared memory (b4's kernel unchanged at d = 128, 256)")]
 
 
 def table_step07_bwd_lesson(D):
@@ -936,12 +941,39 @@ def table_step07_bwd_lesson(D):
            "| step | the idea | " + " | ".join(f"d = {d}{', causal' if c else ''}" for d, c in cols) + " |",
            "|---|---|" + "---|" * len(cols)]
     for ver, folder, idea in STEP07_BWD:
+        # b4's run: fa_bench's CSVs in the results folder; b5's: ab.py's ab/ab07bwd.csv
         rows = step07_rows(D, "bwd", os.path.join(D.folder, folder))
         cells = []
         for d, c in cols:
             r = rows.get((131072, d, c, 16384), {})
             cells.append(f"{r['step07']:.0f} ({r['step07'] / r['cudnn']:.2f})" if "step07" in r and "cudnn" in r else "—")
         out.append(f"| {ver} | {idea} | " + " | ".join(cells) + " |")
+    return out
+
+
+def table_step07_b5(D):
+    """Lesson rows b4 and b5 (production) of the backward at d = 64, and cuDNN, in one process (ab/ab07bwd.csv)."""
+    path = os.path.join(ab_folder(D), "ab07bwd.csv")
+    cells = {}
+    for r in load(ab_folder(D), "ab07bwd.csv"):
+        who = r["step"] if r["impl"] == "fa" else r["impl"].replace("torch-", "")
+        if r["status"] == "ok" and r["d"] == "64" and who in ("07", "07b4", "cudnn"):
+            key = (int(r["H"]) * int(r["N"]), r["causal"] == "1", int(r["N"]))
+            cells.setdefault(key, {}).setdefault(who, []).append(float(r["tflops"]))
+    Ns = sorted({k[2] for k in cells})
+    out = [f"bf16 backward, d = 64, on {device07(D, 'device.txt', ab_folder(D))}, measured in one process "
+           f"(`tools/bench/ab.py`, `{rel(path)}`, the median of the rounds): b5 ÷ b4 (TFLOP/s), and in brackets b4 "
+           "and b5 × cuDNN; bold: below 1.0.", "",
+           "| B·H·N | causal | " + " | ".join(f"N = {n}" for n in Ns) + " |", "|---|---|" + "---|" * len(Ns)]
+    def bold(x):
+        return f"**{x:.2f}**" if round(x, 2) < 1 else f"{x:.2f}"
+    for tokens, causal in sorted({k[:2] for k in cells}):
+        row = []
+        for n in Ns:
+            m = {w: statistics.median(v) for w, v in cells.get((tokens, causal, n), {}).items()}
+            row.append(f"{bold(m['07'] / m['07b4'])} ({bold(m['07b4'] / m['cudnn'])}, {bold(m['07'] / m['cudnn'])})"
+                       if all(w in m for w in ("07", "07b4", "cudnn")) else "—")
+        out.append(f"| {tokens} | {'yes' if causal else 'no'} | " + " | ".join(row) + " |")
     return out
 
 
@@ -1332,7 +1364,7 @@ TABLES = {
     "step07-rounds": table_step07_rounds, "step07-pause": table_step07_pause,
     "step07-bwd-peers": lambda D: table_step07_peers(D, "bwd"),
     "step07-bwd-summary": lambda D: table_step07_summary(D, "bwd"),
-    "step07-bwd-lesson": table_step07_bwd_lesson, "step07-det": table_step07_det,
+    "step07-bwd-lesson": table_step07_bwd_lesson, "step07-bwd-b5": table_step07_b5, "step07-det": table_step07_det,
     "step07-bwd-memory": table_step07_bwd_memory, "step07-bwd-ncu": table_step07_bwd_ncu, "test07": table_test07,
     "step08-decode": table_step08_decode, "step08-summary": table_step08_summary, "step08-splits": table_step08_splits,
     "step08-lesson": table_step08_lesson, "step08-merge": table_step08_merge,
