@@ -534,6 +534,11 @@ def step07_rows(D, direction="fwd", folder=None):
 WORD = {"fwd": "forward", "bwd": "backward"}
 
 
+def bold(x):
+    """A ratio to two places, in bold where it rounds below 1.0 (the tables' rule)."""
+    return f"**{x:.2f}**" if round(x, 2) < 1 else f"{x:.2f}"
+
+
 AB = "ab"  # notes/results/h200/ab: ab.py's runs (tools/device/ab.sh)
 
 
@@ -566,9 +571,7 @@ def table_step07_peers(D, direction="fwd"):
         for n in Ns:
             r = rows.get((tokens, d, causal, n), {})
             if "step07" in r and "cudnn" in r:
-                ratio = r["step07"] / r["cudnn"]
-                b = "**" if round(ratio, 2) < 1 else ""
-                cells.append(f"{r['step07']:.0f} ({b}{ratio:.2f}{b})")
+                cells.append(f"{r['step07']:.0f} ({bold(r['step07'] / r['cudnn'])})")
             else:
                 cells.append("—")
         out.append(f"| {tokens} | {d} | {'yes' if causal else 'no'} | " + " | ".join(cells) + " |")
@@ -597,10 +600,8 @@ def table_step07_short(D, sub):
     for (tokens, N, causal), r in sorted(rows.items()):
         if not all(k in r for k in ("h1", "h7", "prod", "cudnn")):
             continue
-        ratio = r["prod"] / r["cudnn"]
-        b = "**" if round(ratio, 2) < 1 else ""
         out.append(f"| {tokens} | {N} | {'yes' if causal else 'no'} | {r['h1']:.0f} | {r['h7']:.0f} | "
-                   f"{r['prod']:.0f} | {r['cudnn']:.0f} | {b}{ratio:.2f}{b} |")
+                   f"{r['prod']:.0f} | {r['cudnn']:.0f} | {bold(r['prod'] / r['cudnn'])} |")
     return out
 
 
@@ -622,8 +623,6 @@ def table_step07_short128(D, sub="short07_d128"):
            "then), and of cuDNN; bold: below 1.0.", "",
            "| B·H·N | N | causal | h1 | h5 | s1 | warp-specialised | cuDNN | s1 ÷ cuDNN | warp-specialised ÷ cuDNN |",
            "|---|---|---|---|---|---|---|---|---|---|"]
-    def bold(x):
-        return f"**{x:.2f}**" if round(x, 2) < 1 else f"{x:.2f}"
     for (tokens, N, causal), c in sorted(cells.items()):
         m = {w: statistics.median(v) for w, v in c.items()}
         if not all(k in m for k in ("07h1", "07h5", "07s1", "07", "cudnn")):
@@ -773,8 +772,7 @@ def table_step07_summary(D, direction="fwd"):
         sel = [r for k, r in rows.items() if k[:2] == (tokens, d) and "step07" in r]
         def span(who):
             x = [r["step07"] / r[who] for r in sel if who in r]
-            lo = f"**{min(x):.2f}**" if round(min(x), 2) < 1 else f"{min(x):.2f}"
-            return f"{lo}–{max(x):.2f}"
+            return f"{bold(min(x))}–{max(x):.2f}"
         t = [r["step07"] for r in sel]
         ok = sum(r["step07"] >= r["cudnn"] for r in sel if "cudnn" in r)
         out.append(f"| {tokens} | {d} | {min(t):.0f}–{max(t):.0f} | {span('cudnn')} | {span('flash')} | "
@@ -965,8 +963,6 @@ def table_step07_b5(D):
            f"(`tools/bench/ab.py`, `{rel(path)}`, the median of the rounds): b5 ÷ b4 (TFLOP/s), and in brackets b4 "
            "and b5 × cuDNN; bold: below 1.0.", "",
            "| B·H·N | causal | " + " | ".join(f"N = {n}" for n in Ns) + " |", "|---|---|" + "---|" * len(Ns)]
-    def bold(x):
-        return f"**{x:.2f}**" if round(x, 2) < 1 else f"{x:.2f}"
     for tokens, causal in sorted({k[:2] for k in cells}):
         row = []
         for n in Ns:
@@ -1123,8 +1119,6 @@ def table_step08_decode(D):
            f"(flash = FlashAttention-2, cudnn, efficient). Bold: below 1.0.", "",
            "| B·H | H_kv | N_q | N_kv | causal | step 08 ms | GB/s (× copy) | PyTorch best ms | step 08 × PyTorch | "
            "two processes: runs 1, 2, 3 | step 06 ms | × step 06 |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    def bold(x):
-        return f"**{x:.2f}**" if round(x, 2) < 1 else f"{x:.2f}"
     for key in sorted(rows, key=order08):
         c = rows[key]
         if "08" not in c:
