@@ -237,7 +237,6 @@ __global__ void __launch_bounds__(kCombineThreads)
 #endif
 }
 
-
 template <class T, int kD, int kStages>
 void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const SplitPlan& sp, bool early_merge) {
   const std::size_t smem = smem_bytes(kD, kStages);
