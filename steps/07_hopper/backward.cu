@@ -341,14 +341,8 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     wgmma_commit();
 
     // dSᵀ into shared memory (rows = the block's keys, one 128-byte-swizzled panel of 64
-    // queries) for dQ: register r of dsa[kk] holds keys g (+8 if r odd), queries 16kk + 8⌊r/2⌋ + 2t.
-#pragma unroll
-    for (int kk = 0; kk < kQ / 16; ++kk)
-#pragma unroll
-      for (int r = 0; r < 4; ++r)
-        *reinterpret_cast<std::uint32_t*>(
-            ds_tile + swizzled(kBc, kRowsPerConsumer * c + 16 * warp + g + 8 * (r % 2), 16 * kk + 8 * (r / 2) + 2 * t)) =
-            dsa[kk][r];
+    // queries) for dQ: this consumer's 64 rows, as A fragments.
+    store_a<kQ>(ds_tile, dsa, kBc, kRowsPerConsumer * c, warp, g, t);
     cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // ordinary stores, read by wgmma
     // The stage is free once dV's and dK's products are done: its Q_i, dO_i read by the
     // products, its L_i, D_i by this thread's ordinary loads, which the fence orders before

@@ -175,10 +175,15 @@ __device__ __forceinline__ void rs_kk(float (&d)[N / 2], const std::uint32_t (&a
     Wgmma<T, N>::template rs<0>(d, a[kk], descriptor(b + (kk / 4) * b_rows * 128 + (kk % 4) * 32, 0), kk > 0);
 }
 
-/// The A fragments (K/16 k steps) of rows row0 … row0 + 63 of a panel-layout tile of
-/// `rows` rows at `tile`, read from shared memory: register r of k step kk holds row
-/// row0 + 16·warp + g (+8 if r is odd), columns 16kk + 8⌊r/2⌋ + 2t, 2t + 1 — what
-/// to_a makes of an accumulator.
+/// Where register r of k step kk of an A fragment lies in a panel-layout tile of `rows`
+/// rows, for the 64 rows row0 … row0 + 63: row row0 + 16·warp + g (+8 if r is odd),
+/// columns 16kk + 8⌊r/2⌋ + 2t, 2t + 1 — what to_a makes of an accumulator. In bytes.
+__device__ __forceinline__ std::uint32_t a_fragment_at(int rows, int row0, int kk, int r, int warp, int g, int t) {
+  return swizzled(rows, row0 + 16 * warp + g + 8 * (r % 2), 16 * kk + 8 * (r / 2) + 2 * t);
+}
+
+/// The A fragments (K/16 k steps) of rows row0 … row0 + 63 of a panel-layout tile, read
+/// from shared memory (a_fragment_at).
 template <int K>
 __device__ __forceinline__ void load_a(std::uint32_t (&a)[K / 16][4], const unsigned char* tile, int rows, int row0,
                                        int warp, int g, int t) {
@@ -186,8 +191,18 @@ __device__ __forceinline__ void load_a(std::uint32_t (&a)[K / 16][4], const unsi
   for (int kk = 0; kk < K / 16; ++kk)
 #pragma unroll
     for (int r = 0; r < 4; ++r)
-      a[kk][r] = *reinterpret_cast<const std::uint32_t*>(
-          tile + swizzled(rows, row0 + 16 * warp + g + 8 * (r % 2), 16 * kk + 8 * (r / 2) + 2 * t));
+      a[kk][r] = *reinterpret_cast<const std::uint32_t*>(tile + a_fragment_at(rows, row0, kk, r, warp, g, t));
+}
+
+/// load_a's inverse: A fragments written into rows row0 … row0 + 63 of a panel-layout tile.
+template <int K>
+__device__ __forceinline__ void store_a(unsigned char* tile, const std::uint32_t (&a)[K / 16][4], int rows, int row0,
+                                        int warp, int g, int t) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk)
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+      *reinterpret_cast<std::uint32_t*>(tile + a_fragment_at(rows, row0, kk, r, warp, g, t)) = a[kk][r];
 }
 
 /// D(64×N) += A·B: A from registers (K/16 k steps), B MN-major in shared memory at `b` (its
