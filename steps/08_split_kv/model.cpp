@@ -86,6 +86,24 @@ double traffic_bytes(const Problem& p, const SplitPlan& s) {
   return 2.0 * double(m.q + m.kv + m.o) + 4.0 * double(m.l + m.part);
 }
 
+namespace {
+/// The merge kernel's statistics of one row, in its order (its warp 0): lane i merges the
+/// L's of splits i, i + 32, … in turn, then the 32 lanes' states are merged pairwise,
+/// level by level, as the xor butterfly leaves them in lane 0.
+void stats_tree(const std::vector<float>& ls, float& mm, float& ll) {
+  constexpr int kLanes = 32;
+  float m[kLanes], l[kLanes];
+  for (int i = 0; i < kLanes; ++i) {
+    m[i] = -INFINITY, l[i] = 0.0f;
+    for (std::size_t sp = i; sp < ls.size(); sp += kLanes)
+      online::merge(m[i], l[i], nullptr, ls[sp], ls[sp] == -INFINITY ? 0.0f : 1.0f, nullptr, 0);
+  }
+  for (int x = 1; x < kLanes; x *= 2)
+    for (int i = 0; i < kLanes; i += 2 * x) online::merge(m[i], l[i], nullptr, m[i + x], l[i + x], nullptr, 0);
+  mm = m[0], ll = l[0];
+}
+}  // namespace
+
 ModelForward model_forward(const Problem& p, const Qkv& in, const SplitPlan& s) {
   require_supported(p);
   ModelForward r;
@@ -157,12 +175,17 @@ ModelForward model_forward(const Problem& p, const Qkv& in, const SplitPlan& s) 
               }
             }
         }
-        // The four warps' states of a row, merged in warp order (the kernel's epilogue).
+        // The four warps' states of a row merged (the kernel's epilogue): the statistics
+        // folded in warp order, each warp's weight against their max, the weighted sum.
+        std::vector<float> o(d);
         for (int rr = 0; rr < rows; ++rr) {
           float mm = m[rr], ll = l[rr];
-          float* o = &acc[std::size_t(rr) * d];
-          for (int w = 1; w < kWarps; ++w)
-            online::merge(mm, ll, o, m[w * kRows + rr], l[w * kRows + rr], &acc[(std::size_t(w) * kRows + rr) * d], d);
+          for (int w = 1; w < kWarps; ++w) online::merge(mm, ll, nullptr, m[w * kRows + rr], l[w * kRows + rr], nullptr, 0);
+          std::fill(o.begin(), o.end(), 0.0f);
+          for (int w = 0; w < kWarps; ++w) {
+            const float wt = online::rescale(m[w * kRows + rr], mm);
+            for (int x = 0; x < d; ++x) o[x] += wt * acc[(std::size_t(w) * kRows + rr) * d + x];
+          }
           const std::size_t row = base + r0 + rr;
           if (!split) {
             for (int x = 0; x < d; ++x) O.store(row * d + x, round_to(t, o[x] / ll));
@@ -179,14 +202,12 @@ ModelForward model_forward(const Problem& p, const Qkv& in, const SplitPlan& s) 
   if (split) {
     // The second kernel: a row's splits merged at once. A split's (O/ℓ, L) is the state
     // (m = L, ℓ = 1, O/ℓ): e^L·1 = e^m·ℓ. The statistics of all of them first (the merge
-    // folded over the L's alone), then every split weighted against the common max.
+    // over the L's alone, in the kernel's tree), then every split weighted against the common max.
     std::vector<float> ls(s.splits), o(d);
     for (std::size_t row = 0; row < p.rows(); ++row) {
-      float mm = -INFINITY, ll = 0.0f;
-      for (int sp = 0; sp < s.splits; ++sp) {
-        ls[sp] = PL.load(std::size_t(sp) * p.rows() + row);
-        online::merge(mm, ll, nullptr, ls[sp], ls[sp] == -INFINITY ? 0.0f : 1.0f, nullptr, 0);
-      }
+      for (int sp = 0; sp < s.splits; ++sp) ls[sp] = PL.load(std::size_t(sp) * p.rows() + row);
+      float mm, ll;
+      stats_tree(ls, mm, ll);
       std::fill(o.begin(), o.end(), 0.0f);
       for (int sp = 0; sp < s.splits; ++sp) {
         const float w = online::rescale(ls[sp], mm);

@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const SplitArgs<T> a) {
   cudaTriggerProgrammaticLaunchCompletion();
 #endif
   constexpr int kW = smem_cols(kD);
-  static_assert((kWarps * kRows * (kD + 2)) * sizeof(float) <= 2 * kStages * kTileKeys * kW * sizeof(T),
+  static_assert((kWarps * kRows * (kD + 3) + 2 * kRows) * sizeof(float) <= 2 * kStages * kTileKeys * kW * sizeof(T),
                 "the epilogue's per-warp states fit in the ring they reuse");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* Qs = reinterpret_cast<T*>(smem_raw);  // [kRows][kW], swizzled
@@ -156,12 +156,18 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const SplitArgs<T> a) {
   }
 
   // Epilogue: the four warps' states merged through shared memory (the ring is free once
-  // every copy has landed and every warp has left the loop), then O/ℓ and L written.
+  // every copy has landed and every warp has left the loop), by the merge rule for many
+  // parts at once, as the merge kernel does it: per row the statistics (M, ℓ: the merge
+  // folded over the warps' m and ℓ) and each warp's weight e^(m_w − M), then every element
+  // of O the weighted sum. Then O/ℓ and L written.
   cp_async_wait<0>();
   __syncthreads();
   float* Ow = reinterpret_cast<float*>(smem_raw + kRows * kW * sizeof(T));  // [kWarps][kRows][kD], over the ring
   float* Mw = Ow + kWarps * kRows * kD;  // [kWarps][kRows]: m in natural units (m·scale)
   float* Lw = Mw + kWarps * kRows;       // [kWarps][kRows]: ℓ
+  float* Ww = Lw + kWarps * kRows;       // [kWarps][kRows]: the weight e^(m_w − M)
+  float* Ms = Ww + kWarps * kRows;       // [kRows]: M, the row's max over the four warps
+  float* Ls = Ms + kRows;                // [kRows]: ℓ of the four
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);  // the quad's four parts of ℓ
@@ -174,12 +180,22 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const SplitArgs<T> a) {
           make_float2(acc[0][dt][2 * h], acc[0][dt][2 * h + 1]);
   }
   __syncthreads();
+  if (threadIdx.x < kRows) {  // row r's statistics and weights, once (not once per element)
+    const int r = threadIdx.x;
+    float mm = Mw[r], ll = Lw[r];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) online::merge(mm, ll, nullptr, Mw[w * kRows + r], Lw[w * kRows + r], nullptr, 0);
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) Ww[w * kRows + r] = online::rescale(Mw[w * kRows + r], mm);
+    Ms[r] = mm, Ls[r] = ll;
+  }
+  __syncthreads();
   for (int e = threadIdx.x; e < rows * kD; e += kThreads) {  // element (r, c): c fastest, stores coalesce
     const int r = e / kD, c = e % kD;
-    float mm = Mw[r], ll = Lw[r], o = Ow[r * kD + c];
+    const float mm = Ms[r], ll = Ls[r];
+    float o = 0.0f;
 #pragma unroll
-    for (int w = 1; w < kWarps; ++w)
-      online::merge(mm, ll, &o, Mw[w * kRows + r], Lw[w * kRows + r], &Ow[(w * kRows + r) * kD + c], 1);
+    for (int w = 0; w < kWarps; ++w) o += Ww[w * kRows + r] * Ow[(w * kRows + r) * kD + c];
     const std::size_t row = base + r;
     if (a.plan.splits == 1) {
       a.o[row * kD + c] = T(o / ll);
@@ -196,9 +212,9 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const SplitArgs<T> a) {
 /// The splits of each row merged: one thread block a row, 256 threads = d/4 column quads ×
 /// J lanes (8 at d = 128, 16 at d = 64). A split's (O/ℓ, L) is the partial state
 /// (m = L, ℓ = 1, O/ℓ) — e^L·1 = e^m·ℓ — and an empty split's (0, −∞) has ℓ = 0. The merge
-/// rule for S parts at once: their statistics first (online::merge folded over the L's,
-/// no O: the common max M and ℓ = Σ e^(L_s − M)), then O = Σ e^(L_s − M)·O_s / ℓ, every
-/// part's weight against the common max (online::rescale). The loads of the sum are
+/// rule for S parts at once: their statistics first — the common max M and ℓ = Σ e^(L_s − M),
+/// by warp 0 as a tree of merges (stats_tree), and every part's weight against the common
+/// max, e^(L_s − M) (online::rescale), once —, then O = Σ e^(L_s − M)·O_s / ℓ. The loads of the sum are
 /// independent of each other — lane j takes the splits s ≡ j (mod J) — where a fold of
 /// the O's would make each wait for the last.
 template <class T, int kD>
@@ -210,18 +226,38 @@ __global__ void __launch_bounds__(kCombineThreads)
   cudaGridDependencySynchronize();  // the split kernel done, its partials visible (launched early, see launch)
 #endif
   constexpr int kQuads = kD / 4, kLanes = kCombineThreads / kQuads;
-  __shared__ float ls[kMaxSplits];           // the row's L of every split
+  __shared__ float ws[kMaxSplits];           // the row's L of every split, then its weight e^(L_s − M)
+  __shared__ float stats[2];                 // M and ℓ of all the row's splits
   __shared__ float4 sums[kLanes][kQuads];    // each lane's part of Σ e^(L_s − M)·O_s
   const std::size_t row = blockIdx.x;
   const int q = threadIdx.x % kQuads, j = threadIdx.x / kQuads;
-  for (int s = threadIdx.x; s < splits; s += kCombineThreads) ls[s] = part_lse[std::size_t(s) * rows + row];
+  if (threadIdx.x < 32) {
+    // The statistics, as a tree: lane i merges the L's of splits i, i + 32, … in turn
+    // (ℓ = 1 each, 0 for an empty split), then the 32 lanes' states are merged pairwise
+    // (xor butterfly, lane 0 keeping the left part first: the model's stats_tree). The
+    // rule is associative, so any order is the merge of all parts; in order, 32 merges
+    // wait each on the last, in a tree 5 levels do. Then each split's weight, once.
+    float m = -INFINITY, l = 0.0f;
+    for (int s = threadIdx.x; s < splits; s += 32) {
+      const float L = part_lse[std::size_t(s) * rows + row];
+      ws[s] = L;
+      online::merge(m, l, nullptr, L, L == -INFINITY ? 0.0f : 1.0f, nullptr, 0);
+    }
+#pragma unroll
+    for (int x = 1; x < 32; x *= 2) {
+      const float m2 = __shfl_xor_sync(0xffffffffu, m, x), l2 = __shfl_xor_sync(0xffffffffu, l, x);
+      online::merge(m, l, nullptr, m2, l2, nullptr, 0);
+    }
+    // (M is the same in every lane: a max is exact in any order.)
+    for (int s = threadIdx.x; s < splits; s += 32) ws[s] = online::rescale(ws[s], m);  // 0 if empty
+    if (threadIdx.x == 0) stats[0] = m, stats[1] = l;
+  }
   __syncthreads();
-  float m = -INFINITY, l = 0.0f;  // the statistics of all parts (every thread folds the same L's)
-  for (int s = 0; s < splits; ++s) online::merge(m, l, nullptr, ls[s], ls[s] == -INFINITY ? 0.0f : 1.0f, nullptr, 0);
+  const float m = stats[0], l = stats[1];
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 4
   for (int s = j; s < splits; s += kLanes) {
-    const float w = online::rescale(ls[s], m);  // e^(L_s − M); 0 for an empty split
+    const float w = ws[s];
     const float4 x = *reinterpret_cast<const float4*>(part_o + (std::size_t(s) * rows + row) * kD + 4 * q);
     acc.x += w * x.x, acc.y += w * x.y, acc.z += w * x.z, acc.w += w * x.w;
   }

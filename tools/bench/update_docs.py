@@ -1167,7 +1167,8 @@ def table_step08_summary(D):
     near = [best_peer(c)[1] / c["08"]["ms"] for c in ab.values() if "08" in c]
     out += ["", "Step 08 below PyTorch's best in " +
             ", ".join(f"{n} of {m} shapes ({name})" for (n, m), name in zip(counts, names)) +
-            f"; in the one-process run {sum(1 for x in near if x < 0.975)} of them by more than 2.5%."]
+            f"; in the one-process run {sum(1 for x in near if x < 0.975)} of them by more than 2.5%, the lowest "
+            f"ratio {min(near):.3f}."]
     return out
 
 
@@ -1276,6 +1277,49 @@ def table_step08_early(D):
     return out
 
 
+TREE08 = "tries/step08_merge_tree"  # ab.py's runs of the merge's latency: run1 (statistics), run2 (weights)
+
+
+def table_step08_tree(D):
+    """The merges' own latency: two ab.py runs, each production beside the version it replaced. run1: the merge
+    kernel's statistics folded in order by every thread (08x1) against in a tree by warp 0 (08); run2: the split
+    kernel's four warps merged element by element (08x1) and the merge kernel's weights taken by every thread
+    (08x2) against production (08)."""
+    f1, f2 = (os.path.join(D.folder, TREE08, r) for r in ("run1", "run2"))
+    (r1, _), (r2, _) = decode08_ab(D, f1), decode08_ab(D, f2)
+    keys = [k for k in sorted(r1, key=order08) if k in r2 and k[2] == 1]
+    out = [f"µs of step 08 (× PyTorch's best backend in the same run), bf16, d = 128, N_q = 1, B = 1, on "
+           f"{device07(D, 'device.txt', f2)}; two runs of `tools/bench/ab.py` in one session "
+           f"(`{rel(f1)}/`, `{rel(f2)}/`), 3 rounds each, the median. Run 1: the merge kernel's statistics folded "
+           "in order by every thread, against a tree in warp 0 (with the split kernel's warps still merged element "
+           "by element). Run 2: production, against the split kernel's four warps merged element by element and "
+           "against the merge kernel's weights taken by every thread.", "",
+           "| B·H | H_kv | N_q | N_kv | causal | run 1: folded | tree | tree ÷ folded | run 2: warps merged per element | "
+           "production | production ÷ per element | weights per thread | production ÷ per thread |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    cell = lambda c, w: f"{c[w]['ms'] * 1e3:.1f} ({bold(best_peer(c)[1] / c[w]['ms'])})"
+    tree, row, once = [], [], []
+    for k in keys:
+        a, b = r1[k], r2[k]
+        tree.append((k, a["08"]["ms"] / a["08x1"]["ms"]))
+        row.append((k, b["08"]["ms"] / b["08x1"]["ms"]))
+        once.append((k, b["08"]["ms"] / b["08x2"]["ms"]))
+        out.append(f"| {shape08(k)} | {cell(a, '08x1')} | {cell(a, '08')} | {tree[-1][1]:.3f} | {cell(b, '08x1')} | "
+                   f"{cell(b, '08')} | {row[-1][1]:.3f} | {cell(b, '08x2')} | {once[-1][1]:.3f} |")
+    span = lambda xs, grouped: "–".join(f"{f(x for k, x in xs if (k[0] != k[1]) == grouped):.3f}" for f in (min, max))
+    every = [(k, b["08"]["ms"] / b["08x1"]["ms"]) for k, b in r2.items() if "08x1" in b]
+    out += ["", f"Time ÷ the version replaced, with grouped heads and without: the tree {span(tree, True)} and "
+                f"{span(tree, False)}; the warps merged per row {span(row, True)} and {span(row, False)} "
+                f"(over run 2's {len(every)} shapes, N_q = 16 too: {span(every, True)} and {span(every, False)}); "
+                f"the weights taken once {span(once, True)} and {span(once, False)}."]
+    s64 = [(k, a[w]["ms"] / a["08"]["ms"]) for k, a in r1.items() for w in ("08x2",) if w in a]
+    s64r4 = [(k, a["08x3"]["ms"] / a["08"]["ms"]) for k, a in r1.items() if "08x3" in a]
+    out += [f"In run 1, 64 splits (chunks of two tiles, 256 blocks at 4 K/V heads) took {span(s64, True)}× the "
+            f"plan's time with grouped heads with a ring of two tiles (three blocks an SM) and {span(s64r4, True)}× "
+            "with the ring of four (one block an SM)."]
+    return out
+
+
 def table_test08(D):
     return ["```"] + open(os.path.join(D.folder, "test08.txt")).read().strip().splitlines() + ["```"]
 
@@ -1362,7 +1406,7 @@ TABLES = {
     "step07-bwd-memory": table_step07_bwd_memory, "step07-bwd-ncu": table_step07_bwd_ncu, "test07": table_test07,
     "step08-decode": table_step08_decode, "step08-summary": table_step08_summary, "step08-splits": table_step08_splits,
     "step08-lesson": table_step08_lesson, "step08-merge": table_step08_merge,
-    "step08-early": table_step08_early, "test08": table_test08,
+    "step08-early": table_step08_early, "step08-tree": table_step08_tree, "test08": table_test08,
     "ctest08": table_ctest08, "sm80-08": table_sm80_08,
     "sass08": table_sass08, "test09": table_test09, "step09-bench": table_step09_bench,
 }
