@@ -358,6 +358,25 @@ TEST_CASE("step07 backward lesson row b4 (K, V from shared memory) equals the pr
     }
 }
 
+// Lesson row b5 walks the query blocks 64 at a time at d = 128 where production takes 80:
+// the same sums grouped otherwise (fp32, rounded at the end), so every gradient within the
+// reorder tolerance; N = 17, 113, 1000, 4097 end inside a block of either.
+TEST_CASE("step07 backward lesson row b5 (64 queries a step at d = 128) equals the production backward", "[gpu]") {
+  for (int N : {1, 17, 113, 1000, 4097})
+    for (bool causal : {false, true}) {
+      if (test::quick() && N > 1000) continue;
+      const Problem p = lowp(make(2, 2, N, 128, causal), DType::bf16);
+      INFO(p.str() << ", seeds 116, 117");
+      const Qkv in = inputs(p, 116);
+      const std::vector<float> dout = grad_out(p, 117);
+      const ForwardOut fwd = gpu::forward(step07::kForward, p, in, true);
+      const Grads g = gpu::backward(step07::kBackwardB5, p, in, fwd, dout);
+      const Grads want = gpu::backward(step07::kBackward, p, in, fwd, dout);
+      check_grads_close("b5 vs production", p, g, want, step06::kBf16Reorder);
+      if (N <= 1000) check_grad_budget(p, in, dout, g, "b5");
+    }
+}
+
 TEST_CASE("step07 backward at d = 64 and 256, both modes (also under the sanitizers)", "[gpu]") {
   // FA_TEST_QUICK keeps d = 128 alone in the sweeps: this case keeps d = 64 and 256 there
   // (at d = 256 another kernel: the consumers split the columns). N = 113: two query

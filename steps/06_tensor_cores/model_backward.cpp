@@ -13,10 +13,15 @@ namespace fa::step06 {
 
 ModelBackward model_backward(const Problem& p, const Qkv& in, const ForwardOut& fwd, const std::vector<float>& dout) {
   require_supported(p);
+  return model_backward_tiled(p, in, fwd, dout, backward_keys(p.d), kBwdQueries);
+}
+
+ModelBackward model_backward_tiled(const Problem& p, const Qkv& in, const ForwardOut& fwd,
+                                   const std::vector<float>& dout, int kK, int kQ) {
   ModelBackward r;
   Traffic& tr = r.traffic;
   const DType t = p.dtype;
-  const int N = p.N, d = p.d, kK = backward_keys(d), kQ = kBwdQueries;
+  const int N = p.N, d = p.d;
   const float scale = p.softmax_scale();
   Hbm Q(rounded(in.q, t), tr), K(rounded(in.k, t), tr), V(rounded(in.v, t), tr);
   Hbm O(rounded(fwd.o, t), tr), dO(rounded(dout, t), tr), L(fwd.lse, tr);
@@ -100,9 +105,11 @@ ModelBackward model_backward(const Problem& p, const Qkv& in, const ForwardOut& 
   return r;
 }
 
-Traffic traffic_backward(const Problem& p) {
+Traffic traffic_backward(const Problem& p) { return traffic_backward_tiled(p, backward_keys(p.d), kBwdQueries); }
+
+Traffic traffic_backward_tiled(const Problem& p, int keys, int queries) {
   const std::uint64_t N = p.N, d = p.d, Nd = N * d;
-  const std::uint64_t visits = tiles::q_rows_visited(p, kBwdQueries, backward_keys(p.d));  // query rows per K/V block, summed
+  const std::uint64_t visits = tiles::q_rows_visited(p, queries, keys);  // query rows per K/V block, summed
   Traffic t;
   // memset + preprocess: read O, dO, L; write the accumulator's zeros, D, L·log2 e.
   t.read += 2 * Nd + N;

@@ -90,9 +90,14 @@ ForwardOut naive_lowp(const Problem& p, const Qkv& in);
 /// Pᵀ and dSᵀ before their products, the gradients at the end), dQ summed in fp32
 /// over K/V blocks in block order (the kernel's atomics add in any order).
 ModelBackward model_backward(const Problem& p, const Qkv& in, const ForwardOut& fwd, const std::vector<float>& dout);
+/// The same with blocks of `keys` keys visiting the query blocks `queries` at a time
+/// (step 07's blocks; no check of p).
+ModelBackward model_backward_tiled(const Problem& p, const Qkv& in, const ForwardOut& fwd,
+                                   const std::vector<float>& dout, int keys, int queries);
 /// Elements moved by the three backward kernels (16-bit tensors and fp32 L, D and
 /// dQ accumulator alike counted as elements; the note gives the bytes).
 Traffic traffic_backward(const Problem& p);
+Traffic traffic_backward_tiled(const Problem& p, int keys, int queries);
 
 /// The naive same-dtype backward: S, P, dP, dS and every gradient rounded to p.dtype.
 Grads naive_lowp_backward(const Problem& p, const Qkv& in, const std::vector<float>& dout);

@@ -6,7 +6,8 @@
 // per head to a multiple of 64 rows), the dK/dV kernel below, and a convert kernel
 // (dQ = scale·accumulator in 16 bits).
 //
-// A thread block owns K/V block j (128 keys of one head) and is 3 warpgroups:
+// A thread block owns K/V block j (128 keys of one head), visits the query blocks 64
+// queries at a time (80 at d = 128) and is 3 warpgroups:
 //   producer (warpgroup 0)
 //     warp 0, one thread:  K_j and V_j once; then per query block i Q_i, dO_i (TMA),
 //                          L_i, D_i (bulk copies) into a ring of stages, completing
@@ -28,7 +29,10 @@
 //                                               consumers (it needs all 128 keys), read
 //                                               transposed; dQ_i's 64-column pieces
 //                                               dealt to the consumers in turn (d = 128:
-//                                               one each; d = 64: one, every other i)
+//                                               one each; d = 64: one, every other i).
+//                                               With 80 queries (d = 128) computed as
+//                                               dQᵢᵀ = K_jᵀ·dSᵀ, M being the piece's 64
+//                                               columns, and dS stored as such (stmatrix)
 // The query blocks are visited last to first: with the causal mask every key block then
 // starts at the same (the last) query block, so in the deterministic mode no block waits
 // long for the ones before it.
@@ -45,23 +49,26 @@ namespace fa::step07 {
 namespace {
 
 constexpr int kBc = kBwdKeys, kQ = kBwdQueries, kStages = kBwdStages;
-constexpr int kChunkFloats = kQ * kPanel;  ///< one 64-query × 64-column piece of dQ (fp32)
+/// One piece of dQ (fp32): a query block's rows × 64 columns.
+FA_HD constexpr int chunk_floats(int queries) { return queries * kPanel; }
+constexpr int kChunkFloats = chunk_floats(kQ);  ///< of a 64-query block
 
-/// Shared memory of a block, in bytes from a 1024-aligned base.
-template <int kD>
+/// Shared memory of a block with kQi queries a step, in bytes from a 1024-aligned base.
+template <int kD, int kQi>
 struct BwdSmem {
-  static constexpr int kKVBytes = kBc * kD * 2;  ///< K_j (or V_j): kD/64 panels of 128 rows
-  static constexpr int kQBytes = kQ * kD * 2;    ///< Q_i (or dO_i): kD/64 panels of 64 rows
-  static constexpr int kDsBytes = kBc * kQ * 2;  ///< dSᵀ: 128 keys × 64 queries, one panel
+  static constexpr int kKVBytes = kBc * kD * 2;   ///< K_j (or V_j): kD/64 panels of 128 rows
+  static constexpr int kQBytes = kQi * kD * 2;    ///< Q_i (or dO_i): kD/64 panels of kQi rows
+  static constexpr int kDsBytes = kBc * kQi * 2;  ///< dSᵀ: 128 keys × 64 queries, one panel (80 queries:
+                                                  ///< dS, 80 rows × two panels of 64 keys)
   static constexpr int k = 0;
   static constexpr int v = k + kKVBytes;
   static constexpr int q = v + kKVBytes;              ///< [stage]
   static constexpr int dout = q + kStages * kQBytes;  ///< [stage]
   static constexpr int ds = dout + kStages * kQBytes; ///< [2]: alternate query blocks
   static constexpr int dq = ds + 2 * kDsBytes;        ///< [consumer]: a staged dQ piece (fp32)
-  static constexpr int l2 = dq + kBwdConsumers * kChunkFloats * 4;  ///< [stage][kQ]: L·log2 e
-  static constexpr int dsum = l2 + kStages * kQ * 4;                 ///< [stage][kQ]: D
-  static constexpr int bars = dsum + kStages * kQ * 4;
+  static constexpr int l2 = dq + kBwdConsumers * chunk_floats(kQi) * 4;  ///< [stage][kQi]: L·log2 e
+  static constexpr int dsum = l2 + kStages * kQi * 4;                     ///< [stage][kQi]: D
+  static constexpr int bars = dsum + kStages * kQi * 4;
   static constexpr int bytes = bars + 8 * (1 + 2 * kStages + 2 * kBwdConsumers);  ///< + 1024 for alignment
 };
 
@@ -119,13 +126,14 @@ static_assert(kBwdConsumers == 2, "pieces and the alternating barriers are writt
 /// Query block i of a block's it-th step: last to first.
 __device__ __forceinline__ int q_block(int q_blocks, int it) { return q_blocks - 1 - it; }
 
-/// The fp32 dQ accumulator's layout: per head and 64-query block, kD/64 pieces of 64
+/// The fp32 dQ accumulator's layout: per head and query block, kD/64 pieces of 64
 /// columns, each as the consumers' registers hold it — registers 4u … 4u + 3 of thread
 /// tid of a warpgroup at 512u + 4·tid — so that a warp stages 512 contiguous bytes in
-/// shared memory with one 16-byte store a thread, and a piece is one contiguous 16 KiB run
-/// for one bulk reduction. convert_kernel undoes it.
-__host__ __device__ constexpr std::size_t dq_piece(std::size_t bh, int q_blocks, int i, int panel, int panels) {
-  return ((bh * q_blocks + i) * panels + panel) * std::size_t(kChunkFloats);
+/// shared memory with one 16-byte store a thread, and a piece is one contiguous run (16 KiB;
+/// 20 KiB with 80 queries) for one bulk reduction. The convert kernels undo it.
+__host__ __device__ constexpr std::size_t dq_piece(std::size_t bh, int q_blocks, int i, int panel, int panels,
+                                                   int chunk) {
+  return ((bh * q_blocks + i) * panels + panel) * std::size_t(chunk);
 }
 
 struct BwdParams {
@@ -133,7 +141,7 @@ struct BwdParams {
   float scale;
   bool causal, deterministic;
   const float *l2, *dsum;  // preprocess's, [B·H][Np]
-  float* dq_acc;           // [B·H][q_blocks][kD/64][kChunkFloats]
+  float* dq_acc;           // [B·H][q_blocks][kD/64][a piece: chunk_floats(queries a step)]
   int* order;              // [B·H][q_blocks]: key blocks that have added into query block i
 };
 
@@ -142,10 +150,11 @@ struct BwdParams {
 /// reduction; the staging is handed back (dq_empty[c]) once read. In the deterministic
 /// mode a query block's pieces go only after the key blocks before this one have added
 /// theirs (order[i] == j), and order[i] = j + 1 once they are in memory.
-template <int kD>
+template <int kD, int kQi>
 __device__ void write_dq(const BwdParams& prm, const float* staging, std::uint64_t* dq_full, std::uint64_t* dq_empty,
                          int j, int bh, int steps) {
   using P = DqPieces<kD>;
+  constexpr int kChunk = chunk_floats(kQi);
   for (int m = 0; m < steps * P::kPanels; ++m) {
     const int it = m / P::kPanels, panel = m % P::kPanels, c = P::consumer(it, panel), i = q_block(prm.q_blocks, it);
     cuda::atomic_ref<int, cuda::thread_scope_device> order(prm.order[std::size_t(bh) * prm.q_blocks + i]);
@@ -156,8 +165,8 @@ __device__ void write_dq(const BwdParams& prm, const float* staging, std::uint64
     }
     wait(&dq_full[c], P::parity(it, panel));
     cuda::ptx::cp_reduce_async_bulk(cuda::ptx::space_global, cuda::ptx::space_shared, cuda::ptx::op_add,
-                                    prm.dq_acc + dq_piece(bh, prm.q_blocks, i, panel, P::kPanels),
-                                    staging + c * kChunkFloats, std::uint32_t(kChunkFloats * 4));
+                                    prm.dq_acc + dq_piece(bh, prm.q_blocks, i, panel, P::kPanels, kChunk),
+                                    staging + c * kChunk, std::uint32_t(kChunk * 4));
     cuda::ptx::cp_async_bulk_commit_group();
     cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});  // the staging is read
     arrive(&dq_empty[c]);
@@ -170,10 +179,11 @@ __device__ void write_dq(const BwdParams& prm, const float* staging, std::uint64
   cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});
 }
 
-/// A query block's statistics, kQ floats of L·log2 e or of D (preprocess's), into
+/// A query block's statistics, kQi floats of L·log2 e or of D (preprocess's), into
 /// shared memory by one bulk copy that completes on bar.
+template <int kQi = kQ>
 __device__ __forceinline__ void load_stats(unsigned char* dst, const float* src, std::uint64_t* bar) {
-  cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, dst, src, std::uint32_t(kQ * 4), bar);
+  cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, dst, src, std::uint32_t(kQi * 4), bar);
 }
 
 /// A consumer's dK (×scale) and dV, m64nN accumulators (register 4n + 2h + e = key
@@ -195,15 +205,16 @@ __device__ __forceinline__ void store_dkdv(unsigned char* dk_tile, unsigned char
   }
 }
 
-/// A consumer's dQ piece (64 queries × 64 columns, fp32: the m64n64 accumulator, 32
-/// registers a thread) to the writer: once the slot is free (dq_empty's phase of this
+/// A consumer's dQ piece (fp32: an m64 accumulator of R registers a thread, 64 × 64 or
+/// 64 × 80 transposed) to the writer: once the slot is free (dq_empty's phase of this
 /// parity), staged as the accumulator lays it out (dq_piece), fenced for the bulk
 /// reduction's proxy, announced by each warp's lane 0.
-__device__ __forceinline__ void stage_dq(const float (&dq)[kChunkFloats / 128], float* slot, std::uint64_t* empty,
-                                         std::uint32_t parity, std::uint64_t* full, int tid) {
+template <int R>
+__device__ __forceinline__ void stage_dq(const float (&dq)[R], float* slot, std::uint64_t* empty, std::uint32_t parity,
+                                         std::uint64_t* full, int tid) {
   wait(empty, parity);
 #pragma unroll
-  for (int u = 0; u < kChunkFloats / 512; ++u)
+  for (int u = 0; u < R / 4; ++u)
     *reinterpret_cast<float4*>(slot + 512 * u + 4 * tid) =
         make_float4(dq[4 * u], dq[4 * u + 1], dq[4 * u + 2], dq[4 * u + 3]);
   cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // read by the bulk reduction
@@ -211,15 +222,23 @@ __device__ __forceinline__ void stage_dq(const float (&dq)[kChunkFloats / 128], 
   if (tid % 32 == 0) arrive(full);
 }
 
-/// The dK/dV kernel at d ≤ 128, as note 07's backward table measures it: production (b5)
-/// and lesson row b4, which it changes in one way.
+/// The dK/dV kernel at d ≤ 128, as note 07's backward table measures it: production (b6)
+/// and lesson rows b4 and b5, each of which it changes in one way.
 struct BwdVersion {
   bool kv_in_registers;  ///< d = 64: K_c and V_c held as A fragments, so that Sᵀ and dPᵀ read only Q_i and
                          ///< dO_i from shared memory (b4: both operands from shared memory)
+  bool queries80;        ///< d = 128: 80 queries a step (b5: 64), so that the products that read both
+                         ///< operands from shared memory read 4.5 KiB for 80K multiply-adds, not 4 for 64K
 };
 using Version = BwdVersion (*)();  // a version as a function, so that it can name a kernel's template argument
-FA_HD constexpr BwdVersion b4() { return {false}; }
-FA_HD constexpr BwdVersion b5() { return {true}; }
+FA_HD constexpr BwdVersion b4() { return {false, false}; }
+FA_HD constexpr BwdVersion b5() { return {true, false}; }
+FA_HD constexpr BwdVersion b6() { return {true, true}; }
+/// Queries a step of version v at head dimension d (the wide kernel at d = 256: 64).
+FA_HD constexpr int bwd_queries(BwdVersion v, int d) { return v.queries80 && d == 128 ? 80 : kQ; }
+static_assert(bwd_queries(b6(), 128) == backward_queries(128) && bwd_queries(b6(), 64) == backward_queries(64) &&
+                  bwd_queries(b6(), 256) == backward_queries(256),
+              "production's steps are the CPU model's");
 
 template <class T, int kD, Version V>
 __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
@@ -229,7 +248,9 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
                 const BwdParams prm) {
 #if FA_STEP07_ARCH_OK
   constexpr BwdVersion kV = V();
-  using L = BwdSmem<kD>;
+  constexpr int kQi = bwd_queries(kV, kD);  // queries a step: Q_i's rows
+  constexpr bool kDqT = kQi != kRowsPerConsumer;  // 80 queries: dQᵢᵀ = K_jᵀ·dSᵀ (a wgmma's M is 64)
+  using L = BwdSmem<kD, kQi>;
   using P = DqPieces<kD>;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = aligned_smem(smem_raw);
@@ -239,7 +260,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   // key blocks with the most query blocks to visit start first, and in the
   // deterministic mode a block waits only on blocks launched before it.
   const int j = blockIdx.x, bh = blockIdx.y, k0 = j * kBc, N = prm.N;
-  const int steps = prm.q_blocks - tiles::first_q_block(prm.causal, j, kQ, kBc);  // query blocks to visit
+  const int steps = prm.q_blocks - tiles::first_q_block(prm.causal, j, kQi, kBc);  // query blocks to visit
   if (threadIdx.x == 0) bars.init();
   __syncthreads();
 
@@ -253,15 +274,15 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       for (int it = 0; it < steps; ++it) {
         const int s = it % kStages, i = q_block(prm.q_blocks, it);
         wait(&bars.q_empty[s], (it / kStages) % 2 ^ 1);  // a fresh barrier: parity 1 is done
-        arrive_expecting(&bars.q_full[s], 2 * L::kQBytes + 2 * kQ * 4);
-        load_tile(&q_map, smem + L::q + s * L::kQBytes, &bars.q_full[s], i * kQ, bh);
-        load_tile(&do_map, smem + L::dout + s * L::kQBytes, &bars.q_full[s], i * kQ, bh);
-        const std::size_t stat = std::size_t(bh) * prm.Np + std::size_t(i) * kQ;
-        load_stats(smem + L::l2 + s * kQ * 4, prm.l2 + stat, &bars.q_full[s]);
-        load_stats(smem + L::dsum + s * kQ * 4, prm.dsum + stat, &bars.q_full[s]);
+        arrive_expecting(&bars.q_full[s], 2 * L::kQBytes + 2 * kQi * 4);
+        load_tile(&q_map, smem + L::q + s * L::kQBytes, &bars.q_full[s], i * kQi, bh);
+        load_tile(&do_map, smem + L::dout + s * L::kQBytes, &bars.q_full[s], i * kQi, bh);
+        const std::size_t stat = std::size_t(bh) * prm.Np + std::size_t(i) * kQi;
+        load_stats<kQi>(smem + L::l2 + s * kQi * 4, prm.l2 + stat, &bars.q_full[s]);
+        load_stats<kQi>(smem + L::dsum + s * kQi * 4, prm.dsum + stat, &bars.q_full[s]);
       }
     } else if (threadIdx.x == 32) {
-      write_dq<kD>(prm, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full, bars.dq_empty, j, bh, steps);
+      write_dq<kD, kQi>(prm, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full, bars.dq_empty, j, bh, steps);
     }
     return;
   }
@@ -274,7 +295,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   const float mul = prm.scale * step06::kLog2e;
   const std::uint32_t k_tile = smem_u32(smem + L::k), v_tile = smem_u32(smem + L::v);
   const std::uint32_t kv_rows = kRowsPerConsumer * c * 128;  // consumer c's keys inside a K/V panel
-  float* stage_dq_at = reinterpret_cast<float*>(smem + L::dq) + c * kChunkFloats;  // this consumer's slot
+  float* stage_dq_at = reinterpret_cast<float*>(smem + L::dq) + c * chunk_floats(kQi);  // this consumer's slot
 
   constexpr bool kKvRegs = kV.kv_in_registers && kD == 64;
   float dk[kD / 2] = {}, dv[kD / 2] = {};  // dK_c, dV_c: 64 keys × kD; register 4n + 2h + e = key g + 8h, column 8n + 2t + e
@@ -291,58 +312,72 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
 
   // Main loop over the query blocks.
   for (int it = 0; it < steps; ++it) {
-    const int s = it % kStages, q0 = q_block(prm.q_blocks, it) * kQ;
+    const int s = it % kStages, q0 = q_block(prm.q_blocks, it) * kQi;
     const std::uint32_t q_tile = smem_u32(smem + L::q + s * L::kQBytes);
     const std::uint32_t do_tile = smem_u32(smem + L::dout + s * L::kQBytes);
-    const float* l2 = reinterpret_cast<const float*>(smem + L::l2) + s * kQ;
-    const float* dsum = reinterpret_cast<const float*>(smem + L::dsum) + s * kQ;
+    const float* l2 = reinterpret_cast<const float*>(smem + L::l2) + s * kQi;
+    const float* dsum = reinterpret_cast<const float*>(smem + L::dsum) + s * kQi;
     unsigned char* ds_tile = smem + L::ds + (it % 2) * L::kDsBytes;
     wait(&bars.q_full[s], (it / kStages) % 2);
 
     // Sᵀ = K_c·Q_iᵀ and dPᵀ = V_c·dO_iᵀ: kD/16 k steps each, both operands K-major; at d = 64
     // K_c and V_c from registers (kKvRegs), so that only Q_i and dO_i are read from shared memory.
-    float st[kQ / 2], dpt[kQ / 2];  // 64 keys × 64 queries: register 4n + 2h + e = key g + 8h, query 8n + 2t + e
+    float st[kQi / 2], dpt[kQi / 2];  // 64 keys × kQi queries: register 4n + 2h + e = key g + 8h, query 8n + 2t + e
     wgmma_fence();
     if constexpr (kKvRegs)
-      rs_kk<T, kQ, kD>(st, ka, q_tile, kQ);
+      rs_kk<T, kQi, kD>(st, ka, q_tile, kQi);
     else
-      ss_kk<T, kQ, kD>(st, k_tile + kv_rows, kBc, q_tile, kQ);
+      ss_kk<T, kQi, kD>(st, k_tile + kv_rows, kBc, q_tile, kQi);
     wgmma_commit();
     if constexpr (kKvRegs)
-      rs_kk<T, kQ, kD>(dpt, va, do_tile, kQ);
+      rs_kk<T, kQi, kD>(dpt, va, do_tile, kQi);
     else
-      ss_kk<T, kQ, kD>(dpt, v_tile + kv_rows, kBc, do_tile, kQ);
+      ss_kk<T, kQi, kD>(dpt, v_tile + kv_rows, kBc, do_tile, kQi);
     wgmma_commit();
 
     // Pᵀ (fp32 in st), masked where a key is past N or (causal) after the query.
     wgmma_wait<1>(st);
 #pragma unroll
-    for (int x = 0; x < kQ / 2; ++x) st[x] = step06::exp2_approx(fmaf(st[x], mul, -l2[8 * (x / 4) + 2 * t + x % 2]));
+    for (int x = 0; x < kQi / 2; ++x) st[x] = step06::exp2_approx(fmaf(st[x], mul, -l2[8 * (x / 4) + 2 * t + x % 2]));
     if (key0 - g + 16 > N || (prm.causal && key0 - g + 15 > q0)) {  // warp-uniform: the warp's 16 keys
 #pragma unroll
-      for (int x = 0; x < kQ / 2; ++x)
+      for (int x = 0; x < kQi / 2; ++x)
         if (tiles::masked(q0 + 8 * (x / 4) + 2 * t + x % 2, key0 + 8 * (x % 4 / 2), N, prm.causal)) st[x] = 0.0f;
     }
     // dV_c += Pᵀ·dO_i: Pᵀ rounded to 16 bits as A fragments; dO MN-major (its rows are the k index).
-    std::uint32_t pa[kQ / 16][4];  // [16-query k step][register]
-    to_a<T, kQ>(st, pa);
-    wgmma_fence();
-    rs_mn<T, kD, kQ>(dv, pa, do_tile, kQ * 128);
-    wgmma_commit();
-
-    // dSᵀ = Pᵀ∘(dPᵀ − D_i) once dPᵀ is done (dV may still run); dK_c += dSᵀ·Q_i.
-    wgmma_wait<1>(dpt);
+    // dK_c += dSᵀ·Q_i, dSᵀ = Pᵀ∘(dPᵀ − D_i) once dPᵀ is done. With 64 queries dV's product is
+    // issued first and runs while dSᵀ is formed; with 80, Pᵀ's 40 registers cannot stay beside
+    // its 16-bit copy and dK, dV, dPᵀ (ptxas spills and serialises the wgmmas), so both
+    // products wait until Pᵀ and dSᵀ are formed and rounded.
+    std::uint32_t pa[kQi / 16][4], dsa[kQi / 16][4];  // [16-query k step][register]: Pᵀ, dSᵀ
+    if constexpr (!kDqT) {
+      to_a<T, kQi>(st, pa);
+      wgmma_fence();
+      rs_mn<T, kD, kQi>(dv, pa, do_tile, kQi * 128);
+      wgmma_commit();
+      wgmma_wait<1>(dpt);
+    } else {
+      wgmma_wait<0>(dpt);
+    }
 #pragma unroll
-    for (int x = 0; x < kQ / 2; ++x) dpt[x] = st[x] * (dpt[x] - dsum[8 * (x / 4) + 2 * t + x % 2]);
-    std::uint32_t dsa[kQ / 16][4];  // [16-query k step][register]
-    to_a<T, kQ>(dpt, dsa);
+    for (int x = 0; x < kQi / 2; ++x) dpt[x] = st[x] * (dpt[x] - dsum[8 * (x / 4) + 2 * t + x % 2]);
+    if constexpr (kDqT) to_a<T, kQi>(st, pa);
+    to_a<T, kQi>(dpt, dsa);
     wgmma_fence();
-    rs_mn<T, kD, kQ>(dk, dsa, q_tile, kQ * 128);
+    if constexpr (kDqT) {
+      rs_mn<T, kD, kQi>(dv, pa, do_tile, kQi * 128);
+      wgmma_commit();
+    }
+    rs_mn<T, kD, kQi>(dk, dsa, q_tile, kQi * 128);
     wgmma_commit();
 
-    // dSᵀ into shared memory (rows = the block's keys, one 128-byte-swizzled panel of 64
-    // queries) for dQ: this consumer's 64 rows, as A fragments.
-    store_a<kQ>(ds_tile, dsa, kBc, kRowsPerConsumer * c, warp, g, t);
+    // dSᵀ into shared memory for dQ, this consumer's 64 keys: as A fragments into rows =
+    // the block's keys, one 128-byte-swizzled panel of 64 queries; with 80 queries
+    // transposed, rows = the queries, two panels of 64 keys (store_a_transposed).
+    if constexpr (kDqT)
+      store_a_transposed<kQi>(ds_tile, dsa, kQi, kRowsPerConsumer * c, warp, lane);
+    else
+      store_a<kQi>(ds_tile, dsa, kBc, kRowsPerConsumer * c, warp, g, t);
     cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // ordinary stores, read by wgmma
     // The stage is free once dV's and dK's products are done: its Q_i, dO_i read by the
     // products, its L_i, D_i by this thread's ordinary loads, which the fence orders before
@@ -365,9 +400,15 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       named_sync(ds_bar(it), 128 * kBwdConsumers);
       // dQ_i's piece = dS·K_j[:, panel]: A = dSᵀ read transposed (MN-major: the queries run
       // along its rows), B = K_j MN-major; 8 k steps of 16 keys, 2048 bytes apart in both.
-      float dq[kChunkFloats / 128];  // 64 queries × 64 columns: register 4n + 2h + e = query 16w + g + 8h, column 8n + 2t + e
+      // With 80 queries its transpose, dQ_iᵀ[panel] = K_j[:, panel]ᵀ·dSᵀ: A = K_j MN-major,
+      // B = dS K-major (80 rows, keys along them).
+      float dq[chunk_floats(kQi) / 128];  // register 4n + 2h + e = query 16w + g + 8h, column 8n + 2t + e
+                                          // (80 queries: column 16w + g + 8h, query 8n + 2t + e)
       wgmma_fence();
-      ss_mnmn<T, kPanel, kBc>(dq, smem_u32(ds_tile), kBc * 128, k_tile + panel * kBc * 128, kBc * 128);
+      if constexpr (kDqT)
+        ss_mnk<T, kQi, kBc>(dq, k_tile + panel * kBc * 128, kBc * 128, smem_u32(ds_tile), kQi);
+      else
+        ss_mnmn<T, kPanel, kBc>(dq, smem_u32(ds_tile), kBc * 128, k_tile + panel * kBc * 128, kBc * 128);
       wgmma_commit();
       wgmma_wait<1>(dv);  // dV's and dK's products (dQ's may run)
       wgmma_wait<1>(dk);
@@ -488,7 +529,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         load_stats(smem + L::dsum, prm.dsum + stat, bars.do_full);
       }
     } else if (threadIdx.x == 32) {
-      write_dq<kWideD>(prm, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full, bars.dq_empty, j, bh, steps);
+      write_dq<kWideD, kQ>(prm, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full, bars.dq_empty, j, bh, steps);
     }
     return;
   }
@@ -606,9 +647,9 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
 #endif
 }
 
-/// dQ = scale·accumulator in 16 bits, out of dq_piece's layout: a thread takes registers
-/// x, x + 1 (x even) of one thread `tid` of one piece — two neighbouring columns, and
-/// neighbours in the layout, so that a warp reads 256 contiguous bytes.
+/// dQ = scale·accumulator in 16 bits, out of dq_piece's layout (64-query pieces): a thread
+/// takes registers x, x + 1 (x even) of one thread `tid` of one piece — two neighbouring
+/// columns, and neighbours in the layout, so that a warp reads 256 contiguous bytes.
 template <class T>
 __global__ void convert_kernel(int N, int d, int q_blocks, std::size_t pairs, float scale,
                                const float* __restrict__ acc, T* __restrict__ dq) {
@@ -629,28 +670,65 @@ __global__ void convert_kernel(int N, int d, int q_blocks, std::size_t pairs, fl
 #endif
 }
 
+/// The same for pieces of dQᵀ (80 queries a step, d = 128): register 4n + 2h + e of thread
+/// tid is column 16w + g + 8h, query 8n + 2t + e, so a thread's neighbours in the layout are
+/// neighbouring queries. One block a piece: read in the layout's order (coalesced) into
+/// shared memory as dQ's rows, then written row by row (coalesced).
+template <class T, int kQi>
+__global__ void __launch_bounds__(256) convert_transposed_kernel(int N, int d, int q_blocks, float scale,
+                                                                 const float* __restrict__ acc, T* __restrict__ dq) {
+#if FA_STEP07_ARCH_OK
+  constexpr int kChunk = chunk_floats(kQi), kPad = kPanel + 1;  // a row of the piece, padded: no bank conflicts
+  __shared__ float rows[kQi * kPad];                              // [query][column]
+  const std::size_t piece = blockIdx.x;  // ((bh·q_blocks + i)·panels + panel)
+  const int panels = d / kPanel, panel = int(piece % panels);
+  const std::size_t block = piece / panels;
+  const int i = int(block % q_blocks);
+  const std::size_t bh = block / q_blocks;
+  for (int f = threadIdx.x; f < kChunk / 4; f += blockDim.x) {  // float4 f: registers 4u … 4u + 3 of thread tid
+    const int u = f / 128, tid = f % 128, w = tid / 32, g = tid % 32 / 4, t = tid % 4;
+    const float4 v = reinterpret_cast<const float4*>(acc + piece * kChunk)[f];
+    const int col = 16 * w + g, q = 8 * u + 2 * t;  // registers 4u + 2h + e: column col + 8h, query q + e
+    rows[q * kPad + col] = v.x, rows[(q + 1) * kPad + col] = v.y;
+    rows[q * kPad + col + 8] = v.z, rows[(q + 1) * kPad + col + 8] = v.w;
+  }
+  __syncthreads();
+  for (int f = threadIdx.x; f < kQi * kPanel / 2; f += blockDim.x) {  // two columns a thread
+    const int q = f / (kPanel / 2), col = 2 * (f % (kPanel / 2)), row = i * kQi + q;
+    if (row < N)
+      *reinterpret_cast<std::uint32_t*>(dq + (bh * N + row) * d + panel * kPanel + col) =
+          step06::Mma<T>::pack(scale * rows[q * kPad + col], scale * rows[q * kPad + col + 1]);
+  }
+#endif
+}
+
+/// Query rows a head's statistics and dQ accumulator take: N rounded up to the step's queries.
+int padded(int N, int queries) { return tiles::q_blocks(N, queries) * queries; }
+
 struct BwdWorkspace {
   float *dq_acc, *l2, *dsum;
   int* order;
 };
-BwdWorkspace carve(const Problem& p, void* ws) {
-  const std::size_t np = p.heads() * std::size_t(step06::padded_rows(p.N));
+BwdWorkspace carve(const Problem& p, void* ws, int queries) {
+  const std::size_t np = p.heads() * std::size_t(padded(p.N, queries));
   float* base = static_cast<float*>(ws);
   return {base, base + np * p.d, base + np * (p.d + 1), reinterpret_cast<int*>(base + np * (p.d + 2))};
 }
+template <Version V>
 std::size_t workspace_bytes(const Problem& p) {
-  const std::size_t np = p.heads() * std::size_t(step06::padded_rows(p.N));
-  return np * (p.d + 2) * sizeof(float) + p.heads() * tiles::q_blocks(p.N, kQ) * sizeof(int);
+  const int queries = bwd_queries(V(), p.d);
+  const std::size_t np = p.heads() * std::size_t(padded(p.N, queries));
+  return np * (p.d + 2) * sizeof(float) + p.heads() * tiles::q_blocks(p.N, queries) * sizeof(int);
 }
 constexpr const char* kWorkspace =
-    "the fp32 dQ accumulator, D and L·log2 e (B·H·Np·(d + 2) floats, Np = N rounded up to 64) and a "
-    "counter per query block";
+    "the fp32 dQ accumulator, D and L·log2 e (B·H·Np·(d + 2) floats, Np = N rounded up to the queries of a "
+    "step: 64, 80 at d = 128) and a counter per query block";
 
 /// The dK/dV kernel of a head dimension, its keys a block and its shared memory.
 template <class T, int kD, Version V>
 struct DkdvKernel {
   static constexpr auto kernel = dkdv_kernel<T, kD, V>;
-  static constexpr std::size_t smem = BwdSmem<kD>::bytes + 1024;  // + the base's alignment
+  static constexpr std::size_t smem = BwdSmem<kD, bwd_queries(V(), kD)>::bytes + 1024;  // + the base's alignment
 };
 template <class T, Version V>
 struct DkdvKernel<T, kWideD, V> {
@@ -661,9 +739,10 @@ struct DkdvKernel<T, kWideD, V> {
 template <class T, int kD, Version V>
 void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool deterministic) {
   using K = DkdvKernel<T, kD, V>;
-  constexpr int kKeys = backward_keys(kD);
-  const BwdWorkspace w = carve(p, ws);
-  const int N = p.N, Np = step06::padded_rows(N), qb = tiles::q_blocks(N, kQ);
+  constexpr int kKeys = backward_keys(kD), kQi = bwd_queries(V(), kD);
+  static_assert(K::smem <= 227 * 1024, "a block's shared memory on sm_90");
+  const BwdWorkspace w = carve(p, ws, kQi);
+  const int N = p.N, Np = padded(N, kQi), qb = tiles::q_blocks(N, kQi);
   const std::size_t heads = p.heads();
   FA_CUDA_CHECK(cudaMemsetAsync(w.dq_acc, 0, heads * Np * kD * sizeof(float), s));
   FA_CUDA_CHECK(cudaMemsetAsync(w.order, 0, heads * qb * sizeof(int), s));
@@ -676,14 +755,20 @@ void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool d
   const BwdParams prm{N, Np, qb, p.softmax_scale(), p.causal, deterministic, w.l2, w.dsum, w.dq_acc, w.order};
   set_smem_limit(K::kernel, K::smem);
   const dim3 grid(unsigned(tiles::kv_blocks(N, kKeys)), unsigned(heads));
-  K::kernel<<<grid, 128 * (1 + kBwdConsumers), K::smem, s>>>(map(a.q, kQ), map(a.k, kKeys), map(a.v, kKeys),
-                                                             map(a.dout, kQ), map(a.dk, kRowsPerConsumer),
+  K::kernel<<<grid, 128 * (1 + kBwdConsumers), K::smem, s>>>(map(a.q, kQi), map(a.k, kKeys), map(a.v, kKeys),
+                                                             map(a.dout, kQi), map(a.dk, kRowsPerConsumer),
                                                              map(a.dv, kRowsPerConsumer), prm);
   FA_CHECK_LAUNCH();
 
-  const std::size_t pairs = heads * Np * kD / 2;
-  convert_kernel<T><<<unsigned((pairs + 255) / 256), 256, 0, s>>>(N, kD, qb, pairs, p.softmax_scale(), w.dq_acc,
-                                                                  static_cast<T*>(a.dq));
+  if constexpr (kQi != kQ) {
+    const unsigned pieces = unsigned(heads * qb * (kD / kPanel));
+    convert_transposed_kernel<T, kQi><<<pieces, 256, 0, s>>>(N, kD, qb, p.softmax_scale(), w.dq_acc,
+                                                             static_cast<T*>(a.dq));
+  } else {
+    const std::size_t pairs = heads * Np * kD / 2;
+    convert_kernel<T><<<unsigned((pairs + 255) / 256), 256, 0, s>>>(N, kD, qb, pairs, p.softmax_scale(), w.dq_acc,
+                                                                    static_cast<T*>(a.dq));
+  }
   FA_CHECK_LAUNCH();
 }
 
@@ -700,16 +785,19 @@ void run(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool det)
 }
 template <Version V>
 void run_any_order(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) { run<V>(p, a, ws, s, false); }
-void run_in_order(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) { run<b5>(p, a, ws, s, true); }
-constexpr int kD64[] = {64, 0};  // lesson row b4 differs from production at d = 64 only
+void run_in_order(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) { run<b6>(p, a, ws, s, true); }
+constexpr int kD64[] = {64, 0};    // lesson row b4 differs from production at d = 64 only,
+constexpr int kD128[] = {128, 0};  // b5 at d = 128 only
 
 }  // namespace
 
-const GpuBackward kBackward{"step07 backward", 256, workspace_bytes, kWorkspace, nullptr, run_any_order<b5>,
+const GpuBackward kBackward{"step07 backward", 256, workspace_bytes<b6>, kWorkspace, nullptr, run_any_order<b6>,
                             kBackwardD, kSm, true};
-const GpuBackward kBackwardB4{"b4: K, V read from shared memory by every product", 256, workspace_bytes, kWorkspace,
-                              nullptr, run_any_order<b4>, kD64, kSm, true};
-const GpuBackward kBackwardDeterministic{"det: dQ added in key-block order", 256, workspace_bytes, kWorkspace, nullptr,
-                                         run_in_order, kBackwardD, kSm, true};
+const GpuBackward kBackwardB4{"b4: K, V read from shared memory by every product", 256, workspace_bytes<b4>,
+                              kWorkspace, nullptr, run_any_order<b4>, kD64, kSm, true};
+const GpuBackward kBackwardB5{"b5: 64 queries a step at d = 128", 256, workspace_bytes<b5>, kWorkspace, nullptr,
+                              run_any_order<b5>, kD128, kSm, true};
+const GpuBackward kBackwardDeterministic{"det: dQ added in key-block order", 256, workspace_bytes<b6>, kWorkspace,
+                                         nullptr, run_in_order, kBackwardD, kSm, true};
 
 }  // namespace fa::step07

@@ -238,6 +238,40 @@ __device__ __forceinline__ void ss_mnmn(float (&d)[N / 2], std::uint32_t a, std:
                                    kk > 0);
 }
 
+/// D(64×N) = A·B: A MN-major in shared memory as in ss_mnmn (a 16-row k step is 2048 bytes;
+/// a_panel its LBO), B K-major as in ss_kk (N rows, the k index along a row, 64-column
+/// panels b_rows rows apart). The backward's dQᵀ = K_jᵀ·dSᵀ with 80 queries a step (d = 128),
+/// where dQ itself would need M = 80: a wgmma's M is 64, so the 64 columns of a panel of
+/// K_j take that side.
+template <class T, int N, int K>
+__device__ __forceinline__ void ss_mnk(float (&d)[N / 2], std::uint32_t a, std::uint32_t a_panel, std::uint32_t b,
+                                       int b_rows) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk)
+    Wgmma<T, N>::template ss<1, 0>(d, descriptor(a + kk * 16 * 128, a_panel),
+                                   descriptor(b + (kk / 4) * b_rows * 128 + (kk % 4) * 32, 0), kk > 0);
+}
+
+/// store_a transposed: the A fragments of a 64-row × K tile (K/16 k steps, what to_a makes
+/// of an accumulator) written as its transpose, K rows × 64 columns at columns col0 …
+/// col0 + 63 of a panel-layout tile of `rows` rows. One "stmatrix.sync.aligned.m8n8.x4.trans
+/// .shared.b16" (PTX ISA 7.8, sm_90: "Data Movement and Conversion Instructions: stmatrix";
+/// libcu++'s cuda::ptx has no stmatrix) per k step and warp: its four 8×8 matrices are
+/// registers 0 … 3, register r holding rows 16·warp + g (+8 if r is odd) and columns
+/// 16kk + 8⌊r/2⌋ + 2t, 2t + 1, which .trans stores as rows 16kk + 8⌊r/2⌋ + 2t, 2t + 1 of
+/// eight contiguous 16-bit columns; lane l gives the address of row l mod 8 of matrix ⌊l/8⌋.
+template <int K>
+__device__ __forceinline__ void store_a_transposed(unsigned char* tile, const std::uint32_t (&a)[K / 16][4], int rows,
+                                                   int col0, int warp, int lane) {
+  const int m = lane / 8, row = 8 * (m / 2) + lane % 8, col = col0 + 16 * warp + 8 * (m % 2);
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk)
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                     smem_u32(tile + swizzled(rows, 16 * kk + row, col))),
+                 "r"(a[kk][0]), "r"(a[kk][1]), "r"(a[kk][2]), "r"(a[kk][3])
+                 : "memory");
+}
+
 // ---------------------------------------------------------------------------------
 // Warp specialisation.
 

@@ -22,19 +22,22 @@ Traffic traffic_forward(const Problem& p) {
 
 namespace fa::step07 {
 
-// The backward's blocks are step 06's (128 keys at d ≤ 128, 64 at d = 256; 64 queries),
-// and so are its rounding points: its model is step 06's. What differs is where dQ's
-// partial sums go (TMA bulk reductions instead of atomics: the same fp32 additions, in
-// another order), and at d = 256 which warpgroup computes which columns.
+// The backward's blocks are step 06's at d = 64 and 256 (128 keys at d = 64, 64 at d = 256;
+// 64 queries) and 128 keys × 80 queries at d = 128, and its rounding points are step 06's:
+// its model is step 06's, with those blocks. What differs is where dQ's partial sums go
+// (TMA bulk reductions instead of atomics: the same fp32 additions, in another order), and
+// at d = 256 which warpgroup computes which columns.
 static_assert(backward_keys(64) == step06::backward_keys(64) && backward_keys(128) == step06::backward_keys(128) &&
-                  backward_keys(256) == step06::backward_keys(256) && kBwdQueries == step06::kBwdQueries,
-              "step 07's backward blocks are step 06's: its model is step 06's");
+                  backward_keys(256) == step06::backward_keys(256),
+              "step 07's backward blocks own step 06's keys");
 
 ModelBackward model_backward(const Problem& p, const Qkv& in, const ForwardOut& fwd, const std::vector<float>& dout) {
   step06::require_lowp(p, "step07 backward", kBackwardD);
-  return step06::model_backward(p, in, fwd, dout);
+  return step06::model_backward_tiled(p, in, fwd, dout, backward_keys(p.d), backward_queries(p.d));
 }
 
-Traffic traffic_backward(const Problem& p) { return step06::traffic_backward(p); }
+Traffic traffic_backward(const Problem& p) {
+  return step06::traffic_backward_tiled(p, backward_keys(p.d), backward_queries(p.d));
+}
 
 }  // namespace fa::step07

@@ -54,5 +54,5 @@ if want decode; then  # 08m1: step 08 with its merge kernel launched after the s
   run ab08_causal --decode --causal 1 --Nq 16 $impls
   run ab08_gqa --decode --causal 0 --Nq 1 --bh 32,128 --group 8 $impls
 fi
-want bwd && run ab07bwd --dir bwd --causal 0,1 --impls 07,07b4,06,torch-cudnn,torch-flash
+want bwd && run ab07bwd --dir bwd --causal 0,1 --impls 07,07b4,07b5,06,torch-cudnn,torch-flash
 exit 0
