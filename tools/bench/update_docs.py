@@ -928,8 +928,11 @@ STEP07_BWD = [("b1", "bwd07_first", "TMA + wgmma + a producer warpgroup; dQ by T
               ("b3", "bwd07_b3", "+ a query block's stage released before dQ's piece"),
               ("b4", ".", "+ d = 256 in a second kernel, 64 keys a block, the consumers splitting dK's "
                "and dV's columns (b3's kernel unchanged at d ≤ 128)"),
-              ("b5", AB, "**production**: + at d = 64, K_c and V_c held in registers, so that Sᵀ's and dPᵀ's "
-               "products read only Q_i and dO_i from shared memory (b4's kernel unchanged at d = 128, 256)")]
+              ("b5", os.path.join(AB, "bwd_b5"), "+ at d = 64, K_c and V_c held in registers, so that Sᵀ's and "
+               "dPᵀ's products read only Q_i and dO_i from shared memory (b4's kernel unchanged at d = 128, 256)"),
+              ("b6", AB, "**production**: + at d = 128, 80 queries a step (dQ's pieces computed transposed, "
+               "dQᵢᵀ = K_jᵀ·dSᵀ), so that the products reading both operands from shared memory read 4.5 KiB for 80K "
+               "multiply-adds, not 4 KiB for 64K (b5's kernel unchanged at d = 64, 256)")]
 
 
 def table_step07_bwd_lesson(D):
@@ -939,7 +942,7 @@ def table_step07_bwd_lesson(D):
            "| step | the idea | " + " | ".join(f"d = {d}{', causal' if c else ''}" for d, c in cols) + " |",
            "|---|---|" + "---|" * len(cols)]
     for ver, folder, idea in STEP07_BWD:
-        # b4's run: fa_bench's CSVs in the results folder; b5's: ab.py's ab/ab07bwd.csv
+        # b4's run: fa_bench's CSVs in the results folder; b5's and b6's: ab.py's ab07bwd.csv
         rows = step07_rows(D, "bwd", os.path.join(D.folder, folder))
         cells = []
         for d, c in cols:
@@ -949,27 +952,73 @@ def table_step07_bwd_lesson(D):
     return out
 
 
-def table_step07_b5(D):
-    """Lesson rows b4 and b5 (production) of the backward at d = 64, and cuDNN, in one process (ab/ab07bwd.csv)."""
+def table_step07_pair(D, d, old, old_name, new_name):
+    """A lesson row of the backward against the one before it at head dimension d, and cuDNN, in one process
+    (ab/ab07bwd.csv: production is 07, the row before it `old`)."""
     path = os.path.join(ab_folder(D), "ab07bwd.csv")
     cells = {}
     for r in load(ab_folder(D), "ab07bwd.csv"):
         who = r["step"] if r["impl"] == "fa" else r["impl"].replace("torch-", "")
-        if r["status"] == "ok" and r["d"] == "64" and who in ("07", "07b4", "cudnn"):
+        if r["status"] == "ok" and r["d"] == str(d) and who in ("07", old, "cudnn"):
             key = (int(r["H"]) * int(r["N"]), r["causal"] == "1", int(r["N"]))
             cells.setdefault(key, {}).setdefault(who, []).append(float(r["tflops"]))
     Ns = sorted({k[2] for k in cells})
-    out = [f"bf16 backward, d = 64, on {device07(D, 'device.txt', ab_folder(D))}, measured in one process "
-           f"(`tools/bench/ab.py`, `{rel(path)}`, the median of the rounds): b5 ÷ b4 (TFLOP/s), and in brackets b4 "
-           "and b5 × cuDNN; bold: below 1.0.", "",
+    out = [f"bf16 backward, d = {d}, on {device07(D, 'device.txt', ab_folder(D))}, measured in one process "
+           f"(`tools/bench/ab.py`, `{rel(path)}`, the median of the rounds): {new_name} ÷ {old_name} (TFLOP/s), "
+           f"and in brackets {old_name} and {new_name} × cuDNN; bold: below 1.0.", "",
            "| B·H·N | causal | " + " | ".join(f"N = {n}" for n in Ns) + " |", "|---|---|" + "---|" * len(Ns)]
+    ratios = []
     for tokens, causal in sorted({k[:2] for k in cells}):
         row = []
         for n in Ns:
             m = {w: statistics.median(v) for w, v in cells.get((tokens, causal, n), {}).items()}
-            row.append(f"{bold(m['07'] / m['07b4'])} ({bold(m['07b4'] / m['cudnn'])}, {bold(m['07'] / m['cudnn'])})"
-                       if all(w in m for w in ("07", "07b4", "cudnn")) else "—")
+            if all(w in m for w in ("07", old, "cudnn")):
+                ratios.append(m["07"] / m[old])
+                row.append(f"{bold(m['07'] / m[old])} ({bold(m[old] / m['cudnn'])}, {bold(m['07'] / m['cudnn'])})")
+            else:
+                row.append("—")
         out.append(f"| {tokens} | {'yes' if causal else 'no'} | " + " | ".join(row) + " |")
+    out += ["", f"{new_name} ÷ {old_name}: {min(ratios):.2f}–{max(ratios):.2f} over the {len(ratios)} shapes."]
+    return out
+
+
+def table_step07_b5(D):
+    """Lesson rows b4 and b5 of the backward at d = 64 (b5's kernel is production's there)."""
+    return table_step07_pair(D, 64, "07b4", "b4", "b5")
+
+
+def table_step07_b6(D):
+    """Lesson rows b5 and b6 (production) of the backward at d = 128."""
+    return table_step07_pair(D, 128, "07b5", "b5", "b6")
+
+
+BWD07_PREVIOUS = os.path.join(AB, "bwd_b5")  # the backward's one-process run before b6
+
+
+def table_step07_bwd_runs(D):
+    """The backward's two last one-process runs (ab/bwd_b5/, before b6; ab/, with it), shape by shape: how far
+    each implementation's TFLOP/s moved between them, per head dimension and mask."""
+    def tflops(folder):
+        got = {}
+        for r in load(folder, "ab07bwd.csv"):
+            if r["status"] == "ok":
+                who = r["step"] if r["impl"] == "fa" else r["impl"].replace("torch-", "")
+                key = (int(r["H"]) * int(r["N"]), int(r["N"]), int(r["d"]), r["causal"] == "1", who)
+                got.setdefault(key, []).append(float(r["tflops"]))
+        return {k: statistics.median(v) for k, v in got.items()}
+    new, old = tflops(ab_folder(D)), tflops(os.path.join(D.folder, BWD07_PREVIOUS))
+    out = [f"bf16 backward, B·H·N = 131072 and 524288, N = 1024–32768, on {device07(D, 'device.txt', ab_folder(D))}: "
+           f"TFLOP/s in `{rel(ab_folder(D))}/ab07bwd.csv` ÷ TFLOP/s in `{rel(os.path.join(D.folder, BWD07_PREVIOUS))}"
+           "/ab07bwd.csv`, two one-process runs on two machines, over the 12 shapes of each row (min–max). Step 07's "
+           "kernels changed between them at d = 128 only (b6).", "",
+           "| d | causal | step 07 | cuDNN | FlashAttention-2 |", "|---|---|---|---|---|"]
+    for d in (64, 128, 256):
+        for c in (False, True):
+            cells = []
+            for who in ("07", "cudnn", "flash"):
+                x = [v / old[k] for k, v in new.items() if k[2] == d and k[3] == c and k[4] == who and k in old]
+                cells.append(f"{min(x):.2f}–{max(x):.2f}" if x else "—")
+            out.append(f"| {d} | {'yes' if c else 'no'} | " + " | ".join(cells) + " |")
     return out
 
 
@@ -1019,11 +1068,11 @@ def table_step07_bwd_ncu(D):
             if "dkdv_kernel" in x["Kernel Name"] or "dkdv_wide_kernel" in x["Kernel Name"]:
                 k.setdefault(int(x["ID"]), {})[x["Metric Name"]] = x["Metric Value"].replace(",", "")
     # fa_bench --once --versions launches 07 (d = 64, 128, 256), then 07det (the same d), then
-    # 07b4 (d = 64 only) where the run has it.
+    # the lesson rows it has: 07b4 (d = 64 only), 07b5 (d = 128 only).
     ds = (64, 128, 256) if len(k) >= 6 else (64, 128)
     names = [f"{mode}, d = {d}" for mode in ("default", "deterministic") for d in ds]
-    if len(k) == len(names) + 1:
-        names.append("lesson row b4 (K, V from shared memory), d = 64")
+    names += ["lesson row b4 (K, V from shared memory), d = 64", "lesson row b5 (64 queries a step), d = 128"]
+    names = names[:len(k)]
     out = [f"Nsight Compute, one launch each of the dK/dV kernel, bf16, N = 8192, B·H·N = 131072, not causal, "
            f"on {device07(D)}:", "",
            "| kernel | time | tensor pipe active | warps stalled on a barrier | on long scoreboard | "
@@ -1402,7 +1451,9 @@ TABLES = {
     "step07-rounds": table_step07_rounds, "step07-pause": table_step07_pause,
     "step07-bwd-peers": lambda D: table_step07_peers(D, "bwd"),
     "step07-bwd-summary": lambda D: table_step07_summary(D, "bwd"),
-    "step07-bwd-lesson": table_step07_bwd_lesson, "step07-bwd-b5": table_step07_b5, "step07-det": table_step07_det,
+    "step07-bwd-lesson": table_step07_bwd_lesson, "step07-bwd-b5": table_step07_b5, "step07-bwd-b6": table_step07_b6,
+    "step07-bwd-runs": table_step07_bwd_runs,
+    "step07-det": table_step07_det,
     "step07-bwd-memory": table_step07_bwd_memory, "step07-bwd-ncu": table_step07_bwd_ncu, "test07": table_test07,
     "step08-decode": table_step08_decode, "step08-summary": table_step08_summary, "step08-splits": table_step08_splits,
     "step08-lesson": table_step08_lesson, "step08-merge": table_step08_merge,
