@@ -337,44 +337,39 @@ TEST_CASE("step07 deterministic backward: two runs bit for bit; dK, dV = the def
       }
 }
 
-// Lesson row b4 reads K_c and V_c from shared memory where the production backward holds
-// them in registers (d = 64): the same products of the same values, so dK and dV bit for
-// bit; dQ is added in whatever order the blocks finish, so within the reorder tolerance.
-TEST_CASE("step07 backward lesson row b4 (K, V from shared memory) equals the production backward", "[gpu]") {
+// A lesson row of the backward against production at head dimension d, N = 1 … 4097, causal
+// and not: dK and dV within `dkdv` (bit for bit where the row takes the same sums in the same
+// order), dQ — added in whatever order the blocks finish — within the reorder tolerance, and
+// every gradient within FlashAttention's budget.
+void check_lesson_row(const GpuBackward& row, int d, const Tolerance& dkdv, std::uint64_t seed) {
   for (int N : {1, 17, 113, 1000, 4097})
     for (bool causal : {false, true}) {
       if (test::quick() && N > 1000) continue;
-      const Problem p = lowp(make(2, 2, N, 64, causal), DType::bf16);
-      INFO(p.str() << ", seeds 114, 115");
-      const Qkv in = inputs(p, 114);
-      const std::vector<float> dout = grad_out(p, 115);
+      const Problem p = lowp(make(2, 2, N, d, causal), DType::bf16);
+      INFO(p.str() << ", " << row.name << ", seeds " << seed << ", " << seed + 1);
+      const Qkv in = inputs(p, seed);
+      const std::vector<float> dout = grad_out(p, seed + 1);
       const ForwardOut fwd = gpu::forward(step07::kForward, p, in, true);
-      const Grads g = gpu::backward(step07::kBackwardB4, p, in, fwd, dout);
+      const Grads g = gpu::backward(row, p, in, fwd, dout);
       const Grads want = gpu::backward(step07::kBackward, p, in, fwd, dout);
-      FA_CHECK_CLOSE("dK vs production", g.dk, want.dk, tol::kBitExact, test::shape_o(p));
-      FA_CHECK_CLOSE("dV vs production", g.dv, want.dv, tol::kBitExact, test::shape_o(p));
+      FA_CHECK_CLOSE("dK vs production", g.dk, want.dk, dkdv, test::shape_o(p));
+      FA_CHECK_CLOSE("dV vs production", g.dv, want.dv, dkdv, test::shape_o(p));
       FA_CHECK_CLOSE("dQ vs production", g.dq, want.dq, step06::kBf16Reorder, test::shape_o(p));
-      if (N <= 1000) check_grad_budget(p, in, dout, g, "b4");
+      if (N <= 1000) check_grad_budget(p, in, dout, g, row.name);
     }
 }
 
+// Lesson row b4 reads K_c and V_c from shared memory where the production backward holds
+// them in registers (d = 64): the same products of the same values, so dK and dV bit for bit.
+TEST_CASE("step07 backward lesson row b4 (K, V from shared memory) equals the production backward", "[gpu]") {
+  check_lesson_row(step07::kBackwardB4, 64, tol::kBitExact, 114);
+}
+
 // Lesson row b5 walks the query blocks 64 at a time at d = 128 where production takes 80:
-// the same sums grouped otherwise (fp32, rounded at the end), so every gradient within the
-// reorder tolerance; N = 17, 113, 1000, 4097 end inside a block of either.
+// the same sums grouped otherwise (fp32, rounded at the end), so dK and dV within the
+// reorder tolerance too; N = 17, 113, 1000, 4097 end inside a block of either.
 TEST_CASE("step07 backward lesson row b5 (64 queries a step at d = 128) equals the production backward", "[gpu]") {
-  for (int N : {1, 17, 113, 1000, 4097})
-    for (bool causal : {false, true}) {
-      if (test::quick() && N > 1000) continue;
-      const Problem p = lowp(make(2, 2, N, 128, causal), DType::bf16);
-      INFO(p.str() << ", seeds 116, 117");
-      const Qkv in = inputs(p, 116);
-      const std::vector<float> dout = grad_out(p, 117);
-      const ForwardOut fwd = gpu::forward(step07::kForward, p, in, true);
-      const Grads g = gpu::backward(step07::kBackwardB5, p, in, fwd, dout);
-      const Grads want = gpu::backward(step07::kBackward, p, in, fwd, dout);
-      check_grads_close("b5 vs production", p, g, want, step06::kBf16Reorder);
-      if (N <= 1000) check_grad_budget(p, in, dout, g, "b5");
-    }
+  check_lesson_row(step07::kBackwardB5, 128, step06::kBf16Reorder, 116);
 }
 
 TEST_CASE("step07 backward at d = 64 and 256, both modes (also under the sanitizers)", "[gpu]") {
