@@ -127,7 +127,7 @@ Traffic traffic_forward(const Problem& p);  ///< elements (×2 bytes, L ×4)
 /// at d = 128 (backward_queries).
 constexpr int kBwdConsumers = 2;
 constexpr int kBwdKeys = kBwdConsumers * kRowsPerConsumer;  ///< B_c
-constexpr int kBwdQueries = 64;                             ///< queries per step of the inner loop
+constexpr int kBwdQueries = 64;                             ///< queries per step of the inner loop (80 at d = 128)
 constexpr int kBwdStages = 2;                               ///< query blocks in flight (Q_i; dO_i too at d ≤ 128)
 inline constexpr int kBackwardD[] = {64, 128, 256, 0};      ///< the head dimensions of the backward
 /// B_c by d: at d = 256 a consumer cannot hold dK and dV for 64 keys (2·64·256 fp32, 256
