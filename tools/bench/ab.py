@@ -27,7 +27,9 @@ repeats: the experiment of a rested GPU.
 After every repeat NVML is read: the SM clock, the power, the temperature and the
 clock-event reasons (power cap, thermal slowdown, …; idle left out). The CSV has one row
 per implementation, shape and round: the median of the round's repeats, the lowest clock,
-the highest power and temperature and every reason seen. Before any timing, every step's
+the highest power and temperature, every reason seen, and the longest host time a repeat
+took to enqueue its call (host_us_max; where it passes --hide-host-us the GPU may have
+waited for the host inside the timed interval, and ab.py says so at the end). Before any timing, every step's
 outputs (poisoned first) are compared with a reference: the forward computed in fp32 from
 the same 16-bit inputs where a head's scores fit in 1 GiB, else (and for the backward)
 PyTorch's output by its default backend. A mismatch is reported and the step is not
@@ -221,18 +223,22 @@ class Case:
 
 
 def time_block(fn, reps, flush, spin_cycles, nvml):
-    """Median ms of `reps` repeats, and the NVML readings: lowest clock, highest power and temperature, reasons."""
+    """Median ms of `reps` repeats; the NVML readings: lowest clock, highest power and temperature, reasons; and
+    the longest host time of a repeat's enqueue (the start event, the call, the stop event), in µs: where it
+    passes the spin, the GPU waited for the host inside the timed interval."""
     fn()  # one untimed call: every block starts as fa_bench's repeats do, after a warm-up
     torch.cuda.synchronize()
-    times, samples = [], []
+    times, samples, host = [], [], []
     for _ in range(reps):
         flush.zero_()
         if spin_cycles:
             torch.cuda._sleep(spin_cycles)
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t = time.perf_counter()
         start.record()
         fn()
         stop.record()
+        host.append((time.perf_counter() - t) * 1e6)
         stop.synchronize()
         times.append(start.elapsed_time(stop))
         samples.append(nvml.sample())
@@ -241,7 +247,7 @@ def time_block(fn, reps, flush, spin_cycles, nvml):
     why = 0
     for s in samples:
         why |= s[3]
-    return statistics.median(times), mhz, watts, temp, why
+    return statistics.median(times), mhz, watts, temp, why, max(host)
 
 
 def shapes(a):
@@ -302,7 +308,8 @@ def main():
         print(f"ab.py: NVML answers in {(time.perf_counter() - t) / 20 * 1e3:.2f} ms a sample", file=sys.stderr)
     out = open(a.csv, "w")
     out.write("impl,step,dir,dtype,B,H,H_kv,N,N_kv,d,causal,round,ms,tflops,gbps,sm_mhz_min,power_w_max,temp_c_max,"
-              "reasons,status,gpu,cuda_driver_api,cuda_runtime\n")
+              "host_us_max,reasons,status,gpu,cuda_driver_api,cuda_runtime\n")
+    late = {}  # implementation: its longest enqueue that passed the spin, µs
     for n_case, (B, H, H_kv, N, N_kv, d, causal) in enumerate(shapes(a)):
         case = Case(a, steps, B, H, H_kv, N, N_kv, d, causal, seed=N + N_kv + d + n_case)
         pairs = N * N_kv - (N * N / 2 if causal else 0)
@@ -341,20 +348,25 @@ def main():
                 who = f"{impl},-" if impl.startswith("torch-") else f"fa,{impl}"  # the CSVs' impl, step
                 row = f"{who},{a.dir},{a.dtype},{B},{H},{H_kv},{N},{N_kv},{d},{causal},{r},"
                 if impl not in fns:
-                    out.write(row + f"0,0,0,0,0,0,none,{status[impl]},{dev}\n")
+                    out.write(row + f"0,0,0,0,0,0,0,none,{status[impl]},{dev}\n")
                     continue
                 if a.pause_ms:
                     torch.cuda.synchronize()
                     time.sleep(a.pause_ms / 1000)
-                ms, mhz, watts, temp, why = time_block(fns[impl], a.reps, flush, spin, nvml)
+                ms, mhz, watts, temp, why, host_us = time_block(fns[impl], a.reps, flush, spin, nvml)
                 meds.setdefault(impl, []).append(ms)
+                if host_us > a.hide_host_us:
+                    late[impl] = max(late.get(impl, 0.0), host_us)
                 out.write(row + f"{ms:.5f},{flops / (ms * 1e-3) / 1e12:.3f},{floor / (ms * 1e-3) / 1e9:.1f},"
-                                f"{mhz},{watts:.1f},{temp},{nvml.names(why)},ok,{dev}\n")
+                                f"{mhz},{watts:.1f},{temp},{host_us:.0f},{nvml.names(why)},ok,{dev}\n")
             out.flush()
         print(shape_txt + ": " + ", ".join(f"{i} {statistics.median(m):.4f} ms" for i, m in meds.items()), file=sys.stderr)
         case.free()
         del case, fns
         torch.cuda.empty_cache()
+    for impl, us in late.items():
+        print(f"ab.py: {impl}'s host work took up to {us:.0f} µs, past the {a.hide_host_us} µs spin: its times there "
+              "may include host time (host_us_max in the CSV; raise --hide-host-us)", file=sys.stderr)
 
 
 if __name__ == "__main__":
