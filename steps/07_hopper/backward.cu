@@ -135,6 +135,18 @@ __host__ __device__ constexpr std::size_t dq_piece(std::size_t bh, int q_blocks,
                                                    int chunk) {
   return ((bh * q_blocks + i) * panels + panel) * std::size_t(chunk);
 }
+/// The other way: piece number `piece` of that order — its head, query block and panel.
+struct DqPieceAt {
+  std::size_t bh;
+  int i, panel;
+};
+__device__ __forceinline__ DqPieceAt dq_piece_at(std::size_t piece, int panels, int q_blocks) {
+  const std::size_t block = piece / panels;
+  return {block / q_blocks, int(block % q_blocks), int(piece % panels)};
+}
+/// Whether a step of `queries` queries computes dQ's pieces transposed (dQᵢᵀ = K_jᵀ·dSᵀ):
+/// a wgmma's M is 64, so any other number of queries cannot be an accumulator's rows.
+FA_HD constexpr bool dq_transposed(int queries) { return queries != kRowsPerConsumer; }
 
 struct BwdParams {
   int N, Np, q_blocks;
@@ -249,7 +261,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
 #if FA_STEP07_ARCH_OK
   constexpr BwdVersion kV = V();
   constexpr int kQi = bwd_queries(kV, kD);  // queries a step: Q_i's rows
-  constexpr bool kDqT = kQi != kRowsPerConsumer;  // 80 queries: dQᵢᵀ = K_jᵀ·dSᵀ (a wgmma's M is 64)
+  constexpr bool kDqT = dq_transposed(kQi);  // 80 queries: dQᵢᵀ = K_jᵀ·dSᵀ
   using L = BwdSmem<kD, kQi>;
   using P = DqPieces<kD>;
   extern __shared__ unsigned char smem_raw[];
@@ -657,11 +669,8 @@ __global__ void convert_kernel(int N, int d, int q_blocks, std::size_t pairs, fl
   const std::size_t e = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= pairs) return;
   const int tid = int(e / 2 % 128), x = 4 * int(e / 256 % (kChunkFloats / 512)) + 2 * int(e % 2);  // e: (x/4, tid, x%4/2)
-  const std::size_t piece = e / (kChunkFloats / 2);  // ((bh·q_blocks + i)·panels + panel)
-  const int panels = d / kPanel, panel = int(piece % panels);
-  const std::size_t block = piece / panels;
-  const int i = int(block % q_blocks);
-  const std::size_t bh = block / q_blocks;
+  const std::size_t piece = e / (kChunkFloats / 2);
+  const auto [bh, i, panel] = dq_piece_at(piece, d / kPanel, q_blocks);
   const int w = tid / 32, g = tid % 32 / 4, t = tid % 4;
   const int row = i * kQ + 16 * w + g + 8 * (x % 4 / 2), col = panel * kPanel + 8 * (x / 4) + 2 * t;
   if (row >= N) return;
@@ -680,11 +689,8 @@ __global__ void __launch_bounds__(256) convert_transposed_kernel(int N, int d, i
 #if FA_STEP07_ARCH_OK
   constexpr int kChunk = chunk_floats(kQi), kPad = kPanel + 1;  // a row of the piece, padded: no bank conflicts
   __shared__ float rows[kQi * kPad];                              // [query][column]
-  const std::size_t piece = blockIdx.x;  // ((bh·q_blocks + i)·panels + panel)
-  const int panels = d / kPanel, panel = int(piece % panels);
-  const std::size_t block = piece / panels;
-  const int i = int(block % q_blocks);
-  const std::size_t bh = block / q_blocks;
+  const std::size_t piece = blockIdx.x;
+  const auto [bh, i, panel] = dq_piece_at(piece, d / kPanel, q_blocks);
   for (int f = threadIdx.x; f < kChunk / 4; f += blockDim.x) {  // float4 f: registers 4u … 4u + 3 of thread tid
     const int u = f / 128, tid = f % 128, w = tid / 32, g = tid % 32 / 4, t = tid % 4;
     const float4 v = reinterpret_cast<const float4*>(acc + piece * kChunk)[f];
@@ -760,7 +766,7 @@ void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool d
                                                              map(a.dv, kRowsPerConsumer), prm);
   FA_CHECK_LAUNCH();
 
-  if constexpr (kQi != kQ) {
+  if constexpr (dq_transposed(kQi)) {
     const unsigned pieces = unsigned(heads * qb * (kD / kPanel));
     convert_transposed_kernel<T, kQi><<<pieces, 256, 0, s>>>(N, kD, qb, p.softmax_scale(), w.dq_acc,
                                                              static_cast<T*>(a.dq));
