@@ -952,16 +952,26 @@ def table_step07_bwd_lesson(D):
     return out
 
 
+def ab07bwd_rounds(folder):
+    """{(tokens, d, causal, N, who): [TFLOP/s of each round]} of one ab.py backward run (folder's ab07bwd.csv);
+    who: a step's id (07, 07b5, …) or PyTorch's backend (cudnn, flash)."""
+    got = {}
+    for r in load(folder, "ab07bwd.csv"):
+        if r["status"] == "ok":
+            who = r["step"] if r["impl"] == "fa" else r["impl"].replace("torch-", "")
+            key = (int(r["H"]) * int(r["N"]), int(r["d"]), r["causal"] == "1", int(r["N"]), who)
+            got.setdefault(key, []).append(float(r["tflops"]))
+    return got
+
+
 def table_step07_pair(D, d, old, old_name, new_name):
     """A lesson row of the backward against the one before it at head dimension d, and cuDNN, in one process
     (ab/ab07bwd.csv: production is 07, the row before it `old`)."""
     path = os.path.join(ab_folder(D), "ab07bwd.csv")
     cells = {}
-    for r in load(ab_folder(D), "ab07bwd.csv"):
-        who = r["step"] if r["impl"] == "fa" else r["impl"].replace("torch-", "")
-        if r["status"] == "ok" and r["d"] == str(d) and who in ("07", old, "cudnn"):
-            key = (int(r["H"]) * int(r["N"]), r["causal"] == "1", int(r["N"]))
-            cells.setdefault(key, {}).setdefault(who, []).append(float(r["tflops"]))
+    for (tokens, dd, causal, N, who), x in ab07bwd_rounds(ab_folder(D)).items():
+        if dd == d and who in ("07", old, "cudnn"):
+            cells.setdefault((tokens, causal, N), {})[who] = x
     Ns = sorted({k[2] for k in cells})
     out = [f"bf16 backward, d = {d}, on {device07(D, 'device.txt', ab_folder(D))}, measured in one process "
            f"(`tools/bench/ab.py`, `{rel(path)}`, the median of the rounds): {new_name} ÷ {old_name} (TFLOP/s), "
@@ -999,13 +1009,7 @@ def table_step07_bwd_runs(D):
     """The backward's two last one-process runs (ab/bwd_b5/, before b6; ab/, with it), shape by shape: how far
     each implementation's TFLOP/s moved between them, per head dimension and mask."""
     def tflops(folder):
-        got = {}
-        for r in load(folder, "ab07bwd.csv"):
-            if r["status"] == "ok":
-                who = r["step"] if r["impl"] == "fa" else r["impl"].replace("torch-", "")
-                key = (int(r["H"]) * int(r["N"]), int(r["N"]), int(r["d"]), r["causal"] == "1", who)
-                got.setdefault(key, []).append(float(r["tflops"]))
-        return {k: statistics.median(v) for k, v in got.items()}
+        return {k: statistics.median(v) for k, v in ab07bwd_rounds(folder).items()}
     new, old = tflops(ab_folder(D)), tflops(os.path.join(D.folder, BWD07_PREVIOUS))
     out = [f"bf16 backward, B·H·N = 131072 and 524288, N = 1024–32768, on {device07(D, 'device.txt', ab_folder(D))}: "
            f"TFLOP/s in `{rel(ab_folder(D))}/ab07bwd.csv` ÷ TFLOP/s in `{rel(os.path.join(D.folder, BWD07_PREVIOUS))}"
@@ -1016,7 +1020,7 @@ def table_step07_bwd_runs(D):
         for c in (False, True):
             cells = []
             for who in ("07", "cudnn", "flash"):
-                x = [v / old[k] for k, v in new.items() if k[2] == d and k[3] == c and k[4] == who and k in old]
+                x = [v / old[k] for k, v in new.items() if k[1] == d and k[2] == c and k[4] == who and k in old]
                 cells.append(f"{min(x):.2f}–{max(x):.2f}" if x else "—")
             out.append(f"| {d} | {'yes' if c else 'no'} | " + " | ".join(cells) + " |")
     return out
