@@ -196,7 +196,7 @@ class Case:
     def step_fn(self, step):
         """The step's call, and its outputs after one poisoned call (to check)."""
         S, lib = self.steps, self.steps.lib
-        # A backward lesson row (07b4) has no forward of its own: its O and L are the step's.
+        # A backward lesson row (07b4, 07b5) has no forward of its own: its O and L are the step's.
         fplan, fws = S.plan(step if self.dir == "fwd" else step[:2], False, self.shape)
         self.plans.append(fplan)
         o = torch.full_like(self.q, float("nan"))
@@ -225,7 +225,7 @@ class Case:
 def time_block(fn, reps, flush, spin_cycles, nvml):
     """Median ms of `reps` repeats; the NVML readings: lowest clock, highest power and temperature, reasons; and
     the longest host time of a repeat's enqueue (the start event, the call, the stop event), in µs: where it
-    passes the spin, the GPU waited for the host inside the timed interval."""
+    passes the spin, the GPU may have waited for the host inside the timed interval."""
     fn()  # one untimed call: every block starts as fa_bench's repeats do, after a warm-up
     torch.cuda.synchronize()
     times, samples, host = [], [], []

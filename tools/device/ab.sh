@@ -6,8 +6,8 @@
 # gemm:   the bf16 matrix-product rate, timed the same way (also in fwd);
 # fwd:    step 07's forward, step 06, cuDNN and FlashAttention-2, d = 64, 128, 256,
 #         N = 1k–32k, causal and not, B·H·N = 131072 and 524288 (note 07's tables);
-# bwd:    the same for the backward, with lesson row b4 (07b4: K, V from shared memory at
-#         d = 64) beside it;
+# bwd:    the same for the backward, with lesson rows b4 (07b4: K, V from shared memory at
+#         d = 64) and b5 (07b5: 64 queries a step at d = 128) beside it;
 # decode: step 08 (and 08m1, its merge kernel launched late), step 06 and PyTorch's
 #         backends on note 08's decoding shapes;
 # short:  the forward's short problems at d = 128 (N = 1k–8k), where step 07 was below
