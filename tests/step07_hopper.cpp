@@ -97,7 +97,7 @@ TEST_CASE("step07 tiles use TMA's 128-byte swizzle (exercise 07-swizzle)", "[cpu
   // a panel, bits 4–6 (the 16-byte chunk of a 128-byte row) are XORed with bits 7–9 (the
   // row mod 8). swizzled() must place every element where TMA wrote it and wgmma reads it.
   int wrong = 0;
-  for (int rows : {64, 80, 128})
+  for (int rows : {64, 80, 96, 128})
     for (int r = 0; r < rows; ++r)
       for (int c = 0; c < 256; ++c) {
         const std::uint32_t plain = std::uint32_t((c / 64) * rows * 128 + r * 128 + (c % 64) * 2);
@@ -337,39 +337,43 @@ TEST_CASE("step07 deterministic backward: two runs bit for bit; dK, dV = the def
       }
 }
 
-// A lesson row of the backward against production at head dimension d, N = 1 … 4097, causal
-// and not: dK and dV within `dkdv` (bit for bit where the row takes the same sums in the same
-// order), dQ — added in whatever order the blocks finish — within the reorder tolerance, and
-// every gradient within FlashAttention's budget.
-void check_lesson_row(const GpuBackward& row, int d, const Tolerance& dkdv, std::uint64_t seed) {
+// A lesson row of the backward against the row it is compared with (production, or the row
+// after it) at head dimension d, N = 1 … 4097, causal and not: dK and dV within `dkdv` (bit for
+// bit where the two take the same sums in the same order), dQ — added in whatever order the
+// blocks finish — within the reorder tolerance, and every gradient within FlashAttention's budget.
+void check_lesson_row(const GpuBackward& row, const GpuBackward& against, int d, const Tolerance& dkdv,
+                      std::uint64_t seed) {
   for (int N : {1, 17, 113, 1000, 4097})
     for (bool causal : {false, true}) {
       if (test::quick() && N > 1000) continue;
       const Problem p = lowp(make(2, 2, N, d, causal), DType::bf16);
-      INFO(p.str() << ", " << row.name << ", seeds " << seed << ", " << seed + 1);
+      INFO(p.str() << ", " << row.name << " against " << against.name << ", seeds " << seed << ", " << seed + 1);
       const Qkv in = inputs(p, seed);
       const std::vector<float> dout = grad_out(p, seed + 1);
       const ForwardOut fwd = gpu::forward(step07::kForward, p, in, true);
       const Grads g = gpu::backward(row, p, in, fwd, dout);
-      const Grads want = gpu::backward(step07::kBackward, p, in, fwd, dout);
-      FA_CHECK_CLOSE("dK vs production", g.dk, want.dk, dkdv, test::shape_o(p));
-      FA_CHECK_CLOSE("dV vs production", g.dv, want.dv, dkdv, test::shape_o(p));
-      FA_CHECK_CLOSE("dQ vs production", g.dq, want.dq, step06::kBf16Reorder, test::shape_o(p));
+      const Grads want = gpu::backward(against, p, in, fwd, dout);
+      FA_CHECK_CLOSE("dK vs the other", g.dk, want.dk, dkdv, test::shape_o(p));
+      FA_CHECK_CLOSE("dV vs the other", g.dv, want.dv, dkdv, test::shape_o(p));
+      FA_CHECK_CLOSE("dQ vs the other", g.dq, want.dq, step06::kBf16Reorder, test::shape_o(p));
       if (N <= 1000) check_grad_budget(p, in, dout, g, row.name);
     }
 }
 
-// Lesson row b4 reads K_c and V_c from shared memory where the production backward holds
-// them in registers (d = 64): the same products of the same values, so dK and dV bit for bit.
-TEST_CASE("step07 backward lesson row b4 (K, V from shared memory) equals the production backward", "[gpu]") {
-  check_lesson_row(step07::kBackwardB4, 64, tol::kBitExact, 114);
+// Lesson row b4 reads K_c and V_c from shared memory where b6 holds them in registers
+// (d = 64, 64 queries a step in both): the same products of the same values, so dK and dV
+// bit for bit.
+TEST_CASE("step07 backward lesson row b4 (K, V from shared memory) equals lesson row b6", "[gpu]") {
+  check_lesson_row(step07::kBackwardB4, step07::kBackwardB6, 64, tol::kBitExact, 114);
 }
 
-// Lesson row b5 walks the query blocks 64 at a time at d = 128 where production takes 80:
-// the same sums grouped otherwise (fp32, rounded at the end), so dK and dV within the
-// reorder tolerance too; N = 17, 113, 1000, 4097 end inside a block of either.
-TEST_CASE("step07 backward lesson row b5 (64 queries a step at d = 128) equals the production backward", "[gpu]") {
-  check_lesson_row(step07::kBackwardB5, 128, step06::kBf16Reorder, 116);
+// Lesson rows b5 (d = 128) and b6 (d = 64) walk the query blocks 64 at a time where
+// production takes 80 and 96: the same sums grouped otherwise (fp32, rounded at the end), so
+// dK and dV within the reorder tolerance too; N = 17, 113, 1000, 4097 end inside a block of
+// either.
+TEST_CASE("step07 backward lesson rows b5, b6 (64 queries a step) equal the production backward", "[gpu]") {
+  check_lesson_row(step07::kBackwardB5, step07::kBackward, 128, step06::kBf16Reorder, 116);
+  check_lesson_row(step07::kBackwardB6, step07::kBackward, 64, step06::kBf16Reorder, 117);
 }
 
 TEST_CASE("step07 backward at d = 64 and 256, both modes (also under the sanitizers)", "[gpu]") {

@@ -6,7 +6,7 @@ for an m64nNk16 product), which C++ cannot spell with a loop; this script spells
 them out once per (element type, N). Run it again after changing SHAPES:
     python3 tools/gen_wgmma.py > steps/07_hopper/wgmma_ops.cuh
 """
-SHAPES = [32, 64, 80, 128, 176, 256]  # the N of m64nNk16 that step 07's products take (32: the backward's Sᵀ at d = 256)
+SHAPES = [32, 64, 80, 96, 128, 176, 256]  # the N of m64nNk16 that step 07's products take (32: the backward's Sᵀ at d = 256)
 TYPES = [("__nv_bfloat16", "bf16"), ("__half", "f16")]
 
 

@@ -7,7 +7,7 @@
 // (dQ = scale·accumulator in 16 bits).
 //
 // A thread block owns K/V block j (128 keys of one head), visits the query blocks 64
-// queries at a time (80 at d = 128) and is 3 warpgroups:
+// queries at a time (96 at d = 64, 80 at d = 128) and is 3 warpgroups:
 //   producer (warpgroup 0)
 //     warp 0, one thread:  K_j and V_j once; then per query block i Q_i, dO_i (TMA),
 //                          L_i, D_i (bulk copies) into a ring of stages, completing
@@ -30,7 +30,7 @@
 //                                               transposed; dQ_i's 64-column pieces
 //                                               dealt to the consumers in turn (d = 128:
 //                                               one each; d = 64: one, every other i).
-//                                               With 80 queries (d = 128) computed as
+//                                               With 96 or 80 queries computed as
 //                                               dQᵢᵀ = K_jᵀ·dSᵀ, M being the piece's 64
 //                                               columns, and dS stored as such (stmatrix)
 // The query blocks are visited last to first: with the causal mask every key block then
@@ -58,8 +58,8 @@ template <int kD, int kQi>
 struct BwdSmem {
   static constexpr int kKVBytes = kBc * kD * 2;   ///< K_j (or V_j): kD/64 panels of 128 rows
   static constexpr int kQBytes = kQi * kD * 2;    ///< Q_i (or dO_i): kD/64 panels of kQi rows
-  static constexpr int kDsBytes = kBc * kQi * 2;  ///< dSᵀ: 128 keys × 64 queries, one panel (80 queries:
-                                                  ///< dS, 80 rows × two panels of 64 keys)
+  static constexpr int kDsBytes = kBc * kQi * 2;  ///< dSᵀ: 128 keys × 64 queries, one panel (96 or 80
+                                                  ///< queries: dS, kQi rows × two panels of 64 keys)
   static constexpr int k = 0;
   static constexpr int v = k + kKVBytes;
   static constexpr int q = v + kKVBytes;              ///< [stage]
@@ -130,7 +130,7 @@ __device__ __forceinline__ int q_block(int q_blocks, int it) { return q_blocks -
 /// columns, each as the consumers' registers hold it — registers 4u … 4u + 3 of thread
 /// tid of a warpgroup at 512u + 4·tid — so that a warp stages 512 contiguous bytes in
 /// shared memory with one 16-byte store a thread, and a piece is one contiguous run (16 KiB;
-/// 20 KiB with 80 queries) for one bulk reduction. The convert kernels undo it.
+/// 20 or 24 KiB with 80 or 96 queries) for one bulk reduction. The convert kernels undo it.
 __host__ __device__ constexpr std::size_t dq_piece(std::size_t bh, int q_blocks, int i, int panel, int panels,
                                                    int chunk) {
   return ((bh * q_blocks + i) * panels + panel) * std::size_t(chunk);
@@ -218,7 +218,7 @@ __device__ __forceinline__ void store_dkdv(unsigned char* dk_tile, unsigned char
 }
 
 /// A consumer's dQ piece (fp32: an m64 accumulator of R registers a thread, 64 × 64 or
-/// 64 × 80 transposed) to the writer: once the slot is free (dq_empty's phase of this
+/// 64 × 80 or 64 × 96 transposed) to the writer: once the slot is free (dq_empty's phase of this
 /// parity), staged as the accumulator lays it out (dq_piece), fenced for the bulk
 /// reduction's proxy, announced by each warp's lane 0.
 template <int R>
@@ -234,22 +234,25 @@ __device__ __forceinline__ void stage_dq(const float (&dq)[R], float* slot, std:
   if (tid % 32 == 0) arrive(full);
 }
 
-/// The dK/dV kernel at d ≤ 128, as note 07's backward table measures it: production (b6)
-/// and lesson rows b4 and b5, each of which it changes in one way.
+/// The dK/dV kernel at d ≤ 128, as note 07's backward table measures it: production (b7)
+/// and lesson rows b4, b5 and b6, each of which it changes in one way.
 struct BwdVersion {
   bool kv_in_registers;  ///< d = 64: K_c and V_c held as A fragments, so that Sᵀ and dPᵀ read only Q_i and
                          ///< dO_i from shared memory (b4: both operands from shared memory)
-  bool queries80;        ///< d = 128: 80 queries a step (b5: 64), so that the products that read both
-                         ///< operands from shared memory read 4.5 KiB for 80K multiply-adds, not 4 for 64K
+  int queries_at_64;     ///< queries a step at d = 64: 96 (b4–b6: 64)
+  int queries_at_128;    ///< queries a step at d = 128: 80 (b4, b5: 64)
 };
 using Version = BwdVersion (*)();  // a version as a function, so that it can name a kernel's template argument
-FA_HD constexpr BwdVersion b4() { return {false, false}; }
-FA_HD constexpr BwdVersion b5() { return {true, false}; }
-FA_HD constexpr BwdVersion b6() { return {true, true}; }
+FA_HD constexpr BwdVersion b4() { return {false, 64, 64}; }
+FA_HD constexpr BwdVersion b5() { return {true, 64, 64}; }
+FA_HD constexpr BwdVersion b6() { return {true, 64, 80}; }
+FA_HD constexpr BwdVersion b7() { return {true, 96, 80}; }
 /// Queries a step of version v at head dimension d (the wide kernel at d = 256: 64).
-FA_HD constexpr int bwd_queries(BwdVersion v, int d) { return v.queries80 && d == 128 ? 80 : kQ; }
-static_assert(bwd_queries(b6(), 128) == backward_queries(128) && bwd_queries(b6(), 64) == backward_queries(64) &&
-                  bwd_queries(b6(), 256) == backward_queries(256),
+FA_HD constexpr int bwd_queries(BwdVersion v, int d) {
+  return d == 64 ? v.queries_at_64 : d == 128 ? v.queries_at_128 : kQ;
+}
+static_assert(bwd_queries(b7(), 128) == backward_queries(128) && bwd_queries(b7(), 64) == backward_queries(64) &&
+                  bwd_queries(b7(), 256) == backward_queries(256),
               "production's steps are the CPU model's");
 
 template <class T, int kD, Version V>
@@ -261,7 +264,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
 #if FA_STEP07_ARCH_OK
   constexpr BwdVersion kV = V();
   constexpr int kQi = bwd_queries(kV, kD);  // queries a step: Q_i's rows
-  constexpr bool kDqT = dq_transposed(kQi);  // 80 queries: dQᵢᵀ = K_jᵀ·dSᵀ
+  constexpr bool kDqT = dq_transposed(kQi);  // 96 or 80 queries: dQᵢᵀ = K_jᵀ·dSᵀ
   using L = BwdSmem<kD, kQi>;
   using P = DqPieces<kD>;
   extern __shared__ unsigned char smem_raw[];
@@ -358,9 +361,10 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     }
     // dV_c += Pᵀ·dO_i: Pᵀ rounded to 16 bits as A fragments; dO MN-major (its rows are the k index).
     // dK_c += dSᵀ·Q_i, dSᵀ = Pᵀ∘(dPᵀ − D_i) once dPᵀ is done. With 64 queries dV's product is
-    // issued first and runs while dSᵀ is formed; with 80, Pᵀ's 40 registers cannot stay beside
-    // its 16-bit copy and dK, dV, dPᵀ (ptxas spills and serialises the wgmmas), so both
-    // products wait until Pᵀ and dSᵀ are formed and rounded.
+    // issued first and runs while dSᵀ is formed. With more queries a step, both products wait
+    // until Pᵀ and dSᵀ are formed and rounded: at d = 128 with 80, Pᵀ's 40 registers cannot stay
+    // beside its 16-bit copy and dK, dV, dPᵀ (ptxas spills and serialises the wgmmas), and at
+    // d = 64 with 96 (K_c and V_c beside them) the kernel takes the same order.
     std::uint32_t pa[kQi / 16][4], dsa[kQi / 16][4];  // [16-query k step][register]: Pᵀ, dSᵀ
     if constexpr (!kDqT) {
       to_a<T, kQi>(st, pa);
@@ -384,7 +388,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     wgmma_commit();
 
     // dSᵀ into shared memory for dQ, this consumer's 64 keys: as A fragments into rows =
-    // the block's keys, one 128-byte-swizzled panel of 64 queries; with 80 queries
+    // the block's keys, one 128-byte-swizzled panel of 64 queries; with 96 or 80 queries
     // transposed, rows = the queries, two panels of 64 keys (store_a_transposed).
     if constexpr (kDqT)
       store_a_transposed<kQi>(ds_tile, dsa, kQi, kRowsPerConsumer * c, warp, lane);
@@ -412,10 +416,10 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       named_sync(ds_bar(it), 128 * kBwdConsumers);
       // dQ_i's piece = dS·K_j[:, panel]: A = dSᵀ read transposed (MN-major: the queries run
       // along its rows), B = K_j MN-major; 8 k steps of 16 keys, 2048 bytes apart in both.
-      // With 80 queries its transpose, dQ_iᵀ[panel] = K_j[:, panel]ᵀ·dSᵀ: A = K_j MN-major,
-      // B = dS K-major (80 rows, keys along them).
+      // With 96 or 80 queries its transpose, dQ_iᵀ[panel] = K_j[:, panel]ᵀ·dSᵀ: A = K_j MN-major,
+      // B = dS K-major (kQi rows, keys along them).
       float dq[chunk_floats(kQi) / 128];  // register 4n + 2h + e = query 16w + g + 8h, column 8n + 2t + e
-                                          // (80 queries: column 16w + g + 8h, query 8n + 2t + e)
+                                          // (transposed: column 16w + g + 8h, query 8n + 2t + e)
       wgmma_fence();
       if constexpr (kDqT)
         ss_mnk<T, kQi, kBc>(dq, k_tile + panel * kBc * 128, kBc * 128, smem_u32(ds_tile), kQi);
@@ -679,7 +683,7 @@ __global__ void convert_kernel(int N, int d, int q_blocks, std::size_t pairs, fl
 #endif
 }
 
-/// The same for pieces of dQᵀ (80 queries a step, d = 128): register 4n + 2h + e of thread
+/// The same for pieces of dQᵀ (96 or 80 queries a step): register 4n + 2h + e of thread
 /// tid is column 16w + g + 8h, query 8n + 2t + e, so a thread's neighbours in the layout are
 /// neighbouring queries. One block a piece: read in the layout's order (coalesced) into
 /// shared memory as dQ's rows, then written row by row (coalesced).
@@ -728,7 +732,7 @@ std::size_t workspace_bytes(const Problem& p) {
 }
 constexpr const char* kWorkspace =
     "the fp32 dQ accumulator, D and L·log2 e (B·H·Np·(d + 2) floats, Np = N rounded up to the queries of a "
-    "step: 64, 80 at d = 128) and a counter per query block";
+    "step: 96 at d = 64, 80 at d = 128, 64 at d = 256) and a counter per query block";
 
 /// The dK/dV kernel of a head dimension, its keys a block and its shared memory.
 template <class T, int kD, Version V>
@@ -791,19 +795,21 @@ void run(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool det)
 }
 template <Version V>
 void run_any_order(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) { run<V>(p, a, ws, s, false); }
-void run_in_order(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) { run<b6>(p, a, ws, s, true); }
-constexpr int kD64[] = {64, 0};    // lesson row b4 differs from production at d = 64 only,
+void run_in_order(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) { run<b7>(p, a, ws, s, true); }
+constexpr int kD64[] = {64, 0};    // lesson rows b4 and b6 differ from production at d = 64 only,
 constexpr int kD128[] = {128, 0};  // b5 at d = 128 only
 
 }  // namespace
 
-const GpuBackward kBackward{"step07 backward", 256, workspace_bytes<b6>, kWorkspace, nullptr, run_any_order<b6>,
+const GpuBackward kBackward{"step07 backward", 256, workspace_bytes<b7>, kWorkspace, nullptr, run_any_order<b7>,
                             kBackwardD, kSm, true};
 const GpuBackward kBackwardB4{"b4: K, V read from shared memory by every product", 256, workspace_bytes<b4>,
                               kWorkspace, nullptr, run_any_order<b4>, kD64, kSm, true};
 const GpuBackward kBackwardB5{"b5: 64 queries a step at d = 128", 256, workspace_bytes<b5>, kWorkspace, nullptr,
                               run_any_order<b5>, kD128, kSm, true};
-const GpuBackward kBackwardDeterministic{"det: dQ added in key-block order", 256, workspace_bytes<b6>, kWorkspace,
+const GpuBackward kBackwardB6{"b6: 64 queries a step at d = 64", 256, workspace_bytes<b6>, kWorkspace, nullptr,
+                              run_any_order<b6>, kD64, kSm, true};
+const GpuBackward kBackwardDeterministic{"det: dQ added in key-block order", 256, workspace_bytes<b7>, kWorkspace,
                                          nullptr, run_in_order, kBackwardD, kSm, true};
 
 }  // namespace fa::step07

@@ -240,8 +240,8 @@ __device__ __forceinline__ void ss_mnmn(float (&d)[N / 2], std::uint32_t a, std:
 
 /// D(64×N) = A·B: A MN-major in shared memory as in ss_mnmn (a 16-row k step is 2048 bytes;
 /// a_panel its LBO), B K-major as in ss_kk (N rows, the k index along a row, 64-column
-/// panels b_rows rows apart). The backward's dQᵀ = K_jᵀ·dSᵀ with 80 queries a step (d = 128),
-/// where dQ itself would need M = 80: a wgmma's M is 64, so the 64 columns of a panel of
+/// panels b_rows rows apart). The backward's dQᵀ = K_jᵀ·dSᵀ with 80 or 96 queries a step,
+/// where dQ itself would need M = 80 or 96: a wgmma's M is 64, so the 64 columns of a panel of
 /// K_j take that side.
 template <class T, int N, int K>
 __device__ __forceinline__ void ss_mnk(float (&d)[N / 2], std::uint32_t a, std::uint32_t a_panel, std::uint32_t b,

@@ -22,8 +22,8 @@ Traffic traffic_forward(const Problem& p) {
 
 namespace fa::step07 {
 
-// The backward's blocks are step 06's at d = 64 and 256 (128 keys at d = 64, 64 at d = 256;
-// 64 queries) and 128 keys × 80 queries at d = 128, and its rounding points are step 06's:
+// The backward's blocks own step 06's keys (128 at d ≤ 128, 64 at d = 256) and walk 96
+// queries a step at d = 64, 80 at d = 128 and 64 at d = 256; its rounding points are step 06's:
 // its model is step 06's, with those blocks. What differs is where dQ's partial sums go
 // (TMA bulk reductions instead of atomics: the same fp32 additions, in another order), and
 // at d = 256 which warpgroup computes which columns.

@@ -123,11 +123,11 @@ Traffic traffic_forward(const Problem& p);  ///< elements (×2 bytes, L ×4)
 
 /// The backward's block: a producer warpgroup (TMA loads; its second warp adds dQ into
 /// the fp32 accumulator) and two consumer warpgroups of 64 keys each, so B_c = 128
-/// keys a block, walking the query blocks 64 queries at a time — step 06's blocks —, 80
-/// at d = 128 (backward_queries).
+/// keys a block, walking the query blocks 64 queries at a time — step 06's blocks —, 96
+/// at d = 64 and 80 at d = 128 (backward_queries).
 constexpr int kBwdConsumers = 2;
 constexpr int kBwdKeys = kBwdConsumers * kRowsPerConsumer;  ///< B_c
-constexpr int kBwdQueries = 64;                             ///< queries per step of the inner loop (80 at d = 128)
+constexpr int kBwdQueries = 64;                             ///< queries per step of the inner loop (96, 80 at d = 64, 128)
 constexpr int kBwdStages = 2;                               ///< query blocks in flight (Q_i; dO_i too at d ≤ 128)
 inline constexpr int kBackwardD[] = {64, 128, 256, 0};      ///< the head dimensions of the backward
 /// B_c by d: at d = 256 a consumer cannot hold dK and dV for 64 keys (2·64·256 fp32, 256
@@ -135,8 +135,10 @@ inline constexpr int kBackwardD[] = {64, 128, 256, 0};      ///< the head dimens
 FA_HD constexpr int backward_keys(int d) { return d == 256 ? kRowsPerConsumer : kBwdKeys; }
 /// Queries a step by d: 80 at d = 128, where the products with both operands in shared
 /// memory are bound by its bandwidth and an 80-query step reads 4.5 KiB for 80K
-/// multiply-adds where a 64-query step reads 4 for 64K (note 07, lesson row b6).
-FA_HD constexpr int backward_queries(int d) { return d == 128 ? 80 : kBwdQueries; }
+/// multiply-adds where a 64-query step reads 4 for 64K (note 07, lesson row b6); 96 at
+/// d = 64, where a step's fixed costs (its barriers, waits and exponentials' latency) weigh
+/// most against products of k = 64 (lesson row b7). d = 256: 64.
+FA_HD constexpr int backward_queries(int d) { return d == 64 ? 96 : d == 128 ? 80 : kBwdQueries; }
 
 /// CPU model of the backward: step 06's model, with step 07's blocks (backward_keys(d) keys ×
 /// backward_queries(d) queries); its rounding points (Pᵀ and dSᵀ in 16 bits before their products, dQ summed
@@ -157,6 +159,8 @@ extern const GpuBackward kBackwardDeterministic;
 extern const GpuBackward kBackwardB4;
 /// Lesson row b5: at d = 128 (only) 64 queries a step, dQ's pieces computed as dS·K_j.
 extern const GpuBackward kBackwardB5;
+/// Lesson row b6: at d = 64 (only) 64 queries a step (b5's kernel there), dQ's pieces as dS·K_j.
+extern const GpuBackward kBackwardB6;
 constexpr int kForwardVersionCount = 9;
 /// The forward versions of note 07's table (versions_forward.cu), for the bench and tests.
 extern const GpuForward kForwardVersions[kForwardVersionCount];
