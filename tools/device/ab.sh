@@ -8,10 +8,10 @@
 #         N = 1k–32k, causal and not, B·H·N = 131072 and 524288 (note 07's tables);
 # bwd:    the same for the backward, with lesson rows b4 (07b4: K, V from shared memory at
 #         d = 64), b5 (07b5: 64 queries a step at d = 128) and b6 (07b6: 64 queries a step at
-#         d = 64) beside it, behind a spin of 2000 µs (PyTorch's backward enqueues for longer
-#         than 200: ab.py's host_us_max);
-# host:   step 07 and cuDNN's backward at d = 64 behind a spin of 200 µs and of 2000 µs, one
-#         after the other: what the host's time does to the figures;
+#         d = 64) beside it;
+# host:   step 07 and cuDNN's backward behind a spin of 200 µs and of 2000 µs, one after the
+#         other (PyTorch's backward enqueues for longer than 200: ab.py's host_us_max; a
+#         longer spin is also a longer rest for the GPU between repeats);
 # decode: step 08 (and 08m1, its merge kernel launched late), step 06 and PyTorch's
 #         backends on note 08's decoding shapes;
 # short:  the forward's short problems at d = 128 (N = 1k–8k), where step 07 was below
@@ -58,9 +58,9 @@ if want decode; then  # 08m1: step 08 with its merge kernel launched after the s
   run ab08_causal --decode --causal 1 --Nq 16 $impls
   run ab08_gqa --decode --causal 0 --Nq 1 --bh 32,128 --group 8 $impls
 fi
-want bwd && run ab07bwd --dir bwd --causal 0,1 --impls 07,07b4,07b5,07b6,06,torch-cudnn,torch-flash --hide-host-us 2000
+want bwd && run ab07bwd --dir bwd --causal 0,1 --impls 07,07b4,07b5,07b6,06,torch-cudnn,torch-flash
 if want host; then
-  run ab07bwd_spin200 --dir bwd --causal 0,1 --impls 07,torch-cudnn --d 64 --hide-host-us 200
-  run ab07bwd_spin2000 --dir bwd --causal 0,1 --impls 07,torch-cudnn --d 64 --hide-host-us 2000
+  run ab07bwd_spin200 --dir bwd --causal 0,1 --impls 07,torch-cudnn --d "${HOST_D:-64,128,256}" --hide-host-us 200
+  run ab07bwd_spin2000 --dir bwd --causal 0,1 --impls 07,torch-cudnn --d "${HOST_D:-64,128,256}" --hide-host-us 2000
 fi
 exit 0
