@@ -196,7 +196,7 @@ class Case:
     def step_fn(self, step):
         """The step's call, and its outputs after one poisoned call (to check)."""
         S, lib = self.steps, self.steps.lib
-        # A backward lesson row (07b4, 07b5) has no forward of its own: its O and L are the step's.
+        # A backward lesson row (07b4, 07b5, 07b6) has no forward of its own: its O and L are the step's.
         fplan, fws = S.plan(step if self.dir == "fwd" else step[:2], False, self.shape)
         self.plans.append(fplan)
         o = torch.full_like(self.q, float("nan"))

@@ -930,9 +930,12 @@ STEP07_BWD = [("b1", "bwd07_first", "TMA + wgmma + a producer warpgroup; dQ by T
                "and dV's columns (b3's kernel unchanged at d ≤ 128)"),
               ("b5", os.path.join(AB, "bwd_b5"), "+ at d = 64, K_c and V_c held in registers, so that Sᵀ's and "
                "dPᵀ's products read only Q_i and dO_i from shared memory (b4's kernel unchanged at d = 128, 256)"),
-              ("b6", AB, "**production**: + at d = 128, 80 queries a step (dQ's pieces computed transposed, "
+              ("b6", os.path.join(AB, "bwd_b6"), "+ at d = 128, 80 queries a step (dQ's pieces computed transposed, "
                "dQᵢᵀ = K_jᵀ·dSᵀ), so that the products reading both operands from shared memory read 4.5 KiB for 80K "
-               "multiply-adds, not 4 KiB for 64K (b5's kernel unchanged at d = 64, 256)")]
+               "multiply-adds, not 4 KiB for 64K (b5's kernel unchanged at d = 64, 256)"),
+              ("b7", AB, "**production**: + at d = 64, 96 queries a step (b6's transposed dQ), so that a step's fixed "
+               "costs — its barriers, its waits, its exponentials' latency — are paid for 96 queries, not 64 (b6's "
+               "kernel unchanged at d = 128, 256)")]
 
 
 def table_step07_bwd_lesson(D):
@@ -942,7 +945,7 @@ def table_step07_bwd_lesson(D):
            "| step | the idea | " + " | ".join(f"d = {d}{', causal' if c else ''}" for d, c in cols) + " |",
            "|---|---|" + "---|" * len(cols)]
     for ver, folder, idea in STEP07_BWD:
-        # b4's run: fa_bench's CSVs in the results folder; b5's and b6's: ab.py's ab07bwd.csv
+        # b4's run: fa_bench's CSVs in the results folder; b5's, b6's and b7's: ab.py's ab07bwd.csv
         rows = step07_rows(D, "bwd", os.path.join(D.folder, folder))
         cells = []
         for d, c in cols:
@@ -964,14 +967,14 @@ def ab07bwd_rounds(folder):
     return got
 
 
-def table_step07_pair(D, d, old, old_name, new_name):
+def table_step07_pair(D, d, old, old_name, new_name, new="07"):
     """A lesson row of the backward against the one before it at head dimension d, and cuDNN, in one process
-    (ab/ab07bwd.csv: production is 07, the row before it `old`)."""
+    (ab/ab07bwd.csv: the row `new`, production's 07 or a lesson row's id, and the row before it `old`)."""
     path = os.path.join(ab_folder(D), "ab07bwd.csv")
     cells = {}
     for (tokens, dd, causal, N, who), x in ab07bwd_rounds(ab_folder(D)).items():
-        if dd == d and who in ("07", old, "cudnn"):
-            cells.setdefault((tokens, causal, N), {})[who] = x
+        if dd == d and who in (new, old, "cudnn"):
+            cells.setdefault((tokens, causal, N), {})["07" if who == new else who] = x
     Ns = sorted({k[2] for k in cells})
     out = [f"bf16 backward, d = {d}, on {device07(D, 'device.txt', ab_folder(D))}, measured in one process "
            f"(`tools/bench/ab.py`, `{rel(path)}`, the median of the rounds): {new_name} ÷ {old_name} (TFLOP/s), "
@@ -993,36 +996,83 @@ def table_step07_pair(D, d, old, old_name, new_name):
 
 
 def table_step07_b5(D):
-    """Lesson rows b4 and b5 of the backward at d = 64 (b5's kernel is production's there)."""
-    return table_step07_pair(D, 64, "07b4", "b4", "b5")
+    """Lesson rows b4 and b5 of the backward at d = 64 (b5's kernel is 07b6's there: 64 queries a step)."""
+    return table_step07_pair(D, 64, "07b4", "b4", "b5", new="07b6")
 
 
 def table_step07_b6(D):
-    """Lesson rows b5 and b6 (production) of the backward at d = 128."""
+    """Lesson rows b5 and b6 of the backward at d = 128 (b6's kernel is production's there)."""
     return table_step07_pair(D, 128, "07b5", "b5", "b6")
 
 
-BWD07_PREVIOUS = os.path.join(AB, "bwd_b5")  # the backward's one-process run before b6
+def table_step07_b7(D):
+    """Lesson rows b6 and b7 (production) of the backward at d = 64."""
+    return table_step07_pair(D, 64, "07b6", "b6", "b7")
+
+
+BWD07_PREVIOUS = os.path.join(AB, "bwd_b6")  # the backward's one-process run before b7
 
 
 def table_step07_bwd_runs(D):
-    """The backward's two last one-process runs (ab/bwd_b5/, before b6; ab/, with it), shape by shape: how far
-    each implementation's TFLOP/s moved between them, per head dimension and mask."""
+    """The backward's two last one-process runs (ab/bwd_b6/, before b7; ab/, with it), shape by shape: how far
+    each implementation's TFLOP/s moved between them, per head dimension and mask — step 07's on the same kernels
+    (at d = 64 lesson row b6, 07b6, in the new run: the old run's production there)."""
     def tflops(folder):
         return {k: statistics.median(v) for k, v in ab07bwd_rounds(folder).items()}
     new, old = tflops(ab_folder(D)), tflops(os.path.join(D.folder, BWD07_PREVIOUS))
     out = [f"bf16 backward, B·H·N = 131072 and 524288, N = 1024–32768, on {device07(D, 'device.txt', ab_folder(D))}: "
            f"TFLOP/s in `{rel(ab_folder(D))}/ab07bwd.csv` ÷ TFLOP/s in `{rel(os.path.join(D.folder, BWD07_PREVIOUS))}"
-           "/ab07bwd.csv`, two one-process runs on two machines, over the 12 shapes of each row (min–max). Step 07's "
-           "kernels changed between them at d = 128 only (b6).", "",
-           "| d | causal | step 07 | cuDNN | FlashAttention-2 |", "|---|---|---|---|---|"]
+           "/ab07bwd.csv`, two one-process runs on two machines, over the 12 shapes of each row (min–max). Step 07 on "
+           "the same kernels in both: at d = 64 lesson row b6 (`07b6`) of the new run against production of the old "
+           "(b7 changed production there).", "",
+           "| d | causal | step 07 (same kernels) | cuDNN | FlashAttention-2 |", "|---|---|---|---|---|"]
     for d in (64, 128, 256):
         for c in (False, True):
             cells = []
             for who in ("07", "cudnn", "flash"):
-                x = [v / old[k] for k, v in new.items() if k[1] == d and k[2] == c and k[4] == who and k in old]
+                now = "07b6" if who == "07" and d == 64 else who
+                x = [v / old[k[:4] + (who,)] for k, v in new.items()
+                     if k[1] == d and k[2] == c and k[4] == now and k[:4] + (who,) in old]
                 cells.append(f"{min(x):.2f}–{max(x):.2f}" if x else "—")
             out.append(f"| {d} | {'yes' if c else 'no'} | " + " | ".join(cells) + " |")
+    return out
+
+
+def table_step07_bwd_spin(D):
+    """The backward timed behind a 200 µs and a 2000 µs spin, one after the other in one call (ab.sh's host phase:
+    ab07bwd_spin200.csv, ab07bwd_spin2000.csv): how far each side moved, and the ratio under each."""
+    f = ab_folder(D)
+    runs = {}
+    for us in (200, 2000):
+        got, host = {}, {}
+        for r in load(f, f"ab07bwd_spin{us}.csv"):
+            if r["status"] == "ok":
+                who = r["step"] if r["impl"] == "fa" else r["impl"].replace("torch-", "")
+                key = (int(r["H"]) * int(r["N"]), int(r["d"]), r["causal"] == "1", int(r["N"]), who)
+                got.setdefault(key, []).append(float(r["tflops"]))
+                host.setdefault(key, []).append(float(r["host_us_max"]))
+        runs[us] = ({k: statistics.median(v) for k, v in got.items()}, host)
+    (a, host), (b, _) = runs[200], runs[2000]
+    out = [f"bf16 backward, B·H·N = 131072 and 524288, N = 1024–32768, on {device07(D, 'device.txt', f)}, `ab.py` "
+           f"twice in one call (`{rel(f)}/ab07bwd_spin200.csv`, `ab07bwd_spin2000.csv`, 3 rounds each): step 07 and "
+           "cuDNN behind a spin of 200 µs, then of 2000 µs, before every repeat. Over the 12 shapes of each row "
+           "(min–max): each side's TFLOP/s behind 2000 µs ÷ behind 200, the ratio step 07 ÷ cuDNN under each (shapes "
+           "below 1.0 in brackets), and the median over a block's repeats of the longest time PyTorch took to "
+           "enqueue cuDNN's backward behind the 200 µs spin.", "",
+           "| d | causal | step 07, 2000 ÷ 200 | cuDNN, 2000 ÷ 200 | × cuDNN, 200 µs | × cuDNN, 2000 µs | "
+           "cuDNN's enqueue, µs |", "|---|---|---|---|---|---|---|"]
+    rng = lambda x: f"{min(x):.2f}–{max(x):.2f}"  # noqa: E731
+    for d in (64, 128, 256):
+        for c in (False, True):
+            ks = sorted(k[:4] for k in a if k[1] == d and k[2] == c and k[4] == "07")
+            g7 = [b[k + ("07",)] / a[k + ("07",)] for k in ks]
+            gc = [b[k + ("cudnn",)] / a[k + ("cudnn",)] for k in ks]
+            ra = [a[k + ("07",)] / a[k + ("cudnn",)] for k in ks]
+            rb = [b[k + ("07",)] / b[k + ("cudnn",)] for k in ks]
+            hs = [statistics.median(host[k + ("cudnn",)]) for k in ks]
+            below = lambda x: sum(round(v, 2) < 1 for v in x)  # noqa: E731
+            out.append(f"| {d} | {'yes' if c else 'no'} | {rng(g7)} | {rng(gc)} | {rng(ra)} ({below(ra)}) | "
+                       f"{rng(rb)} ({below(rb)}) | {min(hs):.0f}–{max(hs):.0f} |")
     return out
 
 
@@ -1072,10 +1122,11 @@ def table_step07_bwd_ncu(D):
             if "dkdv_kernel" in x["Kernel Name"] or "dkdv_wide_kernel" in x["Kernel Name"]:
                 k.setdefault(int(x["ID"]), {})[x["Metric Name"]] = x["Metric Value"].replace(",", "")
     # fa_bench --once --versions launches 07 (d = 64, 128, 256), then 07det (the same d), then
-    # the lesson rows it has: 07b4 (d = 64 only), 07b5 (d = 128 only).
+    # the lesson rows it has: 07b4 (d = 64 only), 07b5 (d = 128 only), 07b6 (d = 64 only).
     ds = (64, 128, 256) if len(k) >= 6 else (64, 128)
     names = [f"{mode}, d = {d}" for mode in ("default", "deterministic") for d in ds]
-    names += ["lesson row b4 (K, V from shared memory), d = 64", "lesson row b5 (64 queries a step), d = 128"]
+    names += ["lesson row b4 (K, V from shared memory), d = 64", "lesson row b5 (64 queries a step), d = 128",
+              "lesson row b6 (64 queries a step), d = 64"]
     names = names[:len(k)]
     out = [f"Nsight Compute, one launch each of the dK/dV kernel, bf16, N = 8192, B·H·N = 131072, not causal, "
            f"on {device07(D)}:", "",
@@ -1455,8 +1506,8 @@ TABLES = {
     "step07-rounds": table_step07_rounds, "step07-pause": table_step07_pause,
     "step07-bwd-peers": lambda D: table_step07_peers(D, "bwd"),
     "step07-bwd-summary": lambda D: table_step07_summary(D, "bwd"),
-    "step07-bwd-lesson": table_step07_bwd_lesson, "step07-bwd-b5": table_step07_b5, "step07-bwd-b6": table_step07_b6,
-    "step07-bwd-runs": table_step07_bwd_runs,
+    "step07-bwd-lesson": table_step07_bwd_lesson, "step07-bwd-b5": table_step07_b5, "step07-bwd-b6": table_step07_b6, "step07-bwd-b7": table_step07_b7,
+    "step07-bwd-runs": table_step07_bwd_runs, "step07-bwd-spin": table_step07_bwd_spin,
     "step07-det": table_step07_det,
     "step07-bwd-memory": table_step07_bwd_memory, "step07-bwd-ncu": table_step07_bwd_ncu, "test07": table_test07,
     "step08-decode": table_step08_decode, "step08-summary": table_step08_summary, "step08-splits": table_step08_splits,
