@@ -955,15 +955,15 @@ def table_step07_bwd_lesson(D):
     return out
 
 
-def ab07bwd_rounds(folder):
-    """{(tokens, d, causal, N, who): [TFLOP/s of each round]} of one ab.py backward run (folder's ab07bwd.csv);
+def ab07bwd_rounds(folder, name="ab07bwd.csv", column="tflops"):
+    """{(tokens, d, causal, N, who): [`column` of each round]} of one ab.py backward run (folder's `name`);
     who: a step's id (07, 07b5, …) or PyTorch's backend (cudnn, flash)."""
     got = {}
-    for r in load(folder, "ab07bwd.csv"):
+    for r in load(folder, name):
         if r["status"] == "ok":
             who = r["step"] if r["impl"] == "fa" else r["impl"].replace("torch-", "")
             key = (int(r["H"]) * int(r["N"]), int(r["d"]), r["causal"] == "1", int(r["N"]), who)
-            got.setdefault(key, []).append(float(r["tflops"]))
+            got.setdefault(key, []).append(float(r[column]))
     return got
 
 
@@ -1042,17 +1042,9 @@ def table_step07_bwd_spin(D):
     """The backward timed behind a 200 µs and a 2000 µs spin, one after the other in one call (ab.sh's host phase:
     ab07bwd_spin200.csv, ab07bwd_spin2000.csv): how far each side moved, and the ratio under each."""
     f = ab_folder(D)
-    runs = {}
-    for us in (200, 2000):
-        got, host = {}, {}
-        for r in load(f, f"ab07bwd_spin{us}.csv"):
-            if r["status"] == "ok":
-                who = r["step"] if r["impl"] == "fa" else r["impl"].replace("torch-", "")
-                key = (int(r["H"]) * int(r["N"]), int(r["d"]), r["causal"] == "1", int(r["N"]), who)
-                got.setdefault(key, []).append(float(r["tflops"]))
-                host.setdefault(key, []).append(float(r["host_us_max"]))
-        runs[us] = ({k: statistics.median(v) for k, v in got.items()}, host)
-    (a, host), (b, _) = runs[200], runs[2000]
+    a, b = ({k: statistics.median(v) for k, v in ab07bwd_rounds(f, f"ab07bwd_spin{us}.csv").items()}
+            for us in (200, 2000))
+    host = ab07bwd_rounds(f, "ab07bwd_spin200.csv", "host_us_max")
     out = [f"bf16 backward, B·H·N = 131072 and 524288, N = 1024–32768, on {device07(D, 'device.txt', f)}, `ab.py` "
            f"twice in one call (`{rel(f)}/ab07bwd_spin200.csv`, `ab07bwd_spin2000.csv`, 3 rounds each): step 07 and "
            "cuDNN behind a spin of 200 µs, then of 2000 µs, before every repeat. Over the 12 shapes of each row "
@@ -1062,6 +1054,7 @@ def table_step07_bwd_spin(D):
            "| d | causal | step 07, 2000 ÷ 200 | cuDNN, 2000 ÷ 200 | × cuDNN, 200 µs | × cuDNN, 2000 µs | "
            "cuDNN's enqueue, µs |", "|---|---|---|---|---|---|---|"]
     rng = lambda x: f"{min(x):.2f}–{max(x):.2f}"  # noqa: E731
+    below = lambda x: sum(round(v, 2) < 1 for v in x)  # noqa: E731
     for d in (64, 128, 256):
         for c in (False, True):
             ks = sorted(k[:4] for k in a if k[1] == d and k[2] == c and k[4] == "07")
@@ -1070,7 +1063,6 @@ def table_step07_bwd_spin(D):
             ra = [a[k + ("07",)] / a[k + ("cudnn",)] for k in ks]
             rb = [b[k + ("07",)] / b[k + ("cudnn",)] for k in ks]
             hs = [statistics.median(host[k + ("cudnn",)]) for k in ks]
-            below = lambda x: sum(round(v, 2) < 1 for v in x)  # noqa: E731
             out.append(f"| {d} | {'yes' if c else 'no'} | {rng(g7)} | {rng(gc)} | {rng(ra)} ({below(ra)}) | "
                        f"{rng(rb)} ({below(rb)}) | {min(hs):.0f}–{max(hs):.0f} |")
     return out
@@ -1506,7 +1498,8 @@ TABLES = {
     "step07-rounds": table_step07_rounds, "step07-pause": table_step07_pause,
     "step07-bwd-peers": lambda D: table_step07_peers(D, "bwd"),
     "step07-bwd-summary": lambda D: table_step07_summary(D, "bwd"),
-    "step07-bwd-lesson": table_step07_bwd_lesson, "step07-bwd-b5": table_step07_b5, "step07-bwd-b6": table_step07_b6, "step07-bwd-b7": table_step07_b7,
+    "step07-bwd-lesson": table_step07_bwd_lesson, "step07-bwd-b5": table_step07_b5, "step07-bwd-b6": table_step07_b6,
+    "step07-bwd-b7": table_step07_b7,
     "step07-bwd-runs": table_step07_bwd_runs, "step07-bwd-spin": table_step07_bwd_spin,
     "step07-det": table_step07_det,
     "step07-bwd-memory": table_step07_bwd_memory, "step07-bwd-ncu": table_step07_bwd_ncu, "test07": table_test07,
