@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <string>
+#include <utility>
 
 #include "common/problem.hpp"
 
@@ -44,5 +45,29 @@ void set_smem_limit(Kernel kernel, std::size_t bytes) {
     throw Error("this kernel needs " + std::to_string(bytes / 1024) + " KiB of shared memory a block, and this GPU gives " +
                 std::to_string(most / 1024) + " KiB (a smaller head dimension, or a GPU with more, runs it)");
   FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+}
+
+/// kernel<<<grid, block, smem, s>>>(args...), but where `early`, launched before the kernel
+/// ahead of it in the stream has finished: programmatic dependent launch (CUDA C++
+/// Programming Guide, "Programmatic Dependent Launch and Synchronization"). Its blocks are
+/// scheduled once every block of that kernel has called
+/// cudaTriggerProgrammaticLaunchCompletion() or exited, and each thread that reads what
+/// that kernel writes must first wait in cudaGridDependencySynchronize() (sm_90 and up; a
+/// kernel with no such wait must not be launched early). Launch latency and whatever a
+/// block does before its wait then run under the kernel before it.
+template <class... Params, class... Args>
+void launch_early(bool early, void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t s,
+                  Args&&... args) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cfg.attrs = &attr;
+  cfg.numAttrs = early ? 1 : 0;
+  FA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 }  // namespace fa

@@ -198,6 +198,17 @@ DeviceBuffer<float> poisoned(std::size_t n) {
   return b;
 }
 
+namespace {
+/// A step's workspace, every byte 0xFF (NaN as a float, −1 as an int): a step must set
+/// whatever of it it reads (a dQ accumulator it adds into, counters it waits on), never
+/// count on fresh memory being zero.
+DeviceBuffer<char> poisoned_workspace(std::size_t bytes) {
+  DeviceBuffer<char> ws(bytes);
+  if (bytes) FA_CUDA_CHECK(cudaMemset(ws.get(), 0xFF, bytes));
+  return ws;
+}
+}  // namespace
+
 DeviceBuffer<std::uint16_t> upload16(DType t, const std::vector<float>& x) {
   std::vector<std::uint16_t> h(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) h[i] = to16(t, x[i]);
@@ -226,7 +237,7 @@ ForwardOut forward(const GpuForward& s, const Problem& p, const Qkv& in, bool so
     DeviceBuffer<std::uint16_t> q = upload16(p.dtype, in.q), k = upload16(p.dtype, in.k), v = upload16(p.dtype, in.v);
     DeviceBuffer<std::uint16_t> o(std::vector<std::uint16_t>(p.elems(), kPoison16));
     DeviceBuffer<float> lse = poisoned(p.rows());
-    DeviceBuffer<char> ws(ws_bytes);
+    DeviceBuffer<char> ws = poisoned_workspace(ws_bytes);
     s.run_native(p, NativeFwdArgs{q.get(), k.get(), v.get(), o.get(), lse.get()}, ws.get(), nullptr);
     FA_CUDA_CHECK(cudaDeviceSynchronize());
     return {download16(p.dtype, o), lse.download()};
@@ -234,7 +245,7 @@ ForwardOut forward(const GpuForward& s, const Problem& p, const Qkv& in, bool so
   DeviceBuffer<float> q(in.q), k(in.k), v(in.v);
   DeviceBuffer<float> o = poisoned(p.elems());
   DeviceBuffer<float> lse = softmax ? poisoned(p.rows()) : DeviceBuffer<float>();
-  DeviceBuffer<char> ws(ws_bytes);
+  DeviceBuffer<char> ws = poisoned_workspace(ws_bytes);
   s.run(p, FwdArgs{q.get(), k.get(), v.get(), o.get(), lse.get()}, ws.get(), nullptr);
   FA_CUDA_CHECK(cudaDeviceSynchronize());
   return {o.download(), softmax ? lse.download() : std::vector<float>{}};
@@ -252,7 +263,7 @@ Grads backward(const GpuBackward& s, const Problem& p, const Qkv& in, const Forw
     DeviceBuffer<float> lse(fwd.lse);
     const std::vector<std::uint16_t> poison(p.elems(), kPoison16);
     DeviceBuffer<std::uint16_t> dq(poison), dk(poison), dv(poison);
-    DeviceBuffer<char> ws(ws_bytes);
+    DeviceBuffer<char> ws = poisoned_workspace(ws_bytes);
     s.run_native(p, NativeBwdArgs{q.get(), k.get(), v.get(), o.get(), lse.get(), dO.get(), dq.get(), dk.get(), dv.get()},
                  ws.get(), nullptr);
     FA_CUDA_CHECK(cudaDeviceSynchronize());
@@ -260,7 +271,7 @@ Grads backward(const GpuBackward& s, const Problem& p, const Qkv& in, const Forw
   }
   DeviceBuffer<float> q(in.q), k(in.k), v(in.v), o(fwd.o), lse(fwd.lse), dO(dout);
   DeviceBuffer<float> dq = poisoned(p.elems()), dk = poisoned(p.elems()), dv = poisoned(p.elems());
-  DeviceBuffer<char> ws(ws_bytes);
+  DeviceBuffer<char> ws = poisoned_workspace(ws_bytes);
   s.run(p, BwdArgs{q.get(), k.get(), v.get(), o.get(), lse.get(), dO.get(), dq.get(), dk.get(), dv.get()},
         ws.get(), nullptr);
   FA_CUDA_CHECK(cudaDeviceSynchronize());

@@ -376,6 +376,16 @@ TEST_CASE("step07 backward lesson rows b5, b6 (64 queries a step) equal the prod
   check_lesson_row(step07::kBackwardB6, step07::kBackward, 64, step06::kBf16Reorder, 117);
 }
 
+// Lesson row b7 runs production's kernels in the call as it stood before b8: the accumulator
+// zeroed by a memset, each kernel launched after the one before it. The workspace is poisoned
+// before every call (gpu::backward), so a preprocess that did not zero the accumulator, or a
+// kernel that read it before the preprocess was done, would show here: dK and dV bit for bit
+// (the same kernels on the same inputs), dQ within the reorder tolerance (its pieces are added
+// in whatever order the key blocks finish).
+TEST_CASE("step07 backward lesson row b7 (the call before b8) equals the production backward", "[gpu]") {
+  for (int d : {64, 128, 256}) check_lesson_row(step07::kBackwardB7, step07::kBackward, d, tol::kBitExact, 118 + d);
+}
+
 TEST_CASE("step07 backward at d = 64 and 256, both modes (also under the sanitizers)", "[gpu]") {
   // FA_TEST_QUICK keeps d = 128 alone in the sweeps: this case keeps d = 64 and 256 there
   // (at d = 256 another kernel: the consumers split the columns). N = 113: two query

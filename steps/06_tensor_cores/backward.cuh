@@ -22,13 +22,23 @@ constexpr int kQ = kBwdQueries;  // queries per step of the inner loop
 /// Rows per head in the padded L·log2(e) and D arrays.
 int padded_rows(int N) { return tiles::q_blocks(N, kQ) * kQ; }
 
-/// One warp per row (of B·H·Np): D = Σ_c dO·O in fp32; rows past N get 0.
+/// One warp per row (of B·H·Np): D = Σ_c dO·O in fp32; rows past N get 0. Where `zero` is
+/// given (step 07), the warp also zeroes the row's kD floats of it: zero[r·kD, (r + 1)·kD),
+/// a dQ accumulator of rows·kD floats, zeroed here instead of by a memset of its own.
 template <class T, int kD>
 __global__ void preprocess_kernel(int N, int Np, int rows, const T* __restrict__ o, const T* __restrict__ dout,
-                                  const float* __restrict__ lse, float* __restrict__ l2, float* __restrict__ dsum) {
+                                  const float* __restrict__ lse, float* __restrict__ l2, float* __restrict__ dsum,
+                                  float* __restrict__ zero = nullptr) {
 #if FA_STEP06_ARCH_OK  // compiled out before sm_80 (mma.cuh)
+#if __CUDA_ARCH__ >= 900
+  // The dK/dV kernel after this one may be launched early (step 07: launch_early); its
+  // blocks wait for this grid's writes before they read them.
+  cudaTriggerProgrammaticLaunchCompletion();
+#endif
   const int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (r >= rows) return;
+  if (zero)
+    for (int c = 4 * lane; c < kD; c += 128) *reinterpret_cast<float4*>(zero + std::size_t(r) * kD + c) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   const int bh = r / Np, n = r % Np;
   float acc = 0.0f;
   if (n < N) {

@@ -4,7 +4,10 @@
 //
 // Three kernels, as in step 06: its preprocess (D = rowsum(dO∘O), L·log2 e, padded
 // per head to a multiple of 64 rows), the dK/dV kernel below, and a convert kernel
-// (dQ = scale·accumulator in 16 bits).
+// (dQ = scale·accumulator in 16 bits). With the call's fixed costs cut (lesson row b8) the
+// preprocess also zeroes the fp32 dQ accumulator (no memset of its own), and the dK/dV and
+// convert kernels are launched early (launch_early): each one's launch, and whatever it
+// does before it needs the output of the kernel ahead of it, runs under that kernel.
 //
 // A thread block owns K/V block j (128 keys of one head), visits the query blocks 64
 // queries at a time (96 at d = 64, 80 at d = 128) and is 3 warpgroups:
@@ -167,6 +170,7 @@ __device__ void write_dq(const BwdParams& prm, const float* staging, std::uint64
                          int j, int bh, int steps) {
   using P = DqPieces<kD>;
   constexpr int kChunk = chunk_floats(kQi);
+  cudaGridDependencySynchronize();  // launched early (b8): the preprocess has zeroed the accumulator
   for (int m = 0; m < steps * P::kPanels; ++m) {
     const int it = m / P::kPanels, panel = m % P::kPanels, c = P::consumer(it, panel), i = q_block(prm.q_blocks, it);
     cuda::atomic_ref<int, cuda::thread_scope_device> order(prm.order[std::size_t(bh) * prm.q_blocks + i]);
@@ -276,6 +280,8 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   // deterministic mode a block waits only on blocks launched before it.
   const int j = blockIdx.x, bh = blockIdx.y, k0 = j * kBc, N = prm.N;
   const int steps = prm.q_blocks - tiles::first_q_block(prm.causal, j, kQi, kBc);  // query blocks to visit
+  // The convert kernel may be launched from now on (b8: launch_early); it waits for this grid.
+  cudaTriggerProgrammaticLaunchCompletion();
   if (threadIdx.x == 0) bars.init();
   __syncthreads();
 
@@ -286,6 +292,9 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       arrive_expecting(bars.kv_full, 2 * L::kKVBytes);
       load_tile(&k_map, smem + L::k, bars.kv_full, k0, bh);
       load_tile(&v_map, smem + L::v, bars.kv_full, k0, bh);
+      // Launched early (b8), this block may have started while the preprocess still runs:
+      // K_j and V_j are inputs, but L·log2 e and D are the preprocess's.
+      cudaGridDependencySynchronize();
       for (int it = 0; it < steps; ++it) {
         const int s = it % kStages, i = q_block(prm.q_blocks, it);
         wait(&bars.q_empty[s], (it / kStages) % 2 ^ 1);  // a fresh barrier: parity 1 is done
@@ -522,6 +531,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   WideBarriers bars(smem + L::bars);
   const int j = blockIdx.x, bh = blockIdx.y, k0 = j * kWideKeys, N = prm.N;
   const int steps = prm.q_blocks - tiles::first_q_block(prm.causal, j, kQ, kWideKeys);
+  cudaTriggerProgrammaticLaunchCompletion();  // as dkdv_kernel
   if (threadIdx.x == 0) bars.init();
   __syncthreads();
 
@@ -532,6 +542,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       arrive_expecting(bars.kv_full, 2 * L::kKVBytes);
       load_tile(&k_map, smem + L::k, bars.kv_full, k0, bh);
       load_tile(&v_map, smem + L::v, bars.kv_full, k0, bh);
+      cudaGridDependencySynchronize();  // as dkdv_kernel: the preprocess's L·log2 e and D
       for (int it = 0; it < steps; ++it) {
         const int s = it % kStages, i = q_block(prm.q_blocks, it);
         const std::size_t stat = std::size_t(bh) * prm.Np + std::size_t(i) * kQ;
@@ -670,6 +681,7 @@ template <class T>
 __global__ void convert_kernel(int N, int d, int q_blocks, std::size_t pairs, float scale,
                                const float* __restrict__ acc, T* __restrict__ dq) {
 #if FA_STEP07_ARCH_OK
+  cudaGridDependencySynchronize();  // launched early (b8): the dK/dV kernel's sums complete
   const std::size_t e = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= pairs) return;
   const int tid = int(e / 2 % 128), x = 4 * int(e / 256 % (kChunkFloats / 512)) + 2 * int(e % 2);  // e: (x/4, tid, x%4/2)
@@ -693,6 +705,7 @@ __global__ void __launch_bounds__(256) convert_transposed_kernel(int N, int d, i
 #if FA_STEP07_ARCH_OK
   constexpr int kChunk = chunk_floats(kQi), kPad = kPanel + 1;  // a row of the piece, padded: no bank conflicts
   __shared__ float rows[kQi * kPad];                              // [query][column]
+  cudaGridDependencySynchronize();                                // as convert_kernel
   const std::size_t piece = blockIdx.x;
   const auto [bh, i, panel] = dq_piece_at(piece, d / kPanel, q_blocks);
   for (int f = threadIdx.x; f < kChunk / 4; f += blockDim.x) {  // float4 f: registers 4u … 4u + 3 of thread tid
@@ -746,70 +759,76 @@ struct DkdvKernel<T, kWideD, V> {
   static constexpr std::size_t smem = WideSmem::bytes + 1024;
 };
 
-template <class T, int kD, Version V>
-void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool deterministic) {
+/// How a call is made around the kernels: which order dQ's pieces are added in, and whether
+/// the call's fixed costs are cut (lesson row b8) or paid as b4–b7 paid them.
+struct BwdCall {
+  bool deterministic;  ///< dQ's pieces added in key-block order (kBackwardDeterministic)
+  bool early;          ///< b8: the accumulator zeroed by the preprocess as it reads O and dO, where b4–b7 ran a
+                       ///< memset of their own before it, and the dK/dV and convert kernels launched early
+                       ///< (launch_early), each starting under the kernel before it
+};
+constexpr BwdCall kAnyOrder{false, true}, kInOrder{true, true}, kAsB7{false, false};
+
+template <class T, int kD, Version V, BwdCall C>
+void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) {
   using K = DkdvKernel<T, kD, V>;
   constexpr int kKeys = backward_keys(kD), kQi = bwd_queries(V(), kD);
   static_assert(K::smem <= 227 * 1024, "a block's shared memory on sm_90");
   const BwdWorkspace w = carve(p, ws, kQi);
   const int N = p.N, Np = padded(N, kQi), qb = tiles::q_blocks(N, kQi);
   const std::size_t heads = p.heads();
-  FA_CUDA_CHECK(cudaMemsetAsync(w.dq_acc, 0, heads * Np * kD * sizeof(float), s));
-  FA_CUDA_CHECK(cudaMemsetAsync(w.order, 0, heads * qb * sizeof(int), s));
-  const int rows = int(heads) * Np;
+  if constexpr (!C.early) FA_CUDA_CHECK(cudaMemsetAsync(w.dq_acc, 0, heads * Np * kD * sizeof(float), s));
+  if constexpr (C.deterministic || !C.early)  // the counters are read in the deterministic mode only (b4–b7: always zeroed)
+    FA_CUDA_CHECK(cudaMemsetAsync(w.order, 0, heads * qb * sizeof(int), s));
+  const int rows = int(heads) * Np;  // the accumulator is rows × kD floats: preprocess zeroes it row by row
   step06::preprocess_kernel<T, kD><<<(rows + 7) / 8, 256, 0, s>>>(N, Np, rows, static_cast<const T*>(a.o),
-                                                                  static_cast<const T*>(a.dout), a.lse, w.l2, w.dsum);
+                                                                  static_cast<const T*>(a.dout), a.lse, w.l2, w.dsum,
+                                                                  C.early ? w.dq_acc : nullptr);
   FA_CHECK_LAUNCH();
 
   auto map = [&](const void* x, int box) { return make_tile_map(x, p.dtype, N, heads, kD, box); };
-  const BwdParams prm{N, Np, qb, p.softmax_scale(), p.causal, deterministic, w.l2, w.dsum, w.dq_acc, w.order};
+  const BwdParams prm{N, Np, qb, p.softmax_scale(), p.causal, C.deterministic, w.l2, w.dsum, w.dq_acc, w.order};
   set_smem_limit(K::kernel, K::smem);
   const dim3 grid(unsigned(tiles::kv_blocks(N, kKeys)), unsigned(heads));
-  K::kernel<<<grid, 128 * (1 + kBwdConsumers), K::smem, s>>>(map(a.q, kQi), map(a.k, kKeys), map(a.v, kKeys),
-                                                             map(a.dout, kQi), map(a.dk, kRowsPerConsumer),
-                                                             map(a.dv, kRowsPerConsumer), prm);
-  FA_CHECK_LAUNCH();
+  launch_early(C.early, K::kernel, grid, dim3(128 * (1 + kBwdConsumers)), K::smem, s, map(a.q, kQi), map(a.k, kKeys),
+               map(a.v, kKeys), map(a.dout, kQi), map(a.dk, kRowsPerConsumer), map(a.dv, kRowsPerConsumer), prm);
 
   if constexpr (dq_transposed(kQi)) {
     const unsigned pieces = unsigned(heads * qb * (kD / kPanel));
-    convert_transposed_kernel<T, kQi><<<pieces, 256, 0, s>>>(N, kD, qb, p.softmax_scale(), w.dq_acc,
-                                                             static_cast<T*>(a.dq));
+    launch_early(C.early, convert_transposed_kernel<T, kQi>, dim3(pieces), dim3(256), 0, s, N, kD, qb,
+                 p.softmax_scale(), static_cast<const float*>(w.dq_acc), static_cast<T*>(a.dq));
   } else {
     const std::size_t pairs = heads * Np * kD / 2;
-    convert_kernel<T><<<unsigned((pairs + 255) / 256), 256, 0, s>>>(N, kD, qb, pairs, p.softmax_scale(), w.dq_acc,
-                                                                    static_cast<T*>(a.dq));
+    launch_early(C.early, convert_kernel<T>, dim3(unsigned((pairs + 255) / 256)), dim3(256), 0, s, N, kD, qb, pairs,
+                 p.softmax_scale(), static_cast<const float*>(w.dq_acc), static_cast<T*>(a.dq));
   }
-  FA_CHECK_LAUNCH();
 }
 
-template <int kD, Version V>
-void run_d(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool det) {
-  p.dtype == DType::bf16 ? launch<__nv_bfloat16, kD, V>(p, a, ws, s, det) : launch<__half, kD, V>(p, a, ws, s, det);
+template <int kD, Version V, BwdCall C>
+void run_d(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) {
+  p.dtype == DType::bf16 ? launch<__nv_bfloat16, kD, V, C>(p, a, ws, s) : launch<__half, kD, V, C>(p, a, ws, s);
 }
-template <Version V>
-void run(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool det) {
+template <Version V, BwdCall C>
+void run(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) {
   // gpu::backward checked d
-  p.d == 64    ? run_d<64, V>(p, a, ws, s, det)
-  : p.d == 128 ? run_d<128, V>(p, a, ws, s, det)
-               : run_d<256, V>(p, a, ws, s, det);
+  p.d == 64 ? run_d<64, V, C>(p, a, ws, s) : p.d == 128 ? run_d<128, V, C>(p, a, ws, s) : run_d<256, V, C>(p, a, ws, s);
 }
-template <Version V>
-void run_any_order(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) { run<V>(p, a, ws, s, false); }
-void run_in_order(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) { run<b7>(p, a, ws, s, true); }
-constexpr int kD64[] = {64, 0};    // lesson rows b4 and b6 differ from production at d = 64 only,
+constexpr int kD64[] = {64, 0};    // lesson rows b4 and b6 differ from b7 at d = 64 only,
 constexpr int kD128[] = {128, 0};  // b5 at d = 128 only
 
 }  // namespace
 
-const GpuBackward kBackward{"step07 backward", 256, workspace_bytes<b7>, kWorkspace, nullptr, run_any_order<b7>,
+const GpuBackward kBackward{"step07 backward", 256, workspace_bytes<b7>, kWorkspace, nullptr, run<b7, kAnyOrder>,
                             kBackwardD, kSm, true};
 const GpuBackward kBackwardB4{"b4: K, V read from shared memory by every product", 256, workspace_bytes<b4>,
-                              kWorkspace, nullptr, run_any_order<b4>, kD64, kSm, true};
+                              kWorkspace, nullptr, run<b4, kAsB7>, kD64, kSm, true};
 const GpuBackward kBackwardB5{"b5: 64 queries a step at d = 128", 256, workspace_bytes<b5>, kWorkspace, nullptr,
-                              run_any_order<b5>, kD128, kSm, true};
+                              run<b5, kAsB7>, kD128, kSm, true};
 const GpuBackward kBackwardB6{"b6: 64 queries a step at d = 64", 256, workspace_bytes<b6>, kWorkspace, nullptr,
-                              run_any_order<b6>, kD64, kSm, true};
+                              run<b6, kAsB7>, kD64, kSm, true};
+const GpuBackward kBackwardB7{"b7: a memset before the preprocess, every kernel launched after the one before it", 256,
+                              workspace_bytes<b7>, kWorkspace, nullptr, run<b7, kAsB7>, kBackwardD, kSm, true};
 const GpuBackward kBackwardDeterministic{"det: dQ added in key-block order", 256, workspace_bytes<b7>, kWorkspace,
-                                         nullptr, run_in_order, kBackwardD, kSm, true};
+                                         nullptr, run<b7, kInOrder>, kBackwardD, kSm, true};
 
 }  // namespace fa::step07

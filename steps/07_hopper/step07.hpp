@@ -161,6 +161,9 @@ extern const GpuBackward kBackwardB4;
 extern const GpuBackward kBackwardB5;
 /// Lesson row b6: at d = 64 (only) 64 queries a step (b5's kernel there), dQ's pieces as dS·K_j.
 extern const GpuBackward kBackwardB6;
+/// Lesson row b7: production's kernels, in the call as it stood before b8 — the dQ accumulator
+/// zeroed by a memset of its own, and each kernel launched after the one before it has finished.
+extern const GpuBackward kBackwardB7;
 constexpr int kForwardVersionCount = 9;
 /// The forward versions of note 07's table (versions_forward.cu), for the bench and tests.
 extern const GpuForward kForwardVersions[kForwardVersionCount];

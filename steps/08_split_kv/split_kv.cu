@@ -296,17 +296,9 @@ void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const
     FA_CUDA_CHECK(cudaFuncGetAttributes(&f, combine_kernel<T, kD>));
     return f.ptxVersion >= 90;
   }();
-  cudaLaunchAttribute early{};
-  early.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  early.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(p.rows()));
-  cfg.blockDim = dim3(kCombineThreads);
-  cfg.stream = st;
-  cfg.attrs = &early;
-  cfg.numAttrs = early_merge && kCanWait ? 1 : 0;
-  FA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, combine_kernel<T, kD>, p.rows(), sp.splits, static_cast<const float*>(part_o),
-                                   static_cast<const float*>(part_lse), static_cast<T*>(a.o), a.lse));
+  launch_early(early_merge && kCanWait, combine_kernel<T, kD>, dim3(unsigned(p.rows())), dim3(kCombineThreads), 0, st,
+               p.rows(), sp.splits, static_cast<const float*>(part_o), static_cast<const float*>(part_lse),
+               static_cast<T*>(a.o), a.lse);
 }
 
 GpuShape this_gpu() { return {gpu::sm_count(), gpu::smem_per_sm(), gpu::smem_per_block()}; }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The steps beside PyTorch's attention in one process, on the same tensors, in alternation
 # (tools/bench/ab.py over libfa_capi.so), on the H200 in one call.
-#   [PHASE=fwd|bwd|host|decode|pause|gemm|short|all, or several: PHASE=short,decode] [ROUNDS=5]
+#   [PHASE=fwd|bwd|host|decode|pause|gemm|short|call|all, or several: PHASE=short,decode] [ROUNDS=5]
 #       bash tools/device/ab.sh [build-dir]
 # gemm:   the bf16 matrix-product rate, timed the same way (also in fwd);
 # fwd:    step 07's forward, step 06, cuDNN and FlashAttention-2, d = 64, 128, 256,
@@ -17,7 +17,10 @@
 # short:  the forward's short problems at d = 128 (N = 1k–8k), where step 07 was below
 #         cuDNN: lesson rows h1, h5 and s1 beside the production forward and cuDNN;
 # pause:  step 07 and cuDNN at d = 128 and 256 timed with no pause and after 500 ms of
-#         rest before every block (note 07, "How far one run can be trusted").
+#         rest before every block (note 07, "How far one run can be trusted");
+# call:   the backward's fixed costs (lesson row b8): every kernel and memset of one call of
+#         step 07, of its lesson row b7 (the call before b8) and of cuDNN, as the GPU ran them
+#         (tools/bench/timeline.py), then the three timed at N = 1k–8k.
 # Results (ab*.csv, device.txt) into $OUT/results.tgz (and $RESULTS, if given), to be
 # unpacked into notes/results/h200/ab; logs into $OUT/logs.tgz.
 set -uo pipefail
@@ -58,7 +61,13 @@ if want decode; then  # 08m1: step 08 with its merge kernel launched after the s
   run ab08_causal --decode --causal 1 --Nq 16 $impls
   run ab08_gqa --decode --causal 0 --Nq 1 --bh 32,128 --group 8 $impls
 fi
-want bwd && run ab07bwd --dir bwd --causal 0,1 --impls 07,07b4,07b5,07b6,06,torch-cudnn,torch-flash
+if want call; then
+  python3 tools/bench/timeline.py --lib "$BUILD/tools/bench/libfa_capi.so" --impls 07,07b7,torch-cudnn \
+    --d 64,128,256 --N 1024,4096 --causal 0,1 --tokens 131072 --csv "$R/timeline07bwd.csv" > "$L/timeline07bwd.log" 2>&1 || tail -20 "$L/timeline07bwd.log"
+  grep "^  = " "$L/timeline07bwd.log"; stamp timeline
+  run ab07bwd_call --dir bwd --causal 0,1 --impls 07,07b7,torch-cudnn --N 1024,2048,4096,8192 --tokens "${CALL_TOKENS:-131072,524288}"
+fi
+want bwd && run ab07bwd --dir bwd --causal 0,1 --impls 07,07b4,07b5,07b6,07b7,06,torch-cudnn,torch-flash
 if want host; then
   run ab07bwd_spin200 --dir bwd --causal 0,1 --impls 07,torch-cudnn --d "${HOST_D:-64,128,256}" --hide-host-us 200
   run ab07bwd_spin2000 --dir bwd --causal 0,1 --impls 07,torch-cudnn --d "${HOST_D:-64,128,256}" --hide-host-us 2000
