@@ -133,7 +133,7 @@ __device__ __forceinline__ int q_block(int q_blocks, int it) { return q_blocks -
 /// columns, each as the consumers' registers hold it — registers 4u … 4u + 3 of thread
 /// tid of a warpgroup at 512u + 4·tid — so that a warp stages 512 contiguous bytes in
 /// shared memory with one 16-byte store a thread, and a piece is one contiguous run (16 KiB;
-/// 20 or 24 KiB with 80 or 96 queries) for one bulk reduction. The convert kernels undo it.
+/// 20 or 24 KiB with 80 or 96 queries) for one bulk reduction. The convert kernel undoes it.
 __host__ __device__ constexpr std::size_t dq_piece(std::size_t bh, int q_blocks, int i, int panel, int panels,
                                                    int chunk) {
   return ((bh * q_blocks + i) * panels + panel) * std::size_t(chunk);
@@ -674,49 +674,40 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
 #endif
 }
 
-/// dQ = scale·accumulator in 16 bits, out of dq_piece's layout (64-query pieces): a thread
-/// takes registers x, x + 1 (x even) of one thread `tid` of one piece — two neighbouring
-/// columns, and neighbours in the layout, so that a warp reads 256 contiguous bytes.
-template <class T>
-__global__ void convert_kernel(int N, int d, int q_blocks, std::size_t pairs, float scale,
-                               const float* __restrict__ acc, T* __restrict__ dq) {
-#if FA_STEP07_ARCH_OK
-  cudaGridDependencySynchronize();  // launched early (b8): the dK/dV kernel's sums complete
-  const std::size_t e = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (e >= pairs) return;
-  const int tid = int(e / 2 % 128), x = 4 * int(e / 256 % (kChunkFloats / 512)) + 2 * int(e % 2);  // e: (x/4, tid, x%4/2)
-  const std::size_t piece = e / (kChunkFloats / 2);
-  const auto [bh, i, panel] = dq_piece_at(piece, d / kPanel, q_blocks);
-  const int w = tid / 32, g = tid % 32 / 4, t = tid % 4;
-  const int row = i * kQ + 16 * w + g + 8 * (x % 4 / 2), col = panel * kPanel + 8 * (x / 4) + 2 * t;
-  if (row >= N) return;
-  const float2 v = *reinterpret_cast<const float2*>(acc + piece * kChunkFloats + 512 * (x / 4) + 4 * tid + x % 4);
-  *reinterpret_cast<std::uint32_t*>(dq + (bh * N + row) * d + col) = step06::Mma<T>::pack(scale * v.x, scale * v.y);
-#endif
-}
-
-/// The same for pieces of dQᵀ (96 or 80 queries a step): register 4n + 2h + e of thread
-/// tid is column 16w + g + 8h, query 8n + 2t + e, so a thread's neighbours in the layout are
-/// neighbouring queries. One block a piece: read in the layout's order (coalesced) into
-/// shared memory as dQ's rows, then written row by row (coalesced).
+/// dQ = scale·accumulator in 16 bits, out of dq_piece's layout: one block a piece, read in
+/// the layout's order (coalesced, every load of a thread issued before the first store)
+/// into shared memory as the piece's rows, then written row by row (coalesced, 128 bytes a
+/// warp). Register 4u + 2h + e of thread tid (warp w, g = lane / 4, t = lane % 4) holds
+/// query 16w + g + 8h, column 8u + 2t + e of a 64-query piece, and column 16w + g + 8h,
+/// query 8u + 2t + e of a transposed one (96 or 80 queries a step).
 template <class T, int kQi>
-__global__ void __launch_bounds__(256) convert_transposed_kernel(int N, int d, int q_blocks, float scale,
-                                                                 const float* __restrict__ acc, T* __restrict__ dq) {
+__global__ void __launch_bounds__(256) convert_kernel(int N, int d, int q_blocks, float scale,
+                                                      const float* __restrict__ acc, T* __restrict__ dq) {
 #if FA_STEP07_ARCH_OK
-  constexpr int kChunk = chunk_floats(kQi), kPad = kPanel + 1;  // a row of the piece, padded: no bank conflicts
-  __shared__ float rows[kQi * kPad];                              // [query][column]
-  cudaGridDependencySynchronize();                                // as convert_kernel
+  constexpr int kThreads = 256, kChunk = chunk_floats(kQi), kPad = kPanel + 1;  // a row, padded
+  __shared__ float rows[kQi * kPad];                                              // [query][column]
+  cudaGridDependencySynchronize();  // launched early (b8): the dK/dV kernel's sums complete
   const std::size_t piece = blockIdx.x;
   const auto [bh, i, panel] = dq_piece_at(piece, d / kPanel, q_blocks);
-  for (int f = threadIdx.x; f < kChunk / 4; f += blockDim.x) {  // float4 f: registers 4u … 4u + 3 of thread tid
+  static_assert(kChunk / 4 % kThreads == 0 && kQi * kPanel / 2 % kThreads == 0, "whole rounds of the block");
+#pragma unroll
+  for (int k = 0; k < kChunk / 4 / kThreads; ++k) {
+    const int f = threadIdx.x + k * kThreads;  // float4 f: registers 4u … 4u + 3 of thread tid
     const int u = f / 128, tid = f % 128, w = tid / 32, g = tid % 32 / 4, t = tid % 4;
     const float4 v = reinterpret_cast<const float4*>(acc + piece * kChunk)[f];
-    const int col = 16 * w + g, q = 8 * u + 2 * t;  // registers 4u + 2h + e: column col + 8h, query q + e
-    rows[q * kPad + col] = v.x, rows[(q + 1) * kPad + col] = v.y;
-    rows[q * kPad + col + 8] = v.z, rows[(q + 1) * kPad + col + 8] = v.w;
+    const int a = 16 * w + g, b = 8 * u + 2 * t;  // registers 4u + 2h + e: (a + 8h, b + e) as (query, column),
+    if constexpr (dq_transposed(kQi)) {           // or as (column, query) when transposed
+      rows[b * kPad + a] = v.x, rows[(b + 1) * kPad + a] = v.y;
+      rows[b * kPad + a + 8] = v.z, rows[(b + 1) * kPad + a + 8] = v.w;
+    } else {
+      rows[a * kPad + b] = v.x, rows[a * kPad + b + 1] = v.y;
+      rows[(a + 8) * kPad + b] = v.z, rows[(a + 8) * kPad + b + 1] = v.w;
+    }
   }
   __syncthreads();
-  for (int f = threadIdx.x; f < kQi * kPanel / 2; f += blockDim.x) {  // two columns a thread
+#pragma unroll
+  for (int k = 0; k < kQi * kPanel / 2 / kThreads; ++k) {
+    const int f = threadIdx.x + k * kThreads;  // two columns a thread
     const int q = f / (kPanel / 2), col = 2 * (f % (kPanel / 2)), row = i * kQi + q;
     if (row < N)
       *reinterpret_cast<std::uint32_t*>(dq + (bh * N + row) * d + panel * kPanel + col) =
@@ -793,15 +784,9 @@ void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) {
   launch_early(C.early, K::kernel, grid, dim3(128 * (1 + kBwdConsumers)), K::smem, s, map(a.q, kQi), map(a.k, kKeys),
                map(a.v, kKeys), map(a.dout, kQi), map(a.dk, kRowsPerConsumer), map(a.dv, kRowsPerConsumer), prm);
 
-  if constexpr (dq_transposed(kQi)) {
-    const unsigned pieces = unsigned(heads * qb * (kD / kPanel));
-    launch_early(C.early, convert_transposed_kernel<T, kQi>, dim3(pieces), dim3(256), 0, s, N, kD, qb,
-                 p.softmax_scale(), static_cast<const float*>(w.dq_acc), static_cast<T*>(a.dq));
-  } else {
-    const std::size_t pairs = heads * Np * kD / 2;
-    launch_early(C.early, convert_kernel<T>, dim3(unsigned((pairs + 255) / 256)), dim3(256), 0, s, N, kD, qb, pairs,
-                 p.softmax_scale(), static_cast<const float*>(w.dq_acc), static_cast<T*>(a.dq));
-  }
+  const unsigned pieces = unsigned(heads * qb * (kD / kPanel));
+  launch_early(C.early, convert_kernel<T, kQi>, dim3(pieces), dim3(256), 0, s, N, kD, qb, p.softmax_scale(),
+               static_cast<const float*>(w.dq_acc), static_cast<T*>(a.dq));
 }
 
 template <int kD, Version V, BwdCall C>
