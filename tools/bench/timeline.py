@@ -85,7 +85,7 @@ def main():
     steps, flush = Steps(a.lib), l2_flush_buffer()
     spin = int(a.hide_host_us * 2000)
     out = open(a.csv, "w")
-    out.write("impl,dir,d,N,causal,B,H,part,name,us\n")
+    out.write("impl,dir,d,N,causal,B,H,part,name,at_us,us\n")
     for n_case, (B, H, H_kv, N, N_kv, d, causal) in enumerate(shapes(a)):
         case = Case(a, steps, B, H, H_kv, N, N_kv, d, causal, seed=N + d + n_case)
         print(f"{a.dir} B={B} H={H} N={N} d={d} causal={causal}:")
@@ -115,7 +115,7 @@ def main():
                 us = statistics.median(r[k][1] for r in reps)
                 at = statistics.median(r[k][0] - r[0][0] for r in reps)
                 print(f"    {at:9.1f} +{us:9.1f} us  {name}")
-                out.write(f"{row},kernel{k},{name},{us:.2f}\n")
+                out.write(f"{row},kernel{k},{name},{at:.2f},{us:.2f}\n")
             span = statistics.median(r[-1][0] + r[-1][1] - r[0][0] for r in reps)
             busy = statistics.median(sum(x[1] for x in r) for r in reps)
             print(f"    span {span:.1f} us, activities {busy:.1f} us, between them {span - busy:.1f} us")
@@ -123,7 +123,7 @@ def main():
                                for k in range(len(reps[0])))
             print(f"  = {impl} d={d} N={N} causal={causal}: {span:.1f} us = {parts} + {span - busy:.1f} idle")
             for part, us in (("span", span), ("busy", busy), ("idle", span - busy)):
-                out.write(f"{row},{part},,{us:.2f}\n")
+                out.write(f"{row},{part},,0,{us:.2f}\n")
             out.flush()
         case.free()
         del case
