@@ -920,6 +920,9 @@ def table_sass07(D):
     return out
 
 
+BWD07_B8 = os.path.join(AB, "bwd_b8")  # b8 beside b7 and cuDNN, N = 1k–16k, a run of its own (ab.sh's call phase)
+
+
 # The backward's rows: each a device run of its own (its folder), with cuDNN measured in it.
 STEP07_BWD = [("b1", "bwd07_first", "TMA + wgmma + a producer warpgroup; dQ by TMA bulk reductions, at d = 64 "
                "each consumer's partial over its 64 keys (two reductions a query block)"),
@@ -933,9 +936,12 @@ STEP07_BWD = [("b1", "bwd07_first", "TMA + wgmma + a producer warpgroup; dQ by T
               ("b6", os.path.join(AB, "bwd_b6"), "+ at d = 128, 80 queries a step (dQ's pieces computed transposed, "
                "dQᵢᵀ = K_jᵀ·dSᵀ), so that the products reading both operands from shared memory read 4.5 KiB for 80K "
                "multiply-adds, not 4 KiB for 64K (b5's kernel unchanged at d = 64, 256)"),
-              ("b7", AB, "**production**: + at d = 64, 96 queries a step (b6's transposed dQ), so that a step's fixed "
-               "costs — its barriers, its waits, its exponentials' latency — are paid for 96 queries, not 64 (b6's "
-               "kernel unchanged at d = 128, 256)")]
+              ("b7", AB, "+ at d = 64, 96 queries a step (b6's transposed dQ), so that a step's fixed costs — its "
+               "barriers, its waits, its exponentials' latency — are paid for 96 queries, not 64 (b6's kernel "
+               "unchanged at d = 128, 256)"),
+              ("b8", BWD07_B8, "**production**: + the call's own fixed costs cut: the dQ accumulator zeroed by the "
+               "preprocess instead of a memset, the dK/dV and convert kernels launched early (programmatic dependent "
+               "launch); b7's kernels at every d")]
 
 
 def table_step07_bwd_lesson(D):
@@ -945,7 +951,7 @@ def table_step07_bwd_lesson(D):
            "| step | the idea | " + " | ".join(f"d = {d}{', causal' if c else ''}" for d, c in cols) + " |",
            "|---|---|" + "---|" * len(cols)]
     for ver, folder, idea in STEP07_BWD:
-        # b4's run: fa_bench's CSVs in the results folder; b5's, b6's and b7's: ab.py's ab07bwd.csv
+        # b4's run: fa_bench's CSVs in the results folder; b5's to b8's: ab.py's ab07bwd.csv
         rows = step07_rows(D, "bwd", os.path.join(D.folder, folder))
         cells = []
         for d, c in cols:
@@ -967,30 +973,37 @@ def ab07bwd_rounds(folder, name="ab07bwd.csv", column="tflops"):
     return got
 
 
-def table_step07_pair(D, d, old, old_name, new_name, new="07"):
-    """A lesson row of the backward against the one before it at head dimension d, and cuDNN, in one process
-    (ab/ab07bwd.csv: the row `new`, production's 07 or a lesson row's id, and the row before it `old`)."""
-    path = os.path.join(ab_folder(D), "ab07bwd.csv")
+def table_step07_pair(D, ds, old, old_name, new_name, new="07", folder=AB):
+    """A lesson row of the backward against the one before it at the head dimensions ds (an int: one, and no d
+    column), and cuDNN, in one process (`folder`/ab07bwd.csv: the row `new`, production's 07 or a lesson row's id,
+    and the row before it `old`)."""
+    one = isinstance(ds, int)
+    ds = (ds,) if one else tuple(ds)
+    folder = os.path.join(D.folder, folder)
+    path = os.path.join(folder, "ab07bwd.csv")
     cells = {}
-    for (tokens, dd, causal, N, who), x in ab07bwd_rounds(ab_folder(D)).items():
-        if dd == d and who in (new, old, "cudnn"):
-            cells.setdefault((tokens, causal, N), {})["07" if who == new else who] = x
-    Ns = sorted({k[2] for k in cells})
-    out = [f"bf16 backward, d = {d}, on {device07(D, 'device.txt', ab_folder(D))}, measured in one process "
+    for (tokens, dd, causal, N, who), x in ab07bwd_rounds(folder).items():
+        if dd in ds and who in (new, old, "cudnn"):
+            cells.setdefault((tokens, dd, causal, N), {})["07" if who == new else who] = x
+    Ns = sorted({k[3] for k in cells})
+    dims = f"d = {ds[0]}" if one else "d = " + ", ".join(map(str, ds))
+    out = [f"bf16 backward, {dims}, on {device07(D, 'device.txt', folder)}, measured in one process "
            f"(`tools/bench/ab.py`, `{rel(path)}`, the median of the rounds): {new_name} ÷ {old_name} (TFLOP/s), "
            f"and in brackets {old_name} and {new_name} × cuDNN; bold: below 1.0.", "",
-           "| B·H·N | causal | " + " | ".join(f"N = {n}" for n in Ns) + " |", "|---|---|" + "---|" * len(Ns)]
+           "| B·H·N | " + ("" if one else "d | ") + "causal | " + " | ".join(f"N = {n}" for n in Ns) + " |",
+           "|---|---|" + ("" if one else "---|") + "---|" * len(Ns)]
     ratios = []
-    for tokens, causal in sorted({k[:2] for k in cells}):
+    for tokens, dd, causal in sorted({k[:3] for k in cells}):
         row = []
         for n in Ns:
-            m = {w: statistics.median(v) for w, v in cells.get((tokens, causal, n), {}).items()}
+            m = {w: statistics.median(v) for w, v in cells.get((tokens, dd, causal, n), {}).items()}
             if all(w in m for w in ("07", old, "cudnn")):
                 ratios.append(m["07"] / m[old])
                 row.append(f"{bold(m['07'] / m[old])} ({bold(m[old] / m['cudnn'])}, {bold(m['07'] / m['cudnn'])})")
             else:
                 row.append("—")
-        out.append(f"| {tokens} | {'yes' if causal else 'no'} | " + " | ".join(row) + " |")
+        out.append(f"| {tokens} | " + ("" if one else f"{dd} | ") + f"{'yes' if causal else 'no'} | " +
+                   " | ".join(row) + " |")
     out += ["", f"{new_name} ÷ {old_name}: {min(ratios):.2f}–{max(ratios):.2f} over the {len(ratios)} shapes."]
     return out
 
@@ -1006,8 +1019,52 @@ def table_step07_b6(D):
 
 
 def table_step07_b7(D):
-    """Lesson rows b6 and b7 (production) of the backward at d = 64."""
+    """Lesson rows b6 and b7 (production then) of the backward at d = 64."""
     return table_step07_pair(D, 64, "07b6", "b6", "b7")
+
+
+def table_step07_b8(D):
+    """Lesson rows b7 and b8 (production) of the backward at every d: the same kernels, the call around them."""
+    return table_step07_pair(D, (64, 128, 256), "07b7", "b7", "b8", folder=BWD07_B8)
+
+
+def table_step07_bwd_call(D):
+    """Where one backward call's time goes (ab/timeline07bwd.csv, tools/bench/timeline.py): for b7, b8 and cuDNN,
+    the time before the main kernel starts, the main kernel, and the time after it ends, µs (medians of 5 calls)."""
+    folder = os.path.join(D.folder, BWD07_B8)
+    path = os.path.join(folder, "timeline07bwd.csv")
+    acts, span = {}, {}
+    for r in load(folder, "timeline07bwd.csv"):
+        key = (r["impl"], int(r["d"]), r["causal"] == "1", int(r["N"]))
+        if r["part"].startswith("kernel"):
+            acts.setdefault(key, []).append((float(r["at_us"]), float(r["us"]), r["name"]))
+        elif r["part"] == "span":
+            span[key] = float(r["us"])
+    names = {"07b7": "b7", "07": "b8", "torch-cudnn": "cuDNN"}
+    out = [f"bf16 backward, B·H·N = 131072, on {device07(D, 'device.txt', folder)}: one call's kernels and "
+           f"memsets as the GPU ran them (`tools/bench/timeline.py`, a CUPTI trace; `{rel(path)}`), µs, the median "
+           "of 5 calls: from the call's first activity to the start of its main kernel (the dK/dV kernel; cuDNN's "
+           "`…flash_bprop…`), the main kernel, and from its end to the call's last activity's end. b8's main "
+           "kernel starts, and its convert kernel waits, early (launch_early): its main kernel's time counts from "
+           "its start.", "",
+           "| d | causal | N | " + " | ".join(f"{n}: before, main, after" for n in names.values()) + " | b8 ÷ b7, the call | "
+           "b8 ÷ cuDNN, the call |", "|---|---|---|" + "---|" * (len(names) + 2)]
+    for d, causal, N in sorted({k[1:] for k in span}):
+        cells, calls = [], {}
+        for impl in names:
+            a = acts.get((impl, d, causal, N))
+            if not a:
+                cells.append("—")
+                continue
+            at, us, _ = max(a, key=lambda x: x[1])  # the main kernel: the longest activity
+            total = span[(impl, d, causal, N)]
+            calls[impl] = total
+            cells.append(f"{at:.0f}, {us:.0f}, {total - at - us:.0f}")
+        ratio = lambda a, b: bold(calls[b] / calls[a]) if a in calls and b in calls else "—"  # noqa: E731
+        out.append(f"| {d} | {'yes' if causal else 'no'} | {N} | " + " | ".join(cells) +
+                   f" | {ratio('07', '07b7')} | {ratio('07', 'torch-cudnn')} |")
+    out += ["", "The ratios are of speed (the call's time inverted): below 1.0, b8's call takes longer."]
+    return out
 
 
 BWD07_PREVIOUS = os.path.join(AB, "bwd_b6")  # the backward's one-process run before b7
@@ -1499,7 +1556,7 @@ TABLES = {
     "step07-bwd-peers": lambda D: table_step07_peers(D, "bwd"),
     "step07-bwd-summary": lambda D: table_step07_summary(D, "bwd"),
     "step07-bwd-lesson": table_step07_bwd_lesson, "step07-bwd-b5": table_step07_b5, "step07-bwd-b6": table_step07_b6,
-    "step07-bwd-b7": table_step07_b7,
+    "step07-bwd-b7": table_step07_b7, "step07-bwd-b8": table_step07_b8, "step07-bwd-call": table_step07_bwd_call,
     "step07-bwd-runs": table_step07_bwd_runs, "step07-bwd-spin": table_step07_bwd_spin,
     "step07-det": table_step07_det,
     "step07-bwd-memory": table_step07_bwd_memory, "step07-bwd-ncu": table_step07_bwd_ncu, "test07": table_test07,

@@ -20,7 +20,7 @@
 #         rest before every block (note 07, "How far one run can be trusted");
 # call:   the backward's fixed costs (lesson row b8): every kernel and memset of one call of
 #         step 07, of its lesson row b7 (the call before b8) and of cuDNN, as the GPU ran them
-#         (tools/bench/timeline.py), then the three timed at N = 1k–8k.
+#         (tools/bench/timeline.py), then the three timed at N = 1k–16k.
 # Results (ab*.csv, device.txt) into $OUT/results.tgz (and $RESULTS, if given), to be
 # unpacked into notes/results/h200/ab; logs into $OUT/logs.tgz.
 set -uo pipefail
@@ -65,7 +65,7 @@ if want call; then
   python3 tools/bench/timeline.py --lib "$BUILD/tools/bench/libfa_capi.so" --impls 07,07b7,torch-cudnn \
     --d 64,128,256 --N 1024,4096 --causal 0,1 --tokens 131072 --csv "$R/timeline07bwd.csv" > "$L/timeline07bwd.log" 2>&1 || tail -20 "$L/timeline07bwd.log"
   grep "^  = " "$L/timeline07bwd.log"; stamp timeline
-  run ab07bwd_call --dir bwd --causal 0,1 --impls 07,07b7,torch-cudnn --N 1024,2048,4096,8192 --tokens "${CALL_TOKENS:-131072,524288}"
+  run ab07bwd_call --dir bwd --causal 0,1 --impls 07,07b7,torch-cudnn --N 1024,2048,4096,8192,16384 --tokens "${CALL_TOKENS:-131072,524288}"
 fi
 want bwd && run ab07bwd --dir bwd --causal 0,1 --impls 07,07b4,07b5,07b6,07b7,06,torch-cudnn,torch-flash
 if want host; then
