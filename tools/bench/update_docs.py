@@ -920,7 +920,7 @@ def table_sass07(D):
     return out
 
 
-BWD07_B8 = os.path.join(AB, "bwd_b8")  # b8 beside b7 and cuDNN, N = 1k–16k, a run of its own (ab.sh's call phase)
+BWD07_B8 = os.path.join(AB, "bwd_b8")  # the call's timeline (ab.sh's call phase), and b8 beside b7 in that run
 
 
 # The backward's rows: each a device run of its own (its folder), with cuDNN measured in it.
@@ -936,10 +936,10 @@ STEP07_BWD = [("b1", "bwd07_first", "TMA + wgmma + a producer warpgroup; dQ by T
               ("b6", os.path.join(AB, "bwd_b6"), "+ at d = 128, 80 queries a step (dQ's pieces computed transposed, "
                "dQᵢᵀ = K_jᵀ·dSᵀ), so that the products reading both operands from shared memory read 4.5 KiB for 80K "
                "multiply-adds, not 4 KiB for 64K (b5's kernel unchanged at d = 64, 256)"),
-              ("b7", AB, "+ at d = 64, 96 queries a step (b6's transposed dQ), so that a step's fixed costs — its "
-               "barriers, its waits, its exponentials' latency — are paid for 96 queries, not 64 (b6's kernel "
-               "unchanged at d = 128, 256)"),
-              ("b8", BWD07_B8, "**production**: + the call's own fixed costs cut: the dQ accumulator zeroed by the "
+              ("b7", os.path.join(AB, "bwd_b7"), "+ at d = 64, 96 queries a step (b6's transposed dQ), so that a "
+               "step's fixed costs — its barriers, its waits, its exponentials' latency — are paid for 96 queries, not "
+               "64 (b6's kernel unchanged at d = 128, 256)"),
+              ("b8", AB, "**production**: + the call's own fixed costs cut: the dQ accumulator zeroed by the "
                "preprocess instead of a memset, the dK/dV and convert kernels launched early (programmatic dependent "
                "launch); b7's kernels at every d")]
 
@@ -1009,23 +1009,24 @@ def table_step07_pair(D, ds, old, old_name, new_name, new="07", folder=AB):
 
 
 def table_step07_b5(D):
-    """Lesson rows b4 and b5 of the backward at d = 64 (b5's kernel is 07b6's there: 64 queries a step)."""
-    return table_step07_pair(D, 64, "07b4", "b4", "b5", new="07b6")
+    """Lesson rows b4 and b5 of the backward at d = 64, in the run that introduced b5 (ab/bwd_b5/: production was
+    b5)."""
+    return table_step07_pair(D, 64, "07b4", "b4", "b5", folder=os.path.join(AB, "bwd_b5"))
 
 
 def table_step07_b6(D):
-    """Lesson rows b5 and b6 of the backward at d = 128 (b6's kernel is production's there)."""
-    return table_step07_pair(D, 128, "07b5", "b5", "b6")
+    """Lesson rows b5 and b6 of the backward at d = 128, in the run that introduced b6 (ab/bwd_b6/)."""
+    return table_step07_pair(D, 128, "07b5", "b5", "b6", folder=os.path.join(AB, "bwd_b6"))
 
 
 def table_step07_b7(D):
-    """Lesson rows b6 and b7 (production then) of the backward at d = 64."""
-    return table_step07_pair(D, 64, "07b6", "b6", "b7")
+    """Lesson rows b6 and b7 of the backward at d = 64, in the run that introduced b7 (ab/bwd_b7/)."""
+    return table_step07_pair(D, 64, "07b6", "b6", "b7", folder=os.path.join(AB, "bwd_b7"))
 
 
 def table_step07_b8(D):
     """Lesson rows b7 and b8 (production) of the backward at every d: the same kernels, the call around them."""
-    return table_step07_pair(D, (64, 128, 256), "07b7", "b7", "b8", folder=BWD07_B8)
+    return table_step07_pair(D, (64, 128, 256), "07b7", "b7", "b8")
 
 
 def table_step07_bwd_call(D):
@@ -1067,27 +1068,63 @@ def table_step07_bwd_call(D):
     return out
 
 
-BWD07_PREVIOUS = os.path.join(AB, "bwd_b6")  # the backward's one-process run before b7
+def table_step07_bwd_vs_cudnn_ncu(D):
+    """Step 07's dK/dV kernel beside cuDNN's backward kernel under Nsight Compute (ab/bwd_b8/ncu_l2.csv: ab.py's
+    launches profiled, d = 128 and 256, N = 4096, B·H·N = 131072, not causal): the medians of each kernel's
+    launches."""
+    path = os.path.join(D.folder, BWD07_B8, "ncu_l2.csv")
+    rows = list(csv.reader(open(path))) if os.path.exists(path) else []
+    start = next((i for i, r in enumerate(rows) if r and r[0] == "ID"), len(rows))
+    kernels = {}
+    for r in rows[start + 1:]:
+        if len(r) >= 15:
+            kernels.setdefault(r[0], {"name": r[4], "grid": r[8], "block": r[7]})[r[12]] = r[14]
+    num = lambda x: float(x.replace(",", ""))  # noqa: E731
+    groups = {}
+    for k in kernels.values():
+        d = 256 if ("wide" in k["name"] or "x256_" in k["name"]) else 128
+        who = "cuDNN" if k["name"].startswith("cudnn") else "step 07"
+        groups.setdefault((d, who), []).append(k)
+    out = [f"Nsight Compute, bf16 backward, N = 4096, B·H·N = 131072, not causal, on {device07(D, 'device.txt', os.path.join(D.folder, BWD07_B8))}: "
+           f"the main kernel of each, the median of its {min((len(v) for v in groups.values()), default=0)}–"
+           f"{max((len(v) for v in groups.values()), default=0)} launches (`{rel(path)}`).", "",
+           "| d | kernel | grid | shared memory a block | time | tensor pipe active | L2 throughput | L2 sectors read | "
+           "L2 sectors of reductions |", "|---|---|---|---|---|---|---|---|---|"]
+    for (d, who), ks in sorted(groups.items()):
+        med = lambda m: statistics.median(num(k[m]) for k in ks)  # noqa: E731
+        dims = [int(x) for x in ks[0]["grid"].strip("()").split(",")]
+        blocks = dims[0] * dims[1] * dims[2]
+        grid = f"{blocks} (the SM count)" if blocks == 132 else f"{dims[0]} × {dims[1]} = {blocks}"
+        out.append(f"| {d} | {who} | {grid} | "
+                   f"{med('Dynamic Shared Memory Per Block') / 1024:.0f} KiB | {med('Duration') / 1e6:.2f} ms | "
+                   f"{med('sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active'):.0f}% | "
+                   f"{med('lts__throughput.avg.pct_of_peak_sustained_elapsed'):.0f}% | "
+                   f"{med('lts__t_sectors_op_read.sum') / 1e6:.0f} million | "
+                   f"{med('lts__t_sectors_op_red.sum') / 1e6:.0f} million |")
+    return out
+
+
+BWD07_PREVIOUS = os.path.join(AB, "bwd_b7")  # the backward's one-process run before b8
 
 
 def table_step07_bwd_runs(D):
-    """The backward's two last one-process runs (ab/bwd_b6/, before b7; ab/, with it), shape by shape: how far
-    each implementation's TFLOP/s moved between them, per head dimension and mask — step 07's on the same kernels
-    (at d = 64 lesson row b6, 07b6, in the new run: the old run's production there)."""
+    """The backward's two last one-process runs (ab/bwd_b7/, before b8; ab/, with it), shape by shape: how far
+    each implementation's TFLOP/s moved between them, per head dimension and mask — step 07's in the same call
+    around the same kernels (lesson row b7, 07b7, in the new run: the old run's production)."""
     def tflops(folder):
         return {k: statistics.median(v) for k, v in ab07bwd_rounds(folder).items()}
     new, old = tflops(ab_folder(D)), tflops(os.path.join(D.folder, BWD07_PREVIOUS))
     out = [f"bf16 backward, B·H·N = 131072 and 524288, N = 1024–32768, on {device07(D, 'device.txt', ab_folder(D))}: "
            f"TFLOP/s in `{rel(ab_folder(D))}/ab07bwd.csv` ÷ TFLOP/s in `{rel(os.path.join(D.folder, BWD07_PREVIOUS))}"
            "/ab07bwd.csv`, two one-process runs on two machines, over the 12 shapes of each row (min–max). Step 07 on "
-           "the same kernels in both: at d = 64 lesson row b6 (`07b6`) of the new run against production of the old "
-           "(b7 changed production there).", "",
+           "the same dK/dV kernels in the same call in both: lesson row b7 (`07b7`) of the new run against production "
+           "of the old (b8 changed production's call; the convert kernel, one for both layouts now, differs).", "",
            "| d | causal | step 07 (same kernels) | cuDNN | FlashAttention-2 |", "|---|---|---|---|---|"]
     for d in (64, 128, 256):
         for c in (False, True):
             cells = []
             for who in ("07", "cudnn", "flash"):
-                now = "07b6" if who == "07" and d == 64 else who
+                now = "07b7" if who == "07" else who
                 x = [v / old[k[:4] + (who,)] for k, v in new.items()
                      if k[1] == d and k[2] == c and k[4] == now and k[:4] + (who,) in old]
                 cells.append(f"{min(x):.2f}–{max(x):.2f}" if x else "—")
@@ -1557,6 +1594,7 @@ TABLES = {
     "step07-bwd-summary": lambda D: table_step07_summary(D, "bwd"),
     "step07-bwd-lesson": table_step07_bwd_lesson, "step07-bwd-b5": table_step07_b5, "step07-bwd-b6": table_step07_b6,
     "step07-bwd-b7": table_step07_b7, "step07-bwd-b8": table_step07_b8, "step07-bwd-call": table_step07_bwd_call,
+    "step07-bwd-vs-cudnn-ncu": table_step07_bwd_vs_cudnn_ncu,
     "step07-bwd-runs": table_step07_bwd_runs, "step07-bwd-spin": table_step07_bwd_spin,
     "step07-det": table_step07_det,
     "step07-bwd-memory": table_step07_bwd_memory, "step07-bwd-ncu": table_step07_bwd_ncu, "test07": table_test07,

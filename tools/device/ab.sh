@@ -7,8 +7,8 @@
 # fwd:    step 07's forward, step 06, cuDNN and FlashAttention-2, d = 64, 128, 256,
 #         N = 1k–32k, causal and not, B·H·N = 131072 and 524288 (note 07's tables);
 # bwd:    the same for the backward, with lesson rows b4 (07b4: K, V from shared memory at
-#         d = 64), b5 (07b5: 64 queries a step at d = 128) and b6 (07b6: 64 queries a step at
-#         d = 64) beside it;
+#         d = 64), b5 (07b5: 64 queries a step at d = 128), b6 (07b6: 64 queries a step at
+#         d = 64) and b7 (07b7: production's kernels in the call before b8) beside it;
 # host:   step 07 and cuDNN's backward behind a spin of 200 µs and of 2000 µs, one after the
 #         other (PyTorch's backward enqueues for longer than 200: ab.py's host_us_max; a
 #         longer spin is also a longer rest for the GPU between repeats);
