@@ -38,7 +38,8 @@ __global__ void preprocess_kernel(int N, int Np, int rows, const T* __restrict__
   const int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (r >= rows) return;
   if (zero)
-    for (int c = 4 * lane; c < kD; c += 128) *reinterpret_cast<float4*>(zero + std::size_t(r) * kD + c) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int c = 4 * lane; c < kD; c += 128)
+      *reinterpret_cast<float4*>(zero + std::size_t(r) * kD + c) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   const int bh = r / Np, n = r % Np;
   float acc = 0.0f;
   if (n < N) {

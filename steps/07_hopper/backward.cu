@@ -769,7 +769,7 @@ void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) {
   const int N = p.N, Np = padded(N, kQi), qb = tiles::q_blocks(N, kQi);
   const std::size_t heads = p.heads();
   if constexpr (!C.early) FA_CUDA_CHECK(cudaMemsetAsync(w.dq_acc, 0, heads * Np * kD * sizeof(float), s));
-  if constexpr (C.deterministic || !C.early)  // the counters are read in the deterministic mode only (b4–b7: always zeroed)
+  if constexpr (C.deterministic || !C.early)  // read in the deterministic mode only (b4–b7 zeroed them always)
     FA_CUDA_CHECK(cudaMemsetAsync(w.order, 0, heads * qb * sizeof(int), s));
   const int rows = int(heads) * Np;  // the accumulator is rows × kD floats: preprocess zeroes it row by row
   step06::preprocess_kernel<T, kD><<<(rows + 7) / 8, 256, 0, s>>>(N, Np, rows, static_cast<const T*>(a.o),
