@@ -110,18 +110,18 @@ def main():
                 continue
             row = f"{impl},{a.dir},{d},{N},{causal},{B},{H}"
             print(f"  {impl}:")
+            parts = []  # (name, start, duration) of each activity, medians over the repeats
             for k in range(len(reps[0])):
-                name = short(reps[0][k][2])
-                us = statistics.median(r[k][1] for r in reps)
-                at = statistics.median(r[k][0] - r[0][0] for r in reps)
+                parts.append((short(reps[0][k][2]), statistics.median(r[k][0] - r[0][0] for r in reps),
+                              statistics.median(r[k][1] for r in reps)))
+                name, at, us = parts[-1]
                 print(f"    {at:9.1f} +{us:9.1f} us  {name}")
                 out.write(f"{row},kernel{k},{name},{at:.2f},{us:.2f}\n")
             span = statistics.median(r[-1][0] + r[-1][1] - r[0][0] for r in reps)
             busy = statistics.median(sum(x[1] for x in r) for r in reps)
             print(f"    span {span:.1f} us, activities {busy:.1f} us, between them {span - busy:.1f} us")
-            parts = " + ".join(f"{statistics.median(r[k][1] for r in reps):.1f} {short(reps[0][k][2])[:28]}"
-                               for k in range(len(reps[0])))
-            print(f"  = {impl} d={d} N={N} causal={causal}: {span:.1f} us = {parts} + {span - busy:.1f} idle")
+            summary = " + ".join(f"{us:.1f} {name[:28]}" for name, _, us in parts)
+            print(f"  = {impl} d={d} N={N} causal={causal}: {span:.1f} us = {summary} + {span - busy:.1f} idle")
             for part, us in (("span", span), ("busy", busy), ("idle", span - busy)):
                 out.write(f"{row},{part},,0,{us:.2f}\n")
             out.flush()

@@ -1030,7 +1030,7 @@ def table_step07_b8(D):
 
 
 def table_step07_bwd_call(D):
-    """Where one backward call's time goes (ab/timeline07bwd.csv, tools/bench/timeline.py): for b7, b8 and cuDNN,
+    """Where one backward call's time goes (ab/bwd_b8/timeline07bwd.csv, tools/bench/timeline.py): for b7, b8 and cuDNN,
     the time before the main kernel starts, the main kernel, and the time after it ends, µs (medians of 5 calls)."""
     folder = os.path.join(D.folder, BWD07_B8)
     path = os.path.join(folder, "timeline07bwd.csv")
@@ -1072,20 +1072,22 @@ def table_step07_bwd_vs_cudnn_ncu(D):
     """Step 07's dK/dV kernel beside cuDNN's backward kernel under Nsight Compute (ab/bwd_b8/ncu_l2.csv: ab.py's
     launches profiled, d = 128 and 256, N = 4096, B·H·N = 131072, not causal): the medians of each kernel's
     launches."""
-    path = os.path.join(D.folder, BWD07_B8, "ncu_l2.csv")
+    folder = os.path.join(D.folder, BWD07_B8)
+    path = os.path.join(folder, "ncu_l2.csv")
     rows = list(csv.reader(open(path))) if os.path.exists(path) else []
     start = next((i for i, r in enumerate(rows) if r and r[0] == "ID"), len(rows))
     kernels = {}
     for r in rows[start + 1:]:
         if len(r) >= 15:
-            kernels.setdefault(r[0], {"name": r[4], "grid": r[8], "block": r[7]})[r[12]] = r[14]
+            kernels.setdefault(r[0], {"name": r[4], "grid": r[8]})[r[12]] = r[14]
     num = lambda x: float(x.replace(",", ""))  # noqa: E731
     groups = {}
     for k in kernels.values():
         d = 256 if ("wide" in k["name"] or "x256_" in k["name"]) else 128
         who = "cuDNN" if k["name"].startswith("cudnn") else "step 07"
         groups.setdefault((d, who), []).append(k)
-    out = [f"Nsight Compute, bf16 backward, N = 4096, B·H·N = 131072, not causal, on {device07(D, 'device.txt', os.path.join(D.folder, BWD07_B8))}: "
+    out = [f"Nsight Compute, bf16 backward, N = 4096, B·H·N = 131072, not causal, on "
+           f"{device07(D, 'device.txt', folder)}: "
            f"the main kernel of each, the median of its {min((len(v) for v in groups.values()), default=0)}–"
            f"{max((len(v) for v in groups.values()), default=0)} launches (`{rel(path)}`).", "",
            "| d | kernel | grid | shared memory a block | time | tensor pipe active | L2 throughput | L2 sectors read | "
