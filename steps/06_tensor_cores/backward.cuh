@@ -24,11 +24,12 @@ int padded_rows(int N) { return tiles::q_blocks(N, kQ) * kQ; }
 
 /// One warp per row (of B·H·Np): D = Σ_c dO·O in fp32; rows past N get 0. Where `zero` is
 /// given (step 07), the warp also zeroes the row's kD floats of it: zero[r·kD, (r + 1)·kD),
-/// a dQ accumulator of rows·kD floats, zeroed here instead of by a memset of its own.
+/// a dQ accumulator of rows·kD floats, zeroed here instead of by a memset of its own; where
+/// `counter` is (step 07's persistent grid), the first thread zeroes it.
 template <class T, int kD>
 __global__ void preprocess_kernel(int N, int Np, int rows, const T* __restrict__ o, const T* __restrict__ dout,
                                   const float* __restrict__ lse, float* __restrict__ l2, float* __restrict__ dsum,
-                                  float* __restrict__ zero = nullptr) {
+                                  float* __restrict__ zero = nullptr, int* __restrict__ counter = nullptr) {
 #if FA_STEP06_ARCH_OK  // compiled out before sm_80 (mma.cuh)
 #if __CUDA_ARCH__ >= 900
   // The dK/dV kernel after this one may be launched early (step 07: launch_early); its
@@ -36,6 +37,7 @@ __global__ void preprocess_kernel(int N, int Np, int rows, const T* __restrict__
   cudaTriggerProgrammaticLaunchCompletion();
 #endif
   const int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (counter && r == 0 && lane == 0) *counter = 0;
   if (r >= rows) return;
   if (zero)
     for (int c = 4 * lane; c < kD; c += 128)

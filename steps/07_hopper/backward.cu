@@ -45,6 +45,9 @@
 // consumers split the columns of dK and dV instead of the keys.
 #include <cuda/atomic>
 
+#include <algorithm>
+
+#include "common/gpu.hpp"  // sm_count
 #include "steps/06_tensor_cores/backward.cuh"  // preprocess_kernel, padded_rows
 #include "steps/07_hopper/forward.cuh"         // aligned_smem, epilogue_bar
 
@@ -55,6 +58,42 @@ constexpr int kBc = kBwdKeys, kQ = kBwdQueries, kStages = kBwdStages;
 /// One piece of dQ (fp32): a query block's rows × 64 columns.
 FA_HD constexpr int chunk_floats(int queries) { return queries * kPanel; }
 constexpr int kChunkFloats = chunk_floats(kQ);  ///< of a 64-query block
+
+/// Which tile a block works on, told by its producer (the one thread that takes tiles:
+/// next_tile) to the rest of the block through two slots of shared memory, tile n of the
+/// block in slot n % 2 (a tile ≥ BwdParams::tiles: the end). The consumers read slot n % 2
+/// once phase n of kv_full has completed — the producer wrote it before announcing K_j's and
+/// V_j's copies — and it is written again (tile n + 2) only after they have handed K/V's
+/// buffers back after tile n (kv_empty). dQ's writer may run behind the consumers, so it
+/// takes its tiles through barriers of its own: full (the producer's one arrival) and empty
+/// (the writer's).
+struct TileRing {
+  static constexpr int kBytes = 2 * 8 + 2 * 8 + 2 * 4;
+  std::uint64_t *full, *empty;  // [2] each
+  int* slot;                    // [2]
+  __device__ explicit TileRing(unsigned char* at)
+      : full(reinterpret_cast<std::uint64_t*>(at)), empty(full + 2), slot(reinterpret_cast<int*>(empty + 2)) {}
+  /// By one thread, before the block's barriers' fence_mbarrier_init.
+  __device__ void init() const {
+    for (int s = 0; s < 2; ++s) {
+      cuda::ptx::mbarrier_init(&full[s], 1);
+      cuda::ptx::mbarrier_init(&empty[s], 1);
+    }
+  }
+  /// By the producer: tile n of the block, once the writer has taken tile n − 2.
+  __device__ void publish(int n, int tile) const {
+    wait(&empty[n % 2], (n / 2) % 2 ^ 1);  // a fresh barrier: parity 1 is done
+    slot[n % 2] = tile;
+    arrive(&full[n % 2]);
+  }
+  /// By dQ's writer: tile n of the block.
+  __device__ int take(int n) const {
+    wait(&full[n % 2], (n / 2) % 2);
+    const int tile = slot[n % 2];
+    arrive(&empty[n % 2]);
+    return tile;
+  }
+};
 
 /// Shared memory of a block with kQi queries a step, in bytes from a 1024-aligned base.
 template <int kD, int kQi>
@@ -72,20 +111,23 @@ struct BwdSmem {
   static constexpr int l2 = dq + kBwdConsumers * chunk_floats(kQi) * 4;  ///< [stage][kQi]: L·log2 e
   static constexpr int dsum = l2 + kStages * kQi * 4;                     ///< [stage][kQi]: D
   static constexpr int bars = dsum + kStages * kQi * 4;
-  static constexpr int bytes = bars + 8 * (1 + 2 * kStages + 2 * kBwdConsumers);  ///< + 1024 for alignment
+  static constexpr int tiles = bars + 8 * (2 + 2 * kStages + 2 * kBwdConsumers);  ///< the tile ring (TileRing)
+  static constexpr int bytes = tiles + TileRing::kBytes;                          ///< + 1024 for alignment
 };
 
-/// The mbarriers: K/V's; per stage "full" (copies done) and "empty" (every consumer
-/// thread done with it: each read L_i, D_i itself); per consumer "dq_full" (its dQ piece
-/// staged) and "dq_empty" (the writer's bulk reduction has read it).
+/// The mbarriers: K/V's "full" (copies done) and "empty" (both consumers' dK and dV, staged
+/// in K/V's buffers, stored out: one arrival a consumer); per stage "full" and "empty" (every
+/// consumer thread done with it: each read L_i, D_i itself); per consumer "dq_full" (its dQ
+/// piece staged) and "dq_empty" (the writer's bulk reduction has read it).
 struct BwdBarriers {
-  std::uint64_t *kv_full, *q_full, *q_empty, *dq_full, *dq_empty;
+  std::uint64_t *kv_full, *kv_empty, *q_full, *q_empty, *dq_full, *dq_empty;
   __device__ explicit BwdBarriers(unsigned char* at)
-      : kv_full(reinterpret_cast<std::uint64_t*>(at)), q_full(kv_full + 1), q_empty(q_full + kStages),
-        dq_full(q_empty + kStages), dq_empty(dq_full + kBwdConsumers) {}
+      : kv_full(reinterpret_cast<std::uint64_t*>(at)), kv_empty(kv_full + 1), q_full(kv_empty + 1),
+        q_empty(q_full + kStages), dq_full(q_empty + kStages), dq_empty(dq_full + kBwdConsumers) {}
   /// By one thread, before the block's first __syncthreads.
   __device__ void init() {
     cuda::ptx::mbarrier_init(kv_full, 1);
+    cuda::ptx::mbarrier_init(kv_empty, kBwdConsumers);
     for (int s = 0; s < kStages; ++s) {
       cuda::ptx::mbarrier_init(&q_full[s], 1);
       cuda::ptx::mbarrier_init(&q_empty[s], 128 * kBwdConsumers);  // one arrival per consumer thread
@@ -153,44 +195,81 @@ FA_HD constexpr bool dq_transposed(int queries) { return queries != kRowsPerCons
 
 struct BwdParams {
   int N, Np, q_blocks;
+  int kv_blocks, tiles;  // T_c, and T_c·B·H tiles (BwdTile)
   float scale;
   bool causal, deterministic;
   const float *l2, *dsum;  // preprocess's, [B·H][Np]
   float* dq_acc;           // [B·H][q_blocks][kD/64][a piece: chunk_floats(queries a step)]
   int* order;              // [B·H][q_blocks]: key blocks that have added into query block i
+  int* taken;              // tiles taken past the grid's first (next_tile), zeroed by the preprocess
 };
 
-/// dQ's writer, by one thread: every piece, as its consumer stages it (consumer c's at
-/// staging + c·kChunkFloats, announced on dq_full[c]), into the accumulator by one bulk
-/// reduction; the staging is handed back (dq_empty[c]) once read. In the deterministic
-/// mode a query block's pieces go only after the key blocks before this one have added
-/// theirs (order[i] == j), and order[i] = j + 1 once they are in memory.
-template <int kD, int kQi>
-__device__ void write_dq(const BwdParams& prm, const float* staging, std::uint64_t* dq_full, std::uint64_t* dq_empty,
-                         int j, int bh, int steps) {
+/// The dK/dV kernels' tiles — key block j of head bh, tile = bh·T_c + j — in the order the
+/// blocks take them: j fastest, so that with the causal mask each head's key blocks with the
+/// most query blocks to visit come first, and in the deterministic mode a tile waits only on
+/// tiles taken before it.
+struct BwdTile {
+  int j, bh;
+};
+__device__ __forceinline__ BwdTile bwd_tile(const BwdParams& prm, int tile) {
+  return {tile % prm.kv_blocks, tile / prm.kv_blocks};
+}
+/// Query blocks the block of key block j (kKeys keys) visits, kQi queries a step.
+template <int kQi, int kKeys>
+__device__ __forceinline__ int bwd_steps(const BwdParams& prm, int j) {
+  return prm.q_blocks - tiles::first_q_block(prm.causal, j, kQi, kKeys);
+}
+/// A block starts on tile blockIdx.x; the producer takes the next once it has issued a
+/// tile's loads. In a grid of a block a tile (b4–b8) there is none; in a persistent grid
+/// (b9: a block an SM) it is the next tile no block has taken yet, from a counter.
+__device__ __forceinline__ int next_tile(const BwdParams& prm) {
+  if (int(gridDim.x) >= prm.tiles) return prm.tiles;
+  cuda::atomic_ref<int, cuda::thread_scope_device> taken(*prm.taken);
+  return int(gridDim.x) + taken.fetch_add(1, cuda::memory_order_relaxed);
+}
+
+/// dQ's writer, by one thread: every piece of the block's tiles (TileRing), as its consumer
+/// stages it (consumer c's at staging + c·chunk, announced on dq_full[c]), into the
+/// accumulator by one bulk reduction; the staging is handed back (dq_empty[c]) once read.
+/// The pieces are numbered by the block's steps over all its tiles, as the consumers number
+/// them. In the deterministic mode a query block's pieces go only after the key blocks
+/// before this one have added theirs (order[i] == j), and order[i] = j + 1 once they are in
+/// memory.
+template <int kD, int kQi, int kKeys>
+__device__ void write_dq(const BwdParams& prm, const TileRing& ring, const float* staging, std::uint64_t* dq_full,
+                         std::uint64_t* dq_empty) {
   using P = DqPieces<kD>;
   constexpr int kChunk = chunk_floats(kQi);
   cudaGridDependencySynchronize();  // launched early (b8): the preprocess has zeroed the accumulator
-  for (int m = 0; m < steps * P::kPanels; ++m) {
-    const int it = m / P::kPanels, panel = m % P::kPanels, c = P::consumer(it, panel), i = q_block(prm.q_blocks, it);
-    cuda::atomic_ref<int, cuda::thread_scope_device> order(prm.order[std::size_t(bh) * prm.q_blocks + i]);
-    if (prm.deterministic && panel == 0) {
-      while (order.load(cuda::memory_order_acquire) != j) {
+  int done = 0;                     // the block's steps before this tile
+  for (int n = 0;; ++n) {
+    const int tile = ring.take(n);
+    if (tile >= prm.tiles) break;
+    const auto [j, bh] = bwd_tile(prm, tile);
+    const int steps = bwd_steps<kQi, kKeys>(prm, j);
+    for (int m = 0; m < steps * P::kPanels; ++m) {
+      const int it = m / P::kPanels, step = done + it, panel = m % P::kPanels, c = P::consumer(step, panel);
+      const int i = q_block(prm.q_blocks, it);
+      cuda::atomic_ref<int, cuda::thread_scope_device> order(prm.order[std::size_t(bh) * prm.q_blocks + i]);
+      if (prm.deterministic && panel == 0) {
+        while (order.load(cuda::memory_order_acquire) != j) {
+        }
+        cuda::ptx::fence_proxy_async(cuda::ptx::space_global);  // the earlier blocks' sums, for this proxy
       }
-      cuda::ptx::fence_proxy_async(cuda::ptx::space_global);  // the earlier blocks' sums, for this proxy
+      wait(&dq_full[c], P::parity(step, panel));
+      cuda::ptx::cp_reduce_async_bulk(cuda::ptx::space_global, cuda::ptx::space_shared, cuda::ptx::op_add,
+                                      prm.dq_acc + dq_piece(bh, prm.q_blocks, i, panel, P::kPanels, kChunk),
+                                      staging + c * kChunk, std::uint32_t(kChunk * 4));
+      cuda::ptx::cp_async_bulk_commit_group();
+      cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});  // the staging is read
+      arrive(&dq_empty[c]);
+      if (prm.deterministic && panel == P::kPanels - 1) {
+        cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});  // the block's sums are in device memory
+        cuda::ptx::fence_proxy_async(cuda::ptx::space_global);
+        order.store(j + 1, cuda::memory_order_release);
+      }
     }
-    wait(&dq_full[c], P::parity(it, panel));
-    cuda::ptx::cp_reduce_async_bulk(cuda::ptx::space_global, cuda::ptx::space_shared, cuda::ptx::op_add,
-                                    prm.dq_acc + dq_piece(bh, prm.q_blocks, i, panel, P::kPanels, kChunk),
-                                    staging + c * kChunk, std::uint32_t(kChunk * 4));
-    cuda::ptx::cp_async_bulk_commit_group();
-    cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});  // the staging is read
-    arrive(&dq_empty[c]);
-    if (prm.deterministic && panel == P::kPanels - 1) {
-      cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});  // the block's sums are in device memory
-      cuda::ptx::fence_proxy_async(cuda::ptx::space_global);
-      order.store(j + 1, cuda::memory_order_release);
-    }
+    done += steps;
   }
   cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});
 }
@@ -275,187 +354,206 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   unsigned char* smem = aligned_smem(smem_raw);
   BwdBarriers bars(smem + L::bars);
 
-  // The grid is (key blocks, heads): block j = blockIdx.x, so with the causal mask the
-  // key blocks with the most query blocks to visit start first, and in the
-  // deterministic mode a block waits only on blocks launched before it.
-  const int j = blockIdx.x, bh = blockIdx.y, k0 = j * kBc, N = prm.N;
-  const int steps = prm.q_blocks - tiles::first_q_block(prm.causal, j, kQi, kBc);  // query blocks to visit
+  TileRing ring(smem + L::tiles);
   // The convert kernel may be launched from now on (b8: launch_early); it waits for this grid.
   cudaTriggerProgrammaticLaunchCompletion();
-  if (threadIdx.x == 0) bars.init();
+  if (threadIdx.x == 0) {
+    ring.init();
+    bars.init();
+  }
   __syncthreads();
 
   if (threadIdx.x < 128) {
     // ---- Producer warpgroup.
     release_registers<kProducerRegs>();
     if (threadIdx.x == 0) {
-      arrive_expecting(bars.kv_full, 2 * L::kKVBytes);
-      load_tile(&k_map, smem + L::k, bars.kv_full, k0, bh);
-      load_tile(&v_map, smem + L::v, bars.kv_full, k0, bh);
-      // Launched early (b8), this block may have started while the preprocess still runs:
-      // K_j and V_j are inputs, but L·log2 e and D are the preprocess's.
-      cudaGridDependencySynchronize();
-      for (int it = 0; it < steps; ++it) {
-        const int s = it % kStages, i = q_block(prm.q_blocks, it);
-        wait(&bars.q_empty[s], (it / kStages) % 2 ^ 1);  // a fresh barrier: parity 1 is done
-        arrive_expecting(&bars.q_full[s], 2 * L::kQBytes + 2 * kQi * 4);
-        load_tile(&q_map, smem + L::q + s * L::kQBytes, &bars.q_full[s], i * kQi, bh);
-        load_tile(&do_map, smem + L::dout + s * L::kQBytes, &bars.q_full[s], i * kQi, bh);
-        const std::size_t stat = std::size_t(bh) * prm.Np + std::size_t(i) * kQi;
-        load_stats<kQi>(smem + L::l2 + s * kQi * 4, prm.l2 + stat, &bars.q_full[s]);
-        load_stats<kQi>(smem + L::dsum + s * kQi * 4, prm.dsum + stat, &bars.q_full[s]);
+      int issued = 0;  // query blocks loaded, over the block's tiles: the stages' ring runs on across them
+      for (int n = 0, tile = blockIdx.x;; ++n, tile = next_tile(prm)) {
+        ring.publish(n, tile);
+        if (n > 0) wait(bars.kv_empty, (n - 1) % 2);  // the last tile's dK, dV stored out of K/V's buffers
+        if (tile >= prm.tiles) {
+          arrive(bars.kv_full);  // no more tiles: the consumers read the end from the ring
+          break;
+        }
+        const auto [j, bh] = bwd_tile(prm, tile);
+        arrive_expecting(bars.kv_full, 2 * L::kKVBytes);
+        load_tile(&k_map, smem + L::k, bars.kv_full, j * kBc, bh);
+        load_tile(&v_map, smem + L::v, bars.kv_full, j * kBc, bh);
+        // Launched early (b8), this block may have started while the preprocess still runs:
+        // K_j and V_j are inputs, but L·log2 e, D and the tile counter are the preprocess's.
+        if (n == 0) cudaGridDependencySynchronize();
+        for (int it = 0; it < bwd_steps<kQi, kBc>(prm, j); ++it, ++issued) {
+          const int s = issued % kStages, i = q_block(prm.q_blocks, it);
+          wait(&bars.q_empty[s], (issued / kStages) % 2 ^ 1);  // a fresh barrier: parity 1 is done
+          arrive_expecting(&bars.q_full[s], 2 * L::kQBytes + 2 * kQi * 4);
+          load_tile(&q_map, smem + L::q + s * L::kQBytes, &bars.q_full[s], i * kQi, bh);
+          load_tile(&do_map, smem + L::dout + s * L::kQBytes, &bars.q_full[s], i * kQi, bh);
+          const std::size_t stat = std::size_t(bh) * prm.Np + std::size_t(i) * kQi;
+          load_stats<kQi>(smem + L::l2 + s * kQi * 4, prm.l2 + stat, &bars.q_full[s]);
+          load_stats<kQi>(smem + L::dsum + s * kQi * 4, prm.dsum + stat, &bars.q_full[s]);
+        }
       }
     } else if (threadIdx.x == 32) {
-      write_dq<kD, kQi>(prm, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full, bars.dq_empty, j, bh, steps);
+      write_dq<kD, kQi, kBc>(prm, ring, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full, bars.dq_empty);
     }
     return;
   }
 
-  // ---- Consumer warpgroup c: keys k0 + 64c .. k0 + 64c + 63.
+  // ---- Consumer warpgroup c: keys 64c .. 64c + 63 of each of the block's key blocks.
   claim_registers<FwdTile{kBwdConsumers, kBc, kStages}.consumer_regs()>();
   const int c = threadIdx.x / 128 - 1, tid = threadIdx.x % 128, warp = tid / 32, lane = threadIdx.x % 32;
-  const int g = lane / 4, t = lane % 4;
-  const int key0 = k0 + kRowsPerConsumer * c + 16 * warp + g;  // this thread's keys: key0, key0 + 8
+  const int g = lane / 4, t = lane % 4, N = prm.N;
   const float mul = prm.scale * step06::kLog2e;
   const std::uint32_t k_tile = smem_u32(smem + L::k), v_tile = smem_u32(smem + L::v);
   const std::uint32_t kv_rows = kRowsPerConsumer * c * 128;  // consumer c's keys inside a K/V panel
   float* stage_dq_at = reinterpret_cast<float*>(smem + L::dq) + c * chunk_floats(kQi);  // this consumer's slot
-
   constexpr bool kKvRegs = kV.kv_in_registers && kD == 64;
-  float dk[kD / 2] = {}, dv[kD / 2] = {};  // dK_c, dV_c: 64 keys × kD; register 4n + 2h + e = key g + 8h, column 8n + 2t + e
-  wait(bars.kv_full, 0);
-  // d = 64: K_c and V_c as A fragments, read once. An m64n64k16 product with both operands in
-  // shared memory reads 4 KiB for 64K multiply-adds, at the tensor cores' rate about the 128
-  // bytes a cycle shared memory delivers, so Sᵀ and dPᵀ were bound by it; from registers, 2 KiB.
-  // (At d = 128 the 64 registers they would take are dK's and dV's.)
-  std::uint32_t ka[kD / 16][4], va[kD / 16][4];  // [16-column k step][register]
-  if constexpr (kKvRegs) {
-    load_a<kD>(ka, smem + L::k, kBc, kRowsPerConsumer * c, warp, g, t);
-    load_a<kD>(va, smem + L::v, kBc, kRowsPerConsumer * c, warp, g, t);
-  }
 
-  // Main loop over the query blocks.
-  for (int it = 0; it < steps; ++it) {
-    const int s = it % kStages, q0 = q_block(prm.q_blocks, it) * kQi;
-    const std::uint32_t q_tile = smem_u32(smem + L::q + s * L::kQBytes);
-    const std::uint32_t do_tile = smem_u32(smem + L::dout + s * L::kQBytes);
-    const float* l2 = reinterpret_cast<const float*>(smem + L::l2) + s * kQi;
-    const float* dsum = reinterpret_cast<const float*>(smem + L::dsum) + s * kQi;
-    unsigned char* ds_tile = smem + L::ds + (it % 2) * L::kDsBytes;
-    wait(&bars.q_full[s], (it / kStages) % 2);
+  for (int n = 0, done = 0;; ++n) {  // done: the block's steps before this tile (the stages' ring and dQ's pieces)
+    wait(bars.kv_full, n % 2);
+    const int tile = ring.slot[n % 2];
+    if (tile >= prm.tiles) break;
+    const auto [j, bh] = bwd_tile(prm, tile);
+    const int k0 = j * kBc, steps = bwd_steps<kQi, kBc>(prm, j);
+    const int key0 = k0 + kRowsPerConsumer * c + 16 * warp + g;  // this thread's keys: key0, key0 + 8
 
-    // Sᵀ = K_c·Q_iᵀ and dPᵀ = V_c·dO_iᵀ: kD/16 k steps each, both operands K-major; at d = 64
-    // K_c and V_c from registers (kKvRegs), so that only Q_i and dO_i are read from shared memory.
-    float st[kQi / 2], dpt[kQi / 2];  // 64 keys × kQi queries: register 4n + 2h + e = key g + 8h, query 8n + 2t + e
-    wgmma_fence();
-    if constexpr (kKvRegs)
-      rs_kk<T, kQi, kD>(st, ka, q_tile, kQi);
-    else
-      ss_kk<T, kQi, kD>(st, k_tile + kv_rows, kBc, q_tile, kQi);
-    wgmma_commit();
-    if constexpr (kKvRegs)
-      rs_kk<T, kQi, kD>(dpt, va, do_tile, kQi);
-    else
-      ss_kk<T, kQi, kD>(dpt, v_tile + kv_rows, kBc, do_tile, kQi);
-    wgmma_commit();
-
-    // Pᵀ (fp32 in st), masked where a key is past N or (causal) after the query.
-    wgmma_wait<1>(st);
-#pragma unroll
-    for (int x = 0; x < kQi / 2; ++x) st[x] = step06::exp2_approx(fmaf(st[x], mul, -l2[8 * (x / 4) + 2 * t + x % 2]));
-    if (key0 - g + 16 > N || (prm.causal && key0 - g + 15 > q0)) {  // warp-uniform: the warp's 16 keys
-#pragma unroll
-      for (int x = 0; x < kQi / 2; ++x)
-        if (tiles::masked(q0 + 8 * (x / 4) + 2 * t + x % 2, key0 + 8 * (x % 4 / 2), N, prm.causal)) st[x] = 0.0f;
+    float dk[kD / 2] = {}, dv[kD / 2] = {};  // dK_c, dV_c: 64 keys × kD; register 4n + 2h + e = key g + 8h, column 8n + 2t + e
+    // d = 64: K_c and V_c as A fragments, read once. An m64n64k16 product with both operands in
+    // shared memory reads 4 KiB for 64K multiply-adds, at the tensor cores' rate about the 128
+    // bytes a cycle shared memory delivers, so Sᵀ and dPᵀ were bound by it; from registers, 2 KiB.
+    // (At d = 128 the 64 registers they would take are dK's and dV's.)
+    std::uint32_t ka[kD / 16][4], va[kD / 16][4];  // [16-column k step][register]
+    if constexpr (kKvRegs) {
+      load_a<kD>(ka, smem + L::k, kBc, kRowsPerConsumer * c, warp, g, t);
+      load_a<kD>(va, smem + L::v, kBc, kRowsPerConsumer * c, warp, g, t);
     }
-    // dV_c += Pᵀ·dO_i: Pᵀ rounded to 16 bits as A fragments; dO MN-major (its rows are the k index).
-    // dK_c += dSᵀ·Q_i, dSᵀ = Pᵀ∘(dPᵀ − D_i) once dPᵀ is done. With 64 queries dV's product is
-    // issued first and runs while dSᵀ is formed. With more queries a step, both products wait
-    // until Pᵀ and dSᵀ are formed and rounded: at d = 128 with 80, Pᵀ's 40 registers cannot stay
-    // beside its 16-bit copy and dK, dV, dPᵀ (ptxas spills and serialises the wgmmas), and at
-    // d = 64 with 96 (K_c and V_c beside them) the kernel takes the same order.
-    std::uint32_t pa[kQi / 16][4], dsa[kQi / 16][4];  // [16-query k step][register]: Pᵀ, dSᵀ
-    if constexpr (!kDqT) {
-      to_a<T, kQi>(st, pa);
+
+    // Main loop over the query blocks.
+    for (int it = 0; it < steps; ++it) {
+      const int step = done + it, s = step % kStages, q0 = q_block(prm.q_blocks, it) * kQi;
+      const std::uint32_t q_tile = smem_u32(smem + L::q + s * L::kQBytes);
+      const std::uint32_t do_tile = smem_u32(smem + L::dout + s * L::kQBytes);
+      const float* l2 = reinterpret_cast<const float*>(smem + L::l2) + s * kQi;
+      const float* dsum = reinterpret_cast<const float*>(smem + L::dsum) + s * kQi;
+      unsigned char* ds_tile = smem + L::ds + (step % 2) * L::kDsBytes;
+      wait(&bars.q_full[s], (step / kStages) % 2);
+      // Sᵀ = K_c·Q_iᵀ and dPᵀ = V_c·dO_iᵀ: kD/16 k steps each, both operands K-major; at d = 64
+      // K_c and V_c from registers (kKvRegs), so that only Q_i and dO_i are read from shared memory.
+      float st[kQi / 2], dpt[kQi / 2];  // 64 keys × kQi queries: register 4n + 2h + e = key g + 8h, query 8n + 2t + e
       wgmma_fence();
-      rs_mn<T, kD, kQi>(dv, pa, do_tile, kQi * 128);
-      wgmma_commit();
-      wgmma_wait<1>(dpt);
-    } else {
-      wgmma_wait<0>(dpt);
-    }
-#pragma unroll
-    for (int x = 0; x < kQi / 2; ++x) dpt[x] = st[x] * (dpt[x] - dsum[8 * (x / 4) + 2 * t + x % 2]);
-    if constexpr (kDqT) to_a<T, kQi>(st, pa);
-    to_a<T, kQi>(dpt, dsa);
-    wgmma_fence();
-    if constexpr (kDqT) {
-      rs_mn<T, kD, kQi>(dv, pa, do_tile, kQi * 128);
-      wgmma_commit();
-    }
-    rs_mn<T, kD, kQi>(dk, dsa, q_tile, kQi * 128);
-    wgmma_commit();
-
-    // dSᵀ into shared memory for dQ, this consumer's 64 keys: as A fragments into rows =
-    // the block's keys, one 128-byte-swizzled panel of 64 queries; with 96 or 80 queries
-    // transposed, rows = the queries, two panels of 64 keys (store_a_transposed).
-    if constexpr (kDqT)
-      store_a_transposed<kQi>(ds_tile, dsa, kQi, kRowsPerConsumer * c, warp, lane);
-    else
-      store_a<kQi>(ds_tile, dsa, kBc, kRowsPerConsumer * c, warp, g, t);
-    cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // ordinary stores, read by wgmma
-    // The stage is free once dV's and dK's products are done: its Q_i, dO_i read by the
-    // products, its L_i, D_i by this thread's ordinary loads, which the fence orders before
-    // the bulk copies that will refill it (PTX ISA, "Memory Consistency Model: Proxies":
-    // generic and async proxy accesses to one location need a proxy fence between them).
-    // Every thread arrives. dQ's piece reads only dSᵀ and K_j: it may still run.
-    auto release_stage = [&] {
-      fence_registers(pa);
-      fence_registers(dsa);
-      cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
-      arrive(&bars.q_empty[s]);
-    };
-    const int panel = P::panel(c, it);
-    if (panel < 0) {
-      named_arrive(ds_bar(it), 128 * kBwdConsumers);  // no piece this step: dSᵀ is the other's to use
-      wgmma_wait<0>(dv);
-      wgmma_wait<0>(dk);
-      release_stage();
-    } else {
-      named_sync(ds_bar(it), 128 * kBwdConsumers);
-      // dQ_i's piece = dS·K_j[:, panel]: A = dSᵀ read transposed (MN-major: the queries run
-      // along its rows), B = K_j MN-major; 8 k steps of 16 keys, 2048 bytes apart in both.
-      // With 96 or 80 queries its transpose, dQ_iᵀ[panel] = K_j[:, panel]ᵀ·dSᵀ: A = K_j MN-major,
-      // B = dS K-major (kQi rows, keys along them).
-      float dq[chunk_floats(kQi) / 128];  // register 4n + 2h + e = query 16w + g + 8h, column 8n + 2t + e
-                                          // (transposed: column 16w + g + 8h, query 8n + 2t + e)
-      wgmma_fence();
-      if constexpr (kDqT)
-        ss_mnk<T, kQi, kBc>(dq, k_tile + panel * kBc * 128, kBc * 128, smem_u32(ds_tile), kQi);
+      if constexpr (kKvRegs)
+        rs_kk<T, kQi, kD>(st, ka, q_tile, kQi);
       else
-        ss_mnmn<T, kPanel, kBc>(dq, smem_u32(ds_tile), kBc * 128, k_tile + panel * kBc * 128, kBc * 128);
+        ss_kk<T, kQi, kD>(st, k_tile + kv_rows, kBc, q_tile, kQi);
       wgmma_commit();
-      wgmma_wait<1>(dv);  // dV's and dK's products (dQ's may run)
-      wgmma_wait<1>(dk);
-      release_stage();
-      wgmma_wait<0>(dq);
-      stage_dq(dq, stage_dq_at, &bars.dq_empty[c], P::parity(it, panel) ^ 1, &bars.dq_full[c], tid);
-    }
-  }
+      if constexpr (kKvRegs)
+        rs_kk<T, kQi, kD>(dpt, va, do_tile, kQi);
+      else
+        ss_kk<T, kQi, kD>(dpt, v_tile + kv_rows, kBc, do_tile, kQi);
+      wgmma_commit();
 
-  // Epilogue: dK = scale·Σ dSᵀ·Q and dV in 16 bits, into the stage buffers (free once
-  // both consumers are past their last products), out by TMA; keys past N dropped by the map.
-  named_sync(kEpilogueBar, 128 * kBwdConsumers);
-  unsigned char* dk_tile = smem + L::q + c * L::kQBytes;
-  unsigned char* dv_tile = smem + L::dout + c * L::kQBytes;
-  store_dkdv<T, kD>(dk_tile, dv_tile, dk, dv, prm.scale, 0, warp, g, t);
-  cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
-  named_sync(epilogue_bar(c), 128);
-  if (tid == 0) {
-    store_tile(&dk_map, dk_tile, k0 + kRowsPerConsumer * c, bh);
-    store_tile(&dv_map, dv_tile, k0 + kRowsPerConsumer * c, bh);
-    cuda::ptx::cp_async_bulk_commit_group();
-    cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
+      // Pᵀ (fp32 in st), masked where a key is past N or (causal) after the query.
+      wgmma_wait<1>(st);
+  #pragma unroll
+      for (int x = 0; x < kQi / 2; ++x) st[x] = step06::exp2_approx(fmaf(st[x], mul, -l2[8 * (x / 4) + 2 * t + x % 2]));
+      if (key0 - g + 16 > N || (prm.causal && key0 - g + 15 > q0)) {  // warp-uniform: the warp's 16 keys
+  #pragma unroll
+        for (int x = 0; x < kQi / 2; ++x)
+          if (tiles::masked(q0 + 8 * (x / 4) + 2 * t + x % 2, key0 + 8 * (x % 4 / 2), N, prm.causal)) st[x] = 0.0f;
+      }
+      // dV_c += Pᵀ·dO_i: Pᵀ rounded to 16 bits as A fragments; dO MN-major (its rows are the k index).
+      // dK_c += dSᵀ·Q_i, dSᵀ = Pᵀ∘(dPᵀ − D_i) once dPᵀ is done. With 64 queries dV's product is
+      // issued first and runs while dSᵀ is formed. With more queries a step, both products wait
+      // until Pᵀ and dSᵀ are formed and rounded: at d = 128 with 80, Pᵀ's 40 registers cannot stay
+      // beside its 16-bit copy and dK, dV, dPᵀ (ptxas spills and serialises the wgmmas), and at
+      // d = 64 with 96 (K_c and V_c beside them) the kernel takes the same order.
+      std::uint32_t pa[kQi / 16][4], dsa[kQi / 16][4];  // [16-query k step][register]: Pᵀ, dSᵀ
+      if constexpr (!kDqT) {
+        to_a<T, kQi>(st, pa);
+        wgmma_fence();
+        rs_mn<T, kD, kQi>(dv, pa, do_tile, kQi * 128);
+        wgmma_commit();
+        wgmma_wait<1>(dpt);
+      } else {
+        wgmma_wait<0>(dpt);
+      }
+  #pragma unroll
+      for (int x = 0; x < kQi / 2; ++x) dpt[x] = st[x] * (dpt[x] - dsum[8 * (x / 4) + 2 * t + x % 2]);
+      if constexpr (kDqT) to_a<T, kQi>(st, pa);
+      to_a<T, kQi>(dpt, dsa);
+      wgmma_fence();
+      if constexpr (kDqT) {
+        rs_mn<T, kD, kQi>(dv, pa, do_tile, kQi * 128);
+        wgmma_commit();
+      }
+      rs_mn<T, kD, kQi>(dk, dsa, q_tile, kQi * 128);
+      wgmma_commit();
+
+      // dSᵀ into shared memory for dQ, this consumer's 64 keys: as A fragments into rows =
+      // the block's keys, one 128-byte-swizzled panel of 64 queries; with 96 or 80 queries
+      // transposed, rows = the queries, two panels of 64 keys (store_a_transposed).
+      if constexpr (kDqT)
+        store_a_transposed<kQi>(ds_tile, dsa, kQi, kRowsPerConsumer * c, warp, lane);
+      else
+        store_a<kQi>(ds_tile, dsa, kBc, kRowsPerConsumer * c, warp, g, t);
+      cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // ordinary stores, read by wgmma
+      // The stage is free once dV's and dK's products are done: its Q_i, dO_i read by the
+      // products, its L_i, D_i by this thread's ordinary loads, which the fence orders before
+      // the bulk copies that will refill it (PTX ISA, "Memory Consistency Model: Proxies":
+      // generic and async proxy accesses to one location need a proxy fence between them).
+      // Every thread arrives. dQ's piece reads only dSᵀ and K_j: it may still run.
+      auto release_stage = [&] {
+        fence_registers(pa);
+        fence_registers(dsa);
+        cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+        arrive(&bars.q_empty[s]);
+      };
+      const int panel = P::panel(c, step);
+      if (panel < 0) {
+        named_arrive(ds_bar(step), 128 * kBwdConsumers);  // no piece this step: dSᵀ is the other's to use
+        wgmma_wait<0>(dv);
+        wgmma_wait<0>(dk);
+        release_stage();
+      } else {
+        named_sync(ds_bar(step), 128 * kBwdConsumers);
+        // dQ_i's piece = dS·K_j[:, panel]: A = dSᵀ read transposed (MN-major: the queries run
+        // along its rows), B = K_j MN-major; 8 k steps of 16 keys, 2048 bytes apart in both.
+        // With 96 or 80 queries its transpose, dQ_iᵀ[panel] = K_j[:, panel]ᵀ·dSᵀ: A = K_j MN-major,
+        // B = dS K-major (kQi rows, keys along them).
+        float dq[chunk_floats(kQi) / 128];  // register 4n + 2h + e = query 16w + g + 8h, column 8n + 2t + e
+                                            // (transposed: column 16w + g + 8h, query 8n + 2t + e)
+        wgmma_fence();
+        if constexpr (kDqT)
+          ss_mnk<T, kQi, kBc>(dq, k_tile + panel * kBc * 128, kBc * 128, smem_u32(ds_tile), kQi);
+        else
+          ss_mnmn<T, kPanel, kBc>(dq, smem_u32(ds_tile), kBc * 128, k_tile + panel * kBc * 128, kBc * 128);
+        wgmma_commit();
+        wgmma_wait<1>(dv);  // dV's and dK's products (dQ's may run)
+        wgmma_wait<1>(dk);
+        release_stage();
+        wgmma_wait<0>(dq);
+        stage_dq(dq, stage_dq_at, &bars.dq_empty[c], P::parity(step, panel) ^ 1, &bars.dq_full[c], tid);
+      }
+    }
+
+  // Epilogue: dK = scale·Σ dSᵀ·Q and dV in 16 bits, into K/V's buffers (free once both
+    // consumers are past their last products; the stages already hold the next tile's
+    // query blocks), out by TMA; keys past N dropped by the map. K/V's buffers are handed
+    // back to the producer once the stores have read them.
+    named_sync(kEpilogueBar, 128 * kBwdConsumers);
+    unsigned char* dk_tile = smem + L::k + c * L::kKVBytes / 2;
+    unsigned char* dv_tile = smem + L::v + c * L::kKVBytes / 2;
+    store_dkdv<T, kD>(dk_tile, dv_tile, dk, dv, prm.scale, 0, warp, g, t);
+    cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+    named_sync(epilogue_bar(c), 128);
+    if (tid == 0) {
+      store_tile(&dk_map, dk_tile, k0 + kRowsPerConsumer * c, bh);
+      store_tile(&dv_map, dv_tile, k0 + kRowsPerConsumer * c, bh);
+      cuda::ptx::cp_async_bulk_commit_group();
+      cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
+      arrive(bars.kv_empty);
+    }
+    done += steps;
   }
 #endif
 }
@@ -491,18 +589,21 @@ struct WideSmem {
   static constexpr int l2 = dq + kBwdConsumers * kChunkFloats * 4;  ///< [stage][kQ]: L·log2 e
   static constexpr int dsum = l2 + kStages * kQ * 4;                 ///< [kQ]: D
   static constexpr int bars = dsum + kQ * 4;
-  static constexpr int bytes = bars + 8 * (1 + 2 * kStages + 2 + 2 * kBwdConsumers);  ///< + 1024 for alignment
+  static constexpr int tiles = bars + 8 * (2 + 2 * kStages + 2 + 2 * kBwdConsumers);  ///< the tile ring (TileRing)
+  static constexpr int bytes = tiles + TileRing::kBytes;                              ///< + 1024 for alignment
 };
 static_assert(WideSmem::bytes + 1024 <= 227 * 1024, "d = 256's block fits the 227 KiB a Hopper block may take");
 
 /// The mbarriers at d = 256: BwdBarriers' with dO's stage apart from Q's.
 struct WideBarriers {
-  std::uint64_t *kv_full, *q_full, *q_empty, *do_full, *do_empty, *dq_full, *dq_empty;
+  std::uint64_t *kv_full, *kv_empty, *q_full, *q_empty, *do_full, *do_empty, *dq_full, *dq_empty;
   __device__ explicit WideBarriers(unsigned char* at)
-      : kv_full(reinterpret_cast<std::uint64_t*>(at)), q_full(kv_full + 1), q_empty(q_full + kStages),
-        do_full(q_empty + kStages), do_empty(do_full + 1), dq_full(do_empty + 1), dq_empty(dq_full + kBwdConsumers) {}
+      : kv_full(reinterpret_cast<std::uint64_t*>(at)), kv_empty(kv_full + 1), q_full(kv_empty + 1),
+        q_empty(q_full + kStages), do_full(q_empty + kStages), do_empty(do_full + 1), dq_full(do_empty + 1),
+        dq_empty(dq_full + kBwdConsumers) {}
   __device__ void init() {
     cuda::ptx::mbarrier_init(kv_full, 1);
+    cuda::ptx::mbarrier_init(kv_empty, 1);  // the one thread that stores dK and dV
     for (int s = 0; s < kStages; ++s) {
       cuda::ptx::mbarrier_init(&q_full[s], 1);
       cuda::ptx::mbarrier_init(&q_empty[s], 128 * kBwdConsumers);
@@ -529,34 +630,47 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = aligned_smem(smem_raw);
   WideBarriers bars(smem + L::bars);
-  const int j = blockIdx.x, bh = blockIdx.y, k0 = j * kWideKeys, N = prm.N;
-  const int steps = prm.q_blocks - tiles::first_q_block(prm.causal, j, kQ, kWideKeys);
+  TileRing ring(smem + L::tiles);
   cudaTriggerProgrammaticLaunchCompletion();  // as dkdv_kernel
-  if (threadIdx.x == 0) bars.init();
+  if (threadIdx.x == 0) {
+    ring.init();
+    bars.init();
+  }
   __syncthreads();
 
   if (threadIdx.x < 128) {
     // ---- Producer warpgroup: as dkdv_kernel's, dO_i and D_i into their one stage.
     release_registers<kProducerRegs>();
     if (threadIdx.x == 0) {
-      arrive_expecting(bars.kv_full, 2 * L::kKVBytes);
-      load_tile(&k_map, smem + L::k, bars.kv_full, k0, bh);
-      load_tile(&v_map, smem + L::v, bars.kv_full, k0, bh);
-      cudaGridDependencySynchronize();  // as dkdv_kernel: the preprocess's L·log2 e and D
-      for (int it = 0; it < steps; ++it) {
-        const int s = it % kStages, i = q_block(prm.q_blocks, it);
-        const std::size_t stat = std::size_t(bh) * prm.Np + std::size_t(i) * kQ;
-        wait(&bars.q_empty[s], (it / kStages) % 2 ^ 1);
-        arrive_expecting(&bars.q_full[s], L::kQBytes + kQ * 4);
-        load_tile(&q_map, smem + L::q + s * L::kQBytes, &bars.q_full[s], i * kQ, bh);
-        load_stats(smem + L::l2 + s * kQ * 4, prm.l2 + stat, &bars.q_full[s]);
-        wait(bars.do_empty, it % 2 ^ 1);
-        arrive_expecting(bars.do_full, L::kQBytes + kQ * 4);
-        load_tile(&do_map, smem + L::dout, bars.do_full, i * kQ, bh);
-        load_stats(smem + L::dsum, prm.dsum + stat, bars.do_full);
+      int issued = 0;
+      for (int n = 0, tile = blockIdx.x;; ++n, tile = next_tile(prm)) {
+        ring.publish(n, tile);
+        if (n > 0) wait(bars.kv_empty, (n - 1) % 2);
+        if (tile >= prm.tiles) {
+          arrive(bars.kv_full);
+          break;
+        }
+        const auto [j, bh] = bwd_tile(prm, tile);
+        arrive_expecting(bars.kv_full, 2 * L::kKVBytes);
+        load_tile(&k_map, smem + L::k, bars.kv_full, j * kWideKeys, bh);
+        load_tile(&v_map, smem + L::v, bars.kv_full, j * kWideKeys, bh);
+        if (n == 0) cudaGridDependencySynchronize();  // as dkdv_kernel: the preprocess's L·log2 e, D and counter
+        for (int it = 0; it < bwd_steps<kQ, kWideKeys>(prm, j); ++it, ++issued) {
+          const int s = issued % kStages, i = q_block(prm.q_blocks, it);
+          const std::size_t stat = std::size_t(bh) * prm.Np + std::size_t(i) * kQ;
+          wait(&bars.q_empty[s], (issued / kStages) % 2 ^ 1);
+          arrive_expecting(&bars.q_full[s], L::kQBytes + kQ * 4);
+          load_tile(&q_map, smem + L::q + s * L::kQBytes, &bars.q_full[s], i * kQ, bh);
+          load_stats(smem + L::l2 + s * kQ * 4, prm.l2 + stat, &bars.q_full[s]);
+          wait(bars.do_empty, issued % 2 ^ 1);
+          arrive_expecting(bars.do_full, L::kQBytes + kQ * 4);
+          load_tile(&do_map, smem + L::dout, bars.do_full, i * kQ, bh);
+          load_stats(smem + L::dsum, prm.dsum + stat, bars.do_full);
+        }
       }
     } else if (threadIdx.x == 32) {
-      write_dq<kWideD, kQ>(prm, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full, bars.dq_empty, j, bh, steps);
+      write_dq<kWideD, kQ, kWideKeys>(prm, ring, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full,
+                                      bars.dq_empty);
     }
     return;
   }
@@ -565,111 +679,120 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   // block for Sᵀ and dPᵀ; columns 128c … 128c + 127 of dK and dV.
   claim_registers<FwdTile{kBwdConsumers, kWideKeys, kStages}.consumer_regs()>();
   const int c = threadIdx.x / 128 - 1, tid = threadIdx.x % 128, warp = tid / 32, lane = threadIdx.x % 32;
-  const int g = lane / 4, t = lane % 4;
-  const int key0 = k0 + 16 * warp + g;  // this thread's keys: key0, key0 + 8
-  const int half = 32 * c;              // this consumer's queries in a query block: half … half + 31
+  const int g = lane / 4, t = lane % 4, N = prm.N;
+  const int half = 32 * c;  // this consumer's queries in a query block: half … half + 31
   const float mul = prm.scale * step06::kLog2e;
   const std::uint32_t k_tile = smem_u32(smem + L::k), v_tile = smem_u32(smem + L::v);
   const std::uint32_t do_tile = smem_u32(smem + L::dout);
   const std::uint32_t cols = 2 * c * kQ * 128;  // panels 2c, 2c + 1 of a Q_i or dO_i tile: this consumer's columns
   float* stage_dq_at = reinterpret_cast<float*>(smem + L::dq) + c * kChunkFloats;  // this consumer's slot
 
-  float dk[kWideD / 4] = {}, dv[kWideD / 4] = {};  // 64 keys × 128 columns: register 4n + 2h + e = key 16·warp + g + 8h, column 128c + 8n + 2t + e
-  wait(bars.kv_full, 0);
+  for (int n = 0, done = 0;; ++n) {  // done: the block's steps before this tile
+    wait(bars.kv_full, n % 2);
+    const int tile = ring.slot[n % 2];
+    if (tile >= prm.tiles) break;
+    const auto [j, bh] = bwd_tile(prm, tile);
+    const int k0 = j * kWideKeys, steps = bwd_steps<kQ, kWideKeys>(prm, j);
+    const int key0 = k0 + 16 * warp + g;  // this thread's keys: key0, key0 + 8
+    float dk[kWideD / 4] = {}, dv[kWideD / 4] = {};  // 64 keys × 128 columns: register 4n + 2h + e = key 16·warp + g + 8h, column 128c + 8n + 2t + e
 
-  // Main loop over the query blocks.
-  for (int it = 0; it < steps; ++it) {
-    const int s = it % kStages, q0 = q_block(prm.q_blocks, it) * kQ;
-    const std::uint32_t q_tile = smem_u32(smem + L::q + s * L::kQBytes);
-    const float* l2 = reinterpret_cast<const float*>(smem + L::l2) + s * kQ + half;
-    const float* dsum = reinterpret_cast<const float*>(smem + L::dsum) + half;
-    unsigned char* p_tile = smem + L::p + (it % 2) * L::kTileBytes;
-    unsigned char* ds_tile = smem + L::ds + (it % 2) * L::kTileBytes;
+    // Main loop over the query blocks.
+    for (int it = 0; it < steps; ++it) {
+      const int step = done + it, s = step % kStages, q0 = q_block(prm.q_blocks, it) * kQ;
+      const std::uint32_t q_tile = smem_u32(smem + L::q + s * L::kQBytes);
+      const float* l2 = reinterpret_cast<const float*>(smem + L::l2) + s * kQ + half;
+      const float* dsum = reinterpret_cast<const float*>(smem + L::dsum) + half;
+      unsigned char* p_tile = smem + L::p + (step % 2) * L::kTileBytes;
+      unsigned char* ds_tile = smem + L::ds + (step % 2) * L::kTileBytes;
 
-    // Sᵀ = K_j·Q_iᵀ and dPᵀ = V_j·dO_iᵀ for this consumer's 32 queries: 16 k steps each.
-    // Both stages are waited for before either product is issued: a wait between two
-    // wgmma groups in flight makes ptxas serialise every wgmma of the kernel (C7520).
-    float st[kQ / 4], dpt[kQ / 4];  // 64 keys × 32 queries: register 4n + 2h + e = key 16·warp + g + 8h, query half + 8n + 2t + e
-    wait(&bars.q_full[s], (it / kStages) % 2);
-    wait(bars.do_full, it % 2);
-    wgmma_fence();
-    ss_kk<T, kQ / 2, kWideD>(st, k_tile, kWideKeys, q_tile + half * 128, kQ);
-    wgmma_commit();
-    ss_kk<T, kQ / 2, kWideD>(dpt, v_tile, kWideKeys, do_tile + half * 128, kQ);
-    wgmma_commit();
-
-    // Pᵀ and dSᵀ = Pᵀ∘(dPᵀ − D_i), in fp32, masked as in dkdv_kernel.
-    wgmma_wait<1>(st);
-#pragma unroll
-    for (int x = 0; x < kQ / 4; ++x) st[x] = step06::exp2_approx(fmaf(st[x], mul, -l2[8 * (x / 4) + 2 * t + x % 2]));
-    if (key0 - g + 16 > N || (prm.causal && key0 - g + 15 > q0 + half)) {  // warp-uniform: the warp's 16 keys
-#pragma unroll
-      for (int x = 0; x < kQ / 4; ++x)
-        if (tiles::masked(q0 + half + 8 * (x / 4) + 2 * t + x % 2, key0 + 8 * (x % 4 / 2), N, prm.causal)) st[x] = 0.0f;
-    }
-    wgmma_wait<0>(dpt);
-#pragma unroll
-    for (int x = 0; x < kQ / 4; ++x) dpt[x] = st[x] * (dpt[x] - dsum[8 * (x / 4) + 2 * t + x % 2]);
-
-    // Both in 16 bits into their tiles (rows = the keys, one 128-byte-swizzled panel of
-    // 64 queries), for both consumers' products.
-#pragma unroll
-    for (int n = 0; n < kQ / 16; ++n)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const std::uint32_t at = swizzled(kWideKeys, 16 * warp + g + 8 * h, half + 8 * n + 2 * t);
-        *reinterpret_cast<std::uint32_t*>(p_tile + at) = step06::Mma<T>::pack(st[4 * n + 2 * h], st[4 * n + 2 * h + 1]);
-        *reinterpret_cast<std::uint32_t*>(ds_tile + at) =
-            step06::Mma<T>::pack(dpt[4 * n + 2 * h], dpt[4 * n + 2 * h + 1]);
-      }
-    cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // ordinary stores, read by wgmma
-    named_sync(ds_bar(it), 128 * kBwdConsumers);
-
-    // dV_c += Pᵀ·dO_i[:, cols] and dK_c += dSᵀ·Q_i[:, cols]: 4 k steps of 16 queries.
-    wgmma_fence();
-    ss_kmn<T, kWideD / 2, kQ>(dv, smem_u32(p_tile), do_tile + cols, kQ * 128);
-    wgmma_commit();
-    ss_kmn<T, kWideD / 2, kQ>(dk, smem_u32(ds_tile), q_tile + cols, kQ * 128);
-    wgmma_commit();
-    // dO_i's stage is free once dV's product is done (and D_i read: above), Q_i's once
-    // dK's is; each released with the proxy fence of dkdv_kernel's release_stage.
-    wgmma_wait<1>(dv);
-    cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
-    arrive(bars.do_empty);
-
-    // dQ_i's pieces c and c + 2 (DqPieces at d = 256): dS·K_j[:, panel] over the 64 keys,
-    // A = dSᵀ read transposed; unrolled (two pieces a consumer).
-#pragma unroll
-    for (int piece = 0; piece < P::kPanels / kBwdConsumers; ++piece) {
-      const int panel = c + kBwdConsumers * piece;
-      float dq[kChunkFloats / 128];  // 64 queries × 64 columns: register 4n + 2h + e = query 16·warp + g + 8h, column 8n + 2t + e
+      // Sᵀ = K_j·Q_iᵀ and dPᵀ = V_j·dO_iᵀ for this consumer's 32 queries: 16 k steps each.
+      // Both stages are waited for before either product is issued: a wait between two
+      // wgmma groups in flight makes ptxas serialise every wgmma of the kernel (C7520).
+      float st[kQ / 4], dpt[kQ / 4];  // 64 keys × 32 queries: register 4n + 2h + e = key 16·warp + g + 8h, query half + 8n + 2t + e
+      wait(&bars.q_full[s], (step / kStages) % 2);
+      wait(bars.do_full, step % 2);
       wgmma_fence();
-      ss_mnmn<T, kPanel, kWideKeys>(dq, smem_u32(ds_tile), kWideKeys * 128, k_tile + panel * kWideKeys * 128,
-                                    kWideKeys * 128);
+      ss_kk<T, kQ / 2, kWideD>(st, k_tile, kWideKeys, q_tile + half * 128, kQ);
       wgmma_commit();
-      if (piece == 0) {  // dK's product is done before the first piece: Q_i's stage is free
-        wgmma_wait<1>(dk);
-        cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
-        arrive(&bars.q_empty[s]);
-      }
-      wgmma_wait<0>(dq);
-      stage_dq(dq, stage_dq_at, &bars.dq_empty[c], P::parity(it, panel) ^ 1, &bars.dq_full[c], tid);
-    }
-  }
+      ss_kk<T, kQ / 2, kWideD>(dpt, v_tile, kWideKeys, do_tile + half * 128, kQ);
+      wgmma_commit();
 
-  // Epilogue: both consumers' columns of dK (×scale) and dV into one 64-row tile each (Q's
-  // two stages, free now), out by TMA from one thread.
-  named_sync(kEpilogueBar, 128 * kBwdConsumers);
-  unsigned char* dk_tile = smem + L::q;
-  unsigned char* dv_tile = smem + L::q + L::kQBytes;
-  store_dkdv<T, kWideD / 2>(dk_tile, dv_tile, dk, dv, prm.scale, kWideD / 2 * c, warp, g, t);
-  cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
-  named_sync(kEpilogueBar, 128 * kBwdConsumers);
-  if (threadIdx.x == 128) {
-    store_tile(&dk_map, dk_tile, k0, bh);
-    store_tile(&dv_map, dv_tile, k0, bh);
-    cuda::ptx::cp_async_bulk_commit_group();
-    cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
+      // Pᵀ and dSᵀ = Pᵀ∘(dPᵀ − D_i), in fp32, masked as in dkdv_kernel.
+      wgmma_wait<1>(st);
+  #pragma unroll
+      for (int x = 0; x < kQ / 4; ++x) st[x] = step06::exp2_approx(fmaf(st[x], mul, -l2[8 * (x / 4) + 2 * t + x % 2]));
+      if (key0 - g + 16 > N || (prm.causal && key0 - g + 15 > q0 + half)) {  // warp-uniform: the warp's 16 keys
+  #pragma unroll
+        for (int x = 0; x < kQ / 4; ++x)
+          if (tiles::masked(q0 + half + 8 * (x / 4) + 2 * t + x % 2, key0 + 8 * (x % 4 / 2), N, prm.causal)) st[x] = 0.0f;
+      }
+      wgmma_wait<0>(dpt);
+  #pragma unroll
+      for (int x = 0; x < kQ / 4; ++x) dpt[x] = st[x] * (dpt[x] - dsum[8 * (x / 4) + 2 * t + x % 2]);
+
+      // Both in 16 bits into their tiles (rows = the keys, one 128-byte-swizzled panel of
+      // 64 queries), for both consumers' products.
+  #pragma unroll
+      for (int n = 0; n < kQ / 16; ++n)
+  #pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const std::uint32_t at = swizzled(kWideKeys, 16 * warp + g + 8 * h, half + 8 * n + 2 * t);
+          *reinterpret_cast<std::uint32_t*>(p_tile + at) = step06::Mma<T>::pack(st[4 * n + 2 * h], st[4 * n + 2 * h + 1]);
+          *reinterpret_cast<std::uint32_t*>(ds_tile + at) =
+              step06::Mma<T>::pack(dpt[4 * n + 2 * h], dpt[4 * n + 2 * h + 1]);
+        }
+      cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // ordinary stores, read by wgmma
+      named_sync(ds_bar(step), 128 * kBwdConsumers);
+
+      // dV_c += Pᵀ·dO_i[:, cols] and dK_c += dSᵀ·Q_i[:, cols]: 4 k steps of 16 queries.
+      wgmma_fence();
+      ss_kmn<T, kWideD / 2, kQ>(dv, smem_u32(p_tile), do_tile + cols, kQ * 128);
+      wgmma_commit();
+      ss_kmn<T, kWideD / 2, kQ>(dk, smem_u32(ds_tile), q_tile + cols, kQ * 128);
+      wgmma_commit();
+      // dO_i's stage is free once dV's product is done (and D_i read: above), Q_i's once
+      // dK's is; each released with the proxy fence of dkdv_kernel's release_stage.
+      wgmma_wait<1>(dv);
+      cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+      arrive(bars.do_empty);
+
+      // dQ_i's pieces c and c + 2 (DqPieces at d = 256): dS·K_j[:, panel] over the 64 keys,
+      // A = dSᵀ read transposed; unrolled (two pieces a consumer).
+  #pragma unroll
+      for (int piece = 0; piece < P::kPanels / kBwdConsumers; ++piece) {
+        const int panel = c + kBwdConsumers * piece;
+        float dq[kChunkFloats / 128];  // 64 queries × 64 columns: register 4n + 2h + e = query 16·warp + g + 8h, column 8n + 2t + e
+        wgmma_fence();
+        ss_mnmn<T, kPanel, kWideKeys>(dq, smem_u32(ds_tile), kWideKeys * 128, k_tile + panel * kWideKeys * 128,
+                                      kWideKeys * 128);
+        wgmma_commit();
+        if (piece == 0) {  // dK's product is done before the first piece: Q_i's stage is free
+          wgmma_wait<1>(dk);
+          cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+          arrive(&bars.q_empty[s]);
+        }
+        wgmma_wait<0>(dq);
+        stage_dq(dq, stage_dq_at, &bars.dq_empty[c], P::parity(step, panel) ^ 1, &bars.dq_full[c], tid);
+      }
+    }
+
+  // Epilogue: both consumers' columns of dK (×scale) and dV into one 64-row tile each
+    // (K/V's buffers, free once both are past their last products), out by TMA from one
+    // thread, which then hands the buffers back to the producer.
+    named_sync(kEpilogueBar, 128 * kBwdConsumers);
+    unsigned char* dk_tile = smem + L::k;
+    unsigned char* dv_tile = smem + L::v;
+    store_dkdv<T, kWideD / 2>(dk_tile, dv_tile, dk, dv, prm.scale, kWideD / 2 * c, warp, g, t);
+    cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+    named_sync(kEpilogueBar, 128 * kBwdConsumers);
+    if (threadIdx.x == 128) {
+      store_tile(&dk_map, dk_tile, k0, bh);
+      store_tile(&dv_map, dv_tile, k0, bh);
+      cuda::ptx::cp_async_bulk_commit_group();
+      cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
+      arrive(bars.kv_empty);
+    }
+    done += steps;
   }
 #endif
 }
@@ -721,22 +844,23 @@ int padded(int N, int queries) { return tiles::q_blocks(N, queries) * queries; }
 
 struct BwdWorkspace {
   float *dq_acc, *l2, *dsum;
-  int* order;
+  int *order, *taken;
 };
 BwdWorkspace carve(const Problem& p, void* ws, int queries) {
   const std::size_t np = p.heads() * std::size_t(padded(p.N, queries));
   float* base = static_cast<float*>(ws);
-  return {base, base + np * p.d, base + np * (p.d + 1), reinterpret_cast<int*>(base + np * (p.d + 2))};
+  int* order = reinterpret_cast<int*>(base + np * (p.d + 2));
+  return {base, base + np * p.d, base + np * (p.d + 1), order, order + p.heads() * tiles::q_blocks(p.N, queries)};
 }
 template <Version V>
 std::size_t workspace_bytes(const Problem& p) {
   const int queries = bwd_queries(V(), p.d);
   const std::size_t np = p.heads() * std::size_t(padded(p.N, queries));
-  return np * (p.d + 2) * sizeof(float) + p.heads() * tiles::q_blocks(p.N, queries) * sizeof(int);
+  return np * (p.d + 2) * sizeof(float) + (p.heads() * tiles::q_blocks(p.N, queries) + 1) * sizeof(int);
 }
 constexpr const char* kWorkspace =
     "the fp32 dQ accumulator, D and L·log2 e (B·H·Np·(d + 2) floats, Np = N rounded up to the queries of a "
-    "step: 96 at d = 64, 80 at d = 128, 64 at d = 256) and a counter per query block";
+    "step: 96 at d = 64, 80 at d = 128, 64 at d = 256), a counter per query block and the tile counter";
 
 /// The dK/dV kernel of a head dimension, its keys a block and its shared memory.
 template <class T, int kD, Version V>
@@ -750,15 +874,18 @@ struct DkdvKernel<T, kWideD, V> {
   static constexpr std::size_t smem = WideSmem::bytes + 1024;
 };
 
-/// How a call is made around the kernels: which order dQ's pieces are added in, and whether
-/// the call's fixed costs are cut (lesson row b8) or paid as b4–b7 paid them.
+/// How a call is made around the kernels: which order dQ's pieces are added in, whether
+/// the call's fixed costs are cut (lesson row b8) or paid as b4–b7 paid them, and how many
+/// blocks the dK/dV kernel runs (lesson row b9).
 struct BwdCall {
   bool deterministic;  ///< dQ's pieces added in key-block order (kBackwardDeterministic)
   bool early;          ///< b8: the accumulator zeroed by the preprocess as it reads O and dO, where b4–b7 ran a
                        ///< memset of their own before it, and the dK/dV and convert kernels launched early
                        ///< (launch_early), each starting under the kernel before it
+  bool persistent;     ///< b9: a block an SM, each taking tile after tile (next_tile), where b4–b8 ran a block a tile
 };
-constexpr BwdCall kAnyOrder{false, true}, kInOrder{true, true}, kAsB7{false, false};
+constexpr BwdCall kAnyOrder{false, true, true}, kInOrder{true, true, true}, kAsB8{false, true, false},
+    kAsB7{false, false, false};
 
 template <class T, int kD, Version V, BwdCall C>
 void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) {
@@ -771,17 +898,22 @@ void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) {
   if constexpr (!C.early) FA_CUDA_CHECK(cudaMemsetAsync(w.dq_acc, 0, heads * Np * kD * sizeof(float), s));
   if constexpr (C.deterministic || !C.early)  // read in the deterministic mode only (b4–b7 zeroed them always)
     FA_CUDA_CHECK(cudaMemsetAsync(w.order, 0, heads * qb * sizeof(int), s));
+  // The tile counter (next_tile), zeroed by the preprocess: read only by a persistent grid.
   const int rows = int(heads) * Np;  // the accumulator is rows × kD floats: preprocess zeroes it row by row
   step06::preprocess_kernel<T, kD><<<(rows + 7) / 8, 256, 0, s>>>(N, Np, rows, static_cast<const T*>(a.o),
                                                                   static_cast<const T*>(a.dout), a.lse, w.l2, w.dsum,
-                                                                  C.early ? w.dq_acc : nullptr);
+                                                                  C.early ? w.dq_acc : nullptr,
+                                                                  C.persistent ? w.taken : nullptr);
   FA_CHECK_LAUNCH();
 
   auto map = [&](const void* x, int box) { return make_tile_map(x, p.dtype, N, heads, kD, box); };
-  const BwdParams prm{N, Np, qb, p.softmax_scale(), p.causal, C.deterministic, w.l2, w.dsum, w.dq_acc, w.order};
+  const int kv_blocks = tiles::kv_blocks(N, kKeys), tile_count = kv_blocks * int(heads);
+  const BwdParams prm{N,    Np,     qb,       kv_blocks, tile_count, p.softmax_scale(), p.causal, C.deterministic,
+                      w.l2, w.dsum, w.dq_acc, w.order,   w.taken};
   set_smem_limit(K::kernel, K::smem);
-  const dim3 grid(unsigned(tiles::kv_blocks(N, kKeys)), unsigned(heads));
-  launch_early(C.early, K::kernel, grid, dim3(128 * (1 + kBwdConsumers)), K::smem, s, map(a.q, kQi), map(a.k, kKeys),
+  const int grid = C.persistent ? std::min(tile_count, gpu::sm_count()) : tile_count;  // a block an SM, or a tile
+  launch_early(C.early, K::kernel, dim3(unsigned(grid)), dim3(128 * (1 + kBwdConsumers)), K::smem, s, map(a.q, kQi),
+               map(a.k, kKeys),
                map(a.v, kKeys), map(a.dout, kQi), map(a.dk, kRowsPerConsumer), map(a.dv, kRowsPerConsumer), prm);
 
   const unsigned pieces = unsigned(heads * qb * (kD / kPanel));
@@ -813,6 +945,8 @@ const GpuBackward kBackwardB6{"b6: 64 queries a step at d = 64", 256, workspace_
                               run<b6, kAsB7>, kD64, kSm, true};
 const GpuBackward kBackwardB7{"b7: a memset before the preprocess, every kernel launched after the one before it", 256,
                               workspace_bytes<b7>, kWorkspace, nullptr, run<b7, kAsB7>, kBackwardD, kSm, true};
+const GpuBackward kBackwardB8{"b8: a block a tile, as b4-b7 ran", 256, workspace_bytes<b7>, kWorkspace, nullptr,
+                              run<b7, kAsB8>, kBackwardD, kSm, true};
 const GpuBackward kBackwardDeterministic{"det: dQ added in key-block order", 256, workspace_bytes<b7>, kWorkspace,
                                          nullptr, run<b7, kInOrder>, kBackwardD, kSm, true};
 

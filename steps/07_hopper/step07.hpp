@@ -164,6 +164,9 @@ extern const GpuBackward kBackwardB6;
 /// Lesson row b7: production's kernels, in the call as it stood before b8 — the dQ accumulator
 /// zeroed by a memset of its own, and each kernel launched after the one before it has finished.
 extern const GpuBackward kBackwardB7;
+/// Lesson row b8: production's kernels and call (b8's), on a grid of a block a tile, where
+/// production (b9) runs a block an SM, each taking tile after tile.
+extern const GpuBackward kBackwardB8;
 constexpr int kForwardVersionCount = 9;
 /// The forward versions of note 07's table (versions_forward.cu), for the bench and tests.
 extern const GpuForward kForwardVersions[kForwardVersionCount];
