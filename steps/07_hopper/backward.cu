@@ -61,14 +61,14 @@ constexpr int kChunkFloats = chunk_floats(kQ);  ///< of a 64-query block
 
 /// Which tile a block works on, told by its producer (the one thread that takes tiles:
 /// next_tile) to the rest of the block through two slots of shared memory, tile n of the
-/// block in slot n % 2 (a tile ≥ BwdParams::tiles: the end). The consumers read slot n % 2
-/// once phase n of kv_full has completed — the producer wrote it before announcing K_j's and
-/// V_j's copies — and it is written again (tile n + 2) only after they have handed K/V's
-/// buffers back after tile n (kv_empty). dQ's writer may run behind the consumers, so it
-/// takes its tiles through barriers of its own: full (the producer's one arrival) and empty
-/// (the writer's).
+/// block in slot n % 2 (a tile ≥ BwdParams::tiles: the end). Every thread that reads a slot
+/// arrives on its "empty" barrier once it has — dQ's writer and each consumer thread, which
+/// the producer waits for before it writes the slot again (tile n + 2): dQ's writer may run
+/// a tile behind the consumers, and each reading thread's own arrival is what orders its read
+/// before the next write (compute-sanitizer's racecheck sees no other path).
 struct TileRing {
   static constexpr int kBytes = 2 * 8 + 2 * 8 + 2 * 4;
+  static constexpr int kReaders = 1 + 128 * kBwdConsumers;
   std::uint64_t *full, *empty;  // [2] each
   int* slot;                    // [2]
   __device__ explicit TileRing(unsigned char* at)
@@ -77,16 +77,16 @@ struct TileRing {
   __device__ void init() const {
     for (int s = 0; s < 2; ++s) {
       cuda::ptx::mbarrier_init(&full[s], 1);
-      cuda::ptx::mbarrier_init(&empty[s], 1);
+      cuda::ptx::mbarrier_init(&empty[s], kReaders);
     }
   }
-  /// By the producer: tile n of the block, once the writer has taken tile n − 2.
+  /// By the producer: tile n of the block, once every reader has taken tile n − 2.
   __device__ void publish(int n, int tile) const {
     wait(&empty[n % 2], (n / 2) % 2 ^ 1);  // a fresh barrier: parity 1 is done
     slot[n % 2] = tile;
     arrive(&full[n % 2]);
   }
-  /// By dQ's writer: tile n of the block.
+  /// By every reader: tile n of the block.
   __device__ int take(int n) const {
     wait(&full[n % 2], (n / 2) % 2);
     const int tile = slot[n % 2];
@@ -368,30 +368,34 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     release_registers<kProducerRegs>();
     if (threadIdx.x == 0) {
       int issued = 0;  // query blocks loaded, over the block's tiles: the stages' ring runs on across them
+      auto load_q = [&](int it, int bh) {  // query block `it` of a tile: Q_i, dO_i, L_i, D_i into the next stage
+        const int s = issued % kStages, i = q_block(prm.q_blocks, it);
+        wait(&bars.q_empty[s], (issued / kStages) % 2 ^ 1);  // a fresh barrier: parity 1 is done
+        arrive_expecting(&bars.q_full[s], 2 * L::kQBytes + 2 * kQi * 4);
+        load_tile(&q_map, smem + L::q + s * L::kQBytes, &bars.q_full[s], i * kQi, bh);
+        load_tile(&do_map, smem + L::dout + s * L::kQBytes, &bars.q_full[s], i * kQi, bh);
+        const std::size_t stat = std::size_t(bh) * prm.Np + std::size_t(i) * kQi;
+        load_stats<kQi>(smem + L::l2 + s * kQi * 4, prm.l2 + stat, &bars.q_full[s]);
+        load_stats<kQi>(smem + L::dsum + s * kQi * 4, prm.dsum + stat, &bars.q_full[s]);
+        ++issued;
+      };
       for (int n = 0, tile = blockIdx.x;; ++n, tile = next_tile(prm)) {
         ring.publish(n, tile);
-        if (n > 0) wait(bars.kv_empty, (n - 1) % 2);  // the last tile's dK, dV stored out of K/V's buffers
-        if (tile >= prm.tiles) {
-          arrive(bars.kv_full);  // no more tiles: the consumers read the end from the ring
-          break;
-        }
+        if (tile >= prm.tiles) break;  // the end, told to the rest of the block
         const auto [j, bh] = bwd_tile(prm, tile);
+        const int steps = bwd_steps<kQi, kBc>(prm, j);
+        int it = 0;
+        if (n > 0) {  // a later tile: its first query blocks load as their stages free, under the last tile's epilogue,
+          for (; it < steps && it < kStages; ++it) load_q(it, bh);
+          wait(bars.kv_empty, (n - 1) % 2);  // and K_j, V_j once that epilogue has stored dK, dV out of their buffers
+        }
         arrive_expecting(bars.kv_full, 2 * L::kKVBytes);
         load_tile(&k_map, smem + L::k, bars.kv_full, j * kBc, bh);
         load_tile(&v_map, smem + L::v, bars.kv_full, j * kBc, bh);
         // Launched early (b8), this block may have started while the preprocess still runs:
         // K_j and V_j are inputs, but L·log2 e, D and the tile counter are the preprocess's.
         if (n == 0) cudaGridDependencySynchronize();
-        for (int it = 0; it < bwd_steps<kQi, kBc>(prm, j); ++it, ++issued) {
-          const int s = issued % kStages, i = q_block(prm.q_blocks, it);
-          wait(&bars.q_empty[s], (issued / kStages) % 2 ^ 1);  // a fresh barrier: parity 1 is done
-          arrive_expecting(&bars.q_full[s], 2 * L::kQBytes + 2 * kQi * 4);
-          load_tile(&q_map, smem + L::q + s * L::kQBytes, &bars.q_full[s], i * kQi, bh);
-          load_tile(&do_map, smem + L::dout + s * L::kQBytes, &bars.q_full[s], i * kQi, bh);
-          const std::size_t stat = std::size_t(bh) * prm.Np + std::size_t(i) * kQi;
-          load_stats<kQi>(smem + L::l2 + s * kQi * 4, prm.l2 + stat, &bars.q_full[s]);
-          load_stats<kQi>(smem + L::dsum + s * kQi * 4, prm.dsum + stat, &bars.q_full[s]);
-        }
+        for (; it < steps; ++it) load_q(it, bh);
       }
     } else if (threadIdx.x == 32) {
       write_dq<kD, kQi, kBc>(prm, ring, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full, bars.dq_empty);
@@ -410,12 +414,12 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   constexpr bool kKvRegs = kV.kv_in_registers && kD == 64;
 
   for (int n = 0, done = 0;; ++n) {  // done: the block's steps before this tile (the stages' ring and dQ's pieces)
-    wait(bars.kv_full, n % 2);
-    const int tile = ring.slot[n % 2];
+    const int tile = ring.take(n);
     if (tile >= prm.tiles) break;
     const auto [j, bh] = bwd_tile(prm, tile);
     const int k0 = j * kBc, steps = bwd_steps<kQi, kBc>(prm, j);
     const int key0 = k0 + kRowsPerConsumer * c + 16 * warp + g;  // this thread's keys: key0, key0 + 8
+    wait(bars.kv_full, n % 2);
 
     float dk[kD / 2] = {}, dv[kD / 2] = {};  // dK_c, dV_c: 64 keys × kD; register 4n + 2h + e = key g + 8h, column 8n + 2t + e
     // d = 64: K_c and V_c as A fragments, read once. An m64n64k16 product with both operands in
@@ -643,30 +647,33 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     release_registers<kProducerRegs>();
     if (threadIdx.x == 0) {
       int issued = 0;
+      auto load_q = [&](int it, int bh) {
+        const int s = issued % kStages, i = q_block(prm.q_blocks, it);
+        const std::size_t stat = std::size_t(bh) * prm.Np + std::size_t(i) * kQ;
+        wait(&bars.q_empty[s], (issued / kStages) % 2 ^ 1);
+        arrive_expecting(&bars.q_full[s], L::kQBytes + kQ * 4);
+        load_tile(&q_map, smem + L::q + s * L::kQBytes, &bars.q_full[s], i * kQ, bh);
+        load_stats(smem + L::l2 + s * kQ * 4, prm.l2 + stat, &bars.q_full[s]);
+        wait(bars.do_empty, issued % 2 ^ 1);
+        arrive_expecting(bars.do_full, L::kQBytes + kQ * 4);
+        load_tile(&do_map, smem + L::dout, bars.do_full, i * kQ, bh);
+        load_stats(smem + L::dsum, prm.dsum + stat, bars.do_full);
+        ++issued;
+      };
       for (int n = 0, tile = blockIdx.x;; ++n, tile = next_tile(prm)) {
         ring.publish(n, tile);
-        if (n > 0) wait(bars.kv_empty, (n - 1) % 2);
-        if (tile >= prm.tiles) {
-          arrive(bars.kv_full);
-          break;
-        }
+        if (tile >= prm.tiles) break;
         const auto [j, bh] = bwd_tile(prm, tile);
+        const int steps = bwd_steps<kQ, kWideKeys>(prm, j);
+        if (n > 0) {  // as dkdv_kernel, but one query block ahead: dO_i has one stage, and the second
+          load_q(0, bh);  // would wait for the consumers to take the first, which needs K_j, V_j
+          wait(bars.kv_empty, (n - 1) % 2);
+        }
         arrive_expecting(bars.kv_full, 2 * L::kKVBytes);
         load_tile(&k_map, smem + L::k, bars.kv_full, j * kWideKeys, bh);
         load_tile(&v_map, smem + L::v, bars.kv_full, j * kWideKeys, bh);
         if (n == 0) cudaGridDependencySynchronize();  // as dkdv_kernel: the preprocess's L·log2 e, D and counter
-        for (int it = 0; it < bwd_steps<kQ, kWideKeys>(prm, j); ++it, ++issued) {
-          const int s = issued % kStages, i = q_block(prm.q_blocks, it);
-          const std::size_t stat = std::size_t(bh) * prm.Np + std::size_t(i) * kQ;
-          wait(&bars.q_empty[s], (issued / kStages) % 2 ^ 1);
-          arrive_expecting(&bars.q_full[s], L::kQBytes + kQ * 4);
-          load_tile(&q_map, smem + L::q + s * L::kQBytes, &bars.q_full[s], i * kQ, bh);
-          load_stats(smem + L::l2 + s * kQ * 4, prm.l2 + stat, &bars.q_full[s]);
-          wait(bars.do_empty, issued % 2 ^ 1);
-          arrive_expecting(bars.do_full, L::kQBytes + kQ * 4);
-          load_tile(&do_map, smem + L::dout, bars.do_full, i * kQ, bh);
-          load_stats(smem + L::dsum, prm.dsum + stat, bars.do_full);
-        }
+        for (int it = n > 0 ? 1 : 0; it < steps; ++it) load_q(it, bh);
       }
     } else if (threadIdx.x == 32) {
       write_dq<kWideD, kQ, kWideKeys>(prm, ring, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full,
@@ -688,12 +695,12 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   float* stage_dq_at = reinterpret_cast<float*>(smem + L::dq) + c * kChunkFloats;  // this consumer's slot
 
   for (int n = 0, done = 0;; ++n) {  // done: the block's steps before this tile
-    wait(bars.kv_full, n % 2);
-    const int tile = ring.slot[n % 2];
+    const int tile = ring.take(n);
     if (tile >= prm.tiles) break;
     const auto [j, bh] = bwd_tile(prm, tile);
     const int k0 = j * kWideKeys, steps = bwd_steps<kQ, kWideKeys>(prm, j);
     const int key0 = k0 + 16 * warp + g;  // this thread's keys: key0, key0 + 8
+    wait(bars.kv_full, n % 2);
     float dk[kWideD / 4] = {}, dv[kWideD / 4] = {};  // 64 keys × 128 columns: register 4n + 2h + e = key 16·warp + g + 8h, column 128c + 8n + 2t + e
 
     // Main loop over the query blocks.
