@@ -939,9 +939,11 @@ STEP07_BWD = [("b1", "bwd07_first", "TMA + wgmma + a producer warpgroup; dQ by T
               ("b7", os.path.join(AB, "bwd_b7"), "+ at d = 64, 96 queries a step (b6's transposed dQ), so that a "
                "step's fixed costs — its barriers, its waits, its exponentials' latency — are paid for 96 queries, not "
                "64 (b6's kernel unchanged at d = 128, 256)"),
-              ("b8", AB, "**production**: + the call's own fixed costs cut: the dQ accumulator zeroed by the "
-               "preprocess instead of a memset, the dK/dV and convert kernels launched early (programmatic dependent "
-               "launch); b7's kernels at every d")]
+              ("b8", os.path.join(AB, "bwd_b8", "full"), "+ the call's own fixed costs cut: the dQ accumulator zeroed "
+               "by the preprocess instead of a memset, the dK/dV and convert kernels launched early (programmatic "
+               "dependent launch); b7's kernels at every d"),
+              ("b9", AB, "**production**: + a persistent grid: a block an SM, its producer taking tile after tile "
+               "from a counter, the next tile's first query blocks loading under the last tile's epilogue")]
 
 
 def table_step07_bwd_lesson(D):
@@ -951,7 +953,7 @@ def table_step07_bwd_lesson(D):
            "| step | the idea | " + " | ".join(f"d = {d}{', causal' if c else ''}" for d, c in cols) + " |",
            "|---|---|" + "---|" * len(cols)]
     for ver, folder, idea in STEP07_BWD:
-        # b4's run: fa_bench's CSVs in the results folder; b5's to b8's: ab.py's ab07bwd.csv
+        # b4's run: fa_bench's CSVs in the results folder; b5's to b9's: ab.py's ab07bwd.csv
         rows = step07_rows(D, "bwd", os.path.join(D.folder, folder))
         cells = []
         for d, c in cols:
@@ -1024,9 +1026,19 @@ def table_step07_b7(D):
     return table_step07_pair(D, 64, "07b6", "b6", "b7", folder=os.path.join(AB, "bwd_b7"))
 
 
+BWD07_B8_FULL = os.path.join(AB, "bwd_b8", "full")  # the full one-process run that introduced b8 (production then)
+
+
 def table_step07_b8(D):
-    """Lesson rows b7 and b8 (production) of the backward at every d: the same kernels, the call around them."""
-    return table_step07_pair(D, (64, 128, 256), "07b7", "b7", "b8")
+    """Lesson rows b7 and b8 of the backward at every d, in the run that introduced b8: the same kernels, the call
+    around them."""
+    return table_step07_pair(D, (64, 128, 256), "07b7", "b7", "b8", folder=BWD07_B8_FULL)
+
+
+def table_step07_b9(D):
+    """Lesson rows b8 and b9 (production) of the backward at every d: the same kernels' tile loop on a grid of a
+    block a tile (07b8) and on a persistent grid."""
+    return table_step07_pair(D, (64, 128, 256), "07b8", "b8", "b9")
 
 
 def table_step07_bwd_call(D):
@@ -1110,14 +1122,15 @@ BWD07_PREVIOUS = os.path.join(AB, "bwd_b7")  # the backward's one-process run be
 
 
 def table_step07_bwd_runs(D):
-    """The backward's two last one-process runs (ab/bwd_b7/, before b8; ab/, with it), shape by shape: how far
-    each implementation's TFLOP/s moved between them, per head dimension and mask — step 07's in the same call
+    """The backward's one-process runs before b8 (ab/bwd_b7/) and with it (ab/bwd_b8/full/), shape by shape: how
+    far each implementation's TFLOP/s moved between them, per head dimension and mask — step 07's in the same call
     around the same kernels (lesson row b7, 07b7, in the new run: the old run's production)."""
     def tflops(folder):
         return {k: statistics.median(v) for k, v in ab07bwd_rounds(folder).items()}
-    new, old = tflops(ab_folder(D)), tflops(os.path.join(D.folder, BWD07_PREVIOUS))
-    out = [f"bf16 backward, B·H·N = 131072 and 524288, N = 1024–32768, on {device07(D, 'device.txt', ab_folder(D))}: "
-           f"TFLOP/s in `{rel(ab_folder(D))}/ab07bwd.csv` ÷ TFLOP/s in `{rel(os.path.join(D.folder, BWD07_PREVIOUS))}"
+    after = os.path.join(D.folder, BWD07_B8_FULL)
+    new, old = tflops(after), tflops(os.path.join(D.folder, BWD07_PREVIOUS))
+    out = [f"bf16 backward, B·H·N = 131072 and 524288, N = 1024–32768, on {device07(D, 'device.txt', after)}: "
+           f"TFLOP/s in `{rel(after)}/ab07bwd.csv` ÷ TFLOP/s in `{rel(os.path.join(D.folder, BWD07_PREVIOUS))}"
            "/ab07bwd.csv`, two one-process runs on two machines, over the 12 shapes of each row (min–max). Step 07 on "
            "the same dK/dV kernels in the same call in both: lesson row b7 (`07b7`) of the new run against production "
            "of the old (b8 changed production's call; the convert kernel, one for both layouts now, differs).", "",
@@ -1595,7 +1608,8 @@ TABLES = {
     "step07-bwd-peers": lambda D: table_step07_peers(D, "bwd"),
     "step07-bwd-summary": lambda D: table_step07_summary(D, "bwd"),
     "step07-bwd-lesson": table_step07_bwd_lesson, "step07-bwd-b5": table_step07_b5, "step07-bwd-b6": table_step07_b6,
-    "step07-bwd-b7": table_step07_b7, "step07-bwd-b8": table_step07_b8, "step07-bwd-call": table_step07_bwd_call,
+    "step07-bwd-b7": table_step07_b7, "step07-bwd-b8": table_step07_b8, "step07-bwd-b9": table_step07_b9,
+    "step07-bwd-call": table_step07_bwd_call,
     "step07-bwd-vs-cudnn-ncu": table_step07_bwd_vs_cudnn_ncu,
     "step07-bwd-runs": table_step07_bwd_runs, "step07-bwd-spin": table_step07_bwd_spin,
     "step07-det": table_step07_det,
