@@ -9,10 +9,13 @@
 // convert kernels are launched early (launch_early): each one's launch, and whatever it
 // does before it needs the output of the kernel ahead of it, runs under that kernel.
 //
-// A thread block owns K/V block j (128 keys of one head), visits the query blocks 64
-// queries at a time (96 at d = 64, 80 at d = 128) and is 3 warpgroups:
+// The grid is persistent (lesson row b9): a block an SM, each taking tile after tile — a
+// tile is K/V block j of one head — from a counter (next_tile), until none is left. For a
+// tile (128 keys), a block visits the query blocks 64 queries at a time (96 at d = 64, 80
+// at d = 128) and is 3 warpgroups:
 //   producer (warpgroup 0)
-//     warp 0, one thread:  K_j and V_j once; then per query block i Q_i, dO_i (TMA),
+//     warp 0, one thread:  takes the tiles and tells the block (TileRing); per tile
+//                          K_j and V_j once; then per query block i Q_i, dO_i (TMA),
 //                          L_i, D_i (bulk copies) into a ring of stages, completing
 //                          on the stage's "full" mbarrier;
 //     warp 1, one thread:  dQ's writer: each consumer's dQ partial, staged in shared
@@ -39,7 +42,9 @@
 // The query blocks are visited last to first: with the causal mask every key block then
 // starts at the same (the last) query block, so in the deterministic mode no block waits
 // long for the ones before it.
-// Epilogue: dK (×scale) and dV in 16 bits through shared memory and TMA stores.
+// Epilogue of a tile: dK (×scale) and dV in 16 bits through K_j's and V_j's buffers and
+// TMA stores, the buffers handed back to the producer (kv_empty) for the next tile's K and V;
+// the next tile's first query blocks have been loading meanwhile.
 //
 // At d = 256 (dkdv_wide_kernel, below the first) the block owns 64 keys, and the two
 // consumers split the columns of dK and dV instead of the keys.
