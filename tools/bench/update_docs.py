@@ -1041,6 +1041,18 @@ def table_step07_b9(D):
     return table_step07_pair(D, (64, 128, 256), "07b8", "b8", "b9")
 
 
+def table_step07_b9_first(D):
+    """b9 ÷ b8 in the first run of b9 (ab/bwd_b9/first/, at c3a267c: before a later tile's first query blocks were
+    loaded ahead of the last tile's epilogue): the range and the shapes below 1.0."""
+    folder = os.path.join(AB, "bwd_b9", "first")
+    t = table_step07_pair(D, (64, 128, 256), "07b8", "b8", "b9", folder=folder)
+    below = sum(cell.startswith("**") for line in t if line.startswith("| ") and line[2].isdigit()
+                for cell in (c.strip() for c in line.split("|")[4:-1]))
+    return [f"{t[-1][:-1]} in the first run of b9 (`{rel(os.path.join(D.folder, folder))}/ab07bwd.csv`, "
+            f"{device07(D, 'device.txt', os.path.join(D.folder, folder))}, commit c3a267c, where a later tile's K_j, "
+            f"V_j and first query blocks all waited for the last tile's epilogue), below 1.0 in {below} of them."]
+
+
 def table_step07_bwd_call(D):
     """Where one backward call's time goes (ab/bwd_b8/timeline07bwd.csv, tools/bench/timeline.py): for b7, b8 and cuDNN,
     the time before the main kernel starts, the main kernel, and the time after it ends, µs (medians of 5 calls)."""
@@ -1609,6 +1621,7 @@ TABLES = {
     "step07-bwd-summary": lambda D: table_step07_summary(D, "bwd"),
     "step07-bwd-lesson": table_step07_bwd_lesson, "step07-bwd-b5": table_step07_b5, "step07-bwd-b6": table_step07_b6,
     "step07-bwd-b7": table_step07_b7, "step07-bwd-b8": table_step07_b8, "step07-bwd-b9": table_step07_b9,
+    "step07-bwd-b9-first": table_step07_b9_first,
     "step07-bwd-call": table_step07_bwd_call,
     "step07-bwd-vs-cudnn-ncu": table_step07_bwd_vs_cudnn_ncu,
     "step07-bwd-runs": table_step07_bwd_runs, "step07-bwd-spin": table_step07_bwd_spin,
