@@ -21,7 +21,8 @@
 #         rest before every block (note 07, "How far one run can be trusted");
 # call:   the backward's fixed costs (lesson row b8): every kernel and memset of one call of
 #         step 07, of its lesson row b7 (the call before b8) and of cuDNN, as the GPU ran them
-#         (tools/bench/timeline.py), then the three timed at N = 1k–16k;
+#         (tools/bench/timeline.py), then the three timed at N = 1k–16k (CALL_IMPLS: other
+#         implementations than 07,07b7,torch-cudnn);
 # b9:     the backward's persistent grid (lesson row b9): step 07 beside b8 (07b8, a block a
 #         tile) and cuDNN, d = 64, 128, 256, N = 1k–32k, causal and not, both B·H·N.
 # Results (ab*.csv, device.txt) into $OUT/results.tgz (and $RESULTS, if given), to be
@@ -65,10 +66,11 @@ if want decode; then  # 08m1: step 08 with its merge kernel launched after the s
   run ab08_gqa --decode --causal 0 --Nq 1 --bh 32,128 --group 8 $impls
 fi
 if want call; then
-  python3 tools/bench/timeline.py --lib "$BUILD/tools/bench/libfa_capi.so" --impls 07,07b7,torch-cudnn \
+  python3 tools/bench/timeline.py --lib "$BUILD/tools/bench/libfa_capi.so" --impls "${CALL_IMPLS:-07,07b7,torch-cudnn}" \
     --d 64,128,256 --N 1024,4096 --causal 0,1 --tokens 131072 --csv "$R/timeline07bwd.csv" > "$L/timeline07bwd.log" 2>&1 || tail -20 "$L/timeline07bwd.log"
   grep "^  = " "$L/timeline07bwd.log"; stamp timeline
-  run ab07bwd_call --dir bwd --causal 0,1 --impls 07,07b7,torch-cudnn --N 1024,2048,4096,8192,16384 --tokens "${CALL_TOKENS:-131072,524288}"
+  run ab07bwd_call --dir bwd --causal 0,1 --impls "${CALL_IMPLS:-07,07b7,torch-cudnn}" --N 1024,2048,4096,8192,16384 \
+    --tokens "${CALL_TOKENS:-131072,524288}"
 fi
 want b9 && run ab07bwd_b9 --dir bwd --causal 0,1 --impls 07,07b8,torch-cudnn
 want bwd && run ab07bwd --dir bwd --causal 0,1 --impls 07,07b4,07b5,07b6,07b7,07b8,06,torch-cudnn,torch-flash
