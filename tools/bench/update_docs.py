@@ -1041,22 +1041,26 @@ def table_step07_b9(D):
     return table_step07_pair(D, (64, 128, 256), "07b8", "b8", "b9")
 
 
-def table_step07_b9_first(D):
-    """b9 ÷ b8 in the first run of b9 (ab/bwd_b9/first/, at c3a267c: before a later tile's first query blocks were
-    loaded ahead of the last tile's epilogue): the range and the shapes below 1.0."""
-    folder = os.path.join(AB, "bwd_b9", "first")
+def table_step07_b9_run(D, run, what):
+    """b9 ÷ b8 in another run (ab/bwd_b9/`run`/ab07bwd.csv: 07, 07b8 and cuDNN), in one line: the range, the shapes
+    below 1.0, and the shapes of each below cuDNN; `what` says which run it is."""
+    folder = os.path.join(AB, "bwd_b9", run)
     t = table_step07_pair(D, (64, 128, 256), "07b8", "b8", "b9", folder=folder)
     below = sum(cell.startswith("**") for line in t if line.startswith("| ") and line[2].isdigit()
                 for cell in (c.strip() for c in line.split("|")[4:-1]))
-    return [f"{t[-1][:-1]} in the first run of b9 (`{rel(os.path.join(D.folder, folder))}/ab07bwd.csv`, "
-            f"{device07(D, 'device.txt', os.path.join(D.folder, folder))}, commit c3a267c, where a later tile's K_j, "
-            f"V_j and first query blocks all waited for the last tile's epilogue), below 1.0 in {below} of them."]
+    m = {k: statistics.median(v) for k, v in ab07bwd_rounds(os.path.join(D.folder, folder)).items()}
+    under = {who: sum(round(m[k[:4] + (who,)] / x, 2) < 1 for k, x in m.items() if k[4] == "cudnn")
+             for who in ("07", "07b8")}
+    return [f"{t[-1][:-1]} in {what} (`{rel(os.path.join(D.folder, folder))}/ab07bwd.csv`, "
+            f"{device07(D, 'device.txt', os.path.join(D.folder, folder))}), below 1.0 in {below} of them; below "
+            f"cuDNN there: b8 in {under['07b8']} shapes, b9 in {under['07']}."]
 
 
-def table_step07_bwd_call(D):
-    """Where one backward call's time goes (ab/bwd_b8/timeline07bwd.csv, tools/bench/timeline.py): for b7, b8 and cuDNN,
-    the time before the main kernel starts, the main kernel, and the time after it ends, µs (medians of 5 calls)."""
-    folder = os.path.join(D.folder, BWD07_B8)
+def table_step07_bwd_call(D, run=BWD07_B8, before="07b7", rows=("b7", "b8")):
+    """Where one backward call's time goes (`run`/timeline07bwd.csv, tools/bench/timeline.py): for a lesson row
+    (`before`: rows[0]), production (07: rows[1]) and cuDNN, the time before the main kernel starts, the main kernel,
+    and the time after it ends, µs (medians of 5 calls). By default b7 and b8 (ab/bwd_b8/)."""
+    folder = os.path.join(D.folder, run)
     path = os.path.join(folder, "timeline07bwd.csv")
     acts, span = {}, {}
     for r in load(folder, "timeline07bwd.csv"):
@@ -1065,15 +1069,16 @@ def table_step07_bwd_call(D):
             acts.setdefault(key, []).append((float(r["at_us"]), float(r["us"]), r["name"]))
         elif r["part"] == "span":
             span[key] = float(r["us"])
-    names = {"07b7": "b7", "07": "b8", "torch-cudnn": "cuDNN"}
+    old, now = rows
+    names = {before: old, "07": now, "torch-cudnn": "cuDNN"}
     out = [f"bf16 backward, B·H·N = 131072, on {device07(D, 'device.txt', folder)}: one call's kernels and "
            f"memsets as the GPU ran them (`tools/bench/timeline.py`, a CUPTI trace; `{rel(path)}`), µs, the median "
            "of 5 calls: from the call's first activity to the start of its main kernel (the dK/dV kernel; cuDNN's "
-           "`…flash_bprop…`), the main kernel, and from its end to the call's last activity's end. b8's main "
+           f"`…flash_bprop…`), the main kernel, and from its end to the call's last activity's end. {now}'s main "
            "kernel starts, and its convert kernel waits, early (launch_early): its main kernel's time counts from "
            "its start.", "",
-           "| d | causal | N | " + " | ".join(f"{n}: before, main, after" for n in names.values()) + " | b8 ÷ b7, the call | "
-           "b8 ÷ cuDNN, the call |", "|---|---|---|" + "---|" * (len(names) + 2)]
+           "| d | causal | N | " + " | ".join(f"{n}: before, main, after" for n in names.values()) +
+           f" | {now} ÷ {old}, the call | {now} ÷ cuDNN, the call |", "|---|---|---|" + "---|" * (len(names) + 2)]
     for d, causal, N in sorted({k[1:] for k in span}):
         cells, calls = [], {}
         for impl in names:
@@ -1087,8 +1092,8 @@ def table_step07_bwd_call(D):
             cells.append(f"{at:.0f}, {us:.0f}, {total - at - us:.0f}")
         ratio = lambda a, b: bold(calls[b] / calls[a]) if a in calls and b in calls else "—"  # noqa: E731
         out.append(f"| {d} | {'yes' if causal else 'no'} | {N} | " + " | ".join(cells) +
-                   f" | {ratio('07', '07b7')} | {ratio('07', 'torch-cudnn')} |")
-    out += ["", "The ratios are of speed (the call's time inverted): below 1.0, b8's call takes longer."]
+                   f" | {ratio('07', before)} | {ratio('07', 'torch-cudnn')} |")
+    out += ["", f"The ratios are of speed (the call's time inverted): below 1.0, {now}'s call takes longer."]
     return out
 
 
@@ -1621,7 +1626,12 @@ TABLES = {
     "step07-bwd-summary": lambda D: table_step07_summary(D, "bwd"),
     "step07-bwd-lesson": table_step07_bwd_lesson, "step07-bwd-b5": table_step07_b5, "step07-bwd-b6": table_step07_b6,
     "step07-bwd-b7": table_step07_b7, "step07-bwd-b8": table_step07_b8, "step07-bwd-b9": table_step07_b9,
-    "step07-bwd-b9-first": table_step07_b9_first,
+    "step07-bwd-b9-first": lambda D: table_step07_b9_run(D, "first", "the first run of b9 (commit c3a267c, where a "
+                                                         "later tile's K_j, V_j and first query blocks all waited "
+                                                         "for the last tile's epilogue)"),
+    "step07-bwd-b9-second": lambda D: table_step07_b9_run(D, "second", "a second run, on another machine "
+                                                          "(commit 041d6b0, the kernels of d65f9c8)"),
+    "step07-bwd-b9-call": lambda D: table_step07_bwd_call(D, os.path.join(AB, "bwd_b9"), "07b8", ("b8", "b9")),
     "step07-bwd-call": table_step07_bwd_call,
     "step07-bwd-vs-cudnn-ncu": table_step07_bwd_vs_cudnn_ncu,
     "step07-bwd-runs": table_step07_bwd_runs, "step07-bwd-spin": table_step07_bwd_spin,
