@@ -426,7 +426,8 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     const int key0 = k0 + kRowsPerConsumer * c + 16 * warp + g;  // this thread's keys: key0, key0 + 8
     wait(bars.kv_full, n % 2);
 
-    float dk[kD / 2] = {}, dv[kD / 2] = {};  // dK_c, dV_c: 64 keys × kD; register 4n + 2h + e = key g + 8h, column 8n + 2t + e
+    // dK_c, dV_c: 64 keys × kD; register 4n + 2h + e = key g + 8h, column 8n + 2t + e
+    float dk[kD / 2] = {}, dv[kD / 2] = {};
     // d = 64: K_c and V_c as A fragments, read once. An m64n64k16 product with both operands in
     // shared memory reads 4 KiB for 64K multiply-adds, at the tensor cores' rate about the 128
     // bytes a cycle shared memory delivers, so Sᵀ and dPᵀ were bound by it; from registers, 2 KiB.
@@ -463,10 +464,10 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
 
       // Pᵀ (fp32 in st), masked where a key is past N or (causal) after the query.
       wgmma_wait<1>(st);
-  #pragma unroll
+#pragma unroll
       for (int x = 0; x < kQi / 2; ++x) st[x] = step06::exp2_approx(fmaf(st[x], mul, -l2[8 * (x / 4) + 2 * t + x % 2]));
       if (key0 - g + 16 > N || (prm.causal && key0 - g + 15 > q0)) {  // warp-uniform: the warp's 16 keys
-  #pragma unroll
+#pragma unroll
         for (int x = 0; x < kQi / 2; ++x)
           if (tiles::masked(q0 + 8 * (x / 4) + 2 * t + x % 2, key0 + 8 * (x % 4 / 2), N, prm.causal)) st[x] = 0.0f;
       }
@@ -486,7 +487,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       } else {
         wgmma_wait<0>(dpt);
       }
-  #pragma unroll
+#pragma unroll
       for (int x = 0; x < kQi / 2; ++x) dpt[x] = st[x] * (dpt[x] - dsum[8 * (x / 4) + 2 * t + x % 2]);
       if constexpr (kDqT) to_a<T, kQi>(st, pa);
       to_a<T, kQi>(dpt, dsa);
@@ -706,7 +707,8 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     const int k0 = j * kWideKeys, steps = bwd_steps<kQ, kWideKeys>(prm, j);
     const int key0 = k0 + 16 * warp + g;  // this thread's keys: key0, key0 + 8
     wait(bars.kv_full, n % 2);
-    float dk[kWideD / 4] = {}, dv[kWideD / 4] = {};  // 64 keys × 128 columns: register 4n + 2h + e = key 16·warp + g + 8h, column 128c + 8n + 2t + e
+    // 64 keys × 128 columns: register 4n + 2h + e = key 16·warp + g + 8h, column 128c + 8n + 2t + e
+    float dk[kWideD / 4] = {}, dv[kWideD / 4] = {};
 
     // Main loop over the query blocks.
     for (int it = 0; it < steps; ++it) {
@@ -720,7 +722,8 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       // Sᵀ = K_j·Q_iᵀ and dPᵀ = V_j·dO_iᵀ for this consumer's 32 queries: 16 k steps each.
       // Both stages are waited for before either product is issued: a wait between two
       // wgmma groups in flight makes ptxas serialise every wgmma of the kernel (C7520).
-      float st[kQ / 4], dpt[kQ / 4];  // 64 keys × 32 queries: register 4n + 2h + e = key 16·warp + g + 8h, query half + 8n + 2t + e
+      // 64 keys × 32 queries: register 4n + 2h + e = key 16·warp + g + 8h, query half + 8n + 2t + e
+      float st[kQ / 4], dpt[kQ / 4];
       wait(&bars.q_full[s], (step / kStages) % 2);
       wait(bars.do_full, step % 2);
       wgmma_fence();
@@ -731,25 +734,27 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
 
       // Pᵀ and dSᵀ = Pᵀ∘(dPᵀ − D_i), in fp32, masked as in dkdv_kernel.
       wgmma_wait<1>(st);
-  #pragma unroll
+#pragma unroll
       for (int x = 0; x < kQ / 4; ++x) st[x] = step06::exp2_approx(fmaf(st[x], mul, -l2[8 * (x / 4) + 2 * t + x % 2]));
       if (key0 - g + 16 > N || (prm.causal && key0 - g + 15 > q0 + half)) {  // warp-uniform: the warp's 16 keys
-  #pragma unroll
+#pragma unroll
         for (int x = 0; x < kQ / 4; ++x)
-          if (tiles::masked(q0 + half + 8 * (x / 4) + 2 * t + x % 2, key0 + 8 * (x % 4 / 2), N, prm.causal)) st[x] = 0.0f;
+          if (tiles::masked(q0 + half + 8 * (x / 4) + 2 * t + x % 2, key0 + 8 * (x % 4 / 2), N, prm.causal))
+            st[x] = 0.0f;
       }
       wgmma_wait<0>(dpt);
-  #pragma unroll
+#pragma unroll
       for (int x = 0; x < kQ / 4; ++x) dpt[x] = st[x] * (dpt[x] - dsum[8 * (x / 4) + 2 * t + x % 2]);
 
       // Both in 16 bits into their tiles (rows = the keys, one 128-byte-swizzled panel of
       // 64 queries), for both consumers' products.
-  #pragma unroll
+#pragma unroll
       for (int n = 0; n < kQ / 16; ++n)
-  #pragma unroll
+#pragma unroll
         for (int h = 0; h < 2; ++h) {
           const std::uint32_t at = swizzled(kWideKeys, 16 * warp + g + 8 * h, half + 8 * n + 2 * t);
-          *reinterpret_cast<std::uint32_t*>(p_tile + at) = step06::Mma<T>::pack(st[4 * n + 2 * h], st[4 * n + 2 * h + 1]);
+          *reinterpret_cast<std::uint32_t*>(p_tile + at) =
+              step06::Mma<T>::pack(st[4 * n + 2 * h], st[4 * n + 2 * h + 1]);
           *reinterpret_cast<std::uint32_t*>(ds_tile + at) =
               step06::Mma<T>::pack(dpt[4 * n + 2 * h], dpt[4 * n + 2 * h + 1]);
         }
@@ -770,10 +775,11 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
 
       // dQ_i's pieces c and c + 2 (DqPieces at d = 256): dS·K_j[:, panel] over the 64 keys,
       // A = dSᵀ read transposed; unrolled (two pieces a consumer).
-  #pragma unroll
+#pragma unroll
       for (int piece = 0; piece < P::kPanels / kBwdConsumers; ++piece) {
         const int panel = c + kBwdConsumers * piece;
-        float dq[kChunkFloats / 128];  // 64 queries × 64 columns: register 4n + 2h + e = query 16·warp + g + 8h, column 8n + 2t + e
+        // 64 queries × 64 columns: register 4n + 2h + e = query 16·warp + g + 8h, column 8n + 2t + e
+        float dq[kChunkFloats / 128];
         wgmma_fence();
         ss_mnmn<T, kPanel, kWideKeys>(dq, smem_u32(ds_tile), kWideKeys * 128, k_tile + panel * kWideKeys * 128,
                                       kWideKeys * 128);
