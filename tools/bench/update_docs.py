@@ -1135,6 +1135,36 @@ def table_step07_bwd_vs_cudnn_ncu(D):
     return out
 
 
+def table_step07_bwd_b9_issue(D):
+    """b9's dK/dV kernel beside cuDNN's backward kernel under Nsight Compute, how each issues its instructions
+    (ab/bwd_b9/ncu_issue.csv: ab.py's launches at d = 128, N = 4096, B·H·N = 131072, not causal; the sections
+    SpeedOfLight, ComputeWorkloadAnalysis, WarpStateStats): the medians of each kernel's launches."""
+    folder = os.path.join(D.folder, AB, "bwd_b9")
+    path = os.path.join(folder, "ncu_issue.csv")
+    rows = list(csv.reader(open(path))) if os.path.exists(path) else []
+    start = next((i for i, r in enumerate(rows) if r and r[0] == "ID"), len(rows))
+    kernels = {}
+    for r in rows[start + 1:]:
+        if len(r) >= 15:
+            kernels.setdefault(r[0], {"name": r[4]})[r[12]] = r[14]
+    num = lambda x: float(x.replace(",", ""))  # noqa: E731
+    groups = {}
+    for k in kernels.values():
+        groups.setdefault("cuDNN" if k["name"].startswith("cudnn") else "step 07 (b9)", []).append(k)
+    out = [f"Nsight Compute, bf16 backward, d = 128, N = 4096, B·H·N = 131072, not causal, on "
+           f"{device07(D, 'device.txt', folder)}: the main kernel of each, the median of its "
+           f"{min((len(v) for v in groups.values()), default=0)} launches (`{rel(path)}`); both grids 132 blocks "
+           "of 384 threads.", "",
+           "| kernel | time | SM active cycles | instructions issued a cycle (active) | issue slots busy | "
+           "warp cycles per issued instruction | L2 throughput |", "|---|---|---|---|---|---|---|"]
+    for who, ks in sorted(groups.items()):
+        med = lambda m: statistics.median(num(k[m]) for k in ks)  # noqa: E731
+        out.append(f"| {who} | {med('Duration') / 1e6:.2f} ms | {med('SM Active Cycles') / 1e6:.2f} million | "
+                   f"{med('Issued Ipc Active'):.2f} | {med('Issue Slots Busy'):.0f}% | "
+                   f"{med('Warp Cycles Per Issued Instruction'):.2f} | {med('L2 Cache Throughput'):.0f}% |")
+    return out
+
+
 BWD07_PREVIOUS = os.path.join(AB, "bwd_b7")  # the backward's one-process run before b8
 
 
@@ -1631,6 +1661,7 @@ TABLES = {
                                                          "for the last tile's epilogue)"),
     "step07-bwd-b9-second": lambda D: table_step07_b9_run(D, "second", "a second run, on another machine "
                                                           "(commit 041d6b0, the kernels of d65f9c8)"),
+    "step07-bwd-b9-issue": table_step07_bwd_b9_issue,
     "step07-bwd-b9-call": lambda D: table_step07_bwd_call(D, os.path.join(AB, "bwd_b9"), "07b8", ("b8", "b9")),
     "step07-bwd-call": table_step07_bwd_call,
     "step07-bwd-vs-cudnn-ncu": table_step07_bwd_vs_cudnn_ncu,
