@@ -8,6 +8,7 @@ A table lives between two markers in a Markdown file:
   <!-- fa:table NAME -->  ...generated...  <!-- /fa:table -->
 NAME is one of the functions in TABLES below. Files without markers are untouched.
 """
+import collections
 import csv
 import glob
 import os
@@ -800,31 +801,39 @@ STEP07_FWD = [("h0", "TMA alone: step 06's kernel (mma.sync from ldmatrix), its 
               ("h7", "**production**: h4 with three consumers (192 query rows) at d = 64")]
 
 
-def ncu07(D, name="ncu07.csv"):
-    """{(version id, d): {metric: value}} from ncu07.csv (one launch per version, d = 64, 128)."""
-    path = os.path.join(D.folder, name)
-    if not os.path.exists(path):
-        return {}
+NcuLaunch = collections.namedtuple("NcuLaunch", "name grid metrics")  # grid: "(x, y, z)"; metrics: {name: value}
+
+
+def ncu_launches(path):
+    """{launch ID: NcuLaunch} of an Nsight Compute `--csv` file, in launch order, the metrics' values without their
+    thousands' commas; {} where there is no file. Rows may stop after the value (newer ncu leaves the rule columns
+    off)."""
     hdr, out = None, {}
-    for r in csv.reader(open(path)):
+    for r in csv.reader(open(path)) if os.path.exists(path) else []:
         if r and r[0] == "ID":
             hdr = r
-            continue
-        if not hdr or len(r) != len(hdr):
-            continue
-        x = dict(zip(hdr, r))
-        name = x["Kernel Name"]
+        elif hdr and len(r) > hdr.index("Metric Value"):
+            x = dict(zip(hdr, r))
+            k = out.setdefault(int(x["ID"]), NcuLaunch(x["Kernel Name"], x["Grid Size"], {}))
+            k.metrics[x["Metric Name"]] = x["Metric Value"].replace(",", "")
+    return out
+
+
+def ncu07(D, name="ncu07.csv"):
+    """{(version id, d): {metric: value}} from ncu07.csv (one launch per version, d = 64, 128)."""
+    out = {}
+    for k in ncu_launches(os.path.join(D.folder, name)).values():
+        name = k.name
         if not re.search(r"forward_kernel|version_kernel|tma_alone_kernel", name):  # the bench's own (random inputs)
             continue
-        m = re.search(r"::(h\d)>", name)
+        v = re.search(r"::(h\d)>", name)
         if "tma_alone_kernel" in name:  # h0: d = 64 only, not in its template arguments
-            out.setdefault(("h0", "64"), {})[x["Metric Name"]] = x["Metric Value"].replace(",", "")
+            out.setdefault(("h0", "64"), {}).update(k.metrics)
             continue
         d = re.search(r"<[^,]+, (\d+),", name).group(1)
         # The production kernel (no version in its name) is h7: fa_bench --once launches it
         # twice, as the step's row and as the h7 row; the later launch's figures stand.
-        ver = m.group(1) if m else "h7"
-        out.setdefault((ver, d), {})[x["Metric Name"]] = x["Metric Value"].replace(",", "")
+        out.setdefault((v.group(1) if v else "h7", d), {}).update(k.metrics)
     return out
 
 
@@ -1103,17 +1112,10 @@ def table_step07_bwd_vs_cudnn_ncu(D):
     launches."""
     folder = os.path.join(D.folder, BWD07_B8)
     path = os.path.join(folder, "ncu_l2.csv")
-    rows = list(csv.reader(open(path))) if os.path.exists(path) else []
-    start = next((i for i, r in enumerate(rows) if r and r[0] == "ID"), len(rows))
-    kernels = {}
-    for r in rows[start + 1:]:
-        if len(r) >= 15:
-            kernels.setdefault(r[0], {"name": r[4], "grid": r[8]})[r[12]] = r[14]
-    num = lambda x: float(x.replace(",", ""))  # noqa: E731
     groups = {}
-    for k in kernels.values():
-        d = 256 if ("wide" in k["name"] or "x256_" in k["name"]) else 128
-        who = "cuDNN" if k["name"].startswith("cudnn") else "step 07"
+    for k in ncu_launches(path).values():
+        d = 256 if ("wide" in k.name or "x256_" in k.name) else 128
+        who = "cuDNN" if k.name.startswith("cudnn") else "step 07"
         groups.setdefault((d, who), []).append(k)
     out = [f"Nsight Compute, bf16 backward, N = 4096, B·H·N = 131072, not causal, on "
            f"{device07(D, 'device.txt', folder)}: "
@@ -1122,8 +1124,8 @@ def table_step07_bwd_vs_cudnn_ncu(D):
            "| d | kernel | grid | shared memory a block | time | tensor pipe active | L2 throughput | L2 sectors read | "
            "L2 sectors of reductions |", "|---|---|---|---|---|---|---|---|---|"]
     for (d, who), ks in sorted(groups.items()):
-        med = lambda m: statistics.median(num(k[m]) for k in ks)  # noqa: E731
-        dims = [int(x) for x in ks[0]["grid"].strip("()").split(",")]
+        med = lambda m: statistics.median(float(k.metrics[m]) for k in ks)  # noqa: E731
+        dims = [int(x) for x in ks[0].grid.strip("()").split(",")]
         blocks = dims[0] * dims[1] * dims[2]
         grid = f"{blocks} (the SM count)" if blocks == 132 else f"{dims[0]} × {dims[1]} = {blocks}"
         out.append(f"| {d} | {who} | {grid} | "
@@ -1141,16 +1143,9 @@ def table_step07_bwd_b9_issue(D):
     SpeedOfLight, ComputeWorkloadAnalysis, WarpStateStats): the medians of each kernel's launches."""
     folder = os.path.join(D.folder, AB, "bwd_b9")
     path = os.path.join(folder, "ncu_issue.csv")
-    rows = list(csv.reader(open(path))) if os.path.exists(path) else []
-    start = next((i for i, r in enumerate(rows) if r and r[0] == "ID"), len(rows))
-    kernels = {}
-    for r in rows[start + 1:]:
-        if len(r) >= 15:
-            kernels.setdefault(r[0], {"name": r[4]})[r[12]] = r[14]
-    num = lambda x: float(x.replace(",", ""))  # noqa: E731
     groups = {}
-    for k in kernels.values():
-        groups.setdefault("cuDNN" if k["name"].startswith("cudnn") else "step 07 (b9)", []).append(k)
+    for k in ncu_launches(path).values():
+        groups.setdefault("cuDNN" if k.name.startswith("cudnn") else "step 07 (b9)", []).append(k)
     out = [f"Nsight Compute, bf16 backward, d = 128, N = 4096, B·H·N = 131072, not causal, on "
            f"{device07(D, 'device.txt', folder)}: the main kernel of each, the median of its "
            f"{min((len(v) for v in groups.values()), default=0)} launches (`{rel(path)}`); both grids 132 blocks "
@@ -1158,7 +1153,7 @@ def table_step07_bwd_b9_issue(D):
            "| kernel | time | SM active cycles | instructions issued a cycle (active) | issue slots busy | "
            "warp cycles per issued instruction | L2 throughput |", "|---|---|---|---|---|---|---|"]
     for who, ks in sorted(groups.items()):
-        med = lambda m: statistics.median(num(k[m]) for k in ks)  # noqa: E731
+        med = lambda m: statistics.median(float(k.metrics[m]) for k in ks)  # noqa: E731
         out.append(f"| {who} | {med('Duration') / 1e6:.2f} ms | {med('SM Active Cycles') / 1e6:.2f} million | "
                    f"{med('Issued Ipc Active'):.2f} | {med('Issue Slots Busy'):.0f}% | "
                    f"{med('Warp Cycles Per Issued Instruction'):.2f} | {med('L2 Cache Throughput'):.0f}% |")
@@ -1259,16 +1254,8 @@ def table_step07_bwd_memory(D):
 
 
 def table_step07_bwd_ncu(D):
-    path = os.path.join(D.folder, "ncu07bwd.csv")
-    hdr, k = None, {}
-    for r in csv.reader(open(path)):
-        if r and r[0] == "ID":
-            hdr = r
-            continue
-        if hdr and len(r) == len(hdr):
-            x = dict(zip(hdr, r))
-            if "dkdv_kernel" in x["Kernel Name"] or "dkdv_wide_kernel" in x["Kernel Name"]:
-                k.setdefault(int(x["ID"]), {})[x["Metric Name"]] = x["Metric Value"].replace(",", "")
+    k = {i: x.metrics for i, x in ncu_launches(os.path.join(D.folder, "ncu07bwd.csv")).items()
+         if "dkdv_kernel" in x.name or "dkdv_wide_kernel" in x.name}
     # fa_bench --once --versions launches 07 (d = 64, 128, 256), then 07det (the same d), then
     # the lesson rows it has: 07b4 (d = 64 only), 07b5 (d = 128 only), 07b6 (d = 64 only).
     ds = (64, 128, 256) if len(k) >= 6 else (64, 128)
