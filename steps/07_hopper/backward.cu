@@ -306,17 +306,21 @@ __device__ __forceinline__ void store_dkdv(unsigned char* dk_tile, unsigned char
 }
 
 /// A consumer's dQ piece (fp32: an m64 accumulator of R registers a thread, 64 × 64 or
-/// 64 × 80 or 64 × 96 transposed) to the writer: once the slot is free (dq_empty's phase of this
-/// parity), staged as the accumulator lays it out (dq_piece), fenced for the bulk
-/// reduction's proxy, announced by each warp's lane 0.
+/// 64 × 80 or 64 × 96 transposed) to the writer, in two parts. stage_dq: once the slot is free
+/// (dq_empty's phase of this parity), the piece stored as the accumulator lays it out
+/// (dq_piece). announce_dq: the stores fenced for the bulk reduction's proxy, and the piece
+/// announced by each warp's lane 0 — the fence waits until the warp's stores are done, so
+/// lesson row b10 issues the next products between the two.
 template <int R>
 __device__ __forceinline__ void stage_dq(const float (&dq)[R], float* slot, std::uint64_t* empty, std::uint32_t parity,
-                                         std::uint64_t* full, int tid) {
+                                         int tid) {
   wait(empty, parity);
 #pragma unroll
   for (int u = 0; u < R / 4; ++u)
     *reinterpret_cast<float4*>(slot + 512 * u + 4 * tid) =
         make_float4(dq[4 * u], dq[4 * u + 1], dq[4 * u + 2], dq[4 * u + 3]);
+}
+__device__ __forceinline__ void announce_dq(std::uint64_t* full, int tid) {
   cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // read by the bulk reduction
   __syncwarp();
   if (tid % 32 == 0) arrive(full);
@@ -329,18 +333,23 @@ struct BwdVersion {
                          ///< dO_i from shared memory (b4: both operands from shared memory)
   int queries_at_64;     ///< queries a step at d = 64: 96 (b4–b6: 64)
   int queries_at_128;    ///< queries a step at d = 128: 80 (b4, b5: 64)
+  bool fences_late;      ///< b10: dSᵀ stored before dV's and dK's products are issued and fenced after, and a
+                         ///< staged dQ piece fenced and announced after the next step's Sᵀ and dPᵀ are issued:
+                         ///< a proxy fence waits until this thread's stores are done, and b4–b9 fenced
+                         ///< right after storing, with nothing in between for the tensor cores
 };
 using Version = BwdVersion (*)();  // a version as a function, so that it can name a kernel's template argument
-FA_HD constexpr BwdVersion b4() { return {false, 64, 64}; }
-FA_HD constexpr BwdVersion b5() { return {true, 64, 64}; }
-FA_HD constexpr BwdVersion b6() { return {true, 64, 80}; }
-FA_HD constexpr BwdVersion b7() { return {true, 96, 80}; }
+FA_HD constexpr BwdVersion b4() { return {false, 64, 64, false}; }
+FA_HD constexpr BwdVersion b5() { return {true, 64, 64, false}; }
+FA_HD constexpr BwdVersion b6() { return {true, 64, 80, false}; }
+FA_HD constexpr BwdVersion b7() { return {true, 96, 80, false}; }  // b7–b9: b8 and b9 changed the call and the grid
+FA_HD constexpr BwdVersion b10() { return {true, 96, 80, true}; }
 /// Queries a step of version v at head dimension d (the wide kernel at d = 256: 64).
 FA_HD constexpr int bwd_queries(BwdVersion v, int d) {
   return d == 64 ? v.queries_at_64 : d == 128 ? v.queries_at_128 : kQ;
 }
-static_assert(bwd_queries(b7(), 128) == backward_queries(128) && bwd_queries(b7(), 64) == backward_queries(64) &&
-                  bwd_queries(b7(), 256) == backward_queries(256),
+static_assert(bwd_queries(b10(), 128) == backward_queries(128) && bwd_queries(b10(), 64) == backward_queries(64) &&
+                  bwd_queries(b10(), 256) == backward_queries(256),
               "production's steps are the CPU model's");
 
 template <class T, int kD, Version V>
@@ -439,6 +448,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     }
 
     // Main loop over the query blocks.
+    bool staged = false;  // b10: a dQ piece stored in this consumer's slot but not yet announced
     for (int it = 0; it < steps; ++it) {
       const int step = done + it, s = step % kStages, q0 = q_block(prm.q_blocks, it) * kQi;
       const std::uint32_t q_tile = smem_u32(smem + L::q + s * L::kQBytes);
@@ -461,6 +471,10 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       else
         ss_kk<T, kQi, kD>(dpt, v_tile + kv_rows, kBc, do_tile, kQi);
       wgmma_commit();
+      if (kV.fences_late && staged) {  // the last step's dQ piece, its stores done under these products' issue
+        announce_dq(&bars.dq_full[c], tid);
+        staged = false;
+      }
 
       // Pᵀ (fp32 in st), masked where a key is past N or (causal) after the query.
       wgmma_wait<1>(st);
@@ -491,6 +505,17 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       for (int x = 0; x < kQi / 2; ++x) dpt[x] = st[x] * (dpt[x] - dsum[8 * (x / 4) + 2 * t + x % 2]);
       if constexpr (kDqT) to_a<T, kQi>(st, pa);
       to_a<T, kQi>(dpt, dsa);
+      // dSᵀ into shared memory for dQ, this consumer's 64 keys: as A fragments into rows =
+      // the block's keys, one 128-byte-swizzled panel of 64 queries; with 96 or 80 queries
+      // transposed, rows = the queries, two panels of 64 keys (store_a_transposed). b10 stores
+      // it before dV's and dK's products are issued, so that the stores are done by the fence.
+      auto store_ds = [&] {
+        if constexpr (kDqT)
+          store_a_transposed<kQi>(ds_tile, dsa, kQi, kRowsPerConsumer * c, warp, lane);
+        else
+          store_a<kQi>(ds_tile, dsa, kBc, kRowsPerConsumer * c, warp, g, t);
+      };
+      if constexpr (kV.fences_late) store_ds();
       wgmma_fence();
       if constexpr (kDqT) {
         rs_mn<T, kD, kQi>(dv, pa, do_tile, kQi * 128);
@@ -498,14 +523,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       }
       rs_mn<T, kD, kQi>(dk, dsa, q_tile, kQi * 128);
       wgmma_commit();
-
-      // dSᵀ into shared memory for dQ, this consumer's 64 keys: as A fragments into rows =
-      // the block's keys, one 128-byte-swizzled panel of 64 queries; with 96 or 80 queries
-      // transposed, rows = the queries, two panels of 64 keys (store_a_transposed).
-      if constexpr (kDqT)
-        store_a_transposed<kQi>(ds_tile, dsa, kQi, kRowsPerConsumer * c, warp, lane);
-      else
-        store_a<kQi>(ds_tile, dsa, kBc, kRowsPerConsumer * c, warp, g, t);
+      if constexpr (!kV.fences_late) store_ds();
       cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // ordinary stores, read by wgmma
       // The stage is free once dV's and dK's products are done: its Q_i, dO_i read by the
       // products, its L_i, D_i by this thread's ordinary loads, which the fence orders before
@@ -542,9 +560,14 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         wgmma_wait<1>(dk);
         release_stage();
         wgmma_wait<0>(dq);
-        stage_dq(dq, stage_dq_at, &bars.dq_empty[c], P::parity(step, panel) ^ 1, &bars.dq_full[c], tid);
+        stage_dq(dq, stage_dq_at, &bars.dq_empty[c], P::parity(step, panel) ^ 1, tid);
+        if constexpr (kV.fences_late)
+          staged = true;  // announced under the next step's first products
+        else
+          announce_dq(&bars.dq_full[c], tid);
       }
     }
+    if (staged) announce_dq(&bars.dq_full[c], tid);  // b10: the tile's last piece
 
   // Epilogue: dK = scale·Σ dSᵀ·Q and dV in 16 bits, into K/V's buffers (free once both
     // consumers are past their last products; the stages already hold the next tile's
@@ -790,7 +813,8 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
           arrive(&bars.q_empty[s]);
         }
         wgmma_wait<0>(dq);
-        stage_dq(dq, stage_dq_at, &bars.dq_empty[c], P::parity(step, panel) ^ 1, &bars.dq_full[c], tid);
+        stage_dq(dq, stage_dq_at, &bars.dq_empty[c], P::parity(step, panel) ^ 1, tid);
+        announce_dq(&bars.dq_full[c], tid);
       }
     }
 
@@ -953,7 +977,7 @@ constexpr int kD128[] = {128, 0};  // b5 at d = 128 only
 
 }  // namespace
 
-const GpuBackward kBackward{"step07 backward", 256, workspace_bytes<b7>, kWorkspace, nullptr, run<b7, kAnyOrder>,
+const GpuBackward kBackward{"step07 backward", 256, workspace_bytes<b10>, kWorkspace, nullptr, run<b10, kAnyOrder>,
                             kBackwardD, kSm, true};
 const GpuBackward kBackwardB4{"b4: K, V read from shared memory by every product", 256, workspace_bytes<b4>,
                               kWorkspace, nullptr, run<b4, kAsB7>, kD64, kSm, true};
@@ -965,7 +989,9 @@ const GpuBackward kBackwardB7{"b7: a memset before the preprocess, every kernel 
                               workspace_bytes<b7>, kWorkspace, nullptr, run<b7, kAsB7>, kBackwardD, kSm, true};
 const GpuBackward kBackwardB8{"b8: a block a tile, as b4-b7 ran", 256, workspace_bytes<b7>, kWorkspace, nullptr,
                               run<b7, kAsB8>, kBackwardD, kSm, true};
-const GpuBackward kBackwardDeterministic{"det: dQ added in key-block order", 256, workspace_bytes<b7>, kWorkspace,
-                                         nullptr, run<b7, kInOrder>, kBackwardD, kSm, true};
+const GpuBackward kBackwardB9{"b9: the stores fenced right after they are made, as b4-b8 did", 256,
+                              workspace_bytes<b7>, kWorkspace, nullptr, run<b7, kAnyOrder>, kBackwardD, kSm, true};
+const GpuBackward kBackwardDeterministic{"det: dQ added in key-block order", 256, workspace_bytes<b10>, kWorkspace,
+                                         nullptr, run<b10, kInOrder>, kBackwardD, kSm, true};
 
 }  // namespace fa::step07

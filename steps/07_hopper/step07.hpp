@@ -161,12 +161,16 @@ extern const GpuBackward kBackwardB4;
 extern const GpuBackward kBackwardB5;
 /// Lesson row b6: at d = 64 (only) 64 queries a step (b5's kernel there), dQ's pieces as dS·K_j.
 extern const GpuBackward kBackwardB6;
-/// Lesson row b7: production's kernels, in the call as it stood before b8 — the dQ accumulator
+/// Lesson row b7: b9's kernels, in the call as it stood before b8 — the dQ accumulator
 /// zeroed by a memset of its own, and each kernel launched after the one before it has finished.
 extern const GpuBackward kBackwardB7;
-/// Lesson row b8: production's kernels and call (b8's), on a grid of a block a tile, where
-/// production (b9) runs a block an SM, each taking tile after tile.
+/// Lesson row b8: b9's kernels and call (b8's), on a grid of a block a tile, where b9
+/// and production run a block an SM, each taking tile after tile.
 extern const GpuBackward kBackwardB8;
+/// Lesson row b9: production's grid and call, with the kernels' stores of dSᵀ and of a dQ piece
+/// fenced right after they are made, where production (b10) issues products between the stores
+/// and their fences.
+extern const GpuBackward kBackwardB9;
 constexpr int kForwardVersionCount = 9;
 /// The forward versions of note 07's table (versions_forward.cu), for the bench and tests.
 extern const GpuForward kForwardVersions[kForwardVersionCount];

@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # The steps beside PyTorch's attention in one process, on the same tensors, in alternation
 # (tools/bench/ab.py over libfa_capi.so), on the H200 in one call.
-#   [PHASE=fwd|bwd|host|decode|pause|gemm|short|call|b9|all, or several: PHASE=short,decode] [ROUNDS=5]
+#   [PHASE=fwd|bwd|host|decode|pause|gemm|short|call|b9|b10|all, or several: PHASE=short,decode] [ROUNDS=5]
 #       bash tools/device/ab.sh [build-dir]
 # gemm:   the bf16 matrix-product rate, timed the same way (also in fwd);
 # fwd:    step 07's forward, step 06, cuDNN and FlashAttention-2, d = 64, 128, 256,
 #         N = 1k–32k, causal and not, B·H·N = 131072 and 524288 (note 07's tables);
 # bwd:    the same for the backward, with lesson rows b4 (07b4: K, V from shared memory at
 #         d = 64), b5 (07b5: 64 queries a step at d = 128), b6 (07b6: 64 queries a step at
-#         d = 64), b7 (07b7: production's kernels in the call before b8) and b8 (07b8: a block a
-#         tile) beside it;
+#         d = 64), b7 (07b7: b9's kernels in the call before b8), b8 (07b8: a block a tile) and
+#         b9 (07b9: the stores fenced as soon as made) beside it;
 # host:   step 07 and cuDNN's backward behind a spin of 200 µs and of 2000 µs, one after the
 #         other (PyTorch's backward enqueues for longer than 200: ab.py's host_us_max; a
 #         longer spin is also a longer rest for the GPU between repeats);
@@ -25,6 +25,8 @@
 #         implementations than 07,07b7,torch-cudnn);
 # b9:     the backward's persistent grid (lesson row b9): step 07 beside b8 (07b8, a block a
 #         tile) and cuDNN, d = 64, 128, 256, N = 1k–32k, causal and not, both B·H·N.
+# b10:    the backward's stores fenced late (lesson row b10): step 07 beside b9 (07b9) and
+#         cuDNN, d = 64 and 128 (the d = 256 kernel is b9's), N = 1k–32k, causal and not, both B·H·N.
 # Results (ab*.csv, device.txt) into $OUT/results.tgz (and $RESULTS, if given), to be
 # unpacked into notes/results/h200/ab; logs into $OUT/logs.tgz.
 set -uo pipefail
@@ -73,7 +75,8 @@ if want call; then
     --tokens "${CALL_TOKENS:-131072,524288}"
 fi
 want b9 && run ab07bwd_b9 --dir bwd --causal 0,1 --impls 07,07b8,torch-cudnn
-want bwd && run ab07bwd --dir bwd --causal 0,1 --impls 07,07b4,07b5,07b6,07b7,07b8,06,torch-cudnn,torch-flash
+want b10 && run ab07bwd_b10 --dir bwd --causal 0,1 --d 64,128 --impls 07,07b9,torch-cudnn
+want bwd && run ab07bwd --dir bwd --causal 0,1 --impls 07,07b4,07b5,07b6,07b7,07b8,07b9,06,torch-cudnn,torch-flash
 if want host; then
   run ab07bwd_spin200 --dir bwd --causal 0,1 --impls 07,torch-cudnn --d "${HOST_D:-64,128,256}" --hide-host-us 200
   run ab07bwd_spin2000 --dir bwd --causal 0,1 --impls 07,torch-cudnn --d "${HOST_D:-64,128,256}" --hide-host-us 2000
