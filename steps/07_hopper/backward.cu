@@ -38,7 +38,13 @@
 //                                               one each; d = 64: one, every other i).
 //                                               With 96 or 80 queries computed as
 //                                               dQᵢᵀ = K_jᵀ·dSᵀ, M being the piece's 64
-//                                               columns, and dS stored as such (stmatrix)
+//                                               columns, and dS stored as such (stmatrix).
+//                                               At d = 128 a step's pieces are computed in the
+//                                               next step, once its dV and dK are issued (b11):
+//                                               a consumer then waits for the other's dSᵀ a step
+//                                               after it was stored, not in the same step.
+//   Each proxy fence after a consumer's own stores (dSᵀ; a staged dQ piece) comes after the
+//   next products are issued, so that the stores are done when it is reached (b10).
 // The query blocks are visited last to first: with the causal mask every key block then
 // starts at the same (the last) query block, so in the deterministic mode no block waits
 // long for the ones before it.
@@ -150,6 +156,11 @@ struct BwdBarriers {
 /// twice at one barrier before the other consumer has waited on it.
 __device__ __forceinline__ int ds_bar(int it) { return 1 + it % 2; }
 constexpr int kEpilogueBar = 3;  ///< both consumers, before the epilogue reuses the stages
+/// Lesson row b11, where at d = 128 a step's dQ pieces are computed in the next step: one named barrier
+/// per step and per consumer (ids 6–9, alternating by step; 4 and 5 are epilogue_bar's), on
+/// which consumer c arrives once its dSᵀ of that step is stored and its dQ piece of the step
+/// before is done, and the other consumer waits — 128 threads each way.
+__device__ __forceinline__ int lag_bar(int step, int c) { return 6 + 2 * (step % 2) + c; }
 
 /// dQ_i's pieces: its 64-column panels, each the product dS·K_j[:, panel] over all the
 /// block's keys. They are dealt to the consumers in turn, piece m = it·kPanels + panel of
@@ -326,6 +337,21 @@ __device__ __forceinline__ void announce_dq(std::uint64_t* full, int tid) {
   if (tid % 32 == 0) arrive(full);
 }
 
+/// dQ_i's piece `panel` = dS·K_j[:, panel] over the block's kBc keys, issued (one commit group):
+/// A = dSᵀ read transposed (MN-major: the queries run along its rows), B = K_j MN-major; 8 k
+/// steps of 16 keys, 2048 bytes apart in both. With 96 or 80 queries (kDqT) its transpose,
+/// dQ_iᵀ[panel] = K_j[:, panel]ᵀ·dSᵀ: A = K_j MN-major, B = dS K-major (kQi rows, keys along them).
+template <class T, int kQi, bool kDqT>
+__device__ __forceinline__ void issue_dq(float (&dq)[chunk_floats(kQi) / 128], std::uint32_t k_tile, int panel,
+                                         std::uint32_t ds_tile) {
+  wgmma_fence();
+  if constexpr (kDqT)
+    ss_mnk<T, kQi, kBc>(dq, k_tile + panel * kBc * 128, kBc * 128, ds_tile, kQi);
+  else
+    ss_mnmn<T, kPanel, kBc>(dq, ds_tile, kBc * 128, k_tile + panel * kBc * 128, kBc * 128);
+  wgmma_commit();
+}
+
 /// The dK/dV kernel at d ≤ 128, as note 07's backward table measures it: production (b7)
 /// and lesson rows b4, b5 and b6, each of which it changes in one way.
 struct BwdVersion {
@@ -337,19 +363,23 @@ struct BwdVersion {
                          ///< staged dQ piece fenced and announced after the next step's Sᵀ and dPᵀ are issued:
                          ///< a proxy fence waits until this thread's stores are done, and b4–b9 fenced
                          ///< right after storing, with nothing in between for the tensor cores
+  bool dq_late_at_128;   ///< b11: at d = 128 a step's dQ pieces computed in the next step, after its dV and
+                         ///< dK are issued, so that a consumer waits for the other's dSᵀ a step later than
+                         ///< it needs it (b4–b10, and d = 64: in the step, both consumers meeting at ds_bar)
 };
 using Version = BwdVersion (*)();  // a version as a function, so that it can name a kernel's template argument
-FA_HD constexpr BwdVersion b4() { return {false, 64, 64, false}; }
-FA_HD constexpr BwdVersion b5() { return {true, 64, 64, false}; }
-FA_HD constexpr BwdVersion b6() { return {true, 64, 80, false}; }
-FA_HD constexpr BwdVersion b7() { return {true, 96, 80, false}; }  // b7–b9: b8 and b9 changed the call and the grid
-FA_HD constexpr BwdVersion b10() { return {true, 96, 80, true}; }
+FA_HD constexpr BwdVersion b4() { return {false, 64, 64, false, false}; }
+FA_HD constexpr BwdVersion b5() { return {true, 64, 64, false, false}; }
+FA_HD constexpr BwdVersion b6() { return {true, 64, 80, false, false}; }
+FA_HD constexpr BwdVersion b7() { return {true, 96, 80, false, false}; }  // b7–b9: b8 and b9 changed the call and the grid
+FA_HD constexpr BwdVersion b10() { return {true, 96, 80, true, false}; }
+FA_HD constexpr BwdVersion b11() { return {true, 96, 80, true, true}; }
 /// Queries a step of version v at head dimension d (the wide kernel at d = 256: 64).
 FA_HD constexpr int bwd_queries(BwdVersion v, int d) {
   return d == 64 ? v.queries_at_64 : d == 128 ? v.queries_at_128 : kQ;
 }
-static_assert(bwd_queries(b10(), 128) == backward_queries(128) && bwd_queries(b10(), 64) == backward_queries(64) &&
-                  bwd_queries(b10(), 256) == backward_queries(256),
+static_assert(bwd_queries(b11(), 128) == backward_queries(128) && bwd_queries(b11(), 64) == backward_queries(64) &&
+                  bwd_queries(b11(), 256) == backward_queries(256),
               "production's steps are the CPU model's");
 
 template <class T, int kD, Version V>
@@ -426,6 +456,9 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   const std::uint32_t kv_rows = kRowsPerConsumer * c * 128;  // consumer c's keys inside a K/V panel
   float* stage_dq_at = reinterpret_cast<float*>(smem + L::dq) + c * chunk_floats(kQi);  // this consumer's slot
   constexpr bool kKvRegs = kV.kv_in_registers && kD == 64;
+  // b11 at d = 128 only: at d = 64, where the consumers take the one piece on alternate steps and
+  // drift half a step apart, a barrier each way every step cost 1–6% (note 07, lesson row b11).
+  constexpr bool kDqLate = kV.dq_late_at_128 && kD == 128;
 
   for (int n = 0, done = 0;; ++n) {  // done: the block's steps before this tile (the stages' ring and dQ's pieces)
     const int tile = ring.take(n);
@@ -515,6 +548,9 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         else
           store_a<kQi>(ds_tile, dsa, kBc, kRowsPerConsumer * c, warp, g, t);
       };
+      // b11: the other consumer's dSᵀ of the last step stored, and its dQ piece of the step
+      // before done (that piece read the buffer this step's dSᵀ goes to).
+      if (kDqLate && it > 0) named_sync(lag_bar(step - 1, 1 - c), 128 * kBwdConsumers);
       if constexpr (kV.fences_late) store_ds();
       wgmma_fence();
       if constexpr (kDqT) {
@@ -536,38 +572,67 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
         arrive(&bars.q_empty[s]);
       };
-      const int panel = P::panel(c, step);
-      if (panel < 0) {
-        named_arrive(ds_bar(step), 128 * kBwdConsumers);  // no piece this step: dSᵀ is the other's to use
-        wgmma_wait<0>(dv);
-        wgmma_wait<0>(dk);
-        release_stage();
-      } else {
-        named_sync(ds_bar(step), 128 * kBwdConsumers);
-        // dQ_i's piece = dS·K_j[:, panel]: A = dSᵀ read transposed (MN-major: the queries run
-        // along its rows), B = K_j MN-major; 8 k steps of 16 keys, 2048 bytes apart in both.
-        // With 96 or 80 queries its transpose, dQ_iᵀ[panel] = K_j[:, panel]ᵀ·dSᵀ: A = K_j MN-major,
-        // B = dS K-major (kQi rows, keys along them).
-        float dq[chunk_floats(kQi) / 128];  // register 4n + 2h + e = query 16w + g + 8h, column 8n + 2t + e
-                                            // (transposed: column 16w + g + 8h, query 8n + 2t + e)
-        wgmma_fence();
-        if constexpr (kDqT)
-          ss_mnk<T, kQi, kBc>(dq, k_tile + panel * kBc * 128, kBc * 128, smem_u32(ds_tile), kQi);
-        else
-          ss_mnmn<T, kPanel, kBc>(dq, smem_u32(ds_tile), kBc * 128, k_tile + panel * kBc * 128, kBc * 128);
-        wgmma_commit();
-        wgmma_wait<1>(dv);  // dV's and dK's products (dQ's may run)
-        wgmma_wait<1>(dk);
-        release_stage();
+      // dQ's piece, staged for the writer; announced at once, or (b10) under the next step's products.
+      auto stage_piece = [&](float(&dq)[chunk_floats(kQi) / 128], int piece_step, int panel) {
         wgmma_wait<0>(dq);
-        stage_dq(dq, stage_dq_at, &bars.dq_empty[c], P::parity(step, panel) ^ 1, tid);
-        if constexpr (kV.fences_late)
-          staged = true;  // announced under the next step's first products
+        stage_dq(dq, stage_dq_at, &bars.dq_empty[c], P::parity(piece_step, panel) ^ 1, tid);
+        if constexpr (V().fences_late)  // (kV is not a constant inside a lambda for nvcc)
+          staged = true;
         else
           announce_dq(&bars.dq_full[c], tid);
+      };
+      float dq[chunk_floats(kQi) / 128];  // register 4n + 2h + e = query 16w + g + 8h, column 8n + 2t + e
+                                          // (transposed: column 16w + g + 8h, query 8n + 2t + e)
+      if constexpr (kDqLate) {
+        // b11: the last step's piece, from its dSᵀ (the other buffer), now that this step's dV
+        // and dK are issued; the other consumer's dSᵀ of it was waited for before this step's
+        // stores (lag_bar). Then this step's dSᵀ stored and the last piece done: told.
+        const int panel = it > 0 ? P::panel(c, step - 1) : -1;
+        if (panel >= 0) {
+          issue_dq<T, kQi, kDqT>(dq, k_tile, panel, smem_u32(smem + L::ds + ((step - 1) % 2) * L::kDsBytes));
+          wgmma_wait<1>(dv);  // dV's and dK's products (dQ's may run)
+          wgmma_wait<1>(dk);
+          release_stage();
+          stage_piece(dq, step - 1, panel);
+        } else {
+          wgmma_wait<0>(dv);
+          wgmma_wait<0>(dk);
+          release_stage();
+        }
+        named_arrive(lag_bar(step, c), 128 * kBwdConsumers);
+      } else {
+        const int panel = P::panel(c, step);
+        if (panel < 0) {
+          named_arrive(ds_bar(step), 128 * kBwdConsumers);  // no piece this step: dSᵀ is the other's to use
+          wgmma_wait<0>(dv);
+          wgmma_wait<0>(dk);
+          release_stage();
+        } else {
+          named_sync(ds_bar(step), 128 * kBwdConsumers);
+          issue_dq<T, kQi, kDqT>(dq, k_tile, panel, smem_u32(ds_tile));
+          wgmma_wait<1>(dv);  // dV's and dK's products (dQ's may run)
+          wgmma_wait<1>(dk);
+          release_stage();
+          stage_piece(dq, step, panel);
+        }
       }
     }
-    if (staged) announce_dq(&bars.dq_full[c], tid);  // b10: the tile's last piece
+    if constexpr (kDqLate) {  // b11: the tile's last piece, once the other consumer's dSᵀ of it is stored
+      const int last = done + steps - 1, panel = P::panel(c, last);
+      if (staged) {  // the piece of the step before goes to the writer before this one takes the slot
+        announce_dq(&bars.dq_full[c], tid);
+        staged = false;
+      }
+      named_sync(lag_bar(last, 1 - c), 128 * kBwdConsumers);
+      if (panel >= 0) {
+        float dq[chunk_floats(kQi) / 128];
+        issue_dq<T, kQi, kDqT>(dq, k_tile, panel, smem_u32(smem + L::ds + (last % 2) * L::kDsBytes));
+        wgmma_wait<0>(dq);
+        stage_dq(dq, stage_dq_at, &bars.dq_empty[c], P::parity(last, panel) ^ 1, tid);
+        staged = true;
+      }
+    }
+    if (staged) announce_dq(&bars.dq_full[c], tid);  // b10, b11: the tile's last piece
 
   // Epilogue: dK = scale·Σ dSᵀ·Q and dV in 16 bits, into K/V's buffers (free once both
     // consumers are past their last products; the stages already hold the next tile's
@@ -977,7 +1042,7 @@ constexpr int kD128[] = {128, 0};  // b5 at d = 128 only
 
 }  // namespace
 
-const GpuBackward kBackward{"step07 backward", 256, workspace_bytes<b10>, kWorkspace, nullptr, run<b10, kAnyOrder>,
+const GpuBackward kBackward{"step07 backward", 256, workspace_bytes<b11>, kWorkspace, nullptr, run<b11, kAnyOrder>,
                             kBackwardD, kSm, true};
 const GpuBackward kBackwardB4{"b4: K, V read from shared memory by every product", 256, workspace_bytes<b4>,
                               kWorkspace, nullptr, run<b4, kAsB7>, kD64, kSm, true};
@@ -991,7 +1056,9 @@ const GpuBackward kBackwardB8{"b8: a block a tile, as b4-b7 ran", 256, workspace
                               run<b7, kAsB8>, kBackwardD, kSm, true};
 const GpuBackward kBackwardB9{"b9: the stores fenced right after they are made, as b4-b8 did", 256,
                               workspace_bytes<b7>, kWorkspace, nullptr, run<b7, kAnyOrder>, kBackwardD, kSm, true};
-const GpuBackward kBackwardDeterministic{"det: dQ added in key-block order", 256, workspace_bytes<b10>, kWorkspace,
-                                         nullptr, run<b10, kInOrder>, kBackwardD, kSm, true};
+const GpuBackward kBackwardB10{"b10: at d = 128 dQ's pieces computed in their own step", 256, workspace_bytes<b10>, kWorkspace,
+                               nullptr, run<b10, kAnyOrder>, kBackwardD, kSm, true};
+const GpuBackward kBackwardDeterministic{"det: dQ added in key-block order", 256, workspace_bytes<b11>, kWorkspace,
+                                         nullptr, run<b11, kInOrder>, kBackwardD, kSm, true};
 
 }  // namespace fa::step07

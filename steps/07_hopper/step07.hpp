@@ -20,7 +20,7 @@
 // points) on the same pieces — K_j, V_j once and Q_i, dO_i, L_i, D_i through a TMA ring,
 // the five products on wgmma in two consumer warpgroups of 64 keys each (at d = 64 with
 // their K and V held in registers; at d = 256 one block of 64 keys, the consumers
-// splitting dK's and dV's columns), dQ added into an
+// splitting dK's and dV's columns; at d = 128 a step's dQ pieces in the next step), dQ added into an
 // fp32 accumulator by TMA bulk reductions from the producer's second warp; a
 // deterministic mode adds them in key-block order.
 // Limits: d = 64, 128 or 256, bf16 or fp16; a Hopper GPU (sm_90:
@@ -168,9 +168,13 @@ extern const GpuBackward kBackwardB7;
 /// and production run a block an SM, each taking tile after tile.
 extern const GpuBackward kBackwardB8;
 /// Lesson row b9: production's grid and call, with the kernels' stores of dSᵀ and of a dQ piece
-/// fenced right after they are made, where production (b10) issues products between the stores
+/// fenced right after they are made, where b10 and production issue products between the stores
 /// and their fences.
 extern const GpuBackward kBackwardB9;
+/// Lesson row b10: b9 with the stores fenced late, each step's dQ pieces computed in that step
+/// (both consumers meeting on a barrier there), where production (b11) computes them in the next
+/// at d = 128 (at d = 64 and 256 production's kernel is b10's).
+extern const GpuBackward kBackwardB10;
 constexpr int kForwardVersionCount = 9;
 /// The forward versions of note 07's table (versions_forward.cu), for the bench and tests.
 extern const GpuForward kForwardVersions[kForwardVersionCount];

@@ -1160,6 +1160,55 @@ def table_step07_bwd_b9_issue(D):
     return out
 
 
+BWD07_B10 = os.path.join(AB, "bwd_b10")  # the run that introduced b10, and the profiles that led to it
+BWD07_B11 = os.path.join(AB, "bwd_b11")  # the run that introduced b11
+
+
+def table_step07_b10(D):
+    """Lesson rows b9 and b10 of the backward at d = 64 and 128 (b10 changed the d ≤ 128 kernel only), in the run
+    that introduced b10 (ab/bwd_b10/)."""
+    return table_step07_pair(D, (64, 128), "07b9", "b9", "b10", folder=BWD07_B10)
+
+
+def table_step07_b11(D):
+    """Lesson rows b10 and b11 of the backward at d = 64 and 128, in the run that introduced b11 (ab/bwd_b11/)."""
+    return table_step07_pair(D, (64, 128), "07b10", "b10", "b11", folder=BWD07_B11)
+
+
+STALL_NAMES = {"stall_long_sb": "long scoreboard", "stall_wait": "fixed wait", "stall_barrier": "barrier",
+               "stall_mio": "MIO throttle", "stall_short_sb": "short scoreboard", "stall_math": "math pipe throttle",
+               "stall_dispatch": "dispatch", "stall_selected": "issuing", "stall_not_selected": "not selected"}
+
+
+def table_step07_bwd_stalls(D, top=8):
+    """Where b9's and cuDNN's warps wait, from Nsight Compute's stall samples per SASS instruction
+    (ab/bwd_b10/stalls_b9.csv, tools/bench/ncu_stalls.py over the source page of one launch each, d = 128, N = 4096,
+    B·H·N = 131072, not causal): each kernel's samples by reason, then b9's `top` instructions by samples."""
+    folder = os.path.join(D.folder, BWD07_B10)
+    path = os.path.join(folder, "stalls_b9.csv")
+    rows = load(folder, "stalls_b9.csv")
+    totals = {r["kernel"]: r for r in rows if r["address"] == "total"}
+    who = {"dkdv_kernel": "step 07 (b9)", "flash_bprop": "cuDNN"}
+    out = [f"Nsight Compute's warp-state samples, bf16 backward, d = 128, N = 4096, B·H·N = 131072, not causal, on "
+           f"{device07(D, 'device.txt', folder)}: one launch of each main kernel (`{rel(path)}`, "
+           "`tools/bench/ncu_stalls.py`), the share of its samples by what the warp was doing — every warp of the "
+           "block, the producer's and dQ's writer's included.", "",
+           "| kernel | samples | " + " | ".join(STALL_NAMES.values()) + " |", "|---|---|" + "---|" * len(STALL_NAMES)]
+    for k, r in totals.items():
+        n = int(r["samples"])
+        out.append(f"| {who.get(k, k)} | {n} | " + " | ".join(f"{100 * int(r[c]) / n:.1f}%" for c in STALL_NAMES) + " |")
+    n = int(totals["dkdv_kernel"]["samples"])
+    worst = sorted((r for r in rows if r["kernel"] == "dkdv_kernel" and r["address"] != "total"),
+                   key=lambda r: -int(r["samples"]))[:top]
+    out += ["", f"b9's {top} instructions with the most samples:", "",
+            "| address | SASS | share of the samples | mostly |", "|---|---|---|---|"]
+    for r in worst:
+        main = max(STALL_NAMES, key=lambda c: int(r[c]))
+        out.append(f"| {r['address']} | `{r['sass'].split(',')[0]}` | {100 * int(r['samples']) / n:.1f}% | "
+                   f"{STALL_NAMES[main]} |")
+    return out
+
+
 BWD07_PREVIOUS = os.path.join(AB, "bwd_b7")  # the backward's one-process run before b8
 
 
@@ -1649,6 +1698,8 @@ TABLES = {
     "step07-bwd-b9-second": lambda D: table_step07_b9_run(D, "second", "a second run, on another machine "
                                                           "(commit 041d6b0, the kernels of d65f9c8)"),
     "step07-bwd-b9-issue": table_step07_bwd_b9_issue,
+    "step07-bwd-b10": table_step07_b10, "step07-bwd-b10-stalls": table_step07_bwd_stalls,
+    "step07-bwd-b11": table_step07_b11,
     "step07-bwd-b9-call": lambda D: table_step07_bwd_call(D, os.path.join(AB, "bwd_b9"), "07b8", ("b8", "b9")),
     "step07-bwd-call": table_step07_bwd_call,
     "step07-bwd-vs-cudnn-ncu": table_step07_bwd_vs_cudnn_ncu,
