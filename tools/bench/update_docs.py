@@ -951,8 +951,14 @@ STEP07_BWD = [("b1", "bwd07_first", "TMA + wgmma + a producer warpgroup; dQ by T
               ("b8", os.path.join(AB, "bwd_b8", "full"), "+ the call's own fixed costs cut: the dQ accumulator zeroed "
                "by the preprocess instead of a memset, the dK/dV and convert kernels launched early (programmatic "
                "dependent launch); b7's kernels at every d"),
-              ("b9", AB, "**production**: + a persistent grid: a block an SM, its producer taking tile after tile "
-               "from a counter, the next tile's first query blocks loading under the last tile's epilogue")]
+              ("b9", os.path.join(AB, "bwd_b9", "full"), "+ a persistent grid: a block an SM, its producer taking "
+               "tile after tile from a counter, the next tile's first query blocks loading under the last tile's "
+               "epilogue"),
+              ("b10", os.path.join(AB, "bwd_b10"), "+ the proxy fences after a consumer's own stores moved behind the "
+               "next products' issue: dSᵀ stored before dV's and dK's products, a staged dQ piece announced in the "
+               "next step (d ≤ 128; b9's kernel at d = 256)"),
+              ("b11", AB, "**production**: + at d = 128, a step's dQ pieces computed in the next step, so that a "
+               "consumer waits for the other's dSᵀ a step after it was stored (b10's kernel at d = 64, 256)")]
 
 
 def table_step07_bwd_lesson(D):
@@ -1044,10 +1050,13 @@ def table_step07_b8(D):
     return table_step07_pair(D, (64, 128, 256), "07b7", "b7", "b8", folder=BWD07_B8_FULL)
 
 
+BWD07_B9_FULL = os.path.join(AB, "bwd_b9", "full")  # the full one-process run that introduced b9 (production then)
+
+
 def table_step07_b9(D):
-    """Lesson rows b8 and b9 (production) of the backward at every d: the same kernels' tile loop on a grid of a
-    block a tile (07b8) and on a persistent grid."""
-    return table_step07_pair(D, (64, 128, 256), "07b8", "b8", "b9")
+    """Lesson rows b8 and b9 of the backward at every d, in the run that introduced b9: the same kernels' tile loop
+    on a grid of a block a tile (07b8) and on a persistent grid."""
+    return table_step07_pair(D, (64, 128, 256), "07b8", "b8", "b9", folder=BWD07_B9_FULL)
 
 
 def table_step07_b9_run(D, run, what):
@@ -1171,8 +1180,38 @@ def table_step07_b10(D):
 
 
 def table_step07_b11(D):
-    """Lesson rows b10 and b11 of the backward at d = 64 and 128, in the run that introduced b11 (ab/bwd_b11/)."""
-    return table_step07_pair(D, (64, 128), "07b10", "b10", "b11", folder=BWD07_B11)
+    """Lesson rows b10 and b11 (production) of the backward at every d, in the full run (ab/ab07bwd.csv): b11
+    differs from b10 at d = 128 only, so the other rows measure the run's own scatter."""
+    return table_step07_pair(D, (64, 128, 256), "07b10", "b10", "b11")
+
+
+def table_step07_b11_first(D):
+    """b11's first run (ab/bwd_b11/first/: its dQ pieces a step late at d = 64 too), in one line per d: b11 ÷ b10."""
+    folder = os.path.join(D.folder, BWD07_B11, "first")
+    m = {k: statistics.median(v) for k, v in ab07bwd_rounds(folder).items()}
+    parts = []
+    for d in (64, 128):
+        r = [x / m[k[:4] + ("07b10",)] for k, x in m.items() if k[4] == "07" and k[1] == d]
+        parts.append(f"{min(r):.2f}–{max(r):.2f} at d = {d}")
+    return [f"b11 ÷ b10 in b11's first run, with its dQ pieces a step late at d = 64 as well (`{rel(folder)}/"
+            f"ab07bwd.csv`, {device07(D, 'device.txt', folder)}, 24 shapes each): " + ", ".join(parts) + "."]
+
+
+def table_step07_bwd_stalls_b11(D):
+    """b10's and b11's warp-state samples by reason at d = 128, N = 4096 (ab/bwd_b11/stalls_b11.csv, one launch
+    each under Nsight Compute's SourceCounters, tools/bench/ncu_stalls.py)."""
+    folder = os.path.join(D.folder, BWD07_B11)
+    path = os.path.join(folder, "stalls_b11.csv")
+    rows = {r["kernel"]: r for r in load(folder, "stalls_b11.csv") if r["address"] == "total"}
+    out = [f"Nsight Compute's warp-state samples, bf16 backward, d = 128, N = 4096, B·H·N = 131072, not causal, on "
+           f"{device07(D, 'device.txt', os.path.join(folder, 'first'))}: one launch of each kernel (`{rel(path)}`), "
+           "the share of its samples by what the warp was doing.", "",
+           "| kernel | samples | " + " | ".join(STALL_NAMES.values()) + " |", "|---|---|" + "---|" * len(STALL_NAMES)]
+    for k, who in (("::b10>", "b10"), ("::b11>", "b11")):
+        r = rows[k]
+        n = int(r["samples"])
+        out.append(f"| {who} | {n} | " + " | ".join(f"{100 * int(r[c]) / n:.1f}%" for c in STALL_NAMES) + " |")
+    return out
 
 
 STALL_NAMES = {"stall_long_sb": "long scoreboard", "stall_wait": "fixed wait", "stall_barrier": "barrier",
@@ -1699,7 +1738,8 @@ TABLES = {
                                                           "(commit 041d6b0, the kernels of d65f9c8)"),
     "step07-bwd-b9-issue": table_step07_bwd_b9_issue,
     "step07-bwd-b10": table_step07_b10, "step07-bwd-b10-stalls": table_step07_bwd_stalls,
-    "step07-bwd-b11": table_step07_b11,
+    "step07-bwd-b11": table_step07_b11, "step07-bwd-b11-first": table_step07_b11_first,
+    "step07-bwd-b11-stalls": table_step07_bwd_stalls_b11,
     "step07-bwd-b9-call": lambda D: table_step07_bwd_call(D, os.path.join(AB, "bwd_b9"), "07b8", ("b8", "b9")),
     "step07-bwd-call": table_step07_bwd_call,
     "step07-bwd-vs-cudnn-ncu": table_step07_bwd_vs_cudnn_ncu,
