@@ -482,6 +482,16 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
 
     // Main loop over the query blocks.
     bool staged = false;  // b10: a dQ piece stored in this consumer's slot but not yet announced
+    // dQ's piece of step `piece_step`, once its product is done, staged for the writer;
+    // announced at once, or (b10) under the next step's products.
+    auto stage_piece = [&](float(&dq)[chunk_floats(kQi) / 128], int piece_step, int panel) {
+      wgmma_wait<0>(dq);
+      stage_dq(dq, stage_dq_at, &bars.dq_empty[c], P::parity(piece_step, panel) ^ 1, tid);
+      if constexpr (V().fences_late)  // (kV is not a constant inside a lambda for nvcc)
+        staged = true;
+      else
+        announce_dq(&bars.dq_full[c], tid);
+    };
     for (int it = 0; it < steps; ++it) {
       const int step = done + it, s = step % kStages, q0 = q_block(prm.q_blocks, it) * kQi;
       const std::uint32_t q_tile = smem_u32(smem + L::q + s * L::kQBytes);
@@ -572,15 +582,6 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
         arrive(&bars.q_empty[s]);
       };
-      // dQ's piece, staged for the writer; announced at once, or (b10) under the next step's products.
-      auto stage_piece = [&](float(&dq)[chunk_floats(kQi) / 128], int piece_step, int panel) {
-        wgmma_wait<0>(dq);
-        stage_dq(dq, stage_dq_at, &bars.dq_empty[c], P::parity(piece_step, panel) ^ 1, tid);
-        if constexpr (V().fences_late)  // (kV is not a constant inside a lambda for nvcc)
-          staged = true;
-        else
-          announce_dq(&bars.dq_full[c], tid);
-      };
       float dq[chunk_floats(kQi) / 128];  // register 4n + 2h + e = query 16w + g + 8h, column 8n + 2t + e
                                           // (transposed: column 16w + g + 8h, query 8n + 2t + e)
       if constexpr (kDqLate) {
@@ -627,14 +628,12 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       if (panel >= 0) {
         float dq[chunk_floats(kQi) / 128];
         issue_dq<T, kQi, kDqT>(dq, k_tile, panel, smem_u32(smem + L::ds + (last % 2) * L::kDsBytes));
-        wgmma_wait<0>(dq);
-        stage_dq(dq, stage_dq_at, &bars.dq_empty[c], P::parity(last, panel) ^ 1, tid);
-        staged = true;
+        stage_piece(dq, last, panel);
       }
     }
     if (staged) announce_dq(&bars.dq_full[c], tid);  // b10, b11: the tile's last piece
 
-  // Epilogue: dK = scale·Σ dSᵀ·Q and dV in 16 bits, into K/V's buffers (free once both
+    // Epilogue: dK = scale·Σ dSᵀ·Q and dV in 16 bits, into K/V's buffers (free once both
     // consumers are past their last products; the stages already hold the next tile's
     // query blocks), out by TMA; keys past N dropped by the map. K/V's buffers are handed
     // back to the producer once the stores have read them.
