@@ -1205,18 +1205,23 @@ def table_step07_bwd_stalls_b11(D):
     rows = {r["kernel"]: r for r in load(folder, "stalls_b11.csv") if r["address"] == "total"}
     out = [f"Nsight Compute's warp-state samples, bf16 backward, d = 128, N = 4096, B·H·N = 131072, not causal, on "
            f"{device07(D, 'device.txt', os.path.join(folder, 'first'))}: one launch of each kernel (`{rel(path)}`), "
-           "the share of its samples by what the warp was doing.", "",
-           "| kernel | samples | " + " | ".join(STALL_NAMES.values()) + " |", "|---|---|" + "---|" * len(STALL_NAMES)]
-    for k, who in (("::b10>", "b10"), ("::b11>", "b11")):
-        r = rows[k]
-        n = int(r["samples"])
-        out.append(f"| {who} | {n} | " + " | ".join(f"{100 * int(r[c]) / n:.1f}%" for c in STALL_NAMES) + " |")
-    return out
+           "the share of its samples by what the warp was doing.", ""]
+    return out + stall_shares([("b10", rows["::b10>"]), ("b11", rows["::b11>"])])
 
 
 STALL_NAMES = {"stall_long_sb": "long scoreboard", "stall_wait": "fixed wait", "stall_barrier": "barrier",
                "stall_mio": "MIO throttle", "stall_short_sb": "short scoreboard", "stall_math": "math pipe throttle",
                "stall_dispatch": "dispatch", "stall_selected": "issuing", "stall_not_selected": "not selected"}
+
+
+def stall_shares(totals):
+    """The header and one row a kernel of a table of warp-state samples by reason: `totals` is [(label, the
+    kernel's "total" row of an ncu_stalls.py CSV)]."""
+    out = ["| kernel | samples | " + " | ".join(STALL_NAMES.values()) + " |", "|---|---|" + "---|" * len(STALL_NAMES)]
+    for who, r in totals:
+        n = int(r["samples"])
+        out.append(f"| {who} | {n} | " + " | ".join(f"{100 * int(r[c]) / n:.1f}%" for c in STALL_NAMES) + " |")
+    return out
 
 
 def table_step07_bwd_stalls(D, top=8):
@@ -1231,11 +1236,8 @@ def table_step07_bwd_stalls(D, top=8):
     out = [f"Nsight Compute's warp-state samples, bf16 backward, d = 128, N = 4096, B·H·N = 131072, not causal, on "
            f"{device07(D, 'device.txt', folder)}: one launch of each main kernel (`{rel(path)}`, "
            "`tools/bench/ncu_stalls.py`), the share of its samples by what the warp was doing — every warp of the "
-           "block, the producer's and dQ's writer's included.", "",
-           "| kernel | samples | " + " | ".join(STALL_NAMES.values()) + " |", "|---|---|" + "---|" * len(STALL_NAMES)]
-    for k, r in totals.items():
-        n = int(r["samples"])
-        out.append(f"| {who.get(k, k)} | {n} | " + " | ".join(f"{100 * int(r[c]) / n:.1f}%" for c in STALL_NAMES) + " |")
+           "block, the producer's and dQ's writer's included.", ""]
+    out += stall_shares([(who.get(k, k), r) for k, r in totals.items()])
     n = int(totals["dkdv_kernel"]["samples"])
     worst = sorted((r for r in rows if r["kernel"] == "dkdv_kernel" and r["address"] != "total"),
                    key=lambda r: -int(r["samples"]))[:top]
