@@ -388,16 +388,17 @@ TEST_CASE("step07 backward lesson row b7 (the call before b8) equals the product
 }
 
 // Lesson row b8 runs b9's kernels a block a tile; b9 runs a block an SM, each block taking
-// tile after tile from a counter, b10 moves the fences of b9's stores and production (b11)
-// computes a step's dQ pieces in the next step, the last one of a tile after the loop. The
+// tile after tile from a counter, b10 moves the fences of b9's stores, b11 computes a step's
+// dQ pieces in the next step (at d = 128), the last one of a tile after the loop, and
+// production (b12) gives each consumer its own writer of dQ's pieces. The
 // small cases of the other tests fit in one wave of blocks; here 200 heads of N = 130 (400
 // tiles of two query blocks at d ≤ 128, 600 of three at d = 256, keys past N in the last; also
 // under the sanitizers) and 64 heads of N = 1000 (512 tiles, 1024 at d = 256) give every block
-// of a GPU of up to 132 SMs several tiles, so that the stages' ring, dQ's pieces (b10, b11:
+// of a GPU of up to 132 SMs several tiles, so that the stages' ring, dQ's pieces (b10–b12:
 // the last one of a tile announced after the loop) and K/V's buffers run on from tile to tile,
 // with the causal mask tiles of every length: dK and dV bit for bit (the same sums), dQ within
 // the reorder tolerance, and the deterministic mode, also persistent, twice the same bits.
-TEST_CASE("step07 backward on a persistent grid (b9, b10, b11) equals a block a tile (b8)", "[gpu]") {
+TEST_CASE("step07 backward on a persistent grid (b9, b10, b11, b12) equals a block a tile (b8)", "[gpu]") {
   for (const auto [B, H, N] : {std::array{2, 100, 130}, std::array{4, 16, 1000}})
     for (int d : kBwdD)
       for (bool causal : {false, true}) {
@@ -408,7 +409,8 @@ TEST_CASE("step07 backward on a persistent grid (b9, b10, b11) equals a block a 
         const std::vector<float> dout = grad_out(p, 125);
         const ForwardOut fwd = gpu::forward(step07::kForward, p, in, true);
         const Grads want = gpu::backward(step07::kBackwardB8, p, in, fwd, dout);
-        for (const GpuBackward* b : {&step07::kBackwardB9, &step07::kBackwardB10, &step07::kBackward}) {
+        for (const GpuBackward* b : {&step07::kBackwardB9, &step07::kBackwardB10, &step07::kBackwardB11,
+                                     &step07::kBackward}) {
           INFO(b->name);
           const Grads g = gpu::backward(*b, p, in, fwd, dout);
           FA_CHECK_CLOSE("dK vs b8", g.dk, want.dk, tol::kBitExact, test::shape_o(p));

@@ -18,11 +18,13 @@
 //                          K_j and V_j once; then per query block i Q_i, dO_i (TMA),
 //                          L_i, D_i (bulk copies) into a ring of stages, completing
 //                          on the stage's "full" mbarrier;
-//     warp 1, one thread:  dQ's writer: each consumer's dQ partial, staged in shared
-//                          memory, added into the fp32 accumulator in device memory by
-//                          one TMA bulk reduction (cp.reduce.async.bulk .add.f32);
-//                          in the deterministic mode only once the key blocks before
-//                          j have added theirs (a semaphore per query block);
+//     warps 1 and 2, one thread each: dQ's writers, one a consumer (b12): the consumer's
+//                          dQ partials, staged in shared memory, added into the fp32
+//                          accumulator in device memory by TMA bulk reductions
+//                          (cp.reduce.async.bulk .add.f32), each writer's in flight
+//                          beside the other's; in the deterministic mode only once the
+//                          key blocks before j have added theirs (a semaphore per
+//                          query block);
 //     it gives its registers away (setmaxnreg).
 //   consumer c (1 and 2)   64 keys each, their dK, dV in registers (fp32) — at d = 64 K_c
 //                          and V_c too (16-bit A fragments, read once); per i:
@@ -44,7 +46,8 @@
 //                                               a consumer then waits for the other's dSᵀ a step
 //                                               after it was stored, not in the same step.
 //   Each proxy fence after a consumer's own stores (dSᵀ; a staged dQ piece) comes after the
-//   next products are issued, so that the stores are done when it is reached (b10).
+//   next products are issued, so that the stores are done when it is reached (b10; at d = 256
+//   a consumer's second piece is issued before its first is staged).
 // The query blocks are visited last to first: with the causal mask every key block then
 // starts at the same (the last) query block, so in the deterministic mode no block waits
 // long for the ones before it.
@@ -79,16 +82,16 @@ constexpr int kChunkFloats = chunk_floats(kQ);  ///< of a 64-query block
 /// before the next write (compute-sanitizer's racecheck sees no other path).
 struct TileRing {
   static constexpr int kBytes = 2 * 8 + 2 * 8 + 2 * 4;
-  static constexpr int kReaders = 1 + 128 * kBwdConsumers;
   std::uint64_t *full, *empty;  // [2] each
   int* slot;                    // [2]
   __device__ explicit TileRing(unsigned char* at)
       : full(reinterpret_cast<std::uint64_t*>(at)), empty(full + 2), slot(reinterpret_cast<int*>(empty + 2)) {}
-  /// By one thread, before the block's barriers' fence_mbarrier_init.
-  __device__ void init() const {
+  /// By one thread, before the block's barriers' fence_mbarrier_init: dQ's writers and the
+  /// consumer threads read the slots.
+  __device__ void init(int writers) const {
     for (int s = 0; s < 2; ++s) {
       cuda::ptx::mbarrier_init(&full[s], 1);
-      cuda::ptx::mbarrier_init(&empty[s], kReaders);
+      cuda::ptx::mbarrier_init(&empty[s], writers + 128 * kBwdConsumers);
     }
   }
   /// By the producer: tile n of the block, once every reader has taken tile n − 2.
@@ -244,18 +247,23 @@ __device__ __forceinline__ int next_tile(const BwdParams& prm) {
   return int(gridDim.x) + taken.fetch_add(1, cuda::memory_order_relaxed);
 }
 
-/// dQ's writer, by one thread: every piece of the block's tiles (TileRing), as its consumer
-/// stages it (consumer c's at staging + c·chunk, announced on dq_full[c]), into the
-/// accumulator by one bulk reduction; the staging is handed back (dq_empty[c]) once read.
-/// The pieces are numbered by the block's steps over all its tiles, as the consumers number
-/// them. In the deterministic mode a query block's pieces go only after the key blocks
-/// before this one have added theirs (order[i] == j), and order[i] = j + 1 once they are in
-/// memory.
-template <int kD, int kQi, int kKeys>
+/// dQ's writer, by one thread: the pieces of the block's tiles (TileRing), as their consumers
+/// stage them (consumer c's at staging + c·chunk, announced on dq_full[c]), into the
+/// accumulator by one bulk reduction each; a staging slot is handed back (dq_empty[c]) once
+/// read. The pieces are numbered by the block's steps over all its tiles, as the consumers
+/// number them. With one writer (b4–b11) it takes every consumer's pieces, one reduction at a
+/// time; with one a consumer (b12: kWriters = 2) writer w takes consumer w's, so that one
+/// consumer's reduction no longer waits behind the other's. In the deterministic mode a query
+/// block's pieces go only after the key blocks before this one have added theirs: order[i]
+/// counts the writers done with query block i, each key block adding kShares (the writers that
+/// hold a piece of it), so key block j's writers wait until it reaches j·kShares.
+template <int kD, int kQi, int kKeys, int kWriters>
 __device__ void write_dq(const BwdParams& prm, const TileRing& ring, const float* staging, std::uint64_t* dq_full,
-                         std::uint64_t* dq_empty) {
+                         std::uint64_t* dq_empty, int writer) {
   using P = DqPieces<kD>;
   constexpr int kChunk = chunk_floats(kQi);
+  constexpr int kShares = kWriters == 1 || P::kPanels == 1 ? 1 : kBwdConsumers;
+  static_assert(kWriters == 1 || kWriters == kBwdConsumers, "one writer, or one a consumer");
   cudaGridDependencySynchronize();  // launched early (b8): the preprocess has zeroed the accumulator
   int done = 0;                     // the block's steps before this tile
   for (int n = 0;; ++n) {
@@ -263,26 +271,31 @@ __device__ void write_dq(const BwdParams& prm, const TileRing& ring, const float
     if (tile >= prm.tiles) break;
     const auto [j, bh] = bwd_tile(prm, tile);
     const int steps = bwd_steps<kQi, kKeys>(prm, j);
-    for (int m = 0; m < steps * P::kPanels; ++m) {
-      const int it = m / P::kPanels, step = done + it, panel = m % P::kPanels, c = P::consumer(step, panel);
-      const int i = q_block(prm.q_blocks, it);
+    for (int it = 0; it < steps; ++it) {
+      const int step = done + it, i = q_block(prm.q_blocks, it);
+      // This writer's first panel of the step (every kWriters-th after it is its too), or none.
+      const int first = kWriters == 1 ? 0 : P::panel(writer, step);
+      if (first < 0) continue;
       cuda::atomic_ref<int, cuda::thread_scope_device> order(prm.order[std::size_t(bh) * prm.q_blocks + i]);
-      if (prm.deterministic && panel == 0) {
-        while (order.load(cuda::memory_order_acquire) != j) {
+      if (prm.deterministic) {
+        while (order.load(cuda::memory_order_acquire) < j * kShares) {
         }
         cuda::ptx::fence_proxy_async(cuda::ptx::space_global);  // the earlier blocks' sums, for this proxy
       }
-      wait(&dq_full[c], P::parity(step, panel));
-      cuda::ptx::cp_reduce_async_bulk(cuda::ptx::space_global, cuda::ptx::space_shared, cuda::ptx::op_add,
-                                      prm.dq_acc + dq_piece(bh, prm.q_blocks, i, panel, P::kPanels, kChunk),
-                                      staging + c * kChunk, std::uint32_t(kChunk * 4));
-      cuda::ptx::cp_async_bulk_commit_group();
-      cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});  // the staging is read
-      arrive(&dq_empty[c]);
-      if (prm.deterministic && panel == P::kPanels - 1) {
-        cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});  // the block's sums are in device memory
+      for (int panel = first; panel < P::kPanels; panel += kWriters) {
+        const int c = P::consumer(step, panel);
+        wait(&dq_full[c], P::parity(step, panel));
+        cuda::ptx::cp_reduce_async_bulk(cuda::ptx::space_global, cuda::ptx::space_shared, cuda::ptx::op_add,
+                                        prm.dq_acc + dq_piece(bh, prm.q_blocks, i, panel, P::kPanels, kChunk),
+                                        staging + c * kChunk, std::uint32_t(kChunk * 4));
+        cuda::ptx::cp_async_bulk_commit_group();
+        cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});  // the staging is read
+        arrive(&dq_empty[c]);
+      }
+      if (prm.deterministic) {
+        cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});  // this writer's sums are in device memory
         cuda::ptx::fence_proxy_async(cuda::ptx::space_global);
-        order.store(j + 1, cuda::memory_order_release);
+        order.fetch_add(1, cuda::memory_order_release);
       }
     }
     done += steps;
@@ -366,20 +379,23 @@ struct BwdVersion {
   bool dq_late_at_128;   ///< b11: at d = 128 a step's dQ pieces computed in the next step, after its dV and
                          ///< dK are issued, so that a consumer waits for the other's dSᵀ a step later than
                          ///< it needs it (b4–b10, and d = 64: in the step, both consumers meeting at ds_bar)
+  int dq_writers;        ///< b12: a writer of dQ's pieces per consumer (write_dq), each reduction in flight
+                         ///< beside the other consumer's (b4–b11: one writer, one reduction at a time)
 };
 using Version = BwdVersion (*)();  // a version as a function, so that it can name a kernel's template argument
-FA_HD constexpr BwdVersion b4() { return {false, 64, 64, false, false}; }
-FA_HD constexpr BwdVersion b5() { return {true, 64, 64, false, false}; }
-FA_HD constexpr BwdVersion b6() { return {true, 64, 80, false, false}; }
-FA_HD constexpr BwdVersion b7() { return {true, 96, 80, false, false}; }  // b7–b9: b8 and b9 changed the call and the grid
-FA_HD constexpr BwdVersion b10() { return {true, 96, 80, true, false}; }
-FA_HD constexpr BwdVersion b11() { return {true, 96, 80, true, true}; }
+FA_HD constexpr BwdVersion b4() { return {false, 64, 64, false, false, 1}; }
+FA_HD constexpr BwdVersion b5() { return {true, 64, 64, false, false, 1}; }
+FA_HD constexpr BwdVersion b6() { return {true, 64, 80, false, false, 1}; }
+FA_HD constexpr BwdVersion b7() { return {true, 96, 80, false, false, 1}; }  // b7–b9: b8 and b9 changed the call and the grid
+FA_HD constexpr BwdVersion b10() { return {true, 96, 80, true, false, 1}; }
+FA_HD constexpr BwdVersion b11() { return {true, 96, 80, true, true, 1}; }
+FA_HD constexpr BwdVersion b12() { return {true, 96, 80, true, true, 2}; }
 /// Queries a step of version v at head dimension d (the wide kernel at d = 256: 64).
 FA_HD constexpr int bwd_queries(BwdVersion v, int d) {
   return d == 64 ? v.queries_at_64 : d == 128 ? v.queries_at_128 : kQ;
 }
-static_assert(bwd_queries(b11(), 128) == backward_queries(128) && bwd_queries(b11(), 64) == backward_queries(64) &&
-                  bwd_queries(b11(), 256) == backward_queries(256),
+static_assert(bwd_queries(b12(), 128) == backward_queries(128) && bwd_queries(b12(), 64) == backward_queries(64) &&
+                  bwd_queries(b12(), 256) == backward_queries(256),
               "production's steps are the CPU model's");
 
 template <class T, int kD, Version V>
@@ -402,7 +418,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   // The convert kernel may be launched from now on (b8: launch_early); it waits for this grid.
   cudaTriggerProgrammaticLaunchCompletion();
   if (threadIdx.x == 0) {
-    ring.init();
+    ring.init(kV.dq_writers);
     bars.init();
   }
   __syncthreads();
@@ -441,8 +457,10 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         if (n == 0) cudaGridDependencySynchronize();
         for (; it < steps; ++it) load_q(it, bh);
       }
-    } else if (threadIdx.x == 32) {
-      write_dq<kD, kQi, kBc>(prm, ring, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full, bars.dq_empty);
+    } else if (const int w = int(threadIdx.x) / 32 - 1; threadIdx.x % 32 == 0 && w >= 0 && w < kV.dq_writers) {
+      // warp 1 (b12: and warp 2), one thread: dQ's writer w
+      write_dq<kD, kQi, kBc, kV.dq_writers>(prm, ring, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full,
+                                            bars.dq_empty, w);
     }
     return;
   }
@@ -715,13 +733,14 @@ struct WideBarriers {
   }
 };
 
-template <class T>
+template <class T, Version V>
 __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     dkdv_wide_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                      const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap do_map,
                      const __grid_constant__ CUtensorMap dk_map, const __grid_constant__ CUtensorMap dv_map,
                      const BwdParams prm) {
 #if FA_STEP07_ARCH_OK
+  constexpr BwdVersion kV = V();
   using L = WideSmem;
   using P = DqPieces<kWideD>;
   extern __shared__ unsigned char smem_raw[];
@@ -730,7 +749,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   TileRing ring(smem + L::tiles);
   cudaTriggerProgrammaticLaunchCompletion();  // as dkdv_kernel
   if (threadIdx.x == 0) {
-    ring.init();
+    ring.init(kV.dq_writers);
     bars.init();
   }
   __syncthreads();
@@ -768,9 +787,9 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         if (n == 0) cudaGridDependencySynchronize();  // as dkdv_kernel: the preprocess's L·log2 e, D and counter
         for (int it = n > 0 ? 1 : 0; it < steps; ++it) load_q(it, bh);
       }
-    } else if (threadIdx.x == 32) {
-      write_dq<kWideD, kQ, kWideKeys>(prm, ring, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full,
-                                      bars.dq_empty);
+    } else if (const int w = int(threadIdx.x) / 32 - 1; threadIdx.x % 32 == 0 && w >= 0 && w < kV.dq_writers) {
+      write_dq<kWideD, kQ, kWideKeys, kV.dq_writers>(prm, ring, reinterpret_cast<const float*>(smem + L::dq),
+                                                     bars.dq_full, bars.dq_empty, w);
     }
     return;
   }
@@ -798,6 +817,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     float dk[kWideD / 4] = {}, dv[kWideD / 4] = {};
 
     // Main loop over the query blocks.
+    bool staged = false;  // b10: a dQ piece stored in this consumer's slot but not yet announced
     for (int it = 0; it < steps; ++it) {
       const int step = done + it, s = step % kStages, q0 = q_block(prm.q_blocks, it) * kQ;
       const std::uint32_t q_tile = smem_u32(smem + L::q + s * L::kQBytes);
@@ -818,6 +838,10 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       wgmma_commit();
       ss_kk<T, kQ / 2, kWideD>(dpt, v_tile, kWideKeys, do_tile + half * 128, kQ);
       wgmma_commit();
+      if (kV.fences_late && staged) {  // b10: the last step's second dQ piece, its stores done by now
+        announce_dq(&bars.dq_full[c], tid);
+        staged = false;
+      }
 
       // Pᵀ and dSᵀ = Pᵀ∘(dPᵀ − D_i), in fp32, masked as in dkdv_kernel.
       wgmma_wait<1>(st);
@@ -861,26 +885,44 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       arrive(bars.do_empty);
 
       // dQ_i's pieces c and c + 2 (DqPieces at d = 256): dS·K_j[:, panel] over the 64 keys,
-      // A = dSᵀ read transposed; unrolled (two pieces a consumer).
-#pragma unroll
-      for (int piece = 0; piece < P::kPanels / kBwdConsumers; ++piece) {
-        const int panel = c + kBwdConsumers * piece;
-        // 64 queries × 64 columns: register 4n + 2h + e = query 16·warp + g + 8h, column 8n + 2t + e
-        float dq[kChunkFloats / 128];
+      // A = dSᵀ read transposed. dK's product is done before the first piece is: Q_i's stage is
+      // then free. b10: the second piece issued before the first is staged, so that the first
+      // one's stores and fence run under it, and the second announced under the next step's Sᵀ
+      // and dPᵀ (b4–b9: each piece staged and announced before the next product is issued).
+      // 64 queries × 64 columns: register 4n + 2h + e = query 16·warp + g + 8h, column 8n + 2t + e
+      float dq0[kChunkFloats / 128], dq1[kChunkFloats / 128];
+      auto issue_piece = [&](float(&dq)[kChunkFloats / 128], int piece) {
         wgmma_fence();
-        ss_mnmn<T, kPanel, kWideKeys>(dq, smem_u32(ds_tile), kWideKeys * 128, k_tile + panel * kWideKeys * 128,
-                                      kWideKeys * 128);
+        ss_mnmn<T, kPanel, kWideKeys>(dq, smem_u32(ds_tile), kWideKeys * 128,
+                                      k_tile + (c + kBwdConsumers * piece) * kWideKeys * 128, kWideKeys * 128);
         wgmma_commit();
-        if (piece == 0) {  // dK's product is done before the first piece: Q_i's stage is free
-          wgmma_wait<1>(dk);
-          cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
-          arrive(&bars.q_empty[s]);
-        }
-        wgmma_wait<0>(dq);
-        stage_dq(dq, stage_dq_at, &bars.dq_empty[c], P::parity(step, panel) ^ 1, tid);
+      };
+      auto stage_piece = [&](float(&dq)[kChunkFloats / 128], int piece) {
+        stage_dq(dq, stage_dq_at, &bars.dq_empty[c], P::parity(step, c + kBwdConsumers * piece) ^ 1, tid);
+      };
+      issue_piece(dq0, 0);
+      wgmma_wait<1>(dk);
+      cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+      arrive(&bars.q_empty[s]);
+      if constexpr (kV.fences_late) {
+        issue_piece(dq1, 1);
+        wgmma_wait<1>(dq0);
+        stage_piece(dq0, 0);
+        announce_dq(&bars.dq_full[c], tid);
+        wgmma_wait<0>(dq1);
+        stage_piece(dq1, 1);
+        staged = true;
+      } else {
+        wgmma_wait<0>(dq0);
+        stage_piece(dq0, 0);
+        announce_dq(&bars.dq_full[c], tid);
+        issue_piece(dq1, 1);
+        wgmma_wait<0>(dq1);
+        stage_piece(dq1, 1);
         announce_dq(&bars.dq_full[c], tid);
       }
     }
+    if (staged) announce_dq(&bars.dq_full[c], tid);  // b10: the tile's last piece
 
   // Epilogue: both consumers' columns of dK (×scale) and dV into one 64-row tile each
     // (K/V's buffers, free once both are past their last products), out by TMA from one
@@ -976,7 +1018,7 @@ struct DkdvKernel {
 };
 template <class T, Version V>
 struct DkdvKernel<T, kWideD, V> {
-  static constexpr auto kernel = dkdv_wide_kernel<T>;
+  static constexpr auto kernel = dkdv_wide_kernel<T, V>;
   static constexpr std::size_t smem = WideSmem::bytes + 1024;
 };
 
@@ -1041,7 +1083,7 @@ constexpr int kD128[] = {128, 0};  // b5 at d = 128 only
 
 }  // namespace
 
-const GpuBackward kBackward{"step07 backward", 256, workspace_bytes<b11>, kWorkspace, nullptr, run<b11, kAnyOrder>,
+const GpuBackward kBackward{"step07 backward", 256, workspace_bytes<b12>, kWorkspace, nullptr, run<b12, kAnyOrder>,
                             kBackwardD, kSm, true};
 const GpuBackward kBackwardB4{"b4: K, V read from shared memory by every product", 256, workspace_bytes<b4>,
                               kWorkspace, nullptr, run<b4, kAsB7>, kD64, kSm, true};
@@ -1057,7 +1099,9 @@ const GpuBackward kBackwardB9{"b9: the stores fenced right after they are made, 
                               workspace_bytes<b7>, kWorkspace, nullptr, run<b7, kAnyOrder>, kBackwardD, kSm, true};
 const GpuBackward kBackwardB10{"b10: at d = 128 dQ's pieces computed in their own step", 256, workspace_bytes<b10>, kWorkspace,
                                nullptr, run<b10, kAnyOrder>, kBackwardD, kSm, true};
-const GpuBackward kBackwardDeterministic{"det: dQ added in key-block order", 256, workspace_bytes<b11>, kWorkspace,
-                                         nullptr, run<b11, kInOrder>, kBackwardD, kSm, true};
+const GpuBackward kBackwardB11{"b11: one writer of dQ's pieces for both consumers", 256, workspace_bytes<b11>, kWorkspace,
+                               nullptr, run<b11, kAnyOrder>, kBackwardD, kSm, true};
+const GpuBackward kBackwardDeterministic{"det: dQ added in key-block order", 256, workspace_bytes<b12>, kWorkspace,
+                                         nullptr, run<b12, kInOrder>, kBackwardD, kSm, true};
 
 }  // namespace fa::step07

@@ -172,9 +172,12 @@ extern const GpuBackward kBackwardB8;
 /// and their fences.
 extern const GpuBackward kBackwardB9;
 /// Lesson row b10: b9 with the stores fenced late, each step's dQ pieces computed in that step
-/// (both consumers meeting on a barrier there), where production (b11) computes them in the next
-/// at d = 128 (at d = 64 and 256 production's kernel is b10's).
+/// (both consumers meeting on a barrier there), where b11 and production compute them in the next
+/// at d = 128 (at d = 64 b11's kernel is b10's).
 extern const GpuBackward kBackwardB10;
+/// Lesson row b11: production with one writer of dQ's pieces for both consumers, one bulk
+/// reduction at a time, where production (b12) has a writer per consumer.
+extern const GpuBackward kBackwardB11;
 constexpr int kForwardVersionCount = 9;
 /// The forward versions of note 07's table (versions_forward.cu), for the bench and tests.
 extern const GpuForward kForwardVersions[kForwardVersionCount];

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The steps beside PyTorch's attention in one process, on the same tensors, in alternation
 # (tools/bench/ab.py over libfa_capi.so), on the H200 in one call.
-#   [PHASE=fwd|bwd|bwdpeers|host|decode|pause|gemm|short|call|b9|b10|b11|all, or several: PHASE=short,decode] [ROUNDS=5]
+#   [PHASE=fwd|bwd|bwdpeers|host|decode|pause|gemm|short|call|b9|b10|b11|b12|all, or several: PHASE=short,decode] [ROUNDS=5]
 #       bash tools/device/ab.sh [build-dir]
 # gemm:   the bf16 matrix-product rate, timed the same way (also in fwd);
 # fwd:    step 07's forward, step 06, cuDNN and FlashAttention-2, d = 64, 128, 256,
@@ -30,6 +30,8 @@
 #         cuDNN, d = 64 and 128 (the d = 256 kernel is b9's), N = 1k–32k, causal and not, both B·H·N.
 # b11:    a step's dQ pieces in the next step (lesson row b11): step 07 beside b10 (07b10), b9
 #         and cuDNN, the shapes of b10.
+# b12:    a writer of dQ's pieces per consumer (lesson row b12): step 07 beside b11 (07b11), b10
+#         and cuDNN, d = 64, 128, 256, N = 1k–32k, causal and not, both B·H·N.
 # bwdpeers: the backward's production tables and its last lesson rows in one run: step 07 beside
 #         b10, b9, b8, step 06, cuDNN and FlashAttention-2, every shape (bwd without b4–b7).
 # Results (ab*.csv, device.txt) into $OUT/results.tgz (and $RESULTS, if given), to be
@@ -82,8 +84,9 @@ fi
 want b9 && run ab07bwd_b9 --dir bwd --causal 0,1 --impls 07,07b8,torch-cudnn
 want b10 && run ab07bwd_b10 --dir bwd --causal 0,1 --d 64,128 --impls 07,07b9,torch-cudnn
 want b11 && run ab07bwd_b11 --dir bwd --causal 0,1 --d 64,128 --impls 07,07b10,07b9,torch-cudnn
-want bwdpeers && run ab07bwd --dir bwd --causal 0,1 --impls 07,07b10,07b9,07b8,06,torch-cudnn,torch-flash
-want bwd && run ab07bwd --dir bwd --causal 0,1 --impls 07,07b4,07b5,07b6,07b7,07b8,07b9,07b10,06,torch-cudnn,torch-flash
+want b12 && run ab07bwd_b12 --dir bwd --causal 0,1 --impls 07,07b11,07b10,torch-cudnn
+want bwdpeers && run ab07bwd --dir bwd --causal 0,1 --impls 07,07b11,07b10,07b9,07b8,06,torch-cudnn,torch-flash
+want bwd && run ab07bwd --dir bwd --causal 0,1 --impls 07,07b4,07b5,07b6,07b7,07b8,07b9,07b10,07b11,06,torch-cudnn,torch-flash
 if want host; then
   run ab07bwd_spin200 --dir bwd --causal 0,1 --impls 07,torch-cudnn --d "${HOST_D:-64,128,256}" --hide-host-us 200
   run ab07bwd_spin2000 --dir bwd --causal 0,1 --impls 07,torch-cudnn --d "${HOST_D:-64,128,256}" --hide-host-us 2000
