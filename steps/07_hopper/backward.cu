@@ -18,13 +18,13 @@
 //                          K_j and V_j once; then per query block i Q_i, dO_i (TMA),
 //                          L_i, D_i (bulk copies) into a ring of stages, completing
 //                          on the stage's "full" mbarrier;
-//     warps 1 and 2, one thread each: dQ's writers, one a consumer (b12): the consumer's
-//                          dQ partials, staged in shared memory, added into the fp32
-//                          accumulator in device memory by TMA bulk reductions
-//                          (cp.reduce.async.bulk .add.f32), each writer's in flight
-//                          beside the other's; in the deterministic mode only once the
-//                          key blocks before j have added theirs (a semaphore per
-//                          query block);
+//     warp 1, one thread:  dQ's writer: each consumer's dQ partial, staged in shared
+//                          memory, added into the fp32 accumulator in device memory by
+//                          one TMA bulk reduction (cp.reduce.async.bulk .add.f32); at
+//                          d = 128 one writer a consumer, warps 1 and 2, each's
+//                          reductions in flight beside the other's (b12); in the
+//                          deterministic mode only once the key blocks before j have
+//                          added theirs (a semaphore per query block);
 //     it gives its registers away (setmaxnreg).
 //   consumer c (1 and 2)   64 keys each, their dK, dV in registers (fp32) — at d = 64 K_c
 //                          and V_c too (16-bit A fragments, read once); per i:
@@ -251,9 +251,9 @@ __device__ __forceinline__ int next_tile(const BwdParams& prm) {
 /// stage them (consumer c's at staging + c·chunk, announced on dq_full[c]), into the
 /// accumulator by one bulk reduction each; a staging slot is handed back (dq_empty[c]) once
 /// read. The pieces are numbered by the block's steps over all its tiles, as the consumers
-/// number them. With one writer (b4–b11) it takes every consumer's pieces, one reduction at a
-/// time; with one a consumer (b12: kWriters = 2) writer w takes consumer w's, so that one
-/// consumer's reduction no longer waits behind the other's. In the deterministic mode a query
+/// number them. With one writer (b4–b11; d = 64 and 256) it takes every consumer's pieces, one
+/// reduction at a time; with one a consumer (b12 at d = 128: kWriters = 2) writer w takes
+/// consumer w's, so that one consumer's reduction no longer waits behind the other's. In the deterministic mode a query
 /// block's pieces go only after the key blocks before this one have added theirs: order[i]
 /// counts the writers done with query block i, each key block adding kShares (the writers that
 /// hold a piece of it), so key block j's writers wait until it reaches j·kShares.
@@ -379,17 +379,18 @@ struct BwdVersion {
   bool dq_late_at_128;   ///< b11: at d = 128 a step's dQ pieces computed in the next step, after its dV and
                          ///< dK are issued, so that a consumer waits for the other's dSᵀ a step later than
                          ///< it needs it (b4–b10, and d = 64: in the step, both consumers meeting at ds_bar)
-  int dq_writers;        ///< b12: a writer of dQ's pieces per consumer (write_dq), each reduction in flight
-                         ///< beside the other consumer's (b4–b11: one writer, one reduction at a time)
+  bool writers_at_128;   ///< b12: at d = 128 a writer of dQ's pieces per consumer (write_dq), each reduction
+                         ///< in flight beside the other consumer's (b4–b11, and d = 64, 256: one writer,
+                         ///< one reduction at a time)
 };
 using Version = BwdVersion (*)();  // a version as a function, so that it can name a kernel's template argument
-FA_HD constexpr BwdVersion b4() { return {false, 64, 64, false, false, 1}; }
-FA_HD constexpr BwdVersion b5() { return {true, 64, 64, false, false, 1}; }
-FA_HD constexpr BwdVersion b6() { return {true, 64, 80, false, false, 1}; }
-FA_HD constexpr BwdVersion b7() { return {true, 96, 80, false, false, 1}; }  // b7–b9: b8 and b9 changed the call and the grid
-FA_HD constexpr BwdVersion b10() { return {true, 96, 80, true, false, 1}; }
-FA_HD constexpr BwdVersion b11() { return {true, 96, 80, true, true, 1}; }
-FA_HD constexpr BwdVersion b12() { return {true, 96, 80, true, true, 2}; }
+FA_HD constexpr BwdVersion b4() { return {false, 64, 64, false, false, false}; }
+FA_HD constexpr BwdVersion b5() { return {true, 64, 64, false, false, false}; }
+FA_HD constexpr BwdVersion b6() { return {true, 64, 80, false, false, false}; }
+FA_HD constexpr BwdVersion b7() { return {true, 96, 80, false, false, false}; }  // b7–b9: b8 and b9 changed the call and the grid
+FA_HD constexpr BwdVersion b10() { return {true, 96, 80, true, false, false}; }
+FA_HD constexpr BwdVersion b11() { return {true, 96, 80, true, true, false}; }
+FA_HD constexpr BwdVersion b12() { return {true, 96, 80, true, true, true}; }
 /// Queries a step of version v at head dimension d (the wide kernel at d = 256: 64).
 FA_HD constexpr int bwd_queries(BwdVersion v, int d) {
   return d == 64 ? v.queries_at_64 : d == 128 ? v.queries_at_128 : kQ;
@@ -414,11 +415,14 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   unsigned char* smem = aligned_smem(smem_raw);
   BwdBarriers bars(smem + L::bars);
 
+  // b12 at d = 128 only: at d = 256, where four pieces a step already load the L2 most, two
+  // writers' reductions side by side cost 2–12%, and at d = 64 they bought nothing (note 07, b12).
+  constexpr int kWriters = kV.writers_at_128 && kD == 128 ? kBwdConsumers : 1;
   TileRing ring(smem + L::tiles);
   // The convert kernel may be launched from now on (b8: launch_early); it waits for this grid.
   cudaTriggerProgrammaticLaunchCompletion();
   if (threadIdx.x == 0) {
-    ring.init(kV.dq_writers);
+    ring.init(kWriters);
     bars.init();
   }
   __syncthreads();
@@ -457,10 +461,10 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         if (n == 0) cudaGridDependencySynchronize();
         for (; it < steps; ++it) load_q(it, bh);
       }
-    } else if (const int w = int(threadIdx.x) / 32 - 1; threadIdx.x % 32 == 0 && w >= 0 && w < kV.dq_writers) {
-      // warp 1 (b12: and warp 2), one thread: dQ's writer w
-      write_dq<kD, kQi, kBc, kV.dq_writers>(prm, ring, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full,
-                                            bars.dq_empty, w);
+    } else if (const int w = int(threadIdx.x) / 32 - 1; threadIdx.x % 32 == 0 && w >= 0 && w < kWriters) {
+      // warp 1 (b12 at d = 128: and warp 2), one thread: dQ's writer w
+      write_dq<kD, kQi, kBc, kWriters>(prm, ring, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full,
+                                       bars.dq_empty, w);
     }
     return;
   }
@@ -749,7 +753,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   TileRing ring(smem + L::tiles);
   cudaTriggerProgrammaticLaunchCompletion();  // as dkdv_kernel
   if (threadIdx.x == 0) {
-    ring.init(kV.dq_writers);
+    ring.init(1);
     bars.init();
   }
   __syncthreads();
@@ -787,9 +791,9 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         if (n == 0) cudaGridDependencySynchronize();  // as dkdv_kernel: the preprocess's L·log2 e, D and counter
         for (int it = n > 0 ? 1 : 0; it < steps; ++it) load_q(it, bh);
       }
-    } else if (const int w = int(threadIdx.x) / 32 - 1; threadIdx.x % 32 == 0 && w >= 0 && w < kV.dq_writers) {
-      write_dq<kWideD, kQ, kWideKeys, kV.dq_writers>(prm, ring, reinterpret_cast<const float*>(smem + L::dq),
-                                                     bars.dq_full, bars.dq_empty, w);
+    } else if (threadIdx.x == 32) {  // one writer (b12's second one cost 2–12% here)
+      write_dq<kWideD, kQ, kWideKeys, 1>(prm, ring, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full,
+                                         bars.dq_empty, 0);
     }
     return;
   }

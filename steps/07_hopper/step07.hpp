@@ -176,7 +176,8 @@ extern const GpuBackward kBackwardB9;
 /// at d = 128 (at d = 64 b11's kernel is b10's).
 extern const GpuBackward kBackwardB10;
 /// Lesson row b11: production with one writer of dQ's pieces for both consumers, one bulk
-/// reduction at a time, where production (b12) has a writer per consumer.
+/// reduction at a time, where production (b12) has a writer per consumer at d = 128 (at d = 64
+/// and 256 production's kernel is b11's).
 extern const GpuBackward kBackwardB11;
 constexpr int kForwardVersionCount = 9;
 /// The forward versions of note 07's table (versions_forward.cu), for the bench and tests.
