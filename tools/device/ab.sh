@@ -30,8 +30,9 @@
 #         cuDNN, d = 64 and 128 (the d = 256 kernel is b9's), N = 1k–32k, causal and not, both B·H·N.
 # b11:    a step's dQ pieces in the next step (lesson row b11): step 07 beside b10 (07b10), b9
 #         and cuDNN, the shapes of b10.
-# b12:    a writer of dQ's pieces per consumer (lesson row b12): step 07 beside b11 (07b11), b10
-#         and cuDNN, d = 64, 128, 256, N = 1k–32k, causal and not, both B·H·N.
+# b12:    a writer of dQ's pieces per consumer at d = 128 (lesson row b12): step 07 beside b11
+#         (07b11), the deterministic mode (07det) and cuDNN, d = 64, 128, 256, N = 1k–32k, causal
+#         and not, both B·H·N.
 # bwdpeers: the backward's production tables and its last lesson rows in one run: step 07 beside
 #         b10, b9, b8, step 06, cuDNN and FlashAttention-2, every shape (bwd without b4–b7).
 # Results (ab*.csv, device.txt) into $OUT/results.tgz (and $RESULTS, if given), to be
@@ -84,7 +85,7 @@ fi
 want b9 && run ab07bwd_b9 --dir bwd --causal 0,1 --impls 07,07b8,torch-cudnn
 want b10 && run ab07bwd_b10 --dir bwd --causal 0,1 --d 64,128 --impls 07,07b9,torch-cudnn
 want b11 && run ab07bwd_b11 --dir bwd --causal 0,1 --d 64,128 --impls 07,07b10,07b9,torch-cudnn
-want b12 && run ab07bwd_b12 --dir bwd --causal 0,1 --impls 07,07b11,07b10,torch-cudnn
+want b12 && run ab07bwd_b12 --dir bwd --causal 0,1 --impls 07,07b11,07det,torch-cudnn
 want bwdpeers && run ab07bwd --dir bwd --causal 0,1 --impls 07,07b11,07b10,07b9,07b8,06,torch-cudnn,torch-flash
 want bwd && run ab07bwd --dir bwd --causal 0,1 --impls 07,07b4,07b5,07b6,07b7,07b8,07b9,07b10,07b11,06,torch-cudnn,torch-flash
 if want host; then
