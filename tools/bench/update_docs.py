@@ -956,9 +956,12 @@ STEP07_BWD = [("b1", "bwd07_first", "TMA + wgmma + a producer warpgroup; dQ by T
                "epilogue"),
               ("b10", os.path.join(AB, "bwd_b10"), "+ the proxy fences after a consumer's own stores moved behind the "
                "next products' issue: dSᵀ stored before dV's and dK's products, a staged dQ piece announced in the "
-               "next step (d ≤ 128; b9's kernel at d = 256)"),
-              ("b11", AB, "**production**: + at d = 128, a step's dQ pieces computed in the next step, so that a "
-               "consumer waits for the other's dSᵀ a step after it was stored (b10's kernel at d = 64, 256)")]
+               "next step (d ≤ 128 in its run, b9's kernel at d = 256 there; at d = 256 since b12's run)"),
+              ("b11", os.path.join(AB, "bwd_b11", "full"), "+ at d = 128, a step's dQ pieces computed in the next step, "
+               "so that a consumer waits for the other's dSᵀ a step after it was stored (b10's kernel at d = 64, 256)"),
+              ("b12", AB, "**production**: + at d = 128, a writer of dQ's pieces per consumer, each one's bulk "
+               "reduction in flight beside the other's (b11's kernel at d = 64, 256; b10's fence move at d = 256 "
+               "first measured in this run)")]
 
 
 def table_step07_bwd_lesson(D):
@@ -1180,9 +1183,85 @@ def table_step07_b10(D):
 
 
 def table_step07_b11(D):
-    """Lesson rows b10 and b11 (production) of the backward at every d, in the full run (ab/ab07bwd.csv): b11
-    differs from b10 at d = 128 only, so the other rows measure the run's own scatter."""
-    return table_step07_pair(D, (64, 128, 256), "07b10", "b10", "b11")
+    """Lesson rows b10 and b11 (production then) of the backward at every d, in the full run at b11
+    (ab/bwd_b11/full/): b11 differs from b10 at d = 128 only, so the other rows measure the run's own scatter."""
+    return table_step07_pair(D, (64, 128, 256), "07b10", "b10", "b11", folder=os.path.join(BWD07_B11, "full"))
+
+
+BWD07_B12 = os.path.join(AB, "bwd_b12")  # b12's first and second runs, the deterministic mode's, the d = 256 profile
+
+
+def table_step07_b12(D):
+    """Lesson rows b11 and b12 (production) of the backward at every d, in the full run (ab/ab07bwd.csv): b12
+    differs from b11 at d = 128 only."""
+    return table_step07_pair(D, (64, 128, 256), "07b11", "b11", "b12")
+
+
+def ratio_range(m, d, new, old, causal=None, Ns=None):
+    """min–max of new ÷ old over one run's medians m at head dimension d (and causal, N if given)."""
+    r = [x / m[k[:4] + (old,)] for k, x in m.items() if k[4] == new and k[1] == d and (causal is None or
+         k[2] == causal) and (Ns is None or k[3] in Ns) and k[:4] + (old,) in m]
+    return min(r), max(r)
+
+
+def table_step07_b12_runs(D):
+    """b12's other two runs, a line each: its first (ab/bwd_b12/first/: a writer per consumer at every d, b10's
+    fence move at d = 256 in both rows), and a second run of the kept code (ab/bwd_b12/); and b10 ÷ b9 at d = 256 in
+    the full run (ab/ab07bwd.csv), where b10's fence move reached d = 256."""
+    out = []
+    for folder, what in ((os.path.join(D.folder, BWD07_B12, "first"), "in b12's first run, a writer per consumer at "
+                          "every d"), (os.path.join(D.folder, BWD07_B12), "in a second run of the kept code")):
+        m = {k: statistics.median(v) for k, v in ab07bwd_rounds(folder, "ab07bwd_b12.csv").items()}
+        parts = [f"{a:.2f}–{b:.2f} at d = {d}" for d in (64, 128, 256) for a, b in [ratio_range(m, d, "07", "07b11")]]
+        below = [k for k, x in m.items() if k[4] == "07" and x < m[k[:4] + ("cudnn",)]]
+        low = min(x / m[k[:4] + ("cudnn",)] for k, x in m.items() if k[4] == "07")
+        out.append(f"- b12 ÷ b11 {what} (`{rel(folder)}/ab07bwd_b12.csv`, {device07(D, 'device.txt', folder)}): "
+                   + ", ".join(parts) + f"; step 07 below cuDNN there in {len(below)} of {len({k[:4] for k in m})} "
+                   f"shapes (lowest {low:.3f}).")
+    m = {k: statistics.median(v) for k, v in ab07bwd_rounds(os.path.join(D.folder, AB)).items()}
+    a, b = ratio_range(m, 256, "07b10", "07b9")
+    out.append(f"- b10 ÷ b9 at d = 256 in the full run (`{rel(os.path.join(D.folder, AB))}/ab07bwd.csv`), the fence "
+               f"move there: {a:.2f}–{b:.2f} over the 24 shapes.")
+    return out
+
+
+def table_step07_bwd_stalls_d256(D):
+    """The d = 256 kernel's warp-state samples beside cuDNN's, with and without the mask, at b11 (the wide kernel
+    b9's; ab/bwd_b12/ncu_d256/, one launch each), and the instruction that held the most: the wait for the
+    staging slot of a consumer's second dQ piece."""
+    folder = os.path.join(D.folder, BWD07_B12, "ncu_d256")
+    out = [f"Nsight Compute's warp-state samples, bf16 backward, d = 256, N = 4096, B·H·N = 131072, on "
+           f"{device07(D, 'device.txt', os.path.join(D.folder, BWD07_B12, 'first'))}, at commit efb213f (the d = 256 "
+           f"kernel b9's): one launch of each kernel (`{rel(folder)}/stalls_*.csv`), the share of its samples by what "
+           "the warp was doing.", ""]
+    pairs = []
+    for causal, name in ((False, "stalls_noncausal.csv"), (True, "stalls_causal.csv")):
+        rows = {r["kernel"]: r for r in load(folder, name) if r["address"] == "total"}
+        tag = ", causal" if causal else ""
+        pairs += [(f"step 07{tag}", rows["dkdv_wide"]), (f"cuDNN{tag}", rows["bprop"])]
+    return out + stall_shares(pairs)
+
+
+def table_step07_det_now(D):
+    """The deterministic mode's cost (07det ÷ 07) per d and mask: on the persistent grid (ab/bwd_b12/, every N)
+    and on a grid of a block a tile (ab/bwd_b12/det/, N = 1k–8k), each in its own run beside the default."""
+    pers = {k: statistics.median(v) for k, v in
+            ab07bwd_rounds(os.path.join(D.folder, BWD07_B12), "ab07bwd_b12.csv").items()}
+    tile_folder = os.path.join(D.folder, BWD07_B12, "det")
+    tile = {k: statistics.median(v) for k, v in ab07bwd_rounds(tile_folder, "ab07bwd_det.csv").items()}
+    short, long_ = (1024, 2048, 4096, 8192), (16384, 32768)
+    out = [f"bf16 backward, B·H·N = 131072 and 524288, on {device07(D, 'device.txt', tile_folder)}: the deterministic "
+           f"mode's TFLOP/s ÷ the default's, lowest–highest over both B·H·N, each measured in one process beside the "
+           f"default (`{rel(os.path.join(D.folder, BWD07_B12))}/ab07bwd_b12.csv`, persistent grid, at b12's "
+           f"kernels; `{rel(tile_folder)}/ab07bwd_det.csv`, a block a tile, the same kernels).", "",
+           "| d | causal | persistent grid, N = 1k–8k | a block a tile (kept), N = 1k–8k | persistent grid, N = 16k–32k |",
+           "|---|---|---|---|---|"]
+    for d in (64, 128, 256):
+        for c in (False, True):
+            cells = [ratio_range(pers, d, "07det", "07", c, short), ratio_range(tile, d, "07det", "07", c, short),
+                     ratio_range(pers, d, "07det", "07", c, long_)]
+            out.append(f"| {d} | {'yes' if c else 'no'} | " + " | ".join(f"{a:.2f}–{b:.2f}" for a, b in cells) + " |")
+    return out
 
 
 def table_step07_b11_first(D):
@@ -1741,6 +1820,8 @@ TABLES = {
     "step07-bwd-b9-issue": table_step07_bwd_b9_issue,
     "step07-bwd-b10": table_step07_b10, "step07-bwd-b10-stalls": table_step07_bwd_stalls,
     "step07-bwd-b11": table_step07_b11, "step07-bwd-b11-first": table_step07_b11_first,
+    "step07-bwd-b12": table_step07_b12, "step07-bwd-b12-runs": table_step07_b12_runs,
+    "step07-det-now": table_step07_det_now, "step07-bwd-d256-stalls": table_step07_bwd_stalls_d256,
     "step07-bwd-b11-stalls": table_step07_bwd_stalls_b11,
     "step07-bwd-b9-call": lambda D: table_step07_bwd_call(D, os.path.join(AB, "bwd_b9"), "07b8", ("b8", "b9")),
     "step07-bwd-call": table_step07_bwd_call,
