@@ -397,7 +397,7 @@ TEST_CASE("step07 backward lesson row b7 (the call before b8) equals the product
 // of a GPU of up to 132 SMs several tiles, so that the stages' ring, dQ's pieces (b10–b12:
 // the last one of a tile announced after the loop) and K/V's buffers run on from tile to tile,
 // with the causal mask tiles of every length: dK and dV bit for bit (the same sums), dQ within
-// the reorder tolerance, and the deterministic mode, also persistent, twice the same bits.
+// the reorder tolerance, and the deterministic mode (a block a tile since b12) twice the same bits.
 TEST_CASE("step07 backward on a persistent grid (b9, b10, b11, b12) equals a block a tile (b8)", "[gpu]") {
   for (const auto [B, H, N] : {std::array{2, 100, 130}, std::array{4, 16, 1000}})
     for (int d : kBwdD)

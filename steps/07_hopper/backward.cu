@@ -10,7 +10,8 @@
 // does before it needs the output of the kernel ahead of it, runs under that kernel.
 //
 // The grid is persistent (lesson row b9): a block an SM, each taking tile after tile — a
-// tile is K/V block j of one head — from a counter (next_tile), until none is left. For a
+// tile is K/V block j of one head — from a counter (next_tile), until none is left (the
+// deterministic mode: a block a tile, the grid of b4–b8). For a
 // tile (128 keys), a block visits the query blocks 64 queries at a time (96 at d = 64, 80
 // at d = 128) and is 3 warpgroups:
 //   producer (warpgroup 0)
@@ -253,10 +254,11 @@ __device__ __forceinline__ int next_tile(const BwdParams& prm) {
 /// read. The pieces are numbered by the block's steps over all its tiles, as the consumers
 /// number them. With one writer (b4–b11; d = 64 and 256) it takes every consumer's pieces, one
 /// reduction at a time; with one a consumer (b12 at d = 128: kWriters = 2) writer w takes
-/// consumer w's, so that one consumer's reduction no longer waits behind the other's. In the deterministic mode a query
-/// block's pieces go only after the key blocks before this one have added theirs: order[i]
-/// counts the writers done with query block i, each key block adding kShares (the writers that
-/// hold a piece of it), so key block j's writers wait until it reaches j·kShares.
+/// consumer w's, so that one consumer's reduction no longer waits behind the other's. In the
+/// deterministic mode a query block's pieces go only after the key blocks before this one
+/// have added theirs: order[i] counts the writers done with query block i, each key block
+/// adding kShares (the writers that hold a piece of it), so key block j's writers wait until
+/// it reaches j·kShares.
 template <int kD, int kQi, int kKeys, int kWriters>
 __device__ void write_dq(const BwdParams& prm, const TileRing& ring, const float* staging, std::uint64_t* dq_full,
                          std::uint64_t* dq_empty, int writer) {
@@ -1036,10 +1038,10 @@ struct BwdCall {
                        ///< (launch_early), each starting under the kernel before it
   bool persistent;     ///< b9: a block an SM, each taking tile after tile (next_tile), where b4–b8 ran a block a tile
 };
-// The deterministic mode runs a block a tile (b8's grid): on a persistent grid a block's writer
-// runs up to a tile behind its consumers, so a key block's wait for the one before it also
-// waited for that block's earlier tiles, and with the causal mask it cost up to 4.5× there (note
-// 07, the deterministic mode).
+// The deterministic mode runs a block a tile (b8's grid): with the causal mask at N ≤ 8192 it ran
+// at 0.22–0.63× the default's speed on the persistent grid, 0.56–0.81× a block a tile (note 07,
+// the deterministic mode; likely cause: a persistent block's writer runs up to a tile behind its
+// consumers, so a key block's wait for the one before it also waits for that block's older tiles).
 constexpr BwdCall kAnyOrder{false, true, true}, kInOrder{true, true, false}, kAsB8{false, true, false},
     kAsB7{false, false, false};
 

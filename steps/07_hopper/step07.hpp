@@ -151,8 +151,8 @@ Traffic traffic_backward(const Problem& p);  ///< elements, as step 06's
 extern const GpuForward kForward;
 /// The backward: dQ added by TMA bulk reductions as the blocks finish, in any order.
 extern const GpuBackward kBackward;
-/// The same kernels with dQ added in key-block order (a semaphore per query block):
-/// two runs give the same bits.
+/// The same kernels with dQ added in key-block order (a semaphore per query block), on a
+/// grid of a block a tile: two runs give the same bits.
 extern const GpuBackward kBackwardDeterministic;
 /// Lesson row b4 of note 07's backward table: at d = 64 (only) K_c and V_c read from
 /// shared memory by Sᵀ's and dPᵀ's products instead of held in registers.
