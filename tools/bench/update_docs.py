@@ -993,6 +993,11 @@ def ab07bwd_rounds(folder, name="ab07bwd.csv", column="tflops"):
     return got
 
 
+def ab07bwd_medians(folder, name="ab07bwd.csv"):
+    """{(tokens, d, causal, N, who): the median of the rounds' TFLOP/s} of one ab.py backward run (ab07bwd_rounds)."""
+    return {k: statistics.median(v) for k, v in ab07bwd_rounds(folder, name).items()}
+
+
 def table_step07_pair(D, ds, old, old_name, new_name, new="07", folder=AB):
     """A lesson row of the backward against the one before it at the head dimensions ds (an int: one, and no d
     column), and cuDNN, in one process (`folder`/ab07bwd.csv: the row `new`, production's 07 or a lesson row's id,
@@ -1069,7 +1074,7 @@ def table_step07_b9_run(D, run, what):
     t = table_step07_pair(D, (64, 128, 256), "07b8", "b8", "b9", folder=folder)
     below = sum(cell.startswith("**") for line in t if line.startswith("| ") and line[2].isdigit()
                 for cell in (c.strip() for c in line.split("|")[4:-1]))
-    m = {k: statistics.median(v) for k, v in ab07bwd_rounds(os.path.join(D.folder, folder)).items()}
+    m = ab07bwd_medians(os.path.join(D.folder, folder))
     under = {who: sum(round(m[k[:4] + (who,)] / x, 2) < 1 for k, x in m.items() if k[4] == "cudnn")
              for who in ("07", "07b8")}
     return [f"{t[-1][:-1]} in {what} (`{rel(os.path.join(D.folder, folder))}/ab07bwd.csv`, "
@@ -1211,14 +1216,14 @@ def table_step07_b12_runs(D):
     out = []
     for folder, what in ((os.path.join(D.folder, BWD07_B12, "first"), "in b12's first run, a writer per consumer at "
                           "every d"), (os.path.join(D.folder, BWD07_B12), "in a second run of the kept code")):
-        m = {k: statistics.median(v) for k, v in ab07bwd_rounds(folder, "ab07bwd_b12.csv").items()}
+        m = ab07bwd_medians(folder, "ab07bwd_b12.csv")
         parts = [f"{a:.2f}–{b:.2f} at d = {d}" for d in (64, 128, 256) for a, b in [ratio_range(m, d, "07", "07b11")]]
         below = [k for k, x in m.items() if k[4] == "07" and x < m[k[:4] + ("cudnn",)]]
         low = min(x / m[k[:4] + ("cudnn",)] for k, x in m.items() if k[4] == "07")
         out.append(f"- b12 ÷ b11 {what} (`{rel(folder)}/ab07bwd_b12.csv`, {device07(D, 'device.txt', folder)}): "
                    + ", ".join(parts) + f"; step 07 below cuDNN there in {len(below)} of {len({k[:4] for k in m})} "
                    f"shapes (lowest {low:.3f}).")
-    m = {k: statistics.median(v) for k, v in ab07bwd_rounds(os.path.join(D.folder, AB)).items()}
+    m = ab07bwd_medians(os.path.join(D.folder, AB))
     a, b = ratio_range(m, 256, "07b10", "07b9")
     out.append(f"- b10 ÷ b9 at d = 256 in the full run (`{rel(os.path.join(D.folder, AB))}/ab07bwd.csv`), the fence "
                f"move there: {a:.2f}–{b:.2f} over the 24 shapes.")
@@ -1236,7 +1241,7 @@ def table_step07_bwd_stalls_d256(D):
            "the warp was doing.", ""]
     pairs = []
     for causal, name in ((False, "stalls_noncausal.csv"), (True, "stalls_causal.csv")):
-        rows = {r["kernel"]: r for r in load(folder, name) if r["address"] == "total"}
+        rows = stall_totals(load(folder, name))
         tag = ", causal" if causal else ""
         pairs += [(f"step 07{tag}", rows["dkdv_wide"]), (f"cuDNN{tag}", rows["bprop"])]
     return out + stall_shares(pairs)
@@ -1245,10 +1250,9 @@ def table_step07_bwd_stalls_d256(D):
 def table_step07_det_now(D):
     """The deterministic mode's cost (07det ÷ 07) per d and mask: on the persistent grid (ab/bwd_b12/, every N)
     and on a grid of a block a tile (ab/bwd_b12/det/, N = 1k–8k), each in its own run beside the default."""
-    pers = {k: statistics.median(v) for k, v in
-            ab07bwd_rounds(os.path.join(D.folder, BWD07_B12), "ab07bwd_b12.csv").items()}
+    pers = ab07bwd_medians(os.path.join(D.folder, BWD07_B12), "ab07bwd_b12.csv")
     tile_folder = os.path.join(D.folder, BWD07_B12, "det")
-    tile = {k: statistics.median(v) for k, v in ab07bwd_rounds(tile_folder, "ab07bwd_det.csv").items()}
+    tile = ab07bwd_medians(tile_folder, "ab07bwd_det.csv")
     short, long_ = (1024, 2048, 4096, 8192), (16384, 32768)
     out = [f"bf16 backward, B·H·N = 131072 and 524288, on {device07(D, 'device.txt', tile_folder)}: the deterministic "
            f"mode's TFLOP/s ÷ the default's, lowest–highest over both B·H·N, each measured in one process beside the "
@@ -1267,11 +1271,8 @@ def table_step07_det_now(D):
 def table_step07_b11_first(D):
     """b11's first run (ab/bwd_b11/first/: its dQ pieces a step late at d = 64 too), in one line per d: b11 ÷ b10."""
     folder = os.path.join(D.folder, BWD07_B11, "first")
-    m = {k: statistics.median(v) for k, v in ab07bwd_rounds(folder).items()}
-    parts = []
-    for d in (64, 128):
-        r = [x / m[k[:4] + ("07b10",)] for k, x in m.items() if k[4] == "07" and k[1] == d]
-        parts.append(f"{min(r):.2f}–{max(r):.2f} at d = {d}")
+    m = ab07bwd_medians(folder)
+    parts = [f"{a:.2f}–{b:.2f} at d = {d}" for d in (64, 128) for a, b in [ratio_range(m, d, "07", "07b10")]]
     return [f"b11 ÷ b10 in b11's first run, with its dQ pieces a step late at d = 64 as well (`{rel(folder)}/"
             f"ab07bwd.csv`, {device07(D, 'device.txt', folder)}, 24 shapes each): " + ", ".join(parts) + "."]
 
@@ -1281,7 +1282,7 @@ def table_step07_bwd_stalls_b11(D):
     each under Nsight Compute's SourceCounters, tools/bench/ncu_stalls.py)."""
     folder = os.path.join(D.folder, BWD07_B11)
     path = os.path.join(folder, "stalls_b11.csv")
-    rows = {r["kernel"]: r for r in load(folder, "stalls_b11.csv") if r["address"] == "total"}
+    rows = stall_totals(load(folder, "stalls_b11.csv"))
     out = [f"Nsight Compute's warp-state samples, bf16 backward, d = 128, N = 4096, B·H·N = 131072, not causal, on "
            f"{device07(D, 'device.txt', os.path.join(folder, 'first'))}: one launch of each kernel (`{rel(path)}`), "
            "the share of its samples by what the warp was doing.", ""]
@@ -1291,6 +1292,11 @@ def table_step07_bwd_stalls_b11(D):
 STALL_NAMES = {"stall_long_sb": "long scoreboard", "stall_wait": "fixed wait", "stall_barrier": "barrier",
                "stall_mio": "MIO throttle", "stall_short_sb": "short scoreboard", "stall_math": "math pipe throttle",
                "stall_dispatch": "dispatch", "stall_selected": "issuing", "stall_not_selected": "not selected"}
+
+
+def stall_totals(rows):
+    """{kernel: its "total" row} of an ncu_stalls.py CSV's rows."""
+    return {r["kernel"]: r for r in rows if r["address"] == "total"}
 
 
 def stall_shares(totals):
@@ -1310,7 +1316,7 @@ def table_step07_bwd_stalls(D, top=8):
     folder = os.path.join(D.folder, BWD07_B10)
     path = os.path.join(folder, "stalls_b9.csv")
     rows = load(folder, "stalls_b9.csv")
-    totals = {r["kernel"]: r for r in rows if r["address"] == "total"}
+    totals = stall_totals(rows)
     who = {"dkdv_kernel": "step 07 (b9)", "flash_bprop": "cuDNN"}
     out = [f"Nsight Compute's warp-state samples, bf16 backward, d = 128, N = 4096, B·H·N = 131072, not causal, on "
            f"{device07(D, 'device.txt', folder)}: one launch of each main kernel (`{rel(path)}`, "
@@ -1336,10 +1342,8 @@ def table_step07_bwd_runs(D):
     """The backward's one-process runs before b8 (ab/bwd_b7/) and with it (ab/bwd_b8/full/), shape by shape: how
     far each implementation's TFLOP/s moved between them, per head dimension and mask — step 07's in the same call
     around the same kernels (lesson row b7, 07b7, in the new run: the old run's production)."""
-    def tflops(folder):
-        return {k: statistics.median(v) for k, v in ab07bwd_rounds(folder).items()}
     after = os.path.join(D.folder, BWD07_B8_FULL)
-    new, old = tflops(after), tflops(os.path.join(D.folder, BWD07_PREVIOUS))
+    new, old = ab07bwd_medians(after), ab07bwd_medians(os.path.join(D.folder, BWD07_PREVIOUS))
     out = [f"bf16 backward, B·H·N = 131072 and 524288, N = 1024–32768, on {device07(D, 'device.txt', after)}: "
            f"TFLOP/s in `{rel(after)}/ab07bwd.csv` ÷ TFLOP/s in `{rel(os.path.join(D.folder, BWD07_PREVIOUS))}"
            "/ab07bwd.csv`, two one-process runs on two machines, over the 12 shapes of each row (min–max). Step 07 on "
@@ -1362,8 +1366,7 @@ def table_step07_bwd_spin(D):
     """The backward timed behind a 200 µs and a 2000 µs spin, one after the other in one call (ab.sh's host phase:
     ab07bwd_spin200.csv, ab07bwd_spin2000.csv): how far each side moved, and the ratio under each."""
     f = ab_folder(D)
-    a, b = ({k: statistics.median(v) for k, v in ab07bwd_rounds(f, f"ab07bwd_spin{us}.csv").items()}
-            for us in (200, 2000))
+    a, b = (ab07bwd_medians(f, f"ab07bwd_spin{us}.csv") for us in (200, 2000))
     host = ab07bwd_rounds(f, "ab07bwd_spin200.csv", "host_us_max")
     out = [f"bf16 backward, B·H·N = 131072 and 524288, N = 1024–32768, on {device07(D, 'device.txt', f)}, `ab.py` "
            f"twice in one call (`{rel(f)}/ab07bwd_spin200.csv`, `ab07bwd_spin2000.csv`, 3 rounds each): step 07 and "
