@@ -352,18 +352,19 @@ __device__ __forceinline__ void announce_dq(std::uint64_t* full, int tid) {
   if (tid % 32 == 0) arrive(full);
 }
 
-/// dQ_i's piece `panel` = dS·K_j[:, panel] over the block's kBc keys, issued (one commit group):
-/// A = dSᵀ read transposed (MN-major: the queries run along its rows), B = K_j MN-major; 8 k
-/// steps of 16 keys, 2048 bytes apart in both. With 96 or 80 queries (kDqT) its transpose,
-/// dQ_iᵀ[panel] = K_j[:, panel]ᵀ·dSᵀ: A = K_j MN-major, B = dS K-major (kQi rows, keys along them).
-template <class T, int kQi, bool kDqT>
+/// dQ_i's piece `panel` = dS·K_j[:, panel] over the block's kKeys keys (128; 64 at d = 256),
+/// issued (one commit group): A = dSᵀ read transposed (MN-major: the queries run along its rows),
+/// B = K_j MN-major; k steps of 16 keys, 2048 bytes apart in both. With 96 or 80 queries (kDqT)
+/// its transpose, dQ_iᵀ[panel] = K_j[:, panel]ᵀ·dSᵀ: A = K_j MN-major, B = dS K-major (kQi rows,
+/// keys along them).
+template <class T, int kQi, bool kDqT, int kKeys = kBc>
 __device__ __forceinline__ void issue_dq(float (&dq)[chunk_floats(kQi) / 128], std::uint32_t k_tile, int panel,
                                          std::uint32_t ds_tile) {
   wgmma_fence();
   if constexpr (kDqT)
-    ss_mnk<T, kQi, kBc>(dq, k_tile + panel * kBc * 128, kBc * 128, ds_tile, kQi);
+    ss_mnk<T, kQi, kKeys>(dq, k_tile + panel * kKeys * 128, kKeys * 128, ds_tile, kQi);
   else
-    ss_mnmn<T, kPanel, kBc>(dq, ds_tile, kBc * 128, k_tile + panel * kBc * 128, kBc * 128);
+    ss_mnmn<T, kPanel, kKeys>(dq, ds_tile, kKeys * 128, k_tile + panel * kKeys * 128, kKeys * 128);
   wgmma_commit();
 }
 
@@ -898,10 +899,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       // 64 queries × 64 columns: register 4n + 2h + e = query 16·warp + g + 8h, column 8n + 2t + e
       float dq0[kChunkFloats / 128], dq1[kChunkFloats / 128];
       auto issue_piece = [&](float(&dq)[kChunkFloats / 128], int piece) {
-        wgmma_fence();
-        ss_mnmn<T, kPanel, kWideKeys>(dq, smem_u32(ds_tile), kWideKeys * 128,
-                                      k_tile + (c + kBwdConsumers * piece) * kWideKeys * 128, kWideKeys * 128);
-        wgmma_commit();
+        issue_dq<T, kQ, false, kWideKeys>(dq, k_tile, c + kBwdConsumers * piece, smem_u32(ds_tile));
       };
       auto stage_piece = [&](float(&dq)[kChunkFloats / 128], int piece) {
         stage_dq(dq, stage_dq_at, &bars.dq_empty[c], P::parity(step, c + kBwdConsumers * piece) ^ 1, tid);
