@@ -9,8 +9,8 @@
 # bwd:    the same for the backward, with lesson rows b4 (07b4: K, V from shared memory at
 #         d = 64), b5 (07b5: 64 queries a step at d = 128), b6 (07b6: 64 queries a step at
 #         d = 64), b7 (07b7: b9's kernels in the call before b8), b8 (07b8: a block a tile) and
-#         b9 (07b9: the stores fenced as soon as made) and b10 (07b10: dQ's pieces in their own
-#         step) beside it;
+#         b9 (07b9: the stores fenced as soon as made), b10 (07b10: dQ's pieces in their own
+#         step) and b11 (07b11: one writer of dQ's pieces) beside it;
 # host:   step 07 and cuDNN's backward behind a spin of 200 µs and of 2000 µs, one after the
 #         other (PyTorch's backward enqueues for longer than 200: ab.py's host_us_max; a
 #         longer spin is also a longer rest for the GPU between repeats);
@@ -27,7 +27,8 @@
 # b9:     the backward's persistent grid (lesson row b9): step 07 beside b8 (07b8, a block a
 #         tile) and cuDNN, d = 64, 128, 256, N = 1k–32k, causal and not, both B·H·N.
 # b10:    the backward's stores fenced late (lesson row b10): step 07 beside b9 (07b9) and
-#         cuDNN, d = 64 and 128 (the d = 256 kernel is b9's), N = 1k–32k, causal and not, both B·H·N.
+#         cuDNN, d = 64 and 128 (the d = 256 kernel was b9's when b10 was measured; b10's fence move
+#         reached it with b12), N = 1k–32k, causal and not, both B·H·N.
 # b11:    a step's dQ pieces in the next step (lesson row b11): step 07 beside b10 (07b10), b9
 #         and cuDNN, the shapes of b10.
 # b12:    a writer of dQ's pieces per consumer at d = 128 (lesson row b12): step 07 beside b11
@@ -36,7 +37,7 @@
 # det:    the deterministic mode (07det) beside step 07 and cuDNN, d = 64, 128, 256, N = 1k–8k,
 #         causal and not, both B·H·N.
 # bwdpeers: the backward's production tables and its last lesson rows in one run: step 07 beside
-#         b10, b9, b8, step 06, cuDNN and FlashAttention-2, every shape (bwd without b4–b7).
+#         b11, b10, b9, b8, step 06, cuDNN and FlashAttention-2, every shape (bwd without b4–b7).
 # Results (ab*.csv, device.txt) into $OUT/results.tgz (and $RESULTS, if given), to be
 # unpacked into notes/results/h200/ab; logs into $OUT/logs.tgz.
 set -uo pipefail
