@@ -163,6 +163,13 @@ TEST_CASE("step07 backward model refuses d = 32 and fp32; its traffic is the for
 }
 
 #ifdef FA_HAVE_CUDA
+/// The forward version whose name starts with `id` and a colon.
+const GpuForward& forward_version(const char* id) {
+  for (const GpuForward& v : step07::kForwardVersions)
+    if (std::string(v.name).rfind(std::string(id) + ":", 0) == 0) return v;
+  throw Error(std::string("no version ") + id);
+}
+
 TEST_CASE("step07 kernel meets the error budget, matches its model and step 06", "[gpu]") {
   for (DType t : {DType::bf16, DType::fp16})
     for (const Problem& base : test::sweep({1, 17, 113, 1000}, kAllD)) {
@@ -202,12 +209,7 @@ TEST_CASE("step07 forward at d = 64 and 128 on both sides of the switch to the s
   // warp-specialised one (h7) elsewhere: bit for bit the version that runs, and within
   // budget. At d = 64 h1 and h7 also agree with each other (the same 128-key blocks, the
   // same arithmetic a row); s1's 64-key blocks are another order of the sums.
-  const auto version = [](const char* id) -> const GpuForward& {
-    for (const GpuForward& v : step07::kForwardVersions)
-      if (std::string(v.name).rfind(std::string(id) + ":", 0) == 0) return v;
-    throw Error(std::string("no version ") + id);
-  };
-  const GpuForward &h1 = version("h1"), &s1 = version("s1"), &h7 = version("h7");
+  const GpuForward &h1 = forward_version("h1"), &s1 = forward_version("s1"), &h7 = forward_version("h7");
   for (int d : {64, 128}) {
     std::vector<int> Ns{1024, 1025, 2048, 2049};
     if (test::quick()) Ns = {1024, 1025};  // under the sanitizers too
@@ -469,12 +471,31 @@ TEST_CASE("step07 forward version h0 (TMA alone) equals step 06's kernel bit for
       }
 }
 
-TEST_CASE("step07 forward versions: h1 = h2 = h3 = h4 = h7 bit for bit; h5, h6, s1 within budget", "[gpu]") {
+// h9's blocks loop over tiles only when there are more tiles than SMs: B·H·T_r of 320
+// to 1280 here, the causal tiles of unequal length, N not a tile multiple. Each tile's
+// arithmetic is h7's, so the bits are too.
+TEST_CASE("step07 forward version h9 (persistent grid) equals h7 bit for bit with many tiles a block", "[gpu]") {
+  const GpuForward &h7 = forward_version("h7"), &h9 = forward_version("h9");
+  std::vector<int> Ns{1000, 2049};
+  if (test::quick()) Ns = {1000};
+  for (int d : {64, 128})
+    for (int N : Ns)
+      for (bool causal : {false, true}) {
+        const Problem p = lowp(make(2, N > 1000 ? 40 : 20, N, d, causal), DType::bf16);
+        INFO(p.str() << ", seed 96");
+        const Qkv in = inputs(p, 96);
+        const ForwardOut want = gpu::forward(h7, p, in, true), got = gpu::forward(h9, p, in, true);
+        FA_CHECK_CLOSE("O vs h7", got.o, want.o, tol::kBitExact, test::shape_o(p));
+        FA_CHECK_CLOSE("L vs h7", got.lse, want.lse, tol::kBitExact, test::shape_l(p));
+      }
+}
+
+TEST_CASE("step07 forward versions: h1 = h2 = h3 = h4 = h7 = h9 bit for bit; h5, h6, s1 within budget", "[gpu]") {
   for (DType t : {DType::bf16, DType::fp16})
     for (const Problem& base : test::sweep({113, 1000}, kAllD)) {
       const Problem p = lowp(base, t);
       const Qkv in = inputs(p, 97);
-      const ForwardOut h7 = gpu::forward(step07::kForwardVersions[step07::kForwardVersionCount - 1], p, in, true);
+      const ForwardOut h7 = gpu::forward(forward_version("h7"), p, in, true);
       for (const GpuForward& v : step07::kForwardVersions) {
         if (!takes_d(v.max_d, v.only_d, p.d) || std::string(v.name).rfind("h0", 0) == 0) continue;  // h0: below
         INFO(v.name << ", " << p.str() << ", seed 97");

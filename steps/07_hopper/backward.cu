@@ -74,42 +74,6 @@ constexpr int kBc = kBwdKeys, kQ = kBwdQueries, kStages = kBwdStages;
 FA_HD constexpr int chunk_floats(int queries) { return queries * kPanel; }
 constexpr int kChunkFloats = chunk_floats(kQ);  ///< of a 64-query block
 
-/// Which tile a block works on, told by its producer (the one thread that takes tiles:
-/// next_tile) to the rest of the block through two slots of shared memory, tile n of the
-/// block in slot n % 2 (a tile ≥ BwdParams::tiles: the end). Every thread that reads a slot
-/// arrives on its "empty" barrier once it has — dQ's writer and each consumer thread, which
-/// the producer waits for before it writes the slot again (tile n + 2): dQ's writer may run
-/// a tile behind the consumers, and each reading thread's own arrival is what orders its read
-/// before the next write (compute-sanitizer's racecheck sees no other path).
-struct TileRing {
-  static constexpr int kBytes = 2 * 8 + 2 * 8 + 2 * 4;
-  std::uint64_t *full, *empty;  // [2] each
-  int* slot;                    // [2]
-  __device__ explicit TileRing(unsigned char* at)
-      : full(reinterpret_cast<std::uint64_t*>(at)), empty(full + 2), slot(reinterpret_cast<int*>(empty + 2)) {}
-  /// By one thread, before the block's barriers' fence_mbarrier_init: dQ's writers and the
-  /// consumer threads read the slots.
-  __device__ void init(int writers) const {
-    for (int s = 0; s < 2; ++s) {
-      cuda::ptx::mbarrier_init(&full[s], 1);
-      cuda::ptx::mbarrier_init(&empty[s], writers + 128 * kBwdConsumers);
-    }
-  }
-  /// By the producer: tile n of the block, once every reader has taken tile n − 2.
-  __device__ void publish(int n, int tile) const {
-    wait(&empty[n % 2], (n / 2) % 2 ^ 1);  // a fresh barrier: parity 1 is done
-    slot[n % 2] = tile;
-    arrive(&full[n % 2]);
-  }
-  /// By every reader: tile n of the block.
-  __device__ int take(int n) const {
-    wait(&full[n % 2], (n / 2) % 2);
-    const int tile = slot[n % 2];
-    arrive(&empty[n % 2]);
-    return tile;
-  }
-};
-
 /// Shared memory of a block with kQi queries a step, in bytes from a 1024-aligned base.
 template <int kD, int kQi>
 struct BwdSmem {
@@ -241,12 +205,8 @@ __device__ __forceinline__ int bwd_steps(const BwdParams& prm, int j) {
 }
 /// A block starts on tile blockIdx.x; the producer takes the next once it has issued a
 /// tile's loads. In a grid of a block a tile (b4–b8) there is none; in a persistent grid
-/// (b9: a block an SM) it is the next tile no block has taken yet, from a counter.
-__device__ __forceinline__ int next_tile(const BwdParams& prm) {
-  if (int(gridDim.x) >= prm.tiles) return prm.tiles;
-  cuda::atomic_ref<int, cuda::thread_scope_device> taken(*prm.taken);
-  return int(gridDim.x) + taken.fetch_add(1, cuda::memory_order_relaxed);
-}
+/// (b9: a block an SM) it is the next tile no block has taken yet (take_tile).
+__device__ __forceinline__ int next_tile(const BwdParams& prm) { return take_tile(prm.taken, prm.tiles); }
 
 /// dQ's writer, by one thread: the pieces of the block's tiles (TileRing), as their consumers
 /// stage them (consumer c's at staging + c·chunk, announced on dq_full[c]), into the
@@ -425,7 +385,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   // The convert kernel may be launched from now on (b8: launch_early); it waits for this grid.
   cudaTriggerProgrammaticLaunchCompletion();
   if (threadIdx.x == 0) {
-    ring.init(kWriters);
+    ring.init(kWriters + 128 * kBwdConsumers);
     bars.init();
   }
   __syncthreads();
@@ -756,7 +716,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   TileRing ring(smem + L::tiles);
   cudaTriggerProgrammaticLaunchCompletion();  // as dkdv_kernel
   if (threadIdx.x == 0) {
-    ring.init(1);
+    ring.init(1 + 128 * kBwdConsumers);
     bars.init();
   }
   __syncthreads();

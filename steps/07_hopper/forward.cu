@@ -100,7 +100,8 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     w.issue_pv(last % kStages);
     if (c != kConsumers - 1) named_arrive(turn_bar(next), 2 * 128);
     w.wait_pv();
-    w.store(&o_map, lse, q0, bh, scale);
+    w.store(&o_map, lse, q0, bh, scale, w.q_buffer());
+    stored();
   }
 #endif
 }

@@ -58,14 +58,15 @@ __device__ __forceinline__ unsigned char* aligned_smem(unsigned char* raw) {
 __device__ __forceinline__ int turn_bar(int c) { return 1 + c; }
 __device__ __forceinline__ int epilogue_bar(int c) { return 1 + kMaxConsumers + c; }
 
-/// The K/V ring, by one thread: K_j and V_j into stage j % kStages, each after the
-/// stage's previous block was released by every consumer warp.
+/// The K/V ring, by one thread: K_j and V_j, the block's n-th K/V block through the ring
+/// (n = j but on a persistent grid), into stage n % kStages, each after the stage's
+/// previous block was released by every consumer warp.
 template <int kD, int kBc, int kStages, int kConsumers>
 __device__ void load_kv(const CUtensorMap* k_map, const CUtensorMap* v_map, unsigned char* smem, const Barriers& b,
-                        int j, int bh) {
+                        int j, int n, int bh) {
   using L = Smem<kD, kBc, kStages, kConsumers>;
-  const int s = j % kStages;
-  const std::uint32_t phase = (j / kStages) % 2;
+  const int s = n % kStages;
+  const std::uint32_t phase = (n / kStages) % 2;
   // A buffer's first use waits on parity 1, which a fresh barrier reports as done.
   wait(&b.k_empty[s], phase ^ 1);
   arrive_expecting(&b.k_full[s], L::kKVBytes);
@@ -90,7 +91,7 @@ template <int kD, int kBc, int kStages, int kConsumers>
 __device__ void produce(const CUtensorMap* q_map, const CUtensorMap* k_map, const CUtensorMap* v_map,
                         unsigned char* smem, const Barriers& b, int q0, int last, int bh) {
   load_q<kD, kBc, kStages, kConsumers>(q_map, smem, b, q0, bh);
-  for (int j = 0; j <= last; ++j) load_kv<kD, kBc, kStages, kConsumers>(k_map, v_map, smem, b, j, bh);
+  for (int j = 0; j <= last; ++j) load_kv<kD, kBc, kStages, kConsumers>(k_map, v_map, smem, b, j, j, bh);
 }
 
 /// A consumer warpgroup: 64 query rows of the block, their O, m, ℓ in registers.
@@ -202,12 +203,12 @@ struct Consumer {
   /// algorithm): registers 4n..4n+3 of S are columns 8n..8n+7; two n make a k step.
   __device__ void to_p() { to_a<T, kBc>(s, p); }
 
-  /// Epilogue: ℓ = the quad's four parts; O/ℓ in 16 bits into this consumer's own Q
-  /// tile (its last S is done; the panel layout is what the TMA store reads); L =
-  /// m·scale + log ℓ from registers; one thread stores the 64 rows by TMA (rows past
-  /// N dropped by the map) and waits until shared memory has been read.
-  __device__ void store(const CUtensorMap* o_map, float* lse, int q0, int bh, float scale) {
-    unsigned char* o_tile = smem + L::q + c * L::kQBytes;
+  /// Epilogue: ℓ = the quad's four parts; O/ℓ in 16 bits into `o_tile` (the panel
+  /// layout the TMA store reads): this consumer's own Q tile, its last S being done, or
+  /// on a persistent grid a tile of its own; L = m·scale + log ℓ from registers; one
+  /// thread stores the 64 rows by TMA (rows past N dropped by the map). Before o_tile is
+  /// reused, or the block exits, that thread waits until the store has read it (stored).
+  __device__ void store(const CUtensorMap* o_map, float* lse, int q0, int bh, float scale, unsigned char* o_tile) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
@@ -227,10 +228,16 @@ struct Consumer {
     if (threadIdx.x % 128 == 0) {
       store_tile(o_map, o_tile, q0 + c * kRowsPerConsumer, bh);
       cuda::ptx::cp_async_bulk_commit_group();
-      cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
     }
   }
+  __device__ unsigned char* q_buffer() const { return smem + L::q + c * L::kQBytes; }
 };
+
+/// By a consumer's storing thread (the first of its warpgroup): waits until its O store
+/// has read shared memory.
+__device__ __forceinline__ void stored() {
+  if (threadIdx.x % 128 == 0) cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
+}
 
 /// The four tensor maps of a forward launch: Q and O in 64-row boxes (one consumer's
 /// rows), K and V in boxes of kBc keys.

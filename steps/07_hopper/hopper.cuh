@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cuda.h>  // CUtensorMap and its enums (types only: the driver is reached at run time)
+#include <cuda/atomic>
 #include <cuda/ptx>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -271,6 +272,55 @@ __device__ __forceinline__ void store_a_transposed(unsigned char* tile, const st
                  "r"(a[kk][0]), "r"(a[kk][1]), "r"(a[kk][2]), "r"(a[kk][3])
                  : "memory");
 }
+
+// ---------------------------------------------------------------------------------
+// Persistent grids: a block an SM, taking tile after tile.
+
+/// The next tile no block of a persistent grid has taken yet: the grid's blocks start on
+/// tiles 0 … gridDim.x − 1, and the rest are handed out by a counter of tiles taken past
+/// those (zeroed before the launch), each fetch_add one tile. `tiles` (the end) once
+/// none is left, or if the grid has a block for every tile (the counter is not read then).
+__device__ __forceinline__ int take_tile(int* taken, int tiles) {
+  if (int(gridDim.x) >= tiles) return tiles;
+  cuda::atomic_ref<int, cuda::thread_scope_device> counter(*taken);
+  return int(gridDim.x) + counter.fetch_add(1, cuda::memory_order_relaxed);
+}
+
+/// Which tile a block works on, told by its producer (the one thread that takes tiles) to
+/// the rest of the block through two slots of shared memory, tile n of the block in slot
+/// n % 2 (a tile past the last: the end). Every thread that reads a slot arrives on its
+/// "empty" barrier once it has, and the producer waits for all of them before it writes
+/// the slot again (tile n + 2): a reader may run a tile behind the others (the backward's
+/// writer of dQ), and each reading thread's own arrival is what orders its read before the
+/// next write (compute-sanitizer's racecheck sees no other path).
+struct TileRing {
+  static constexpr int kBytes = 2 * 8 + 2 * 8 + 2 * 4;
+  std::uint64_t *full, *empty;  // [2] each
+  int* slot;                    // [2]
+  __device__ explicit TileRing(unsigned char* at)
+      : full(reinterpret_cast<std::uint64_t*>(at)), empty(full + 2), slot(reinterpret_cast<int*>(empty + 2)) {}
+  /// By one thread, before the block's barriers' fence_mbarrier_init: `readers` threads
+  /// take every tile.
+  __device__ void init(int readers) const {
+    for (int s = 0; s < 2; ++s) {
+      cuda::ptx::mbarrier_init(&full[s], 1);
+      cuda::ptx::mbarrier_init(&empty[s], readers);
+    }
+  }
+  /// By the producer: tile n of the block, once every reader has taken tile n − 2.
+  __device__ void publish(int n, int tile) const {
+    wait(&empty[n % 2], (n / 2) % 2 ^ 1);  // a fresh barrier: parity 1 is done
+    slot[n % 2] = tile;
+    arrive(&full[n % 2]);
+  }
+  /// By every reader: tile n of the block.
+  __device__ int take(int n) const {
+    wait(&full[n % 2], (n / 2) % 2);
+    const int tile = slot[n % 2];
+    arrive(&empty[n % 2]);
+    return tile;
+  }
+};
 
 // ---------------------------------------------------------------------------------
 // Warp specialisation.

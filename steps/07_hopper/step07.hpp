@@ -179,7 +179,7 @@ extern const GpuBackward kBackwardB10;
 /// reduction at a time, where production (b12) has a writer per consumer at d = 128 (at d = 64
 /// and 256 production's kernel is b11's).
 extern const GpuBackward kBackwardB11;
-constexpr int kForwardVersionCount = 9;
+constexpr int kForwardVersionCount = 10;
 /// The forward versions of note 07's table (versions_forward.cu), for the bench and tests.
 extern const GpuForward kForwardVersions[kForwardVersionCount];
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The steps beside PyTorch's attention in one process, on the same tensors, in alternation
 # (tools/bench/ab.py over libfa_capi.so), on the H200 in one call.
-#   [PHASE=fwd|bwd|bwdpeers|host|decode|pause|gemm|short|call|b9|b10|b11|b12|det|all, or several: PHASE=short,decode] [ROUNDS=5]
+#   [PHASE=fwd|bwd|bwdpeers|host|decode|pause|gemm|short|h9|call|b9|b10|b11|b12|det|all, or several: PHASE=short,decode] [ROUNDS=5]
 #       bash tools/device/ab.sh [build-dir]
 # gemm:   the bf16 matrix-product rate, timed the same way (also in fwd);
 # fwd:    step 07's forward, step 06, cuDNN and FlashAttention-2, d = 64, 128, 256,
@@ -18,6 +18,8 @@
 #         backends on note 08's decoding shapes;
 # short:  the forward's short problems at d = 128 (N = 1k–8k), where step 07 was below
 #         cuDNN: lesson rows h1, h5 and s1 beside the production forward and cuDNN;
+# h9:     the forward on a persistent grid (lesson row h9, 07h9) beside step 07 and cuDNN,
+#         d = 64 and 128, N = 1k–32k, causal and not, both B·H·N;
 # pause:  step 07 and cuDNN at d = 128 and 256 timed with no pause and after 500 ms of
 #         rest before every block (note 07, "How far one run can be trusted");
 # call:   the backward's fixed costs (lesson row b8): every kernel and memset of one call of
@@ -67,6 +69,7 @@ if want fwd || want gemm; then
 fi
 want fwd && run ab07 --dir fwd --causal 0,1
 want short && run ab07_short --dir fwd --impls 07,07h1,07h5,07s1,torch-cudnn --d 128 --N 1024,2048,4096,8192 --causal 0,1
+want h9 && run ab07_h9 --dir fwd --impls 07,07h9,torch-cudnn --d 64,128 --causal 0,1
 if want pause; then
   run ab07_pause0 --dir fwd --impls 07,torch-cudnn --d 128,256 --N 1024,4096,16384 --causal 0,1 --tokens 131072
   run ab07_pause500 --dir fwd --impls 07,torch-cudnn --d 128,256 --N 1024,4096,16384 --causal 0,1 --tokens 131072 \
