@@ -372,23 +372,22 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
   __syncthreads();
 
   if (threadIdx.x < 128) {
-    // ---- Producer: takes the tiles — the next as soon as it starts one, so that the
-    //      counter's round trip runs under the loads — and issues each tile's copies:
-    //      its Q once the consumers are done with the last tile's, its K/V blocks on
-    //      through the one ring (n counts the block's K/V blocks over all its tiles).
+    // ---- Producer: issues a tile's copies — its Q once the consumers are done with the
+    //      last tile's, its K/V blocks on through the one ring (n counts the block's K/V
+    //      blocks over all its tiles) — then takes the next tile: only then, when the
+    //      consumers are a ring's depth from the end of this one (taken as soon as this
+    //      one started, a long causal tile would hold the next one back from the blocks
+    //      that finish first).
     release_registers<kProducerRegs>();
     if (threadIdx.x == 0) {
-      int tile = blockIdx.x;
-      for (int t = 0, n = 0;; ++t) {
+      for (int t = 0, n = 0, tile = blockIdx.x;; ++t, tile = take_tile(taken, tiles)) {
         ring.publish(t, tile);
         if (tile >= tiles) break;
-        const int following = take_tile(taken, tiles);
         const auto [i, bh] = forward_tile_at(tile, q_blocks);
         const int last = tiles::last_kv_block(N, kCausal, i, kRows, kBc);
         wait(q_empty, (t % 2) ^ 1);  // a fresh barrier: parity 1 is done
         load_q<kD, kBc, kStages, kConsumers>(&q_map, smem, bars, i * kRows, bh);
         for (int j = 0; j <= last; ++j, ++n) load_kv<kD, kBc, kStages, kConsumers>(&k_map, &v_map, smem, bars, j, n, bh);
-        tile = following;
       }
     }
   } else {
