@@ -46,46 +46,50 @@ TEST_CASE("step07 model meets the error budget of its 16-bit type", "[cpu]") {
 
 TEST_CASE("step07 model's blocks: 128 query rows (192 at d = 64), 128 keys (80 at d = 256)", "[cpu]") {
   // The model is step 06's with step 07's tiles: at d = 128 step 07's model must equal
-  // step 06's model run with 128 × 128 blocks (N = 1100), and with s1's 128 × 64 where the
-  // short problems' kernel runs (N = 300), bit for bit.
+  // step 06's model run with 128 × 128 blocks at every N (N = 300, 1100), bit for bit;
+  // and at d = 64 with h1's 128 × 128 where the short problems' kernel runs (N = 300),
+  // 192 × 128 elsewhere (N = 1100).
   for (int d : kAllD) {
     CHECK(step07::forward_tile(d).keys == (d == 256 ? 80 : 128));
     CHECK(step07::forward_tile(d).rows() == (d == 64 ? 192 : 128));
   }
   CHECK(step07::forward_tile(64).consumer_regs() == 160);
   CHECK(step07::forward_tile(128).consumer_regs() == 240);
-  for (int N : {300, 1100}) {
-    const Problem p = lowp(make(1, 1, N, 128, false), DType::bf16);
-    const int keys = N <= 1024 ? 64 : 128;
-    INFO(p.str() << ", step 06's model with 128 × " << keys << " blocks");
-    const Qkv in = inputs(p, 92);
-    const ModelForward m = step07::model_forward(p, in), r = step06::model_forward_tiled(p, in, 128, keys);
-    FA_CHECK_CLOSE("O: step 07's model = step 06's", m.out.o, r.out.o, tol::kBitExact, test::shape_o(p));
-  }
+  for (int d : {64, 128})
+    for (int N : {300, 1100}) {
+      const Problem p = lowp(make(1, 1, N, d, false), DType::bf16);
+      const int rows = d == 64 && N > 1024 ? 192 : 128;
+      INFO(p.str() << ", step 06's model with " << rows << " × 128 blocks");
+      const Qkv in = inputs(p, 92);
+      const ModelForward m = step07::model_forward(p, in), r = step06::model_forward_tiled(p, in, rows, 128);
+      FA_CHECK_CLOSE("O: step 07's model = step 06's", m.out.o, r.out.o, tol::kBitExact, test::shape_o(p));
+    }
 }
 
-TEST_CASE("step07 short problems take h1's block at d = 64 and s1's at d = 128, and the model counts it", "[cpu]") {
+TEST_CASE("step07 short problems take h1's block at d = 64, and the model counts it", "[cpu]") {
   // Two blocks an SM where a query block visits at most 8 of the specialised kernel's
-  // K/V blocks on average: N ≤ 1024, or N ≤ 2048 at d = 64 with the causal mask; never
-  // at d = 256.
+  // K/V blocks on average: N ≤ 1024, or N ≤ 2048 with the causal mask; at d = 64 only
+  // (d = 128 runs the persistent grid at every N, d = 256 a block a tile).
   CHECK(step07::two_blocks_an_sm(64, 1, false));
   CHECK(step07::two_blocks_an_sm(64, 1024, false));
   CHECK_FALSE(step07::two_blocks_an_sm(64, 1025, false));
   CHECK(step07::two_blocks_an_sm(64, 2048, true));
   CHECK_FALSE(step07::two_blocks_an_sm(64, 2049, true));
-  for (bool causal : {false, true}) {
-    CHECK(step07::two_blocks_an_sm(128, 1, causal));
-    CHECK(step07::two_blocks_an_sm(128, 1024, causal));
-    CHECK_FALSE(step07::two_blocks_an_sm(128, 1025, causal));
-    CHECK_FALSE(step07::two_blocks_an_sm(256, 1, causal));
-  }
+  for (bool causal : {false, true})
+    for (int N : {1, 1024, 1025, 4096}) {
+      CHECK_FALSE(step07::two_blocks_an_sm(128, N, causal));
+      CHECK_FALSE(step07::two_blocks_an_sm(256, N, causal));
+      CHECK(step07::persistent_grid(128, N, causal));
+      CHECK_FALSE(step07::persistent_grid(256, N, causal));
+      CHECK(step07::persistent_grid(64, N, causal) == !step07::two_blocks_an_sm(64, N, causal));
+    }
   for (int d : {64, 128})
     for (bool causal : {false, true})
       for (int N : {1000, 1024, 1025, 2048, 2049, 4096}) {
         const Problem p = lowp(make(1, 2, N, d, causal), DType::bf16);
         INFO(p.str());
         const bool short_block = step07::two_blocks_an_sm(d, N, causal);
-        const int rows = short_block ? 128 : d == 64 ? 192 : 128, keys = short_block && d == 128 ? 64 : 128;
+        const int rows = short_block ? 128 : d == 64 ? 192 : 128, keys = 128;
         CHECK(step07::forward_shape(d, N, causal).rows == rows);
         CHECK(step07::forward_shape(d, N, causal).keys == keys);
         const Traffic got = step07::traffic_forward(p), want = step06::traffic_forward_tiled(p, rows, keys);
@@ -205,11 +209,11 @@ TEST_CASE("step07 kernel at N = 4097 (one past a tile multiple), several heads",
 }
 
 TEST_CASE("step07 forward at d = 64 and 128 on both sides of the switch to the short problems' kernel", "[gpu]") {
-  // kForward runs h1's kernel (d = 64) or s1's (d = 128) where two_blocks_an_sm, the
-  // warp-specialised one (h7) elsewhere: bit for bit the version that runs, and within
-  // budget. At d = 64 h1 and h7 also agree with each other (the same 128-key blocks, the
-  // same arithmetic a row); s1's 64-key blocks are another order of the sums.
-  const GpuForward &h1 = forward_version("h1"), &s1 = forward_version("s1"), &h7 = forward_version("h7");
+  // kForward runs h1's kernel where two_blocks_an_sm (d = 64), the persistent grid (h9)
+  // elsewhere at d = 64 and 128: bit for bit the version that runs, and within budget.
+  // h1, h7 and h9 also agree with each other (the same 128-key blocks, the same
+  // arithmetic a row), so every version named here must give the same bits.
+  const GpuForward &h1 = forward_version("h1"), &h7 = forward_version("h7"), &h9 = forward_version("h9");
   for (int d : {64, 128}) {
     std::vector<int> Ns{1024, 1025, 2048, 2049};
     if (test::quick()) Ns = {1024, 1025};  // under the sanitizers too
@@ -217,12 +221,12 @@ TEST_CASE("step07 forward at d = 64 and 128 on both sides of the switch to the s
       for (int N : Ns) {
         const Problem p = lowp(make(1, 2, N, d, causal), DType::bf16);
         const bool short_block = step07::two_blocks_an_sm(d, N, causal);
-        INFO(p.str() << ", seed 99, " << (short_block ? (d == 64 ? "h1's kernel" : "s1's kernel") : "h7's kernel"));
+        INFO(p.str() << ", seed 99, " << (short_block ? "h1's kernel" : "the persistent grid"));
         const Qkv in = inputs(p, 99);
         const ForwardOut out = gpu::forward(step07::kForward, p, in, true);
         check_budget(p, in, out, "kernel");
         const std::vector<const GpuForward*> same =
-            d == 64 ? std::vector<const GpuForward*>{&h1, &h7} : std::vector<const GpuForward*>{short_block ? &s1 : &h7};
+            d == 64 ? std::vector<const GpuForward*>{&h1, &h7, &h9} : std::vector<const GpuForward*>{&h7, &h9};
         for (const GpuForward* v : same) {
           INFO(v->name);
           const ForwardOut o = gpu::forward(*v, p, in, true);

@@ -1,13 +1,14 @@
-// Step 07 forward kernel: step 06's forward, fed by TMA and computed by wgmma, with
+// Step 07 forward kernels: step 06's forward, fed by TMA and computed by wgmma, with
 // the work split between warpgroups that load and warpgroups that compute.
 //
-// A thread block owns kRows = 128 query rows of one head and is 3 warpgroups:
-//   producer (warpgroup 0)   one thread issues every TMA copy: Q once, then K_j and
-//                            V_j into a ring of `stages` buffers, each completing on
+// A tile is kRows = 128 query rows of one head (192 at d = 64), and a thread block is
+// 1 + kRows/64 warpgroups:
+//   producer (warpgroup 0)   one thread issues every TMA copy: Q once a tile, then K_j
+//                            and V_j into a ring of `stages` buffers, each completing on
 //                            its "full" mbarrier; before reusing a buffer it waits on
 //                            the buffer's "empty" mbarrier. It gives its registers
 //                            away (setmaxnreg) since it holds almost nothing.
-//   consumer c (1 and 2)     64 query rows each (wgmma's M); per K/V block j:
+//   consumer c (1, 2, (3))   64 query rows each (wgmma's M); per K/V block j:
 //                              S = Q_c·K_jᵀ        wgmma, both operands in shared memory
 //                              mask, online softmax on the S accumulators (registers)
 //                              O += P·V_j          wgmma, P from registers (16 bits)
@@ -16,12 +17,22 @@
 //               while one runs its softmax, the other's products run;
 //   in a consumer, S of block j is issued before P·V of block j−1, and block j's
 //               softmax runs while that P·V is still on the tensor cores.
-// Epilogue: O/ℓ rounded to 16 bits into the consumer's own Q buffer (its last S is
-// done), one TMA store of 64 rows (rows past N dropped by the map), L from registers.
-// With the causal mask the query blocks with the most K/V blocks start first.
-// Short problems at d = 64 and 128 run on lesson row h1's and s1's kernel instead, which
-// fits two blocks on an SM (two_blocks_an_sm, step07.hpp; versions_forward.cu).
+// Epilogue: O/ℓ rounded to 16 bits into shared memory, one TMA store of 64 rows (rows
+// past N dropped by the map), L from registers.
+//
+// Two grids (persistent_grid, step07.hpp):
+//   persistent_kernel (d = 64, 128; lesson row h9)  one block an SM, each taking tile
+//       after tile from a counter, a head's heaviest first with the causal mask; the K/V
+//       ring runs on across a block's tiles, and O is staged in a tile of its own, so the
+//       next tile's Q loads while the last tile's final products and epilogue run;
+//   forward_kernel (d = 256; lesson row h7)  a block a tile, O staged in the consumer's Q
+//       tile: at d = 256 there is no room for O tiles beside the ring.
+// Short problems at d = 64 run on lesson row h1's kernel instead, which fits two blocks
+// on an SM (two_blocks_an_sm, step07.hpp; versions_forward.cu).
+#include <algorithm>
+
 #include "common/cuda_check.cuh"
+#include "common/gpu.hpp"  // sm_count
 #include "steps/07_hopper/forward.cuh"
 
 namespace fa::step07 {
@@ -127,13 +138,183 @@ void run_d(const Problem& p, const NativeFwdArgs& a, Stream s) {
   p.causal ? run_d<kD, true>(p, a, s) : run_d<kD, false>(p, a, s);
 }
 
-/// Short problems at d = 64 and 128 on the kernel of two blocks an SM (step07.hpp); the
-/// rest on the warp-specialised one.
-void run(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
-  two_blocks_an_sm(p.d, p.N, p.causal) ? run_short(p, a, ws, s) : run_specialised(p, a, ws, s);
+// ---------------------------------------------------------------------------------
+// The persistent grid (d = 64, 128): the kernel above, tile after tile.
+
+/// The persistent kernel's shared memory: forward_kernel's (Smem), then an O tile per
+/// consumer (so that the next tile's Q may load into the Q tile while O is written), Q's
+/// "empty" barrier and the TileRing.
+template <int kD, int kBc, int kStages, int kConsumers>
+struct PersistentSmem {
+  using L = Smem<kD, kBc, kStages, kConsumers>;
+  static constexpr int o = (L::bytes + 1023) / 1024 * 1024;  ///< [consumer]: 64 rows of O, panels as Q's
+  static constexpr int q_empty = o + kConsumers * L::kQBytes;
+  static constexpr int ring = q_empty + 8;
+  static constexpr int bytes = ring + TileRing::kBytes;  ///< + 1024 for the base's alignment
+};
+
+/// A tile of the forward: query block i of head bh, tile = bh·T_r + (T_r − 1 − i) — the
+/// order of forward_kernel's blocks (a head's blocks together, its heaviest first with
+/// the mask).
+struct FwdTileAt {
+  int i, bh;
+};
+__device__ __forceinline__ FwdTileAt forward_tile_at(int tile, int q_blocks) {
+  return {q_blocks - 1 - tile % q_blocks, tile / q_blocks};
 }
 
+template <class T, int kD, bool kCausal>
+__global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
+    persistent_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
+                      const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
+                      float* __restrict__ lse, int N, float scale, int q_blocks, int tiles, int* taken) {
+#if FA_STEP07_ARCH_OK
+  constexpr FwdTile kTile = forward_tile(kD);
+  constexpr int kBc = kTile.keys, kStages = kTile.stages, kConsumers = kTile.consumers, kRows = kTile.rows();
+  using L = Smem<kD, kBc, kStages, kConsumers>;
+  using P = PersistentSmem<kD, kBc, kStages, kConsumers>;
+  extern __shared__ unsigned char smem_raw[];
+  unsigned char* smem = aligned_smem(smem_raw);
+  Barriers bars(smem + L::bars, kStages);
+  std::uint64_t* q_empty = reinterpret_cast<std::uint64_t*>(smem + P::q_empty);  // every consumer warp done with Q
+  const TileRing ring(smem + P::ring);
+  if (threadIdx.x == 0) {
+    cuda::ptx::mbarrier_init(q_empty, 4 * kConsumers);
+    ring.init(128 * kConsumers);
+    bars.init(kStages, kConsumers);  // its fence covers the two above
+  }
+  __syncthreads();
+
+  if (threadIdx.x < 128) {
+    // ---- Producer: issues a tile's copies — its Q once the consumers are done with the
+    //      last tile's, its K/V blocks on through the one ring (n counts the block's K/V
+    //      blocks over all its tiles) — then takes the next tile: only then, when the
+    //      consumers are a ring's depth from the end of this one (taken as soon as this
+    //      one started, a long causal tile would hold the next one back from the blocks
+    //      that finish first).
+    release_registers<kProducerRegs>();
+    if (threadIdx.x == 0) {
+      for (int t = 0, n = 0, tile = blockIdx.x;; ++t, tile = take_tile(taken, tiles)) {
+        ring.publish(t, tile);
+        if (tile >= tiles) break;
+        const auto [i, bh] = forward_tile_at(tile, q_blocks);
+        const int last = tiles::last_kv_block(N, kCausal, i, kRows, kBc);
+        wait(q_empty, (t % 2) ^ 1);  // a fresh barrier: parity 1 is done
+        load_q<kD, kBc, kStages, kConsumers>(&q_map, smem, bars, i * kRows, bh);
+        for (int j = 0; j <= last; ++j, ++n) load_kv<kD, kBc, kStages, kConsumers>(&k_map, &v_map, smem, bars, j, n, bh);
+      }
+    }
+  } else {
+    // ---- Consumer warpgroup c: forward_kernel's schedule tile after tile; the turns on
+    //      the tensor cores go round without a break between tiles.
+    claim_registers<kTile.consumer_regs()>();
+    const int c = threadIdx.x / 128 - 1, next = (c + 1) % kConsumers;
+    unsigned char* o_tile = smem + P::o + c * L::kQBytes;
+    auto release_q = [&] {
+      if (threadIdx.x % 32 == 0) arrive(q_empty);
+    };
+    if (c == kConsumers - 1) named_arrive(turn_bar(0), 2 * 128);
+    int tile = ring.take(0);
+    for (int t = 0, n = 0; tile < tiles; ++t) {  // n: the block's K/V blocks before this tile's first
+      const auto [i, bh] = forward_tile_at(tile, q_blocks);
+      const int q0 = i * kRows, last = tiles::last_kv_block(N, kCausal, i, kRows, kBc);
+      Consumer<T, kD, kBc, kStages, kConsumers, kCausal> w(smem, bars, c, q0, N, scale);
+      float alpha[2];
+
+      // Prologue: block 0's S and softmax.
+      wait(bars.q_full, t % 2);
+      named_sync(turn_bar(c), 2 * 128);
+      wait(&bars.k_full[n % kStages], (n / kStages) % 2);
+      w.issue_qk(n % kStages);
+      named_arrive(turn_bar(next), 2 * 128);
+      w.wait_s();
+      w.release_k(n % kStages);
+      if (last == 0) release_q();
+      w.mask(0);
+      w.softmax(alpha);
+      w.to_p();
+
+      // Main loop: forward_kernel's, with the ring counted over the block's tiles.
+      for (int j = 1; j <= last; ++j) {
+        const int r = n + j, sj = r % kStages, sp = (r - 1) % kStages;
+        named_sync(turn_bar(c), 2 * 128);
+        wait(&bars.k_full[sj], (r / kStages) % 2);
+        w.issue_qk(sj);
+        wait(&bars.v_full[sp], ((r - 1) / kStages) % 2);
+        w.issue_pv(sp);
+        named_arrive(turn_bar(next), 2 * 128);
+        w.wait_s_not_pv();
+        w.release_k(sj);
+        if (j == last) release_q();  // the tile's last S is done: the next tile's Q may load
+        w.mask(j);
+        const bool rescale = w.softmax(alpha);
+        w.wait_pv();
+        w.release_v(sp);
+        if (rescale) w.rescale_o(alpha);
+        w.to_p();
+      }
+
+      // Epilogue: the last P·V (a turn, handed on unless it was the block's last and the
+      // next consumer's turns are over), then O — once its tile's last store has read it.
+      tile = ring.take(t + 1);
+      const int r = n + last;
+      named_sync(turn_bar(c), 2 * 128);
+      wait(&bars.v_full[r % kStages], (r / kStages) % 2);
+      w.issue_pv(r % kStages);
+      if (next != 0 || tile < tiles) named_arrive(turn_bar(next), 2 * 128);
+      w.wait_pv();
+      w.release_v(r % kStages);
+      stored();
+      named_sync(epilogue_bar(c), 128);
+      w.store(&o_map, lse, q0, bh, scale, o_tile);
+      n += last + 1;
+    }
+    stored();
+  }
+#endif
+}
+
+template <class T, int kD, bool kCausal>
+void launch_persistent(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream stream) {
+  constexpr FwdTile kTile = forward_tile(kD);
+  using P = PersistentSmem<kD, kTile.keys, kTile.stages, kTile.consumers>;
+  const ForwardMaps m = forward_maps(p, a, kTile.keys);
+  const int q_blocks = tiles::q_blocks(p.N, kTile.rows()), tile_count = q_blocks * int(p.heads());
+  const int grid = std::min(tile_count, gpu::sm_count());
+  int* taken = static_cast<int*>(workspace);  // read only if some block takes a second tile
+  if (tile_count > grid) FA_CUDA_CHECK(cudaMemsetAsync(taken, 0, sizeof(int), stream));
+  set_smem_limit(persistent_kernel<T, kD, kCausal>, P::bytes + 1024);
+  persistent_kernel<T, kD, kCausal><<<grid, kTile.threads(), P::bytes + 1024, stream>>>(
+      m.q, m.k, m.v, m.o, a.lse, p.N, p.softmax_scale(), q_blocks, tile_count, taken);
+  FA_CHECK_LAUNCH();
+}
+
+template <int kD>
+void run_persistent_d(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
+  if (p.dtype == DType::bf16)
+    p.causal ? launch_persistent<__nv_bfloat16, kD, true>(p, a, ws, s)
+             : launch_persistent<__nv_bfloat16, kD, false>(p, a, ws, s);
+  else
+    p.causal ? launch_persistent<__half, kD, true>(p, a, ws, s) : launch_persistent<__half, kD, false>(p, a, ws, s);
+}
+static_assert(PersistentSmem<128, 128, 2, 2>::bytes + 1024 <= 227 * 1024 &&
+                  PersistentSmem<64, 128, 2, 3>::bytes + 1024 <= 227 * 1024,
+              "the O tiles fit beside forward_kernel's at d = 64 and 128 (at d = 256 they do not)");
+
+/// Short problems at d = 64 on the kernel of two blocks an SM, d = 64 and 128 otherwise
+/// on the persistent grid, d = 256 a block a tile (step07.hpp).
+void run(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
+  if (two_blocks_an_sm(p.d, p.N, p.causal)) return run_short(p, a, ws, s);
+  persistent_grid(p.d, p.N, p.causal) ? run_persistent(p, a, ws, s) : run_specialised(p, a, ws, s);
+}
+std::size_t workspace(const Problem& p) { return persistent_grid(p.d, p.N, p.causal) ? tile_counter(p) : 0; }
+
 }  // namespace
+
+void run_persistent(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
+  p.d == 64 ? run_persistent_d<64>(p, a, ws, s) : run_persistent_d<128>(p, a, ws, s);  // the callers took d = 64, 128
+}
+std::size_t tile_counter(const Problem&) { return sizeof(int); }
 
 void run_specialised(const Problem& p, const NativeFwdArgs& a, void*, Stream s) {
   switch (p.d) {
@@ -143,6 +324,6 @@ void run_specialised(const Problem& p, const NativeFwdArgs& a, void*, Stream s) 
   }
 }
 
-const GpuForward kForward{"step07 forward", 256, no_workspace, "", nullptr, run, kSupportedD, kSm, true};
+const GpuForward kForward{"step07 forward", 256, workspace, "the tile counter", nullptr, run, kSupportedD, kSm, true};
 
 }  // namespace fa::step07

@@ -62,32 +62,33 @@ FA_HD constexpr FwdTile forward_tile(int d) {
   return d == 64 ? FwdTile{3, 128, 2} : d == 256 ? FwdTile{2, 80, 2} : FwdTile{2, 128, 2};
 }
 
-/// Short problems at d = 64 and 128 run on another kernel: lesson row h1's (TMA + wgmma,
-/// two warpgroups that both compute, no producer) at d = 64, and s1's — h1 with 64-key
-/// blocks — at d = 128. A block of either is 256 threads of at most 128 registers and
-/// 80 KiB (h1, d = 64) or 97 KiB (s1, d = 128) of shared memory, so two blocks share an
-/// SM, and one's fixed costs (its barriers, its first copies, its epilogue) run under the
-/// other's products; the specialised block holds the SM alone and pays them in full. That
-/// pays where a query block visits few of the specialised kernel's K/V blocks: at most 8
-/// on average, N ≤ 1024 — or, at d = 64, N ≤ 2048 with the causal mask (note 07, "Short
-/// problems", measures both choices; at d = 128 and N = 2048 the two kernels split the
-/// four measured shapes two and two, so the switch stays at 1024 there).
+/// Short problems at d = 64 run on another kernel: lesson row h1's (TMA + wgmma, two
+/// warpgroups that both compute, no producer). Its block is 256 threads of at most 128
+/// registers and 80 KiB of shared memory, so two blocks share an SM, and one's fixed costs
+/// (its barriers, its first copies, its epilogue) run under the other's products. That pays
+/// where a query block visits few of the specialised kernel's K/V blocks: at most 8 on
+/// average, N ≤ 1024 — or N ≤ 2048 with the causal mask (note 07, "Short problems"). At
+/// d = 128 lesson row s1 (h1 with 64-key blocks) did the same for N ≤ 1024 until the
+/// persistent grid (below) overtook it there.
 constexpr int kShortRows = 128;     ///< query rows of the short problems' block (two warpgroups of 64)
 constexpr int kShortKvBlocks = 8;   ///< K/V blocks of the specialised kernel a query block visits, at most
-/// Keys a block of the short problems' kernel: h1's 128 at d = 64, s1's 64 at d = 128
-/// (128 keys of fp32 scores would take a thread past 128 registers there).
-FA_HD constexpr int short_keys(int d) { return d == 64 ? 128 : 64; }
-/// N ≤ 8 blocks of B_c = 128 keys (1024), or at d = 64 with the mask about half as many
-/// blocks a query block, N ≤ 2048.
+/// d = 64 and N ≤ 8 blocks of B_c = 128 keys (1024), or with the mask (about half as many
+/// blocks a query block) N ≤ 2048.
 FA_HD constexpr bool two_blocks_an_sm(int d, int N, bool causal) {
-  return (d == 64 || d == 128) && N <= (d == 64 && causal ? 2 : 1) * kShortKvBlocks * forward_tile(d).keys;
+  return d == 64 && N <= (causal ? 2 : 1) * kShortKvBlocks * forward_tile(d).keys;
+}
+/// The rest run the warp-specialised kernel on a persistent grid (lesson row h9: a block an
+/// SM, taking tile after tile from a counter) where a consumer's O tile fits in shared memory
+/// beside its Q tile and the K/V ring — d = 64 and 128 — and a block a tile (h7) at d = 256.
+FA_HD constexpr bool persistent_grid(int d, int N, bool causal) {
+  return (d == 64 || d == 128) && !two_blocks_an_sm(d, N, causal);
 }
 /// The forward's block for a problem: rows × keys.
 struct FwdShape {
   int rows, keys;
 };
 FA_HD constexpr FwdShape forward_shape(int d, int N, bool causal) {
-  return two_blocks_an_sm(d, N, causal) ? FwdShape{kShortRows, short_keys(d)}
+  return two_blocks_an_sm(d, N, causal) ? FwdShape{kShortRows, forward_tile(d).keys}
                                         : FwdShape{forward_tile(d).rows(), forward_tile(d).keys};
 }
 
@@ -146,8 +147,8 @@ FA_HD constexpr int backward_queries(int d) { return d == 64 ? 96 : d == 128 ? 8
 ModelBackward model_backward(const Problem& p, const Qkv& in, const ForwardOut& fwd, const std::vector<float>& dout);
 Traffic traffic_backward(const Problem& p);  ///< elements, as step 06's
 
-/// The forward: the warp-specialised kernel (forward.cu), or h1's (d = 64) and s1's
-/// (d = 128) where two_blocks_an_sm.
+/// The forward: the warp-specialised kernel (forward.cu) on a persistent grid at d = 64
+/// and 128, a block a tile at d = 256; h1's kernel where two_blocks_an_sm.
 extern const GpuForward kForward;
 /// The backward: dQ added by TMA bulk reductions as the blocks finish, in any order.
 extern const GpuBackward kBackward;

@@ -1,9 +1,10 @@
 // Step 07's forward as note 07 measures it, one Hopper idea at a time: the versions of
 // the lesson's table. Each is a configuration with named fields (FwdVersion) built
 // from the one before it; one kernel takes them all, made of the same pieces as the
-// production kernel (forward.cuh). The last row, h7, is the warp-specialised production
-// kernel itself (forward.cu): h4 but with three consumers at d = 64. Short problems run
-// h1's kernel instead at d = 64, s1's at d = 128 (two_blocks_an_sm). The first row, h0,
+// production kernel (forward.cuh). The last rows, h7 and h9, are the production kernels
+// themselves (forward.cu): h7, h4 with three consumers at d = 64, a block a tile (production
+// at d = 256); h9, h7 on a persistent grid (production at d = 64 and 128). Short problems at
+// d = 64 run h1's kernel instead (two_blocks_an_sm). The first row, h0,
 // is step 06's kernel itself (its forward_block) with its loads by TMA: one Hopper
 // feature alone.
 //   h0  TMA alone: step 06's mma.sync kernel, each K/V block two TMA boxes completing on
@@ -17,17 +18,15 @@
 //   h4  + in a warpgroup, S_{j+1} issued before P_j·V_j, its softmax under that product
 //   h5, h6  h4 with 64- and 176-key blocks (block shapes)
 //   s1  h1 with 64-key blocks, two blocks an SM at d = 128: short problems' kernel there
-//   h7  h4 with three consumers (192 query rows) at d = 64: the production kernel
-//   h9  h7 on a persistent grid (a block an SM), its tiles from a counter, heaviest
-//       first; the K/V ring runs on across tiles, and O is staged in a tile of its own,
-//       so the next tile's Q and first K/V blocks load under the last one's products
-//       and epilogue; d = 64 and 128 (at d = 256 the O tiles do not fit)
+//       until h9
+//   h7  h4 with three consumers (192 query rows) at d = 64: production at d = 256
+//   h9  h7 on a persistent grid (a block an SM), its tiles from a counter; the K/V ring
+//       runs on across tiles, and O is staged in a tile of its own, so the next tile's Q
+//       loads under the last one's products and epilogue: production at d = 64 and 128
+//       (at d = 256 the O tiles do not fit)
 #include <cstdint>
 
-#include <algorithm>
-
 #include "common/cuda_check.cuh"
-#include "common/gpu.hpp"  // sm_count
 #include "steps/06_tensor_cores/forward.cuh"
 #include "steps/07_hopper/forward.cuh"
 
@@ -133,7 +132,8 @@ using Version = FwdVersion (*)(int d);
 
 // h1 at d = 64 keeps to 128 registers a thread (two blocks an SM), which the production
 // forward counts on for short problems (two_blocks_an_sm); so does s1, h1 with 64-key
-// blocks, at d = 128 (ptxas: 128 registers, no spill), in about 97 KiB of shared memory.
+// blocks, at d = 128 (ptxas: 128 registers, no spill), in about 97 KiB of shared memory
+// (production there for N ≤ 1024 until h9).
 template <class T, int kD, bool kCausal, Version V>
 __global__ void __launch_bounds__(V(kD).threads(), V(kD).specialised || (kD != 64 && V(kD).keys != 64) ? 1 : 2)
     version_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
@@ -317,184 +317,16 @@ static_assert(h4(64).keys == forward_tile(64).keys && h4(128).keys == forward_ti
               "h7, the production kernel, is h4 but for its three consumers at d = 64");
 
 constexpr int kNarrowD[] = {64, 128, 0};  // h6: 176 keys of K and V do not fit beside Q at d = 256
-static_assert(h1(64).threads() == 2 * 128 && s1(128).threads() == 2 * 128 &&
-                  kConsumers * kRowsPerConsumer == kShortRows &&
-                  h1(64).keys == forward_shape(64, 1024, false).keys &&
-                  s1(128).keys == forward_shape(128, 1024, false).keys,
-              "the production forward's short block (forward_shape) is h1's at d = 64, s1's at d = 128");
+static_assert(h1(64).threads() == 2 * 128 && kConsumers * kRowsPerConsumer == kShortRows &&
+                  h1(64).keys == forward_shape(64, 1024, false).keys,
+              "the production forward's short block (forward_shape) is h1's");
 
 constexpr int kS1D[] = {128, 0};  // s1: the short problems' kernel at d = 128 (d = 64 has h1)
 void run_s1(const Problem& p, const NativeFwdArgs& a, void*, Stream s) { run_d<s1, 128>(p, a, s); }
 
-// ---------------------------------------------------------------------------------
-// h9: h7 on a persistent grid, each block's tiles from a counter, O in a tile of its own.
-
-/// h9's shared memory: h7's (Smem), then an O tile per consumer (so that the next tile's
-/// Q may load into the Q tile while O is written), Q's "empty" barrier and the TileRing.
-template <int kD, int kBc, int kStages, int kConsumers>
-struct PersistentSmem {
-  using L = Smem<kD, kBc, kStages, kConsumers>;
-  static constexpr int o = (L::bytes + 1023) / 1024 * 1024;  ///< [consumer]: 64 rows of O, panels as Q's
-  static constexpr int q_empty = o + kConsumers * L::kQBytes;
-  static constexpr int ring = q_empty + 8;
-  static constexpr int bytes = ring + TileRing::kBytes;  ///< + 1024 for the base's alignment
-};
-
-/// A tile of the forward: query block i of head bh, tile = bh·T_r + (T_r − 1 − i) — the
-/// order of h7's blocks (heaviest first in a head with the mask, a head's blocks together).
-struct FwdTileAt {
-  int i, bh;
-};
-__device__ __forceinline__ FwdTileAt forward_tile_at(int tile, int q_blocks) {
-  return {q_blocks - 1 - tile % q_blocks, tile / q_blocks};
-}
-
-template <class T, int kD, bool kCausal>
-__global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
-    persistent_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
-                      const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
-                      float* __restrict__ lse, int N, float scale, int q_blocks, int tiles, int* taken) {
-#if FA_STEP07_ARCH_OK
-  constexpr FwdTile kTile = forward_tile(kD);
-  constexpr int kBc = kTile.keys, kStages = kTile.stages, kConsumers = kTile.consumers, kRows = kTile.rows();
-  using L = Smem<kD, kBc, kStages, kConsumers>;
-  using P = PersistentSmem<kD, kBc, kStages, kConsumers>;
-  extern __shared__ unsigned char smem_raw[];
-  unsigned char* smem = aligned_smem(smem_raw);
-  Barriers bars(smem + L::bars, kStages);
-  std::uint64_t* q_empty = reinterpret_cast<std::uint64_t*>(smem + P::q_empty);  // every consumer warp done with Q
-  const TileRing ring(smem + P::ring);
-  if (threadIdx.x == 0) {
-    cuda::ptx::mbarrier_init(q_empty, 4 * kConsumers);
-    ring.init(128 * kConsumers);
-    bars.init(kStages, kConsumers);  // its fence covers the two above
-  }
-  __syncthreads();
-
-  if (threadIdx.x < 128) {
-    // ---- Producer: issues a tile's copies — its Q once the consumers are done with the
-    //      last tile's, its K/V blocks on through the one ring (n counts the block's K/V
-    //      blocks over all its tiles) — then takes the next tile: only then, when the
-    //      consumers are a ring's depth from the end of this one (taken as soon as this
-    //      one started, a long causal tile would hold the next one back from the blocks
-    //      that finish first).
-    release_registers<kProducerRegs>();
-    if (threadIdx.x == 0) {
-      for (int t = 0, n = 0, tile = blockIdx.x;; ++t, tile = take_tile(taken, tiles)) {
-        ring.publish(t, tile);
-        if (tile >= tiles) break;
-        const auto [i, bh] = forward_tile_at(tile, q_blocks);
-        const int last = tiles::last_kv_block(N, kCausal, i, kRows, kBc);
-        wait(q_empty, (t % 2) ^ 1);  // a fresh barrier: parity 1 is done
-        load_q<kD, kBc, kStages, kConsumers>(&q_map, smem, bars, i * kRows, bh);
-        for (int j = 0; j <= last; ++j, ++n) load_kv<kD, kBc, kStages, kConsumers>(&k_map, &v_map, smem, bars, j, n, bh);
-      }
-    }
-  } else {
-    // ---- Consumer warpgroup c: h7's schedule tile after tile; the turns on the tensor
-    //      cores go round without a break between tiles.
-    claim_registers<kTile.consumer_regs()>();
-    const int c = threadIdx.x / 128 - 1, next = (c + 1) % kConsumers;
-    unsigned char* o_tile = smem + P::o + c * L::kQBytes;
-    auto release_q = [&] {
-      if (threadIdx.x % 32 == 0) arrive(q_empty);
-    };
-    if (c == kConsumers - 1) named_arrive(turn_bar(0), 2 * 128);
-    int tile = ring.take(0);
-    for (int t = 0, n = 0; tile < tiles; ++t) {  // n: the block's K/V blocks before this tile's first
-      const auto [i, bh] = forward_tile_at(tile, q_blocks);
-      const int q0 = i * kRows, last = tiles::last_kv_block(N, kCausal, i, kRows, kBc);
-      Consumer<T, kD, kBc, kStages, kConsumers, kCausal> w(smem, bars, c, q0, N, scale);
-      float alpha[2];
-
-      // Prologue: block 0's S and softmax.
-      wait(bars.q_full, t % 2);
-      named_sync(turn_bar(c), 2 * 128);
-      wait(&bars.k_full[n % kStages], (n / kStages) % 2);
-      w.issue_qk(n % kStages);
-      named_arrive(turn_bar(next), 2 * 128);
-      w.wait_s();
-      w.release_k(n % kStages);
-      if (last == 0) release_q();
-      w.mask(0);
-      w.softmax(alpha);
-      w.to_p();
-
-      // Main loop: h7's, with the ring counted over the block's tiles.
-      for (int j = 1; j <= last; ++j) {
-        const int r = n + j, sj = r % kStages, sp = (r - 1) % kStages;
-        named_sync(turn_bar(c), 2 * 128);
-        wait(&bars.k_full[sj], (r / kStages) % 2);
-        w.issue_qk(sj);
-        wait(&bars.v_full[sp], ((r - 1) / kStages) % 2);
-        w.issue_pv(sp);
-        named_arrive(turn_bar(next), 2 * 128);
-        w.wait_s_not_pv();
-        w.release_k(sj);
-        if (j == last) release_q();  // the tile's last S is done: the next tile's Q may load
-        w.mask(j);
-        const bool rescale = w.softmax(alpha);
-        w.wait_pv();
-        w.release_v(sp);
-        if (rescale) w.rescale_o(alpha);
-        w.to_p();
-      }
-
-      // Epilogue: the last P·V (a turn, handed on unless it was the block's last and the
-      // next consumer's turns are over), then O — once its tile's last store has read it.
-      tile = ring.take(t + 1);
-      const int r = n + last;
-      named_sync(turn_bar(c), 2 * 128);
-      wait(&bars.v_full[r % kStages], (r / kStages) % 2);
-      w.issue_pv(r % kStages);
-      if (next != 0 || tile < tiles) named_arrive(turn_bar(next), 2 * 128);
-      w.wait_pv();
-      w.release_v(r % kStages);
-      stored();
-      named_sync(epilogue_bar(c), 128);
-      w.store(&o_map, lse, q0, bh, scale, o_tile);
-      n += last + 1;
-    }
-    stored();
-  }
-#endif
-}
-
-template <class T, int kD, bool kCausal>
-void launch_h9(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream stream) {
-  constexpr FwdTile kTile = forward_tile(kD);
-  using P = PersistentSmem<kD, kTile.keys, kTile.stages, kTile.consumers>;
-  const ForwardMaps m = forward_maps(p, a, kTile.keys);
-  const int q_blocks = tiles::q_blocks(p.N, kTile.rows()), tile_count = q_blocks * int(p.heads());
-  const int grid = std::min(tile_count, gpu::sm_count());
-  int* taken = static_cast<int*>(workspace);  // read only if some block takes a second tile
-  if (tile_count > grid) FA_CUDA_CHECK(cudaMemsetAsync(taken, 0, sizeof(int), stream));
-  set_smem_limit(persistent_kernel<T, kD, kCausal>, P::bytes + 1024);
-  persistent_kernel<T, kD, kCausal><<<grid, kTile.threads(), P::bytes + 1024, stream>>>(
-      m.q, m.k, m.v, m.o, a.lse, p.N, p.softmax_scale(), q_blocks, tile_count, taken);
-  FA_CHECK_LAUNCH();
-}
-
-template <int kD>
-void run_h9_d(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
-  if (p.dtype == DType::bf16)
-    p.causal ? launch_h9<__nv_bfloat16, kD, true>(p, a, ws, s) : launch_h9<__nv_bfloat16, kD, false>(p, a, ws, s);
-  else
-    p.causal ? launch_h9<__half, kD, true>(p, a, ws, s) : launch_h9<__half, kD, false>(p, a, ws, s);
-}
-void run_h9(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {  // d = 64, 128 (kNarrowD)
-  p.d == 64 ? run_h9_d<64>(p, a, ws, s) : run_h9_d<128>(p, a, ws, s);
-}
-std::size_t tile_counter(const Problem&) { return sizeof(int); }
-static_assert(PersistentSmem<128, 128, 2, 2>::bytes + 1024 <= 227 * 1024 &&
-                  PersistentSmem<64, 128, 2, 3>::bytes + 1024 <= 227 * 1024,
-              "h9's O tiles fit beside h7's at d = 64 and 128 (at d = 256 they do not)");
-
 }  // namespace
 
-void run_short(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
-  p.d == 64 ? run<h1>(p, a, ws, s) : run_s1(p, a, ws, s);
-}
+void run_short(const Problem& p, const NativeFwdArgs& a, void*, Stream s) { run_d<h1, 64>(p, a, s); }
 
 const GpuForward kForwardVersions[kForwardVersionCount] = {
     {"h0: TMA alone: step 06's kernel, its loads by TMA", 64, no_workspace, "", nullptr, run_h0, kH0D, kSm, true},
@@ -508,8 +340,8 @@ const GpuForward kForwardVersions[kForwardVersionCount] = {
      run_s1, kS1D, kSm, true},
     {"h7: h4 with three consumers at d = 64 (production)", 256, no_workspace, "", nullptr, run_specialised,
      kSupportedD, kSm, true},
-    {"h9: h7 on a persistent grid, tiles from a counter, O in its own tile", 128, tile_counter, "the tile counter",
-     nullptr, run_h9, kNarrowD, kSm, true},
+    {"h9: h7 on a persistent grid, tiles from a counter, O in its own tile (production at d = 64, 128)", 128,
+     tile_counter, "the tile counter", nullptr, run_persistent, kNarrowD, kSm, true},
 };
 
 }  // namespace fa::step07

@@ -18,8 +18,9 @@
 #         backends on note 08's decoding shapes;
 # short:  the forward's short problems at d = 128 (N = 1k–8k), where step 07 was below
 #         cuDNN: lesson rows h1, h5 and s1 beside the production forward and cuDNN;
-# h9:     the forward on a persistent grid (lesson row h9, 07h9) beside step 07 and cuDNN,
-#         d = 64 and 128, N = 1k–32k, causal and not, both B·H·N;
+# h9:     the forward's persistent grid (lesson row h9, production at d = 64 and 128 but for
+#         d = 64's short problems) beside a block a tile (h7) and cuDNN, d = 64 and 128,
+#         N = 1k–32k, causal and not, both B·H·N;
 # pause:  step 07 and cuDNN at d = 128 and 256 timed with no pause and after 500 ms of
 #         rest before every block (note 07, "How far one run can be trusted");
 # call:   the backward's fixed costs (lesson row b8): every kernel and memset of one call of
@@ -69,7 +70,7 @@ if want fwd || want gemm; then
 fi
 want fwd && run ab07 --dir fwd --causal 0,1
 want short && run ab07_short --dir fwd --impls 07,07h1,07h5,07s1,torch-cudnn --d 128 --N 1024,2048,4096,8192 --causal 0,1
-want h9 && run ab07_h9 --dir fwd --impls 07,07h9,torch-cudnn --d 64,128 --causal 0,1
+want h9 && run ab07_h9 --dir fwd --impls 07h7,07h9,torch-cudnn --d 64,128 --causal 0,1
 if want pause; then
   run ab07_pause0 --dir fwd --impls 07,torch-cudnn --d 128,256 --N 1024,4096,16384 --causal 0,1 --tokens 131072
   run ab07_pause500 --dir fwd --impls 07,torch-cudnn --d 128,256 --N 1024,4096,16384 --causal 0,1 --tokens 131072 \
