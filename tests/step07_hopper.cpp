@@ -476,13 +476,14 @@ TEST_CASE("step07 forward version h0 (TMA alone) equals step 06's kernel bit for
 }
 
 // h9's blocks loop over tiles only when there are more tiles than SMs: B·H·T_r of 320
-// to 1280 here, the causal tiles of unequal length, N not a tile multiple. Each tile's
-// arithmetic is h7's, so the bits are too.
+// to 1280 here, the causal tiles of unequal length, N not a tile multiple; at d = 64 and
+// 128 O staged in tiles of its own, at d = 256 in the Q tiles. Each tile's arithmetic is
+// h7's, so the bits are too.
 TEST_CASE("step07 forward version h9 (persistent grid) equals h7 bit for bit with many tiles a block", "[gpu]") {
   const GpuForward &h7 = forward_version("h7"), &h9 = forward_version("h9");
   std::vector<int> Ns{1000, 2049};
   if (test::quick()) Ns = {1000};
-  for (int d : {64, 128})
+  for (int d : kAllD)
     for (int N : Ns)
       for (bool causal : {false, true}) {
         const Problem p = lowp(make(2, N > 1000 ? 40 : 20, N, d, causal), DType::bf16);

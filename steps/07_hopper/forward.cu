@@ -142,13 +142,14 @@ void run_d(const Problem& p, const NativeFwdArgs& a, Stream s) {
 // The persistent grid (d = 64, 128): the kernel above, tile after tile.
 
 /// The persistent kernel's shared memory: forward_kernel's (Smem), then an O tile per
-/// consumer (so that the next tile's Q may load into the Q tile while O is written), Q's
-/// "empty" barrier and the TileRing.
+/// consumer where they fit (so that the next tile's Q may load into the Q tile while O is
+/// written; not at d = 256), Q's "empty" barrier and the TileRing.
 template <int kD, int kBc, int kStages, int kConsumers>
 struct PersistentSmem {
   using L = Smem<kD, kBc, kStages, kConsumers>;
   static constexpr int o = (L::bytes + 1023) / 1024 * 1024;  ///< [consumer]: 64 rows of O, panels as Q's
-  static constexpr int q_empty = o + kConsumers * L::kQBytes;
+  static constexpr bool own_o = o + kConsumers * L::kQBytes + 8 + TileRing::kBytes + 1024 <= 227 * 1024;
+  static constexpr int q_empty = own_o ? o + kConsumers * L::kQBytes : L::bytes;
   static constexpr int ring = q_empty + 8;
   static constexpr int bytes = ring + TileRing::kBytes;  ///< + 1024 for the base's alignment
 };
@@ -176,10 +177,12 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = aligned_smem(smem_raw);
   Barriers bars(smem + L::bars, kStages);
-  std::uint64_t* q_empty = reinterpret_cast<std::uint64_t*>(smem + P::q_empty);  // every consumer warp done with Q
+  // Q's tiles free: with O tiles of its own, every consumer warp done with its last S; else
+  // every consumer's O store (staged in its Q tile) done reading it.
+  std::uint64_t* q_empty = reinterpret_cast<std::uint64_t*>(smem + P::q_empty);
   const TileRing ring(smem + P::ring);
   if (threadIdx.x == 0) {
-    cuda::ptx::mbarrier_init(q_empty, 4 * kConsumers);
+    cuda::ptx::mbarrier_init(q_empty, P::own_o ? 4 * kConsumers : kConsumers);
     ring.init(128 * kConsumers);
     bars.init(kStages, kConsumers);  // its fence covers the two above
   }
@@ -209,9 +212,8 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     //      the tensor cores go round without a break between tiles.
     claim_registers<kTile.consumer_regs()>();
     const int c = threadIdx.x / 128 - 1, next = (c + 1) % kConsumers;
-    unsigned char* o_tile = smem + P::o + c * L::kQBytes;
-    auto release_q = [&] {
-      if (threadIdx.x % 32 == 0) arrive(q_empty);
+    auto release_q = [&] {  // with O tiles of its own: once this warp's last S of the tile is done
+      if (P::own_o && threadIdx.x % 32 == 0) arrive(q_empty);
     };
     if (c == kConsumers - 1) named_arrive(turn_bar(0), 2 * 128);
     int tile = ring.take(0);
@@ -255,7 +257,8 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
       }
 
       // Epilogue: the last P·V (a turn, handed on unless it was the block's last and the
-      // next consumer's turns are over), then O — once its tile's last store has read it.
+      // next consumer's turns are over), then O: into its own tile once the last tile's
+      // store has read it, or at d = 256 into the Q tile, released once this store has.
       tile = ring.take(t + 1);
       const int r = n + last;
       named_sync(turn_bar(c), 2 * 128);
@@ -264,9 +267,15 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
       if (next != 0 || tile < tiles) named_arrive(turn_bar(next), 2 * 128);
       w.wait_pv();
       w.release_v(r % kStages);
-      stored();
-      named_sync(epilogue_bar(c), 128);
-      w.store(&o_map, lse, q0, bh, scale, o_tile);
+      if constexpr (P::own_o) {
+        stored();
+        named_sync(epilogue_bar(c), 128);
+        w.store(&o_map, lse, q0, bh, scale, smem + P::o + c * L::kQBytes);
+      } else {
+        w.store(&o_map, lse, q0, bh, scale, w.q_buffer());
+        stored();
+        if (threadIdx.x % 128 == 0) arrive(q_empty);
+      }
       n += last + 1;
     }
     stored();
@@ -297,9 +306,9 @@ void run_persistent_d(const Problem& p, const NativeFwdArgs& a, void* ws, Stream
   else
     p.causal ? launch_persistent<__half, kD, true>(p, a, ws, s) : launch_persistent<__half, kD, false>(p, a, ws, s);
 }
-static_assert(PersistentSmem<128, 128, 2, 2>::bytes + 1024 <= 227 * 1024 &&
-                  PersistentSmem<64, 128, 2, 3>::bytes + 1024 <= 227 * 1024,
-              "the O tiles fit beside forward_kernel's at d = 64 and 128 (at d = 256 they do not)");
+static_assert(PersistentSmem<64, 128, 2, 3>::own_o && PersistentSmem<128, 128, 2, 2>::own_o &&
+                  !PersistentSmem<256, 80, 2, 2>::own_o && PersistentSmem<256, 80, 2, 2>::bytes + 1024 <= 227 * 1024,
+              "O tiles of their own fit beside forward_kernel's at d = 64 and 128, not at d = 256");
 
 /// Short problems at d = 64 on the kernel of two blocks an SM, d = 64 and 128 otherwise
 /// on the persistent grid, d = 256 a block a tile (step07.hpp).
@@ -312,7 +321,11 @@ std::size_t workspace(const Problem& p) { return persistent_grid(p.d, p.N, p.cau
 }  // namespace
 
 void run_persistent(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
-  p.d == 64 ? run_persistent_d<64>(p, a, ws, s) : run_persistent_d<128>(p, a, ws, s);  // the callers took d = 64, 128
+  switch (p.d) {
+    case 64: return run_persistent_d<64>(p, a, ws, s);
+    case 128: return run_persistent_d<128>(p, a, ws, s);
+    default: return run_persistent_d<256>(p, a, ws, s);  // gpu::forward checked d against kSupportedD
+  }
 }
 std::size_t tile_counter(const Problem&) { return sizeof(int); }
 

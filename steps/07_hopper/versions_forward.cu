@@ -340,8 +340,8 @@ const GpuForward kForwardVersions[kForwardVersionCount] = {
      run_s1, kS1D, kSm, true},
     {"h7: h4 with three consumers at d = 64 (production)", 256, no_workspace, "", nullptr, run_specialised,
      kSupportedD, kSm, true},
-    {"h9: h7 on a persistent grid, tiles from a counter, O in its own tile (production at d = 64, 128)", 128,
-     tile_counter, "the tile counter", nullptr, run_persistent, kNarrowD, kSm, true},
+    {"h9: h7 on a persistent grid, tiles from a counter, O in its own tile (production at d = 64, 128)", 256,
+     tile_counter, "the tile counter", nullptr, run_persistent, kSupportedD, kSm, true},
 };
 
 }  // namespace fa::step07

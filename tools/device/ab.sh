@@ -19,7 +19,7 @@
 # short:  the forward's short problems at d = 128 (N = 1k–8k), where step 07 was below
 #         cuDNN: lesson rows h1, h5 and s1 beside the production forward and cuDNN;
 # h9:     the forward's persistent grid (lesson row h9, production at d = 64 and 128 but for
-#         d = 64's short problems) beside a block a tile (h7) and cuDNN, d = 64 and 128,
+#         d = 64's short problems) beside a block a tile (h7) and cuDNN, d = 64, 128, 256 (H9_D),
 #         N = 1k–32k, causal and not, both B·H·N;
 # pause:  step 07 and cuDNN at d = 128 and 256 timed with no pause and after 500 ms of
 #         rest before every block (note 07, "How far one run can be trusted");
@@ -37,8 +37,8 @@
 # b12:    a writer of dQ's pieces per consumer at d = 128 (lesson row b12): step 07 beside b11
 #         (07b11), the deterministic mode (07det) and cuDNN, d = 64, 128, 256, N = 1k–32k, causal
 #         and not, both B·H·N.
-# det:    the deterministic mode (07det) beside step 07 and cuDNN, d = 64, 128, 256, N = 1k–8k,
-#         causal and not, both B·H·N.
+# det:    the deterministic mode (07det) beside step 07 and cuDNN, d = 64, 128, 256, N = 1k–8k
+#         (DET_N), causal and not, both B·H·N.
 # bwdpeers: the backward's production tables and its last lesson rows in one run: step 07 beside
 #         b11, b10, b9, b8, step 06, cuDNN and FlashAttention-2, every shape (bwd without b4–b7).
 # Results (ab*.csv, device.txt) into $OUT/results.tgz (and $RESULTS, if given), to be
@@ -70,7 +70,7 @@ if want fwd || want gemm; then
 fi
 want fwd && run ab07 --dir fwd --causal 0,1
 want short && run ab07_short --dir fwd --impls 07,07h1,07h5,07s1,torch-cudnn --d 128 --N 1024,2048,4096,8192 --causal 0,1
-want h9 && run ab07_h9 --dir fwd --impls 07h7,07h9,torch-cudnn --d 64,128 --causal 0,1
+want h9 && run ab07_h9 --dir fwd --impls 07h7,07h9,torch-cudnn --d "${H9_D:-64,128,256}" --causal 0,1
 if want pause; then
   run ab07_pause0 --dir fwd --impls 07,torch-cudnn --d 128,256 --N 1024,4096,16384 --causal 0,1 --tokens 131072
   run ab07_pause500 --dir fwd --impls 07,torch-cudnn --d 128,256 --N 1024,4096,16384 --causal 0,1 --tokens 131072 \
@@ -93,7 +93,7 @@ want b9 && run ab07bwd_b9 --dir bwd --causal 0,1 --impls 07,07b8,torch-cudnn
 want b10 && run ab07bwd_b10 --dir bwd --causal 0,1 --d 64,128 --impls 07,07b9,torch-cudnn
 want b11 && run ab07bwd_b11 --dir bwd --causal 0,1 --d 64,128 --impls 07,07b10,07b9,torch-cudnn
 want b12 && run ab07bwd_b12 --dir bwd --causal 0,1 --impls 07,07b11,07det,torch-cudnn
-want det && run ab07bwd_det --dir bwd --causal 0,1 --impls 07,07det,torch-cudnn --N 1024,2048,4096,8192
+want det && run ab07bwd_det --dir bwd --causal 0,1 --impls 07,07det,torch-cudnn --N "${DET_N:-1024,2048,4096,8192}"
 want bwdpeers && run ab07bwd --dir bwd --causal 0,1 --impls 07,07b11,07b10,07b9,07b8,06,torch-cudnn,torch-flash
 want bwd && run ab07bwd --dir bwd --causal 0,1 --impls 07,07b4,07b5,07b6,07b7,07b8,07b9,07b10,07b11,06,torch-cudnn,torch-flash
 if want host; then
