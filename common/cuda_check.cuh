@@ -55,28 +55,19 @@ void set_smem_limit(Kernel kernel, std::size_t bytes) {
 /// that kernel writes must first wait in cudaGridDependencySynchronize() (sm_90 and up; a
 /// kernel with no such wait must not be launched early). Launch latency and whatever a
 /// block does before its wait then run under the kernel before it.
-/// With cluster > 1, the blocks run in clusters of that many along x (thread block clusters,
-/// sm_90: the blocks of a cluster share their shared memory; grid.x a multiple of it).
 template <class... Params, class... Args>
 void launch_early(bool early, void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t s,
-                  unsigned cluster, Args&&... args) {
-  cudaLaunchAttribute attrs[2]{};
-  unsigned n = 0;
-  if (early) {
-    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attrs[n++].val.programmaticStreamSerializationAllowed = 1;
-  }
-  if (cluster > 1) {
-    attrs[n].id = cudaLaunchAttributeClusterDimension;
-    attrs[n++].val.clusterDim = {cluster, 1, 1};
-  }
+                  Args&&... args) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
-  cfg.attrs = attrs;
-  cfg.numAttrs = n;
+  cfg.attrs = &attr;
+  cfg.numAttrs = early ? 1 : 0;
   FA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
 }
 }  // namespace fa

@@ -345,18 +345,15 @@ struct BwdVersion {
   bool writers_at_128;   ///< b12: at d = 128 a writer of dQ's pieces per consumer (write_dq), each reduction
                          ///< in flight beside the other consumer's (b4–b11, and d = 64, 256: one writer,
                          ///< one reduction at a time)
-  bool pairs_at_256;     ///< b13: at d = 256 two key blocks' dQ pieces summed in a cluster's shared memory
-                         ///< before one reduction, half the reductions (b4–b12: a reduction a block's piece)
 };
 using Version = BwdVersion (*)();  // a version as a function, so that it can name a kernel's template argument
-FA_HD constexpr BwdVersion b4() { return {false, 64, 64, false, false, false, false}; }
-FA_HD constexpr BwdVersion b5() { return {true, 64, 64, false, false, false, false}; }
-FA_HD constexpr BwdVersion b6() { return {true, 64, 80, false, false, false, false}; }
-FA_HD constexpr BwdVersion b7() { return {true, 96, 80, false, false, false, false}; }  // b7–b9: b8 and b9 changed the call and the grid
-FA_HD constexpr BwdVersion b10() { return {true, 96, 80, true, false, false, false}; }
-FA_HD constexpr BwdVersion b11() { return {true, 96, 80, true, true, false, false}; }
-FA_HD constexpr BwdVersion b12() { return {true, 96, 80, true, true, true, false}; }
-FA_HD constexpr BwdVersion b13() { return {true, 96, 80, true, true, true, true}; }
+FA_HD constexpr BwdVersion b4() { return {false, 64, 64, false, false, false}; }
+FA_HD constexpr BwdVersion b5() { return {true, 64, 64, false, false, false}; }
+FA_HD constexpr BwdVersion b6() { return {true, 64, 80, false, false, false}; }
+FA_HD constexpr BwdVersion b7() { return {true, 96, 80, false, false, false}; }  // b7–b9: b8 and b9 changed the call and the grid
+FA_HD constexpr BwdVersion b10() { return {true, 96, 80, true, false, false}; }
+FA_HD constexpr BwdVersion b11() { return {true, 96, 80, true, true, false}; }
+FA_HD constexpr BwdVersion b12() { return {true, 96, 80, true, true, true}; }
 /// Queries a step of version v at head dimension d (the wide kernel at d = 256: 64).
 FA_HD constexpr int bwd_queries(BwdVersion v, int d) {
   return d == 64 ? v.queries_at_64 : d == 128 ? v.queries_at_128 : kQ;
@@ -674,21 +671,18 @@ struct WideSmem {
   static constexpr int l2 = dq + kBwdConsumers * kChunkFloats * 4;  ///< [stage][kQ]: L·log2 e
   static constexpr int dsum = l2 + kStages * kQ * 4;                 ///< [kQ]: D
   static constexpr int bars = dsum + kQ * 4;
-  static constexpr int tiles = bars + 8 * (2 + 2 * kStages + 2 + 4 * kBwdConsumers);  ///< the tile ring (TileRing)
+  static constexpr int tiles = bars + 8 * (2 + 2 * kStages + 2 + 2 * kBwdConsumers);  ///< the tile ring (TileRing)
   static constexpr int bytes = tiles + TileRing::kBytes;                              ///< + 1024 for alignment
 };
 static_assert(WideSmem::bytes + 1024 <= 227 * 1024, "d = 256's block fits the 227 KiB a Hopper block may take");
 
 /// The mbarriers at d = 256: BwdBarriers' with dO's stage apart from Q's.
-/// b13 adds, per consumer, "xfull" (the other block of the cluster has staged its piece for this
-/// one: its consumer's 128 threads arrive from there) and "xempty" (the other block has read
-/// this one's staged piece: the same 128 arrive once they have).
 struct WideBarriers {
-  std::uint64_t *kv_full, *kv_empty, *q_full, *q_empty, *do_full, *do_empty, *dq_full, *dq_empty, *xfull, *xempty;
+  std::uint64_t *kv_full, *kv_empty, *q_full, *q_empty, *do_full, *do_empty, *dq_full, *dq_empty;
   __device__ explicit WideBarriers(unsigned char* at)
       : kv_full(reinterpret_cast<std::uint64_t*>(at)), kv_empty(kv_full + 1), q_full(kv_empty + 1),
         q_empty(q_full + kStages), do_full(q_empty + kStages), do_empty(do_full + 1), dq_full(do_empty + 1),
-        dq_empty(dq_full + kBwdConsumers), xfull(dq_empty + kBwdConsumers), xempty(xfull + kBwdConsumers) {}
+        dq_empty(dq_full + kBwdConsumers) {}
   __device__ void init() {
     cuda::ptx::mbarrier_init(kv_full, 1);
     cuda::ptx::mbarrier_init(kv_empty, 1);  // the one thread that stores dK and dV
@@ -701,69 +695,10 @@ struct WideBarriers {
     for (int c = 0; c < kBwdConsumers; ++c) {
       cuda::ptx::mbarrier_init(&dq_full[c], 4);
       cuda::ptx::mbarrier_init(&dq_empty[c], 1);
-      cuda::ptx::mbarrier_init(&xfull[c], 128);
-      cuda::ptx::mbarrier_init(&xempty[c], 128);
     }
     cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
   }
 };
-
-/// Waits for a phase of `bar` that a thread of the cluster's other block completed: acquire at
-/// cluster scope, so that what it stored before arriving is seen here.
-__device__ __forceinline__ void wait_cluster(std::uint64_t* bar, std::uint32_t parity) {
-  while (!cuda::ptx::mbarrier_try_wait_parity(cuda::ptx::sem_acquire, cuda::ptx::scope_cluster, bar, parity)) {
-  }
-}
-/// The address in the cluster's shared memory window of what lies at `at` in block `rank`'s
-/// shared memory ("mapa", PTX ISA "Data Movement and Conversion Instructions: mapa"; libcu++'s
-/// cuda::ptx has none): 32 bits, for the .shared::cluster forms of ld and mbarrier.arrive.
-__device__ __forceinline__ std::uint32_t cluster_address(const void* at, unsigned rank) {
-  std::uint32_t out;
-  asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"(smem_u32(at)), "r"(rank));
-  return out;
-}
-/// This thread's arrival on the cluster's other block's copy of `bar`, releasing at cluster scope
-/// (PTX ISA "mbarrier.arrive", its .shared::cluster form: no state is returned).
-__device__ __forceinline__ void arrive_other(std::uint64_t* bar, unsigned other) {
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_address(bar, other))
-               : "memory");
-}
-
-/// b13's writer at d = 256 (a block a tile, key blocks 2q and 2q + 1 of a head in a cluster of
-/// two; rank = j % 2): per step the pieces this block adds. In a step both blocks visit, each
-/// consumer's piece `rank` (panel c + 2·rank), the pair's sum; in the step only this one visits (with the mask,
-/// key block 2q's last, its diagonal), all four. Consumer c has given it `it` pieces before step
-/// `it` either way (one a shared step; the lone step, with two, is the last).
-__device__ void write_dq_pairs(const BwdParams& prm, const TileRing& ring, unsigned rank, const float* staging,
-                               std::uint64_t* dq_full, std::uint64_t* dq_empty) {
-  cudaGridDependencySynchronize();
-  for (int n = 0;; ++n) {
-    const int tile = ring.take(n);
-    if (tile >= prm.tiles) break;
-    const auto [j, bh] = bwd_tile(prm, tile);
-    const int steps = bwd_steps<kQ, kWideKeys>(prm, j);
-    const int shared = ::min(steps, bwd_steps<kQ, kWideKeys>(prm, j ^ 1));  // steps the other block visits too
-    for (int it = 0; it < steps; ++it) {
-      const int i = q_block(prm.q_blocks, it);
-      auto add = [&](int c, int panel, int use) {  // consumer c's piece number `use`, of panel `panel`
-        wait(&dq_full[c], use & 1);
-        cuda::ptx::cp_reduce_async_bulk(cuda::ptx::space_global, cuda::ptx::space_shared, cuda::ptx::op_add,
-                                        prm.dq_acc + dq_piece(bh, prm.q_blocks, i, panel, 4, kChunkFloats),
-                                        staging + c * kChunkFloats, std::uint32_t(kChunkFloats * 4));
-        cuda::ptx::cp_async_bulk_commit_group();
-        cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
-        arrive(&dq_empty[c]);
-      };
-      if (it < shared) {
-        add(0, 2 * int(rank), it);
-        add(1, 2 * int(rank) + 1, it);
-      } else {
-        add(0, 0, it), add(1, 1, it), add(0, 2, it + 1), add(1, 3, it + 1);
-      }
-    }
-  }
-  cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});
-}
 
 template <class T, Version V>
 __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
@@ -784,13 +719,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     ring.init(1 + 128 * kBwdConsumers);
     bars.init();
   }
-  // b13: both blocks of the cluster have initialised their barriers before either arrives on the other's.
-  if constexpr (kV.pairs_at_256) {
-    cuda::ptx::barrier_cluster_arrive(cuda::ptx::sem_release);
-    cuda::ptx::barrier_cluster_wait(cuda::ptx::sem_acquire);
-  } else {
-    __syncthreads();
-  }
+  __syncthreads();
 
   if (threadIdx.x < 128) {
     // ---- Producer warpgroup: as dkdv_kernel's, dO_i and D_i into their one stage.
@@ -826,12 +755,8 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         for (int it = n > 0 ? 1 : 0; it < steps; ++it) load_q(it, bh);
       }
     } else if (threadIdx.x == 32) {  // one writer (b12's second one cost 2–12% here)
-      if constexpr (kV.pairs_at_256)
-        write_dq_pairs(prm, ring, cuda::ptx::get_sreg_cluster_ctarank(), reinterpret_cast<const float*>(smem + L::dq),
-                       bars.dq_full, bars.dq_empty);
-      else
-        write_dq<kWideD, kQ, kWideKeys, 1>(prm, ring, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full,
-                                           bars.dq_empty, 0);
+      write_dq<kWideD, kQ, kWideKeys, 1>(prm, ring, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full,
+                                         bars.dq_empty, 0);
     }
     return;
   }
@@ -854,9 +779,6 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     const auto [j, bh] = bwd_tile(prm, tile);
     const int k0 = j * kWideKeys, steps = bwd_steps<kQ, kWideKeys>(prm, j);
     const int key0 = k0 + 16 * warp + g;  // this thread's keys: key0, key0 + 8
-    // b13: the cluster's other block (key block j ^ 1) visits the same query blocks, but with the
-    // mask key block 2q's diagonal one is its own: its last step (two blocks of 64 queries and keys).
-    const bool alone_last = kV.pairs_at_256 && steps > bwd_steps<kQ, kWideKeys>(prm, j ^ 1);
     wait(bars.kv_full, n % 2);
     // 64 keys × 128 columns: register 4n + 2h + e = key 16·warp + g + 8h, column 128c + 8n + 2t + e
     float dk[kWideD / 4] = {}, dv[kWideD / 4] = {};
@@ -942,56 +864,10 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       auto stage_piece = [&](float(&dq)[kChunkFloats / 128], int piece) {
         stage_dq(dq, stage_dq_at, &bars.dq_empty[c], P::parity(step, c + kBwdConsumers * piece) ^ 1, tid);
       };
-      auto release_q = [&] {
-        wgmma_wait<1>(dk);
-        cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
-        arrive(&bars.q_empty[s]);
-      };
-      if constexpr (kV.pairs_at_256) {
-        // b13: the slot's uses alternate between this block's writer (dq_empty) and, in a paired
-        // step, the other block's consumer c (xempty). Before step `it` this consumer has given its
-        // writer `it` pieces (one a paired step; the lone step, two, is the last).
-        const int uses = it;
-        const unsigned rank = unsigned(key0 / kWideKeys) % 2;  // the block's rank in its cluster: j % 2
-        if (!(alone_last && it == steps - 1)) {
-          // Piece `rank` is this block's to add, the pair's sum; piece 1 − rank is the other's.
-          issue_piece(dq0, 1 - int(rank));
-          release_q();
-          issue_piece(dq1, int(rank));
-          wgmma_wait<1>(dq0);
-          stage_dq(dq0, stage_dq_at, &bars.dq_empty[c], (uses - 1) & 1, tid);  // once the writer has read the last
-          arrive_other(&bars.xfull[c], rank ^ 1);
-          wait_cluster(&bars.xfull[c], it & 1);  // the other's piece for this block, in its slot: into dq0's registers
-          // The other block's slot, read through the cluster's window (PTX ISA "ld", .shared::cluster).
-          const std::uint32_t theirs = cluster_address(stage_dq_at + 4 * tid, rank ^ 1);
-#pragma unroll
-          for (int u = 0; u < kChunkFloats / 512; ++u)
-            asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
-                         : "=f"(dq0[4 * u]), "=f"(dq0[4 * u + 1]), "=f"(dq0[4 * u + 2]), "=f"(dq0[4 * u + 3])
-                         : "r"(theirs + 2048 * u)
-                         : "memory");
-          wgmma_wait<0>(dq1);
-#pragma unroll
-          for (int x = 0; x < kChunkFloats / 128; ++x) dq1[x] += dq0[x];
-          arrive_other(&bars.xempty[c], rank ^ 1);
-          wait_cluster(&bars.xempty[c], it & 1);  // the other block's reads of this slot before these stores
-          stage_dq(dq1, stage_dq_at, &bars.xempty[c], it & 1, tid);
-          announce_dq(&bars.dq_full[c], tid);
-        } else {  // the other block has no piece of this query block (its key block is past it)
-          issue_piece(dq0, 0);
-          release_q();
-          issue_piece(dq1, 1);
-          wgmma_wait<1>(dq0);
-          stage_dq(dq0, stage_dq_at, &bars.dq_empty[c], (uses - 1) & 1, tid);
-          announce_dq(&bars.dq_full[c], tid);
-          wgmma_wait<0>(dq1);
-          stage_dq(dq1, stage_dq_at, &bars.dq_empty[c], uses & 1, tid);
-          announce_dq(&bars.dq_full[c], tid);
-        }
-        continue;
-      }
       issue_piece(dq0, 0);
-      release_q();
+      wgmma_wait<1>(dk);
+      cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+      arrive(&bars.q_empty[s]);
       if constexpr (kV.fences_late) {
         issue_piece(dq1, 1);
         wgmma_wait<1>(dq0);
@@ -1147,22 +1023,17 @@ void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) {
   FA_CHECK_LAUNCH();
 
   auto map = [&](const void* x, int box) { return make_tile_map(x, p.dtype, N, heads, kD, box); };
-  // b13 at d = 256: key blocks 2q and 2q + 1 of a head in one cluster of two blocks, a block a
-  // tile (their count rounded up to even: a last block past N adds zeros).
-  constexpr bool kPairs = kD == kWideD && V().pairs_at_256;
-  static_assert(!(kPairs && C.deterministic), "the deterministic mode adds dQ a key block at a time");
-  const int kv_real = tiles::kv_blocks(N, kKeys), kv_blocks = kPairs ? (kv_real + 1) / 2 * 2 : kv_real;
-  const int tile_count = kv_blocks * int(heads);
+  const int kv_blocks = tiles::kv_blocks(N, kKeys), tile_count = kv_blocks * int(heads);
   const BwdParams prm{N,    Np,     qb,       kv_blocks, tile_count, p.softmax_scale(), p.causal, C.deterministic,
                       w.l2, w.dsum, w.dq_acc, w.order,   w.taken};
   set_smem_limit(K::kernel, K::smem);
-  const int grid = C.persistent && !kPairs ? std::min(tile_count, gpu::sm_count()) : tile_count;  // a block an SM, or a tile
-  launch_early(C.early, K::kernel, dim3(unsigned(grid)), dim3(128 * (1 + kBwdConsumers)), K::smem, s, kPairs ? 2u : 1u,
-               map(a.q, kQi), map(a.k, kKeys),
+  const int grid = C.persistent ? std::min(tile_count, gpu::sm_count()) : tile_count;  // a block an SM, or a tile
+  launch_early(C.early, K::kernel, dim3(unsigned(grid)), dim3(128 * (1 + kBwdConsumers)), K::smem, s, map(a.q, kQi),
+               map(a.k, kKeys),
                map(a.v, kKeys), map(a.dout, kQi), map(a.dk, kRowsPerConsumer), map(a.dv, kRowsPerConsumer), prm);
 
   const unsigned pieces = unsigned(heads * qb * (kD / kPanel));
-  launch_early(C.early, convert_kernel<T, kQi>, dim3(pieces), dim3(256), 0, s, 1, N, kD, qb, p.softmax_scale(),
+  launch_early(C.early, convert_kernel<T, kQi>, dim3(pieces), dim3(256), 0, s, N, kD, qb, p.softmax_scale(),
                static_cast<const float*>(w.dq_acc), static_cast<T*>(a.dq));
 }
 
@@ -1198,8 +1069,6 @@ const GpuBackward kBackwardB10{"b10: at d = 128 dQ's pieces computed in their ow
                                nullptr, run<b10, kAnyOrder>, kBackwardD, kSm, true};
 const GpuBackward kBackwardB11{"b11: one writer of dQ's pieces for both consumers", 256, workspace_bytes<b11>, kWorkspace,
                                nullptr, run<b11, kAnyOrder>, kBackwardD, kSm, true};
-const GpuBackward kBackwardB13{"b13: at d = 256 two key blocks' dQ pieces summed in a cluster", 256,
-                               workspace_bytes<b13>, kWorkspace, nullptr, run<b13, kAnyOrder>, kBackwardD, kSm, true};
 const GpuBackward kBackwardDeterministic{"det: dQ added in key-block order", 256, workspace_bytes<b12>, kWorkspace,
                                          nullptr, run<b12, kInOrder>, kBackwardD, kSm, true};
 

@@ -180,10 +180,6 @@ extern const GpuBackward kBackwardB10;
 /// reduction at a time, where production (b12) has a writer per consumer at d = 128 (at d = 64
 /// and 256 production's kernel is b11's).
 extern const GpuBackward kBackwardB11;
-/// Lesson row b13: production with, at d = 256, key blocks 2q and 2q + 1 of a head in one
-/// cluster of two blocks (a block a tile), each block adding the pair's sum of half of dQ's
-/// pieces: half the bulk reductions into the accumulator.
-extern const GpuBackward kBackwardB13;
 constexpr int kForwardVersionCount = 10;
 /// The forward versions of note 07's table (versions_forward.cu), for the bench and tests.
 extern const GpuForward kForwardVersions[kForwardVersionCount];

@@ -296,7 +296,7 @@ void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const
     FA_CUDA_CHECK(cudaFuncGetAttributes(&f, combine_kernel<T, kD>));
     return f.ptxVersion >= 90;
   }();
-  launch_early(early_merge && kCanWait, combine_kernel<T, kD>, dim3(unsigned(p.rows())), dim3(kCombineThreads), 0, st, 1,
+  launch_early(early_merge && kCanWait, combine_kernel<T, kD>, dim3(unsigned(p.rows())), dim3(kCombineThreads), 0, st,
                p.rows(), sp.splits, static_cast<const float*>(part_o), static_cast<const float*>(part_lse),
                static_cast<T*>(a.o), a.lse);
 }
