@@ -21,12 +21,14 @@
 // past N dropped by the map), L from registers.
 //
 // Two grids (persistent_grid, step07.hpp):
-//   persistent_kernel (d = 64, 128; lesson row h9)  one block an SM, each taking tile
-//       after tile from a counter, a head's heaviest first with the causal mask; the K/V
-//       ring runs on across a block's tiles, and O is staged in a tile of its own, so the
-//       next tile's Q loads while the last tile's final products and epilogue run;
-//   forward_kernel (d = 256; lesson row h7)  a block a tile, O staged in the consumer's Q
-//       tile: at d = 256 there is no room for O tiles beside the ring.
+//   persistent_kernel (production at d = 64, 128; lesson row h9)  one block an SM, each
+//       taking tile after tile from a counter, a head's heaviest first with the causal
+//       mask; the K/V ring runs on across a block's tiles, and O is staged in a tile of
+//       its own, so the next tile's Q loads while the last tile's final products and
+//       epilogue run (at d = 256 there is no room for those tiles: O goes through the Q
+//       tile, and the next Q waits for its store);
+//   forward_kernel (production at d = 256; lesson row h7)  a block a tile, O staged in
+//       the consumer's Q tile; at d = 256 the persistent grid measured level with it.
 // Short problems at d = 64 run on lesson row h1's kernel instead, which fits two blocks
 // on an SM (two_blocks_an_sm, step07.hpp; versions_forward.cu).
 #include <algorithm>

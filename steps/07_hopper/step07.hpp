@@ -79,7 +79,8 @@ FA_HD constexpr bool two_blocks_an_sm(int d, int N, bool causal) {
 }
 /// The rest run the warp-specialised kernel on a persistent grid (lesson row h9: a block an
 /// SM, taking tile after tile from a counter) where a consumer's O tile fits in shared memory
-/// beside its Q tile and the K/V ring — d = 64 and 128 — and a block a tile (h7) at d = 256.
+/// beside its Q tile and the K/V ring — d = 64 and 128 — and a block a tile (h7) at d = 256,
+/// where h9 (its O through the Q tile) measured level with h7 (note 07).
 FA_HD constexpr bool persistent_grid(int d, int N, bool causal) {
   return (d == 64 || d == 128) && !two_blocks_an_sm(d, N, causal);
 }

@@ -23,7 +23,7 @@
 //   h9  h7 on a persistent grid (a block an SM), its tiles from a counter; the K/V ring
 //       runs on across tiles, and O is staged in a tile of its own, so the next tile's Q
 //       loads under the last one's products and epilogue: production at d = 64 and 128
-//       (at d = 256 the O tiles do not fit)
+//       (at d = 256 the O tiles do not fit: O goes through the Q tile, as in h7)
 #include <cstdint>
 
 #include "common/cuda_check.cuh"
