@@ -779,11 +779,11 @@ def table_step07_summary(D, direction="fwd"):
         out.append(f"| {tokens} | {d} | {min(t):.0f}–{max(t):.0f} | {span('cudnn')} | {span('flash')} | "
                    f"{span('step06')} | {ok} of {len(sel)} |")
     both = [(k, r) for k, r in rows.items() if "step07" in r and "cudnn" in r]
-    below = [(k, r["step07"] / r["cudnn"]) for k, r in both if round(r["step07"] / r["cudnn"], 2) < 1]
+    below = [(k, r["step07"] / r["cudnn"]) for k, r in both if r["step07"] < r["cudnn"]]  # as "cells ≥ cuDNN" counts
     long_ = [r["step07"] / r["cudnn"] for k, r in both if k[3] >= 8192]
     flash = [r["step07"] / r["flash"] for k, r in both if "flash" in r]
     out += ["", f"Below cuDNN in {len(below)} of {len(both)} shapes, at N = {min(k[3] for k, _ in below)}–{max(k[3] for k, _ in below)} "
-                f"({min(x for _, x in below):.2f}–{max(x for _, x in below):.3f}×; at d = 64 in "
+                f"({min(x for _, x in below):.3f}–{max(x for _, x in below):.3f}×; at d = 64 in "
                 f"{sum(k[1] == 64 for k, _ in below)} of them). At N ≥ 8192: {min(long_):.2f}–{max(long_):.2f}× cuDNN. "
                 f"Against FlashAttention-2: {min(flash):.2f}–{max(flash):.2f}× in all {len(flash)}." if below else
             f"At least cuDNN's speed in all {len(both)} shapes."]
@@ -924,7 +924,8 @@ def table_sass07(D):
         k = x.split(": ", 1)[0].replace("void ", "")
         return re.sub(r"&fa::step07::\(anonymous namespace\)::(\w+)>.*", r"\1>", k).split(":")[0]
     out += [f"- `{name(x)}`: {x.split(': ', 1)[1]}" for x in lines
-            if "bf16" in x and x.startswith(("void forward_kernel", "void dkdv_kernel", "void dkdv_wide_kernel"))]
+            if "bf16" in x and x.startswith(("void forward_kernel", "void persistent_kernel", "void dkdv_kernel",
+                                             "void dkdv_wide_kernel"))]
     out += ["", "The versions' kernels (h1–h6) likewise: no local memory in any of them."]
     return out
 
@@ -1009,7 +1010,7 @@ def table_step07_pair(D, ds, old, old_name, new_name, new="07", folder=AB):
     cells = {}
     for (tokens, dd, causal, N, who), x in ab07bwd_rounds(folder).items():
         if dd in ds and who in (new, old, "cudnn"):
-            cells.setdefault((tokens, dd, causal, N), {})["07" if who == new else who] = x
+            cells.setdefault((tokens, dd, causal, N), {})["new" if who == new else who] = x
     Ns = sorted({k[3] for k in cells})
     dims = f"d = {ds[0]}" if one else "d = " + ", ".join(map(str, ds))
     out = [f"bf16 backward, {dims}, on {device07(D, 'device.txt', folder)}, measured in one process "
@@ -1022,9 +1023,9 @@ def table_step07_pair(D, ds, old, old_name, new_name, new="07", folder=AB):
         row = []
         for n in Ns:
             m = {w: statistics.median(v) for w, v in cells.get((tokens, dd, causal, n), {}).items()}
-            if all(w in m for w in ("07", old, "cudnn")):
-                ratios.append(m["07"] / m[old])
-                row.append(f"{bold(m['07'] / m[old])} ({bold(m[old] / m['cudnn'])}, {bold(m['07'] / m['cudnn'])})")
+            if all(w in m for w in ("new", old, "cudnn")):
+                ratios.append(m["new"] / m[old])
+                row.append(f"{bold(m['new'] / m[old])} ({bold(m[old] / m['cudnn'])}, {bold(m['new'] / m['cudnn'])})")
             else:
                 row.append("—")
         out.append(f"| {tokens} | " + ("" if one else f"{dd} | ") + f"{'yes' if causal else 'no'} | " +
@@ -1202,6 +1203,60 @@ def table_step07_b12(D):
     return table_step07_pair(D, (64, 128, 256), "07b11", "b11", "b12")
 
 
+def table_step07_b13(D):
+    """Lesson row b13 (d = 256's key blocks in clusters of two, measured and removed) beside production then (b12),
+    in its one run (ab/bwd_b13/)."""
+    return table_step07_pair(D, 256, "07", "production (b12)", "b13", new="07b13", folder=os.path.join(AB, "bwd_b13"))
+
+
+FWD07_H9 = os.path.join(AB, "fwd_h9")  # the persistent forward's three runs: first/, second/, and the last (here)
+
+
+def table_step07_h9(D):
+    """Lesson row h9 (the persistent grid) against h7 (a block a tile), in its three runs: the first two timed h9
+    beside production then (07: h7 but for the short problems, where h1 ran at d = 64 — N ≤ 1024, or 2048 with the
+    mask — and s1 at d = 128, N ≤ 1024), the third beside h7 itself (07h7). The short problems of then apart."""
+    runs = [("first", "07", "run 1 (763c6b3: a block takes its next tile as it starts one)"),
+            ("second", "07", "run 2 (0db0f79: once it has issued a tile's loads)"),
+            ("", "07h7", "run 3 (f2a460f: the same h9)")]
+    meds = [(ab07bwd_medians(os.path.join(D.folder, FWD07_H9, sub), "ab07_h9.csv"), old, what)
+            for sub, old, what in runs]
+
+    def short_then(d, causal, N):  # where production ran two blocks an SM before h9
+        return N <= (2048 if d == 64 and causal else 1024)
+
+    def span(x):
+        return f"{bold(min(x))}–{max(x):.2f}" if len(x) > 1 else bold(x[0])
+
+    out = [f"bf16 forward, d = 64 and 128, on {device07(D, 'device.txt', os.path.join(D.folder, FWD07_H9))}, "
+           f"three runs of `tools/bench/ab.py` (`{rel(os.path.join(D.folder, FWD07_H9))}/`, each the median of 3 "
+           f"rounds): h9 ÷ h7, lowest–highest over the shapes where production ran h7 before h9; over the short "
+           f"problems of then (d = 64: N = 1024, and 2048 with the mask; d = 128: N = 1024), h9 ÷ the kernel that ran "
+           f"there (runs 1–2: h1 at d = 64, s1 at d = 128; run 3: h7); and h9 × cuDNN in run 3 over every N, "
+           f"1024–32768. Bold: below 1.0.", "",
+           "| B·H·N | d | causal | " + " | ".join(w for _, _, w in meds) + " | short problems, runs 1 / 2 / 3 | "
+           "h9 × cuDNN, run 3 |", "|---|---|---|" + "---|" * (len(meds) + 2)]
+    last = meds[-1][0]
+    for tokens, d, causal in sorted({k[:3] for k in last if k[4] == "07h9"}):
+        cells, short = [], []
+        for m, old, _ in meds:
+            pairs = [(k[3], x / m[k[:4] + (old,)]) for k, x in m.items() if k[4] == "07h9" and
+                     k[:3] == (tokens, d, causal) and k[:4] + (old,) in m]
+            cells.append(span([r for N, r in pairs if not short_then(d, causal, N)]))
+            short.append(span([r for N, r in pairs if short_then(d, causal, N)]))
+        c = [x / last[k[:4] + ("cudnn",)] for k, x in last.items() if k[4] == "07h9" and k[:3] == (tokens, d, causal)]
+        out.append(f"| {tokens} | {d} | {'yes' if causal else 'no'} | " + " | ".join(cells) +
+                   f" | {' / '.join(short)} | {span(c)} |")
+    d256 = os.path.join(D.folder, FWD07_H9, "d256")  # a fourth run, d = 256 only: O staged in the Q tile there
+    m = ab07bwd_medians(d256, "ab07_h9.csv")
+    lo, hi = ratio_range(m, 256, "07h9", "07h7")
+    cu = ratio_range(m, 256, "07h9", "cudnn")
+    out += ["", f"At d = 256 (O staged in the Q tile), in a fourth run (`{rel(d256)}/`, "
+                f"{open(os.path.join(d256, 'device.txt')).read().split()[-1]}), N = 1024–32768, causal and not, both "
+                f"B·H·N: h9 ÷ h7 {lo:.2f}–{hi:.2f}, h9 × cuDNN {cu[0]:.2f}–{cu[1]:.2f}."]
+    return out
+
+
 def ratio_range(m, d, new, old, causal=None, Ns=None):
     """min–max of new ÷ old over one run's medians m at head dimension d (and causal, N if given)."""
     r = [x / m[k[:4] + (old,)] for k, x in m.items() if k[4] == new and k[1] == d and (causal is None or
@@ -1249,22 +1304,33 @@ def table_step07_bwd_stalls_d256(D):
 
 def table_step07_det_now(D):
     """The deterministic mode's cost (07det ÷ 07) per d and mask: on the persistent grid (ab/bwd_b12/, every N)
-    and on a grid of a block a tile (ab/bwd_b12/det/, N = 1k–8k), each in its own run beside the default."""
+    and on a grid of a block a tile (ab/bwd_b12/det/, N = 1k–8k; ab/bwd_b12/det_long/, N = 16k–32k at B·H·N =
+    131072, a run cut short by the device's time: a shape it did not reach is a dash), each in its own run beside
+    the default."""
     pers = ab07bwd_medians(os.path.join(D.folder, BWD07_B12), "ab07bwd_b12.csv")
     tile_folder = os.path.join(D.folder, BWD07_B12, "det")
     tile = ab07bwd_medians(tile_folder, "ab07bwd_det.csv")
+    long_folder = os.path.join(D.folder, BWD07_B12, "det_long")
+    tile_long = ab07bwd_medians(long_folder, "ab07bwd_det.csv")
     short, long_ = (1024, 2048, 4096, 8192), (16384, 32768)
     out = [f"bf16 backward, B·H·N = 131072 and 524288, on {device07(D, 'device.txt', tile_folder)}: the deterministic "
            f"mode's TFLOP/s ÷ the default's, lowest–highest over both B·H·N, each measured in one process beside the "
            f"default (`{rel(os.path.join(D.folder, BWD07_B12))}/ab07bwd_b12.csv`, persistent grid, at b12's "
-           f"kernels; `{rel(tile_folder)}/ab07bwd_det.csv`, a block a tile, the same kernels).", "",
-           "| d | causal | persistent grid, N = 1k–8k | a block a tile (kept), N = 1k–8k | persistent grid, N = 16k–32k |",
-           "|---|---|---|---|---|"]
+           f"kernels; `{rel(tile_folder)}/ab07bwd_det.csv`, a block a tile, the same kernels; "
+           f"`{rel(long_folder)}/ab07bwd_det.csv`, a block a tile at N = 16k–32k, B·H·N = 131072 only: that run "
+           f"ran out of device time, — where it had not got to).", "",
+           "| d | causal | persistent grid, N = 1k–8k | a block a tile (kept), N = 1k–8k | persistent grid, N = 16k–32k "
+           "| a block a tile (kept), N = 16k–32k |", "|---|---|---|---|---|---|"]
     for d in (64, 128, 256):
         for c in (False, True):
             cells = [ratio_range(pers, d, "07det", "07", c, short), ratio_range(tile, d, "07det", "07", c, short),
                      ratio_range(pers, d, "07det", "07", c, long_)]
-            out.append(f"| {d} | {'yes' if c else 'no'} | " + " | ".join(f"{a:.2f}–{b:.2f}" for a, b in cells) + " |")
+            try:
+                cells.append(ratio_range(tile_long, d, "07det", "07", c, long_))
+            except ValueError:  # no shape of it in the cut-short run
+                cells.append(None)
+            out.append(f"| {d} | {'yes' if c else 'no'} | " +
+                       " | ".join(f"{x[0]:.2f}–{x[1]:.2f}" if x else "—" for x in cells) + " |")
     return out
 
 
@@ -1806,7 +1872,7 @@ TABLES = {
     "step01-bandwidth": table_bandwidth, "claims": table_claims, "traffic-m": table_traffic_m,
     "step07-peers": table_step07_peers, "step07-summary": table_step07_summary, "step07-lesson": table_step07_lesson,
     "sass07": table_sass07, "step07-gemm": table_step07_gemm, "ctest07": table_ctest07,
-    "step07-persistent": table_step07_persistent,
+    "step07-persistent": table_step07_persistent, "step07-h9": table_step07_h9, "step07-b13": table_step07_b13,
     "step07-short-before": lambda D: table_step07_short(D, "short07_before"),
     "step07-short": lambda D: table_step07_short(D, "short07"), "step07-short128": table_step07_short128,
     "step07-repeats": table_step07_repeats, "step07-harness": table_step07_harness,
