@@ -72,47 +72,18 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     claim_registers<kTile.consumer_regs()>();
     Consumer<T, kD, kBc, kStages, kConsumers, kCausal> w(smem, bars, threadIdx.x / 128 - 1, q0, N, scale);
     const int c = w.c, next = (c + 1) % kConsumers;  // turns go round: 0, 1, (2,) 0, …
-    float alpha[2];
 
     // Prologue: the last consumer lets consumer 0 take the first turn; block 0's S and softmax.
     if (c == kConsumers - 1) named_arrive(turn_bar(0), 2 * 128);
     wait(bars.q_full, 0);
-    named_sync(turn_bar(c), 2 * 128);  // my turn on the tensor cores...
-    wait(&bars.k_full[0], 0);
-    w.issue_qk(0);
-    named_arrive(turn_bar(next), 2 * 128);  // ...handed to the next consumer
-    w.wait_s();
-    w.release_k(0);
-    w.mask(0);
-    w.softmax(alpha);  // O is still 0: nothing to rescale
-    w.to_p();
+    w.first_block(0, next, [] {});
 
     // Main loop: in one turn, S_j and P_{j−1}·V_{j−1}; the softmax of j while P·V runs.
-    for (int j = 1; j <= last; ++j) {
-      const int sj = j % kStages, sp = (j - 1) % kStages;
-      named_sync(turn_bar(c), 2 * 128);
-      wait(&bars.k_full[sj], (j / kStages) % 2);
-      w.issue_qk(sj);
-      wait(&bars.v_full[sp], ((j - 1) / kStages) % 2);
-      w.issue_pv(sp);
-      named_arrive(turn_bar(next), 2 * 128);
-      w.wait_s_not_pv();
-      w.release_k(sj);
-      w.mask(j);
-      const bool rescale = w.softmax(alpha);
-      w.wait_pv();
-      w.release_v(sp);
-      if (rescale) w.rescale_o(alpha);
-      w.to_p();
-    }
+    for (int j = 1; j <= last; ++j) w.next_block(j, j, next, [] {});
 
     // Epilogue: the last block's P·V (a turn too: the last consumer hands no further
     // turn to consumer 0, whose turns are over), then O and L out.
-    named_sync(turn_bar(c), 2 * 128);
-    wait(&bars.v_full[last % kStages], (last / kStages) % 2);
-    w.issue_pv(last % kStages);
-    if (c != kConsumers - 1) named_arrive(turn_bar(next), 2 * 128);
-    w.wait_pv();
+    w.last_pv(last, next, c != kConsumers - 1);
     w.store(&o_map, lse, q0, bh, scale, w.q_buffer());
     stored();
   }
@@ -223,51 +194,25 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
       const auto [i, bh] = forward_tile_at(tile, q_blocks);
       const int q0 = i * kRows, last = tiles::last_kv_block(N, kCausal, i, kRows, kBc);
       Consumer<T, kD, kBc, kStages, kConsumers, kCausal> w(smem, bars, c, q0, N, scale);
-      float alpha[2];
 
       // Prologue: block 0's S and softmax.
       wait(bars.q_full, t % 2);
-      named_sync(turn_bar(c), 2 * 128);
-      wait(&bars.k_full[n % kStages], (n / kStages) % 2);
-      w.issue_qk(n % kStages);
-      named_arrive(turn_bar(next), 2 * 128);
-      w.wait_s();
-      w.release_k(n % kStages);
-      if (last == 0) release_q();
-      w.mask(0);
-      w.softmax(alpha);
-      w.to_p();
+      w.first_block(n, next, [&] {
+        if (last == 0) release_q();
+      });
 
       // Main loop: forward_kernel's, with the ring counted over the block's tiles.
-      for (int j = 1; j <= last; ++j) {
-        const int r = n + j, sj = r % kStages, sp = (r - 1) % kStages;
-        named_sync(turn_bar(c), 2 * 128);
-        wait(&bars.k_full[sj], (r / kStages) % 2);
-        w.issue_qk(sj);
-        wait(&bars.v_full[sp], ((r - 1) / kStages) % 2);
-        w.issue_pv(sp);
-        named_arrive(turn_bar(next), 2 * 128);
-        w.wait_s_not_pv();
-        w.release_k(sj);
-        if (j == last) release_q();  // the tile's last S is done: the next tile's Q may load
-        w.mask(j);
-        const bool rescale = w.softmax(alpha);
-        w.wait_pv();
-        w.release_v(sp);
-        if (rescale) w.rescale_o(alpha);
-        w.to_p();
-      }
+      for (int j = 1; j <= last; ++j)
+        w.next_block(j, n + j, next, [&] {
+          if (j == last) release_q();  // the tile's last S is done: the next tile's Q may load
+        });
 
       // Epilogue: the last P·V (a turn, handed on unless it was the block's last and the
       // next consumer's turns are over), then O: into its own tile once the last tile's
       // store has read it, or at d = 256 into the Q tile, released once this store has.
       tile = ring.take(t + 1);
       const int r = n + last;
-      named_sync(turn_bar(c), 2 * 128);
-      wait(&bars.v_full[r % kStages], (r / kStages) % 2);
-      w.issue_pv(r % kStages);
-      if (next != 0 || tile < tiles) named_arrive(turn_bar(next), 2 * 128);
-      w.wait_pv();
+      w.last_pv(r, next, next != 0 || tile < tiles);
       w.release_v(r % kStages);
       if constexpr (P::own_o) {
         stored();

@@ -203,6 +203,56 @@ struct Consumer {
   /// algorithm): registers 4n..4n+3 of S are columns 8n..8n+7; two n make a k step.
   __device__ void to_p() { to_a<T, kBc>(s, p); }
 
+  // The schedule of h4 and after (forward.cu), a turn on the tensor cores at a time: this
+  // consumer's named barrier, then the turn handed to consumer `next`. r counts the K/V
+  // blocks through the ring (r = j on a grid of a block a tile). `s_done` runs once S_j is
+  // in and K_j released (h9 releases its Q tile after a tile's last S there).
+
+  /// Block 0: S_0 alone in a turn, its softmax (O is still 0: nothing to rescale).
+  template <class SDone>
+  __device__ void first_block(int r, int next, SDone&& s_done) {
+    float alpha[2];
+    named_sync(turn_bar(c), 2 * 128);
+    wait(&bars.k_full[r % kStages], (r / kStages) % 2);
+    issue_qk(r % kStages);
+    named_arrive(turn_bar(next), 2 * 128);
+    wait_s();
+    release_k(r % kStages);
+    s_done();
+    mask(0);
+    softmax(alpha);
+    to_p();
+  }
+  /// Block j ≥ 1: S_j and P_{j−1}·V_{j−1} in one turn; the softmax of j while P·V runs.
+  template <class SDone>
+  __device__ void next_block(int j, int r, int next, SDone&& s_done) {
+    const int sj = r % kStages, sp = (r - 1) % kStages;
+    float alpha[2];
+    named_sync(turn_bar(c), 2 * 128);
+    wait(&bars.k_full[sj], (r / kStages) % 2);
+    issue_qk(sj);
+    wait(&bars.v_full[sp], ((r - 1) / kStages) % 2);
+    issue_pv(sp);
+    named_arrive(turn_bar(next), 2 * 128);
+    wait_s_not_pv();
+    release_k(sj);
+    s_done();
+    mask(j);
+    const bool rescale = softmax(alpha);
+    wait_pv();
+    release_v(sp);
+    if (rescale) rescale_o(alpha);
+    to_p();
+  }
+  /// The last block's P·V (at ring position r) in a turn, handed on if `hand_on`.
+  __device__ void last_pv(int r, int next, bool hand_on) {
+    named_sync(turn_bar(c), 2 * 128);
+    wait(&bars.v_full[r % kStages], (r / kStages) % 2);
+    issue_pv(r % kStages);
+    if (hand_on) named_arrive(turn_bar(next), 2 * 128);
+    wait_pv();
+  }
+
   /// Epilogue: ℓ = the quad's four parts; O/ℓ in 16 bits into `o_tile` (the panel
   /// layout the TMA store reads): this consumer's own Q tile, its last S being done, or
   /// on a persistent grid a tile of its own; L = m·scale + log ℓ from registers; one

@@ -206,38 +206,12 @@ __global__ void __launch_bounds__(V(kD).threads(), V(kD).specialised || (kD != 6
       w.release_v(sj);
     }
   } else {
-    // The production schedule (forward.cu).
-    begin_turn();
-    wait(&bars.k_full[0], 0);
-    w.issue_qk(0);
-    end_turn(false);
-    w.wait_s();
-    w.release_k(0);
-    w.mask(0);
-    w.softmax(alpha);
-    w.to_p();
-    for (int j = 1; j <= last; ++j) {
-      const int sj = j % kStages, sp = (j - 1) % kStages;
-      begin_turn();
-      wait(&bars.k_full[sj], (j / kStages) % 2);
-      w.issue_qk(sj);
-      wait(&bars.v_full[sp], ((j - 1) / kStages) % 2);
-      w.issue_pv(sp);
-      end_turn(false);
-      w.wait_s_not_pv();
-      w.release_k(sj);
-      w.mask(j);
-      const bool rescale = w.softmax(alpha);
-      w.wait_pv();
-      w.release_v(sp);
-      if (rescale) w.rescale_o(alpha);
-      w.to_p();
-    }
-    begin_turn();
-    wait(&bars.v_full[last % kStages], (last / kStages) % 2);
-    w.issue_pv(last % kStages);
-    end_turn(true);
-    w.wait_pv();
+    // The production schedule (forward.cu): ping-pong (below) and the overlap, its turns
+    // taken by the Consumer's own steps.
+    static_assert(!kV.overlap || kV.pingpong, "the overlapped steps take their turns");
+    w.first_block(0, 1 - c, [] {});
+    for (int j = 1; j <= last; ++j) w.next_block(j, j, 1 - c, [] {});
+    w.last_pv(last, 1 - c, c != 1);
   }
   w.store(&o_map, lse, q0, bh, scale, w.q_buffer());
   stored();
