@@ -297,10 +297,11 @@ struct ForwardMaps {
 ForwardMaps forward_maps(const Problem& p, const NativeFwdArgs& a, int keys);
 
 /// The forward's kernels, which kForward chooses between (two_blocks_an_sm,
-/// persistent_grid): the warp-specialised one, a block a tile (forward.cu; lesson row h7)
-/// or on a persistent grid (forward.cu; h9: d = 64 and 128, its workspace the tile
-/// counter, tile_counter bytes), and the short problems' one (versions_forward.cu: lesson
-/// row h1's, at d = 64), which fits two blocks on an SM.
+/// persistent_grid): the warp-specialised one, a block a tile (forward.cu; lesson row h7,
+/// production at d = 256) or on a persistent grid (forward.cu; lesson row h9 at every d,
+/// production at d = 64 and 128; its workspace is the tile counter, tile_counter bytes),
+/// and the short problems' one (versions_forward.cu: lesson row h1's, at d = 64), which
+/// fits two blocks on an SM.
 void run_specialised(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream s);
 void run_persistent(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream s);
 std::size_t tile_counter(const Problem& p);
