@@ -798,7 +798,8 @@ STEP07_FWD = [("h0", "TMA alone: step 06's kernel (mma.sync from ldmatrix), its 
               ("h4", "+ softmax of block j under P·V of block j−1, in each warpgroup"),
               ("h5", "block shape: h4 with 64 keys a block"),
               ("h6", "block shape: h4 with 176 keys a block (not at d = 256)"),
-              ("h7", "**production**: h4 with three consumers (192 query rows) at d = 64")]
+              ("h7", "**production** then (at d = 256 still; h9, below, at d = 64 and 128): h4 with three consumers "
+                     "(192 query rows) at d = 64")]
 
 
 NcuLaunch = collections.namedtuple("NcuLaunch", "name grid metrics")  # grid: "(x, y, z)"; metrics: {name: value}
