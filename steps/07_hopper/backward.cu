@@ -674,7 +674,7 @@ struct WideSmem {
   static constexpr int tiles = bars + 8 * (2 + 2 * kStages + 2 + 2 * kBwdConsumers);  ///< the tile ring (TileRing)
   static constexpr int bytes = tiles + TileRing::kBytes;                              ///< + 1024 for alignment
 };
-static_assert(WideSmem::bytes + 1024 <= 227 * 1024, "d = 256's block fits the 227 KiB a Hopper block may take");
+static_assert(WideSmem::bytes + 1024 <= kBlockSmemBytes, "d = 256's block fits the 227 KiB a Hopper block may take");
 
 /// The mbarriers at d = 256: BwdBarriers' with dO's stage apart from Q's.
 struct WideBarriers {
@@ -1007,7 +1007,7 @@ template <class T, int kD, Version V, BwdCall C>
 void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) {
   using K = DkdvKernel<T, kD, V>;
   constexpr int kKeys = backward_keys(kD), kQi = bwd_queries(V(), kD);
-  static_assert(K::smem <= 227 * 1024, "a block's shared memory on sm_90");
+  static_assert(K::smem <= kBlockSmemBytes, "a block's shared memory on sm_90");
   const BwdWorkspace w = carve(p, ws, kQi);
   const int N = p.N, Np = padded(N, kQi), qb = tiles::q_blocks(N, kQi);
   const std::size_t heads = p.heads();

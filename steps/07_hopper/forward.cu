@@ -112,7 +112,8 @@ void run_d(const Problem& p, const NativeFwdArgs& a, Stream s) {
 }
 
 // ---------------------------------------------------------------------------------
-// The persistent grid (d = 64, 128): the kernel above, tile after tile.
+// The persistent grid (production at d = 64, 128; lesson row h9 at every d): the kernel
+// above, tile after tile.
 
 /// The persistent kernel's shared memory: forward_kernel's (Smem), then an O tile per
 /// consumer where they fit (so that the next tile's Q may load into the Q tile while O is
@@ -120,11 +121,13 @@ void run_d(const Problem& p, const NativeFwdArgs& a, Stream s) {
 template <int kD, int kBc, int kStages, int kConsumers>
 struct PersistentSmem {
   using L = Smem<kD, kBc, kStages, kConsumers>;
+  static constexpr int kTail = 8 + TileRing::kBytes;         ///< Q's "empty" barrier, the TileRing
   static constexpr int o = (L::bytes + 1023) / 1024 * 1024;  ///< [consumer]: 64 rows of O, panels as Q's
-  static constexpr bool own_o = o + kConsumers * L::kQBytes + 8 + TileRing::kBytes + 1024 <= 227 * 1024;
-  static constexpr int q_empty = own_o ? o + kConsumers * L::kQBytes : L::bytes;
+  static constexpr int o_end = o + kConsumers * L::kQBytes;
+  static constexpr bool own_o = o_end + kTail + 1024 <= kBlockSmemBytes;
+  static constexpr int q_empty = own_o ? o_end : L::bytes;
   static constexpr int ring = q_empty + 8;
-  static constexpr int bytes = ring + TileRing::kBytes;  ///< + 1024 for the base's alignment
+  static constexpr int bytes = q_empty + kTail;  ///< + 1024 for the base's alignment
 };
 
 /// A tile of the forward: query block i of head bh, tile = bh·T_r + (T_r − 1 − i) — the
@@ -177,7 +180,8 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
         const int last = tiles::last_kv_block(N, kCausal, i, kRows, kBc);
         wait(q_empty, (t % 2) ^ 1);  // a fresh barrier: parity 1 is done
         load_q<kD, kBc, kStages, kConsumers>(&q_map, smem, bars, i * kRows, bh);
-        for (int j = 0; j <= last; ++j, ++n) load_kv<kD, kBc, kStages, kConsumers>(&k_map, &v_map, smem, bars, j, n, bh);
+        for (int j = 0; j <= last; ++j, ++n)
+          load_kv<kD, kBc, kStages, kConsumers>(&k_map, &v_map, smem, bars, j, n, bh);
       }
     }
   } else {
@@ -254,7 +258,8 @@ void run_persistent_d(const Problem& p, const NativeFwdArgs& a, void* ws, Stream
     p.causal ? launch_persistent<__half, kD, true>(p, a, ws, s) : launch_persistent<__half, kD, false>(p, a, ws, s);
 }
 static_assert(PersistentSmem<64, 128, 2, 3>::own_o && PersistentSmem<128, 128, 2, 2>::own_o &&
-                  !PersistentSmem<256, 80, 2, 2>::own_o && PersistentSmem<256, 80, 2, 2>::bytes + 1024 <= 227 * 1024,
+                  !PersistentSmem<256, 80, 2, 2>::own_o &&
+                  PersistentSmem<256, 80, 2, 2>::bytes + 1024 <= kBlockSmemBytes,
               "O tiles of their own fit beside forward_kernel's at d = 64 and 128, not at d = 256");
 
 /// Short problems at d = 64 on the kernel of two blocks an SM, d = 64 and 128 otherwise

@@ -41,6 +41,7 @@ namespace fa::step07 {
 constexpr int kRowsPerConsumer = 64;  ///< wgmma's M
 constexpr int kMaxConsumers = 3;
 constexpr int kProducerRegs = 24;     ///< registers a producer thread keeps after setmaxnreg
+constexpr int kBlockSmemBytes = 227 * 1024;  ///< the most shared memory a block may take on sm_90
 struct FwdTile {
   int consumers;  ///< consumer warpgroups: B_r = 64·consumers query rows a block
   int keys;       ///< B_c: keys per K/V block (the N of S = Q·Kᵀ's wgmma)

@@ -181,10 +181,10 @@ __global__ void __launch_bounds__(V(kD).threads(), V(kD).specialised || (kD != 6
   };
   if (kV.pingpong && c == 1) named_arrive(turn_bar(0), 2 * 128);
   wait(bars.q_full, 0);
-  float alpha[2];
 
   if constexpr (!kV.overlap) {
     // Per block, in order: S, softmax, P·V (a turn for each product).
+    float alpha[2];
     for (int j = 0; j <= last; ++j) {
       const int sj = j % kStages;
       const std::uint32_t phase = (j / kStages) % 2;
@@ -295,7 +295,7 @@ static_assert(h1(64).threads() == 2 * 128 && kConsumers * kRowsPerConsumer == kS
                   h1(64).keys == forward_shape(64, 1024, false).keys,
               "the production forward's short block (forward_shape) is h1's");
 
-constexpr int kS1D[] = {128, 0};  // s1: the short problems' kernel at d = 128 (d = 64 has h1)
+constexpr int kS1D[] = {128, 0};  // s1: the short problems' kernel at d = 128 until h9 (d = 64 has h1)
 void run_s1(const Problem& p, const NativeFwdArgs& a, void*, Stream s) { run_d<s1, 128>(p, a, s); }
 
 }  // namespace
@@ -312,7 +312,7 @@ const GpuForward kForwardVersions[kForwardVersionCount] = {
     {"h6: h4 with 176-key blocks", 128, no_workspace, "", nullptr, run<h6>, kNarrowD, kSm, true},
     {"s1: h1 with 64-key blocks (two blocks an SM at d = 128, short problems)", 128, no_workspace, "", nullptr,
      run_s1, kS1D, kSm, true},
-    {"h7: h4 with three consumers at d = 64 (production)", 256, no_workspace, "", nullptr, run_specialised,
+    {"h7: h4 with three consumers at d = 64 (production at d = 256)", 256, no_workspace, "", nullptr, run_specialised,
      kSupportedD, kSm, true},
     {"h9: h7 on a persistent grid, tiles from a counter, O in its own tile (production at d = 64, 128)", 256,
      tile_counter, "the tile counter", nullptr, run_persistent, kSupportedD, kSm, true},
