@@ -58,6 +58,7 @@ int device_attribute(cudaDeviceAttr what) {  // of the current device
 int sm_count() { return device_attribute(cudaDevAttrMultiProcessorCount); }
 std::size_t smem_per_sm() { return std::size_t(device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor)); }
 std::size_t smem_per_block() { return std::size_t(device_attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin)); }
+std::size_t l2_bytes() { return std::size_t(device_attribute(cudaDevAttrL2CacheSize)); }
 
 namespace {
 __global__ void arch_kernel(int* out) {

@@ -25,6 +25,8 @@ int sm_count();
 std::size_t smem_per_sm();
 /// The most shared memory one block may take on the current device (opt-in), bytes.
 std::size_t smem_per_block();
+/// The L2 cache of the current device, bytes (50 MiB on an H100 or H200).
+std::size_t l2_bytes();
 
 /// Compute capability of the current device ×10: 90 on an H200, 75 on a T4.
 int compute_capability();

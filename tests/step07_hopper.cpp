@@ -97,6 +97,57 @@ TEST_CASE("step07 short problems take h1's block at d = 64, and the model counts
       }
 }
 
+TEST_CASE("step07 tile order: every tile once, a head's heaviest first, heads in sections that fit L2", "[cpu]") {
+  for (int blocks : {1, 3, 8})
+    for (int heads : {1, 5, 16, 17})
+      for (int section : {1, 2, 4, 16, 17}) {
+        if (section > heads) continue;
+        const step07::TileOrder o{blocks, heads, section};
+        INFO(blocks << " tiles a head, " << heads << " heads, sections of " << section);
+        REQUIRE(o.tiles() == blocks * heads);
+        std::vector<int> next(heads, 0);          // the next p each head must hand out
+        std::vector<int> seen(o.tiles(), 0);
+        for (int t = 0; t < o.tiles(); ++t) {
+          const step07::TileOrder::At at = o.at(t);
+          INFO("tile " << t << ": p " << at.p << ", head " << at.bh);
+          REQUIRE(at.bh >= 0);
+          REQUIRE(at.bh < heads);
+          CHECK(at.p == next[at.bh]++);           // a head's tiles in its order, heaviest first
+          CHECK(at.bh / section == t / (blocks * section));  // the heads of t's section
+          // In a section the heads go fastest: tile t's p is the count of whole rounds before it.
+          const int first = t / (blocks * section) * section, n = std::min(section, heads - first);
+          CHECK(at.p == (t - first * blocks) / n);
+          ++seen[at.p * heads + at.bh];
+        }
+        for (int x : seen) CHECK(x == 1);
+        // A grid of a block a tile, started x fastest, skipping heads past the last: the same order.
+        int g_t = 0;
+        for (int z = 0; z < o.sections(); ++z)
+          for (int y = 0; y < blocks; ++y)
+            for (int x = 0; x < section; ++x) {
+              const step07::TileOrder::At g = o.grid_tile(x, y, z);
+              if (g.bh >= heads) continue;
+              REQUIRE(g_t < o.tiles());
+              CHECK(g.p == o.at(g_t).p);
+              CHECK(g.bh == o.at(g_t).bh);
+              CHECK(o.head_major(g_t) == g.bh * blocks + g.p);
+              ++g_t;
+            }
+        CHECK(g_t == o.tiles());
+        if (section == 1)  // head after head: the order of a grid (query blocks, heads)
+          for (int t = 0; t < o.tiles(); ++t) CHECK(o.at(t).bh == t / blocks);
+      }
+  // The sections: without the mask one head; with it as many heads as take two thirds of
+  // the L2, evened out.
+  const double l2 = 50.0 * 1024 * 1024, mib = 1024.0 * 1024;
+  CHECK(step07::tile_order(8, 128, false, 1.0, l2).section == 1);
+  CHECK(step07::tile_order(8, 128, true, 0.25 * mib, l2).section == 128);  // 32 MiB: all of them
+  CHECK(step07::tile_order(8, 128, true, 0.5 * mib, l2).section == 64);    // 66 fit: two sections of 64
+  CHECK(step07::tile_order(8, 100, true, 1.0 * mib, l2).section == 25);    // 33 fit: 4 sections of 25
+  CHECK(step07::tile_order(8, 16, true, 64 * mib, l2).section == 1);       // none fits: one a section
+  CHECK(step07::tile_order(8, 3, true, 0.0, l2).section == 3);
+}
+
 TEST_CASE("step07 tiles use TMA's 128-byte swizzle (exercise 07-swizzle)", "[cpu]") {
   // What the hardware does (CUTLASS's Swizzle<3, 4, 3>): in the unswizzled byte offset of
   // a panel, bits 4–6 (the 16-byte chunk of a 128-byte row) are XORed with bits 7–9 (the
@@ -404,8 +455,10 @@ TEST_CASE("step07 backward lesson row b7 (the call before b8) equals the product
 // the last one of a tile announced after the loop) and K/V's buffers run on from tile to tile,
 // with the causal mask tiles of every length: dK and dV bit for bit (the same sums), dQ within
 // the reorder tolerance, and the deterministic mode (a block a tile since b12) twice the same bits.
-TEST_CASE("step07 backward on a persistent grid (b9, b10, b11, b12) equals a block a tile (b8)", "[gpu]") {
-  for (const auto [B, H, N] : {std::array{2, 100, 130}, std::array{4, 16, 1000}})
+TEST_CASE("step07 backward on a persistent grid (b9, b10, b11, b12, b14) equals a block a tile (b8)", "[gpu]") {
+  // 1 × 32 × 4097: with the mask, production's tiles in sections of heads (8·N·d bytes a
+  // head: 2, 4, 8 MiB), on a GPU of 50 MiB of L2 2, 4 and 8 sections at d = 64, 128, 256.
+  for (const auto [B, H, N] : {std::array{2, 100, 130}, std::array{4, 16, 1000}, std::array{1, 32, 4097}})
     for (int d : kBwdD)
       for (bool causal : {false, true}) {
         if (test::quick() && N != 130) continue;
@@ -416,7 +469,7 @@ TEST_CASE("step07 backward on a persistent grid (b9, b10, b11, b12) equals a blo
         const ForwardOut fwd = gpu::forward(step07::kForward, p, in, true);
         const Grads want = gpu::backward(step07::kBackwardB8, p, in, fwd, dout);
         for (const GpuBackward* b : {&step07::kBackwardB9, &step07::kBackwardB10, &step07::kBackwardB11,
-                                     &step07::kBackward}) {
+                                     &step07::kBackwardB12, &step07::kBackward}) {
           INFO(b->name);
           const Grads g = gpu::backward(*b, p, in, fwd, dout);
           FA_CHECK_CLOSE("dK vs b8", g.dk, want.dk, tol::kBitExact, test::shape_o(p));
@@ -478,9 +531,12 @@ TEST_CASE("step07 forward version h0 (TMA alone) equals step 06's kernel bit for
 // h9's blocks loop over tiles only when there are more tiles than SMs: B·H·T_r of 320
 // to 1280 here, the causal tiles of unequal length, N not a tile multiple; at d = 64 and
 // 128 O staged in tiles of its own, at d = 256 in the Q tiles. Each tile's arithmetic is
-// h7's, so the bits are too.
-TEST_CASE("step07 forward version h9 (persistent grid) equals h7 bit for bit with many tiles a block", "[gpu]") {
-  const GpuForward &h7 = forward_version("h7"), &h9 = forward_version("h9");
+// h7's, so the bits are too. So are h10's, production's, whose causal tiles go heaviest
+// first in sections of heads: at N = 2049 and 80 heads (4·N·d bytes of K/V a head) several
+// sections at every d on a GPU of 50 MiB of L2; at N = 1000, d = 64, h1's kernel, one.
+TEST_CASE("step07 forward versions h9 (persistent grid) and h10 (tiles heaviest first) equal h7 bit for bit",
+          "[gpu]") {
+  const GpuForward &h7 = forward_version("h7"), &h9 = forward_version("h9"), &h10 = forward_version("h10");
   std::vector<int> Ns{1000, 2049};
   if (test::quick()) Ns = {1000};
   for (int d : kAllD)
@@ -489,9 +545,13 @@ TEST_CASE("step07 forward version h9 (persistent grid) equals h7 bit for bit wit
         const Problem p = lowp(make(2, N > 1000 ? 40 : 20, N, d, causal), DType::bf16);
         INFO(p.str() << ", seed 96");
         const Qkv in = inputs(p, 96);
-        const ForwardOut want = gpu::forward(h7, p, in, true), got = gpu::forward(h9, p, in, true);
-        FA_CHECK_CLOSE("O vs h7", got.o, want.o, tol::kBitExact, test::shape_o(p));
-        FA_CHECK_CLOSE("L vs h7", got.lse, want.lse, tol::kBitExact, test::shape_l(p));
+        const ForwardOut want = gpu::forward(h7, p, in, true);
+        for (const GpuForward* v : {&h9, &h10}) {
+          INFO(v->name);
+          const ForwardOut got = gpu::forward(*v, p, in, true);
+          FA_CHECK_CLOSE("O vs h7", got.o, want.o, tol::kBitExact, test::shape_o(p));
+          FA_CHECK_CLOSE("L vs h7", got.lse, want.lse, tol::kBitExact, test::shape_l(p));
+        }
       }
 }
 

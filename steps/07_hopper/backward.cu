@@ -11,7 +11,9 @@
 //
 // The grid is persistent (lesson row b9): a block an SM, each taking tile after tile — a
 // tile is K/V block j of one head — from a counter (next_tile), until none is left (the
-// deterministic mode: a block a tile, the grid of b4–b8). For a
+// deterministic mode: a block a tile, the grid of b4–b8). With the causal mask the tiles go
+// heaviest first across a section of heads (backward_order; lesson row b14), so that the
+// last handed out are the cheapest; b4–b12 took them head after head. For a
 // tile (128 keys), a block visits the query blocks 64 queries at a time (96 at d = 64, 80
 // at d = 128) and is 3 warpgroups:
 //   producer (warpgroup 0)
@@ -179,7 +181,8 @@ FA_HD constexpr bool dq_transposed(int queries) { return queries != kRowsPerCons
 
 struct BwdParams {
   int N, Np, q_blocks;
-  int kv_blocks, tiles;  // T_c, and T_c·B·H tiles (BwdTile)
+  TileOrder schedule;  // the order of the T_c·B·H tiles (BwdTile): blocks = T_c
+  int tiles;           // T_c·B·H
   float scale;
   bool causal, deterministic;
   const float *l2, *dsum;  // preprocess's, [B·H][Np]
@@ -188,15 +191,22 @@ struct BwdParams {
   int* taken;              // tiles taken past the grid's first (next_tile), zeroed by the preprocess
 };
 
-/// The dK/dV kernels' tiles — key block j of head bh, tile = bh·T_c + j — in the order the
-/// blocks take them: j fastest, so that with the causal mask each head's key blocks with the
-/// most query blocks to visit come first, and in the deterministic mode a tile waits only on
-/// tiles taken before it.
+/// The dK/dV kernels' tiles — key block j of head bh — in the order the blocks take them
+/// (prm.schedule, a TileOrder: step07.hpp): a head's p-th tile is its key block j = p, so
+/// that with the causal mask the key blocks with the most query blocks to visit come first
+/// (across a section of heads in production, head after head in b4–b12), and in the
+/// deterministic mode a tile waits only on tiles taken before it.
 struct BwdTile {
   int j, bh;
 };
+/// The tile a block takes (blockIdx.x, then next_tile: positions in prm.schedule) as its
+/// producer tells the block (TileRing): the tile's index head after head,
+/// bh·T_c + j (TileOrder::head_major), which bwd_tile reads; past the last, the end.
+__device__ __forceinline__ int told(const BwdParams& prm, int taken) {
+  return taken < prm.tiles ? prm.schedule.head_major(taken) : prm.tiles;
+}
 __device__ __forceinline__ BwdTile bwd_tile(const BwdParams& prm, int tile) {
-  return {tile % prm.kv_blocks, tile / prm.kv_blocks};
+  return {tile % prm.schedule.blocks, tile / prm.schedule.blocks};
 }
 /// Query blocks the block of key block j (kKeys keys) visits, kQi queries a step.
 template <int kQi, int kKeys>
@@ -406,7 +416,8 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         load_stats<kQi>(smem + L::dsum + s * kQi * 4, prm.dsum + stat, &bars.q_full[s]);
         ++issued;
       };
-      for (int n = 0, tile = blockIdx.x;; ++n, tile = next_tile(prm)) {
+      for (int n = 0, taken = blockIdx.x;; ++n, taken = next_tile(prm)) {
+        const int tile = told(prm, taken);
         ring.publish(n, tile);
         if (tile >= prm.tiles) break;  // the end, told to the rest of the block
         const auto [j, bh] = bwd_tile(prm, tile);
@@ -739,7 +750,8 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         load_stats(smem + L::dsum, prm.dsum + stat, bars.do_full);
         ++issued;
       };
-      for (int n = 0, tile = blockIdx.x;; ++n, tile = next_tile(prm)) {
+      for (int n = 0, taken = blockIdx.x;; ++n, taken = next_tile(prm)) {
+        const int tile = told(prm, taken);
         ring.publish(n, tile);
         if (tile >= prm.tiles) break;
         const auto [j, bh] = bwd_tile(prm, tile);
@@ -995,13 +1007,25 @@ struct BwdCall {
                        ///< memset of their own before it, and the dK/dV and convert kernels launched early
                        ///< (launch_early), each starting under the kernel before it
   bool persistent;     ///< b9: a block an SM, each taking tile after tile (next_tile), where b4–b8 ran a block a tile
+  bool heaviest_first; ///< b14: the causal tiles heaviest first across a section of heads (backward_order), where
+                       ///< b4–b12 took them head after head
 };
 // The deterministic mode runs a block a tile (b8's grid): with the causal mask at N ≤ 8192 it ran
 // at 0.22–0.63× the default's speed on the persistent grid, 0.56–0.81× a block a tile (note 07,
 // the deterministic mode; likely cause: a persistent block's writer runs up to a tile behind its
 // consumers, so a key block's wait for the one before it also waits for that block's older tiles).
-constexpr BwdCall kAnyOrder{false, true, true}, kInOrder{true, true, false}, kAsB8{false, true, false},
-    kAsB7{false, false, false};
+constexpr BwdCall kAnyOrder{.deterministic = false, .early = true, .persistent = true, .heaviest_first = true},
+    kInOrder{.deterministic = true, .early = true, .persistent = false, .heaviest_first = true},
+    kAsB12{.deterministic = false, .early = true, .persistent = true, .heaviest_first = false},
+    kAsB8{.deterministic = false, .early = true, .persistent = false, .heaviest_first = false},
+    kAsB7{.deterministic = false, .early = false, .persistent = false, .heaviest_first = false};
+
+/// The order of the backward's tiles, key blocks of `keys` keys (TileOrder, step07.hpp): a
+/// head's tiles share its Q and dO (16-bit) and its fp32 dQ accumulator, 8·N·d bytes.
+TileOrder backward_order(const Problem& p, int keys, bool heaviest_first) {
+  return tile_order(tiles::kv_blocks(p.N, keys), int(p.heads()), p.causal && heaviest_first, 8.0 * p.N * p.d,
+                    double(gpu::l2_bytes()));
+}
 
 template <class T, int kD, Version V, BwdCall C>
 void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) {
@@ -1023,9 +1047,10 @@ void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) {
   FA_CHECK_LAUNCH();
 
   auto map = [&](const void* x, int box) { return make_tile_map(x, p.dtype, N, heads, kD, box); };
-  const int kv_blocks = tiles::kv_blocks(N, kKeys), tile_count = kv_blocks * int(heads);
-  const BwdParams prm{N,    Np,     qb,       kv_blocks, tile_count, p.softmax_scale(), p.causal, C.deterministic,
-                      w.l2, w.dsum, w.dq_acc, w.order,   w.taken};
+  const TileOrder schedule = backward_order(p, kKeys, C.heaviest_first);
+  const int tile_count = schedule.tiles();
+  const BwdParams prm{N,    Np,     qb,       schedule, tile_count, p.softmax_scale(), p.causal, C.deterministic,
+                      w.l2, w.dsum, w.dq_acc, w.order,  w.taken};
   set_smem_limit(K::kernel, K::smem);
   const int grid = C.persistent ? std::min(tile_count, gpu::sm_count()) : tile_count;  // a block an SM, or a tile
   launch_early(C.early, K::kernel, dim3(unsigned(grid)), dim3(128 * (1 + kBwdConsumers)), K::smem, s, map(a.q, kQi),
@@ -1064,11 +1089,13 @@ const GpuBackward kBackwardB7{"b7: a memset before the preprocess, every kernel 
 const GpuBackward kBackwardB8{"b8: a block a tile, as b4-b7 ran", 256, workspace_bytes<b7>, kWorkspace, nullptr,
                               run<b7, kAsB8>, kBackwardD, kSm, true};
 const GpuBackward kBackwardB9{"b9: the stores fenced right after they are made, as b4-b8 did", 256,
-                              workspace_bytes<b7>, kWorkspace, nullptr, run<b7, kAnyOrder>, kBackwardD, kSm, true};
+                              workspace_bytes<b7>, kWorkspace, nullptr, run<b7, kAsB12>, kBackwardD, kSm, true};
 const GpuBackward kBackwardB10{"b10: at d = 128 dQ's pieces computed in their own step", 256, workspace_bytes<b10>, kWorkspace,
-                               nullptr, run<b10, kAnyOrder>, kBackwardD, kSm, true};
+                               nullptr, run<b10, kAsB12>, kBackwardD, kSm, true};
 const GpuBackward kBackwardB11{"b11: one writer of dQ's pieces for both consumers", 256, workspace_bytes<b11>, kWorkspace,
-                               nullptr, run<b11, kAnyOrder>, kBackwardD, kSm, true};
+                               nullptr, run<b11, kAsB12>, kBackwardD, kSm, true};
+const GpuBackward kBackwardB12{"b12: a writer of dQ's pieces per consumer at d = 128, tiles head after head", 256,
+                               workspace_bytes<b12>, kWorkspace, nullptr, run<b12, kAsB12>, kBackwardD, kSm, true};
 const GpuBackward kBackwardDeterministic{"det: dQ added in key-block order", 256, workspace_bytes<b12>, kWorkspace,
                                          nullptr, run<b12, kInOrder>, kBackwardD, kSm, true};
 

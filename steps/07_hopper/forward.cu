@@ -22,15 +22,17 @@
 //
 // Two grids (persistent_grid, step07.hpp):
 //   persistent_kernel (production at d = 64, 128; lesson row h9)  one block an SM, each
-//       taking tile after tile from a counter, a head's heaviest first with the causal
-//       mask; the K/V ring runs on across a block's tiles, and O is staged in a tile of
-//       its own, so the next tile's Q loads while the last tile's final products and
-//       epilogue run (at d = 256 there is no room for those tiles: O goes through the Q
-//       tile, and the next Q waits for its store);
+//       taking tile after tile from a counter; the K/V ring runs on across a block's
+//       tiles, and O is staged in a tile of its own, so the next tile's Q loads while the
+//       last tile's final products and epilogue run (at d = 256 there is no room for
+//       those tiles: O goes through the Q tile, and the next Q waits for its store);
 //   forward_kernel (production at d = 256; lesson row h7)  a block a tile, O staged in
 //       the consumer's Q tile; at d = 256 the persistent grid measured level with it.
 // Short problems at d = 64 run on lesson row h1's kernel instead, which fits two blocks
 // on an SM (two_blocks_an_sm, step07.hpp; versions_forward.cu).
+// Every grid takes its tiles in forward_order's order (forward.cuh, step07.hpp's TileOrder):
+// with the causal mask heaviest first across a section of heads (lesson row h10), so that
+// the last tiles handed out are the cheapest; the lesson rows before h10 go head after head.
 #include <algorithm>
 
 #include "common/cuda_check.cuh"
@@ -44,7 +46,7 @@ template <class T, int kD, bool kCausal>
 __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     forward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                    const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
-                   float* __restrict__ lse, int N, float scale) {
+                   float* __restrict__ lse, int N, int heads, float scale) {
 #if FA_STEP07_ARCH_OK
   constexpr FwdTile kTile = forward_tile(kD);  // the block shape: step07.hpp
   constexpr int kBc = kTile.keys, kStages = kTile.stages, kConsumers = kTile.consumers, kRows = kTile.rows();
@@ -53,10 +55,10 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
   unsigned char* smem = aligned_smem(smem_raw);
   Barriers bars(smem + L::bars, kStages);
 
-  // The grid is (query blocks, heads): the blocks of one head run side by side and
-  // share its K and V in L2. Block x takes query block T_r − 1 − x, so with the
-  // causal mask the blocks with the most K/V blocks start first.
-  const int i = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y;
+  // A block a tile, in forward_order's order (tile_grid): with the causal mask the tiles
+  // with the most K/V blocks start first.
+  const auto [i, bh] = grid_tile();
+  if (bh >= heads) return;
   const int q0 = i * kRows;
   const int last = tiles::last_kv_block(N, kCausal, i, kRows, kBc);
   if (threadIdx.x == 0) bars.init(kStages, kConsumers);
@@ -91,24 +93,26 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
 }
 
 template <class T, int kD, bool kCausal>
-void launch(const Problem& p, const NativeFwdArgs& a, Stream stream) {
+void launch(const Problem& p, const NativeFwdArgs& a, Stream stream, bool heaviest_first) {
   constexpr FwdTile kTile = forward_tile(kD);
   const ForwardMaps m = forward_maps(p, a, kTile.keys);
+  const TileOrder order = forward_order(p, kTile.rows(), heaviest_first);
   const std::size_t smem = Smem<kD, kTile.keys, kTile.stages, kTile.consumers>::bytes + 1024;  // + the base's alignment
   set_smem_limit(forward_kernel<T, kD, kCausal>, smem);
-  const dim3 grid(unsigned(tiles::q_blocks(p.N, kTile.rows())), unsigned(p.heads()));
-  forward_kernel<T, kD, kCausal><<<grid, kTile.threads(), smem, stream>>>(m.q, m.k, m.v, m.o, a.lse, p.N, p.softmax_scale());
+  forward_kernel<T, kD, kCausal><<<tile_grid(order), kTile.threads(), smem, stream>>>(
+      m.q, m.k, m.v, m.o, a.lse, p.N, int(p.heads()), p.softmax_scale());
   FA_CHECK_LAUNCH();
 }
 
 template <int kD, bool kCausal>
-void run_d(const Problem& p, const NativeFwdArgs& a, Stream s) {
-  p.dtype == DType::bf16 ? launch<__nv_bfloat16, kD, kCausal>(p, a, s) : launch<__half, kD, kCausal>(p, a, s);
+void run_d(const Problem& p, const NativeFwdArgs& a, Stream s, bool heaviest_first) {
+  p.dtype == DType::bf16 ? launch<__nv_bfloat16, kD, kCausal>(p, a, s, heaviest_first)
+                         : launch<__half, kD, kCausal>(p, a, s, heaviest_first);
 }
 
 template <int kD>
-void run_d(const Problem& p, const NativeFwdArgs& a, Stream s) {
-  p.causal ? run_d<kD, true>(p, a, s) : run_d<kD, false>(p, a, s);
+void run_d(const Problem& p, const NativeFwdArgs& a, Stream s, bool heaviest_first) {
+  p.causal ? run_d<kD, true>(p, a, s, heaviest_first) : run_d<kD, false>(p, a, s, heaviest_first);
 }
 
 // ---------------------------------------------------------------------------------
@@ -130,21 +134,11 @@ struct PersistentSmem {
   static constexpr int bytes = q_empty + kTail;  ///< + 1024 for the base's alignment
 };
 
-/// A tile of the forward: query block i of head bh, tile = bh·T_r + (T_r − 1 − i) — the
-/// order of forward_kernel's blocks (a head's blocks together, its heaviest first with
-/// the mask).
-struct FwdTileAt {
-  int i, bh;
-};
-__device__ __forceinline__ FwdTileAt forward_tile_at(int tile, int q_blocks) {
-  return {q_blocks - 1 - tile % q_blocks, tile / q_blocks};
-}
-
 template <class T, int kD, bool kCausal>
 __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     persistent_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                       const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
-                      float* __restrict__ lse, int N, float scale, int q_blocks, int tiles, int* taken) {
+                      float* __restrict__ lse, int N, float scale, const TileOrder order, int* taken) {
 #if FA_STEP07_ARCH_OK
   constexpr FwdTile kTile = forward_tile(kD);
   constexpr int kBc = kTile.keys, kStages = kTile.stages, kConsumers = kTile.consumers, kRows = kTile.rows();
@@ -157,6 +151,7 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
   // every consumer's O store (staged in its Q tile) done reading it.
   std::uint64_t* q_empty = reinterpret_cast<std::uint64_t*>(smem + P::q_empty);
   const TileRing ring(smem + P::ring);
+  const int tiles = order.tiles(), q_blocks = order.blocks;
   if (threadIdx.x == 0) {
     cuda::ptx::mbarrier_init(q_empty, P::own_o ? 4 * kConsumers : kConsumers);
     ring.init(128 * kConsumers);
@@ -173,10 +168,13 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     //      that finish first).
     release_registers<kProducerRegs>();
     if (threadIdx.x == 0) {
-      for (int t = 0, n = 0, tile = blockIdx.x;; ++t, tile = take_tile(taken, tiles)) {
+      // The counter hands out positions in forward_order's order; the consumers are told
+      // each tile's index head after head (query_tile).
+      for (int t = 0, n = 0, at = blockIdx.x;; ++t, at = take_tile(taken, tiles)) {
+        const int tile = at < tiles ? order.head_major(at) : tiles;
         ring.publish(t, tile);
         if (tile >= tiles) break;
-        const auto [i, bh] = forward_tile_at(tile, q_blocks);
+        const auto [i, bh] = query_tile(tile, q_blocks);
         const int last = tiles::last_kv_block(N, kCausal, i, kRows, kBc);
         wait(q_empty, (t % 2) ^ 1);  // a fresh barrier: parity 1 is done
         load_q<kD, kBc, kStages, kConsumers>(&q_map, smem, bars, i * kRows, bh);
@@ -195,7 +193,7 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     if (c == kConsumers - 1) named_arrive(turn_bar(0), 2 * 128);
     int tile = ring.take(0);
     for (int t = 0, n = 0; tile < tiles; ++t) {  // n: the block's K/V blocks before this tile's first
-      const auto [i, bh] = forward_tile_at(tile, q_blocks);
+      const auto [i, bh] = query_tile(tile, q_blocks);
       const int q0 = i * kRows, last = tiles::last_kv_block(N, kCausal, i, kRows, kBc);
       Consumer<T, kD, kBc, kStages, kConsumers, kCausal> w(smem, bars, c, q0, N, scale);
 
@@ -235,60 +233,63 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
 }
 
 template <class T, int kD, bool kCausal>
-void launch_persistent(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream stream) {
+void launch_persistent(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream stream, bool heaviest_first) {
   constexpr FwdTile kTile = forward_tile(kD);
   using P = PersistentSmem<kD, kTile.keys, kTile.stages, kTile.consumers>;
   const ForwardMaps m = forward_maps(p, a, kTile.keys);
-  const int q_blocks = tiles::q_blocks(p.N, kTile.rows()), tile_count = q_blocks * int(p.heads());
+  const TileOrder order = forward_order(p, kTile.rows(), heaviest_first);
+  const int tile_count = order.tiles();
   const int grid = std::min(tile_count, gpu::sm_count());
   int* taken = static_cast<int*>(workspace);  // read only if some block takes a second tile
   if (tile_count > grid) FA_CUDA_CHECK(cudaMemsetAsync(taken, 0, sizeof(int), stream));
   set_smem_limit(persistent_kernel<T, kD, kCausal>, P::bytes + 1024);
   persistent_kernel<T, kD, kCausal><<<grid, kTile.threads(), P::bytes + 1024, stream>>>(
-      m.q, m.k, m.v, m.o, a.lse, p.N, p.softmax_scale(), q_blocks, tile_count, taken);
+      m.q, m.k, m.v, m.o, a.lse, p.N, p.softmax_scale(), order, taken);
   FA_CHECK_LAUNCH();
 }
 
 template <int kD>
-void run_persistent_d(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
+void run_persistent_d(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s, bool heaviest_first) {
   if (p.dtype == DType::bf16)
-    p.causal ? launch_persistent<__nv_bfloat16, kD, true>(p, a, ws, s)
-             : launch_persistent<__nv_bfloat16, kD, false>(p, a, ws, s);
+    p.causal ? launch_persistent<__nv_bfloat16, kD, true>(p, a, ws, s, heaviest_first)
+             : launch_persistent<__nv_bfloat16, kD, false>(p, a, ws, s, heaviest_first);
   else
-    p.causal ? launch_persistent<__half, kD, true>(p, a, ws, s) : launch_persistent<__half, kD, false>(p, a, ws, s);
+    p.causal ? launch_persistent<__half, kD, true>(p, a, ws, s, heaviest_first)
+             : launch_persistent<__half, kD, false>(p, a, ws, s, heaviest_first);
 }
 static_assert(PersistentSmem<64, 128, 2, 3>::own_o && PersistentSmem<128, 128, 2, 2>::own_o &&
                   !PersistentSmem<256, 80, 2, 2>::own_o &&
                   PersistentSmem<256, 80, 2, 2>::bytes + 1024 <= kBlockSmemBytes,
               "O tiles of their own fit beside forward_kernel's at d = 64 and 128, not at d = 256");
 
-/// Short problems at d = 64 on the kernel of two blocks an SM, d = 64 and 128 otherwise
-/// on the persistent grid, d = 256 a block a tile (step07.hpp).
-void run(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
-  if (two_blocks_an_sm(p.d, p.N, p.causal)) return run_short(p, a, ws, s);
-  persistent_grid(p.d, p.N, p.causal) ? run_persistent(p, a, ws, s) : run_specialised(p, a, ws, s);
-}
-std::size_t workspace(const Problem& p) { return persistent_grid(p.d, p.N, p.causal) ? tile_counter(p) : 0; }
-
 }  // namespace
 
-void run_persistent(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
+/// Short problems at d = 64 on the kernel of two blocks an SM, d = 64 and 128 otherwise
+/// on the persistent grid, d = 256 a block a tile (step07.hpp); each takes the causal
+/// tiles heaviest first across a section of heads (forward_order).
+void run_forward(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
+  if (two_blocks_an_sm(p.d, p.N, p.causal)) return run_short(p, a, s, true);
+  persistent_grid(p.d, p.N, p.causal) ? run_persistent(p, a, ws, s, true) : run_specialised(p, a, s, true);
+}
+std::size_t forward_workspace(const Problem& p) { return persistent_grid(p.d, p.N, p.causal) ? tile_counter(p) : 0; }
+
+void run_persistent(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s, bool heaviest_first) {
   switch (p.d) {
-    case 64: return run_persistent_d<64>(p, a, ws, s);
-    case 128: return run_persistent_d<128>(p, a, ws, s);
-    default: return run_persistent_d<256>(p, a, ws, s);  // gpu::forward checked d against kSupportedD
+    case 64: return run_persistent_d<64>(p, a, ws, s, heaviest_first);
+    case 128: return run_persistent_d<128>(p, a, ws, s, heaviest_first);
+    default: return run_persistent_d<256>(p, a, ws, s, heaviest_first);  // gpu::forward checked d against kSupportedD
   }
 }
 std::size_t tile_counter(const Problem&) { return sizeof(int); }
 
-void run_specialised(const Problem& p, const NativeFwdArgs& a, void*, Stream s) {
+void run_specialised(const Problem& p, const NativeFwdArgs& a, Stream s, bool heaviest_first) {
   switch (p.d) {
-    case 64: return run_d<64>(p, a, s);
-    case 128: return run_d<128>(p, a, s);
-    default: return run_d<256>(p, a, s);  // gpu::forward checked d against kSupportedD
+    case 64: return run_d<64>(p, a, s, heaviest_first);
+    case 128: return run_d<128>(p, a, s, heaviest_first);
+    default: return run_d<256>(p, a, s, heaviest_first);  // gpu::forward checked d against kSupportedD
   }
 }
 
-const GpuForward kForward{"step07 forward", 256, workspace, "the tile counter", nullptr, run, kSupportedD, kSm, true};
+const GpuForward kForward{"step07 forward", 256, forward_workspace, "the tile counter", nullptr, run_forward, kSupportedD, kSm, true};
 
 }  // namespace fa::step07

@@ -296,15 +296,41 @@ struct ForwardMaps {
 };
 ForwardMaps forward_maps(const Problem& p, const NativeFwdArgs& a, int keys);
 
+/// The order of the forward's tiles, query blocks of `rows` rows (TileOrder, step07.hpp):
+/// with the causal mask and `heaviest_first`, every head's heaviest tile first, in sections
+/// of heads whose K and V stay in L2 (production: lesson row h10); else head after head
+/// (the lesson rows before it).
+TileOrder forward_order(const Problem& p, int rows, bool heaviest_first);
+/// Query block i of head bh, from a forward tile's index head after head, bh·T_r + p
+/// (TileOrder::head_major): a head's p-th tile in order of cost is its query block
+/// T_r − 1 − p, since with the mask the last visits the most K/V blocks.
+struct QueryTile {
+  int i, bh;
+};
+__device__ __forceinline__ QueryTile query_tile(int head_major, int q_blocks) {
+  return {q_blocks - 1 - head_major % q_blocks, head_major / q_blocks};
+}
+/// A grid of a block a tile in forward_order's order, tile_grid (TileOrder::grid_tile): this
+/// block's query block and head — a head past the last (bh ≥ B·H) for the last section's
+/// missing heads. From the block's indices alone, which cost no registers to keep (worked
+/// out from a tile index, a consumer at d = 256 spilled).
+__device__ __forceinline__ QueryTile grid_tile() {
+  return {int(gridDim.y - 1 - blockIdx.y), int(blockIdx.z * gridDim.x + blockIdx.x)};
+}
+inline dim3 tile_grid(const TileOrder& o) { return dim3(unsigned(o.section), unsigned(o.blocks), unsigned(o.sections())); }
+
 /// The forward's kernels, which kForward chooses between (two_blocks_an_sm,
 /// persistent_grid): the warp-specialised one, a block a tile (forward.cu; lesson row h7,
 /// production at d = 256) or on a persistent grid (forward.cu; lesson row h9 at every d,
 /// production at d = 64 and 128; its workspace is the tile counter, tile_counter bytes),
 /// and the short problems' one (versions_forward.cu: lesson row h1's, at d = 64), which
-/// fits two blocks on an SM.
-void run_specialised(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream s);
-void run_persistent(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream s);
+/// fits two blocks on an SM. Each takes its tiles in forward_order(…, heaviest_first).
+void run_specialised(const Problem& p, const NativeFwdArgs& a, Stream s, bool heaviest_first);
+void run_persistent(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream s, bool heaviest_first);
 std::size_t tile_counter(const Problem& p);
-void run_short(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream s);
+void run_short(const Problem& p, const NativeFwdArgs& a, Stream s, bool heaviest_first);
+/// The production forward (kForward): the kernel for the problem, tiles heaviest first.
+void run_forward(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream s);
+std::size_t forward_workspace(const Problem& p);
 
 }  // namespace fa::step07

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "common/cuda_check.cuh"
+#include "common/gpu.hpp"  // l2_bytes
 #include "steps/07_hopper/forward.cuh"
 #include "steps/07_hopper/hopper.cuh"
 #include "steps/07_hopper/step07.hpp"
@@ -42,6 +43,12 @@ CUtensorMap make_tile_map(const void* base, DType t, int N, std::size_t heads, i
     throw Error("step07: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(int(r)) + ") for N = " +
                 std::to_string(N) + ", d = " + std::to_string(d) + ", " + std::to_string(box_rows) + "-row boxes");
   return map;
+}
+
+TileOrder forward_order(const Problem& p, int rows, bool heaviest_first) {
+  // A head's tiles share its K and V: 2·N·d 16-bit elements.
+  return tile_order(tiles::q_blocks(p.N, rows), int(p.heads()), p.causal && heaviest_first, 4.0 * p.N * p.d,
+                    double(gpu::l2_bytes()));
 }
 
 ForwardMaps forward_maps(const Problem& p, const NativeFwdArgs& a, int keys) {

@@ -40,7 +40,10 @@ namespace fa::step07 {
 /// consumer warpgroups of kRowsPerConsumer query rows each.
 constexpr int kRowsPerConsumer = 64;  ///< wgmma's M
 constexpr int kMaxConsumers = 3;
-constexpr int kProducerRegs = 24;     ///< registers a producer thread keeps after setmaxnreg
+/// Registers a producer thread keeps after setmaxnreg: 32, where 24 left the backward's
+/// d = 256 producer spilling once it also worked out the order of its tiles (TileOrder);
+/// the consumers get 240 or 160 either way (consumer_regs).
+constexpr int kProducerRegs = 32;
 constexpr int kBlockSmemBytes = 227 * 1024;  ///< the most shared memory a block may take on sm_90
 struct FwdTile {
   int consumers;  ///< consumer warpgroups: B_r = 64·consumers query rows a block
@@ -49,10 +52,12 @@ struct FwdTile {
   FA_HD constexpr int rows() const { return kRowsPerConsumer * consumers; }
   FA_HD constexpr int threads() const { return 128 * (1 + consumers); }
   /// Registers a consumer thread takes by setmaxnreg: what the SM's 65536 leave after
-  /// the producer's 24·128, shared by the consumers, in steps of 8 (240 for two, 160
+  /// the producer's 32·128, shared by the consumers, in steps of 8 (240 for two, 160
   /// for three).
   FA_HD constexpr int consumer_regs() const { return (65536 / 128 - kProducerRegs) / consumers / 8 * 8; }
 };
+static_assert(FwdTile{2, 128, 2}.consumer_regs() == 240 && FwdTile{3, 128, 2}.consumer_regs() == 160,
+              "a consumer's registers: 240 with two consumers, 160 with three");
 /// Two consumers (128 query rows), 128 keys, two stages — except:
 ///   d = 64: three consumers (192 rows), FlashAttention-3's shape: the exponentials
 ///     cost as much as the products there, so a third warpgroup's softmax fills the
@@ -92,6 +97,64 @@ struct FwdShape {
 FA_HD constexpr FwdShape forward_shape(int d, int N, bool causal) {
   return two_blocks_an_sm(d, N, causal) ? FwdShape{kShortRows, forward_tile(d).keys}
                                         : FwdShape{forward_tile(d).rows(), forward_tile(d).keys};
+}
+
+/// The order in which the blocks take a problem's tiles (a head's query blocks in the
+/// forward, its key blocks in the backward): in a grid of a block a tile the hardware
+/// starts blocks in index order, and a persistent grid's counter hands tiles out in the
+/// same order, each to the block that finishes first. With the causal mask the tiles of a
+/// head differ in cost (a query block visits i + 1 K/V blocks), and the order decides the
+/// tail: taken head after head, the last tiles handed out are a whole head's, heavy ones
+/// among them, and the SMs that finish early idle while those run. Taken heaviest first
+/// across heads, every head's heaviest tile, then every head's next, the last tiles are
+/// the cheapest, and the SMs finish nearly together (the longest-processing-time-first
+/// rule of list scheduling). Across all heads at once, though, the tiles in flight read
+/// every head's K and V: so the heads go in sections whose K/V stay in L2, heaviest first
+/// within a section. Without the mask every tile costs the same, and a section is one head.
+///
+/// Tile t is the p-th tile of head bh in that head's order (p = 0 its heaviest):
+/// section s = t / (section·blocks) holds heads s·section … (the last one may be smaller),
+/// and in it the heads go fastest.
+struct TileOrder {
+  int blocks;   ///< tiles of a head
+  int heads;    ///< B·H
+  int section;  ///< heads a section (1: head after head)
+  struct At {
+    int p, bh;  ///< the head's p-th tile (heaviest first), of head bh
+  };
+  FA_HD constexpr int tiles() const { return blocks * heads; }
+  FA_HD constexpr int sections() const { return (heads + section - 1) / section; }
+  FA_HD constexpr At at(int t) const {
+    const int first = t / (blocks * section) * section;               // the section's first head
+    const int n = heads - first < section ? heads - first : section;  // its heads
+    const int r = t - first * blocks;                                 // t's place in the section
+    const int p = r / n;
+    return {p, first + (r - p * n)};
+  }
+  /// The same order as a grid of a block a tile, whose blocks the hardware starts x
+  /// fastest: grid (section, blocks, sections()), block (x, y, z) the p = y-th tile of
+  /// head z·section + x — none past the last head (the last section's missing heads).
+  FA_HD constexpr At grid_tile(int x, int y, int z) const { return {y, z * section + x}; }
+  /// Tile t as an index head after head, bh·blocks + p: how a persistent block's producer
+  /// tells its warps which tile they work on (TileRing), so that they need not redo the
+  /// sections' arithmetic (in registers they hold for a whole tile).
+  FA_HD constexpr int head_major(int t) const {
+    const At a = at(t);
+    return a.bh * blocks + a.p;
+  }
+};
+/// The order for `heads` heads of `blocks` tiles, each head reading `bytes_a_head` bytes
+/// that its tiles share, on a GPU with an L2 of `l2_bytes`: sections of heads whose bytes
+/// take at most two thirds of the L2 (the rest for what the tiles write and for the last
+/// section's stragglers), evened out (every section the same number of heads but the
+/// last) — with the causal mask; without it, head after head.
+FA_HD constexpr TileOrder tile_order(int blocks, int heads, bool causal, double bytes_a_head, double l2_bytes) {
+  if (!causal) return {blocks, heads, 1};
+  const double budget = l2_bytes * 2 / 3;
+  const double fit = bytes_a_head > 0 ? budget / bytes_a_head : heads;  // heads whose bytes fit the budget
+  const int most = fit >= heads ? heads : fit < 1 ? 1 : int(fit);
+  const int sections = (heads + most - 1) / most;
+  return {blocks, heads, (heads + sections - 1) / sections};
 }
 
 /// The shared-memory layout of every tile (hopper.cuh): R rows × d columns of 16-bit
@@ -178,11 +241,14 @@ extern const GpuBackward kBackwardB9;
 /// (both consumers meeting on a barrier there), where b11 and production compute them in the next
 /// at d = 128 (at d = 64 b11's kernel is b10's).
 extern const GpuBackward kBackwardB10;
-/// Lesson row b11: production with one writer of dQ's pieces for both consumers, one bulk
-/// reduction at a time, where production (b12) has a writer per consumer at d = 128 (at d = 64
-/// and 256 production's kernel is b11's).
+/// Lesson row b11: b12 with one writer of dQ's pieces for both consumers, one bulk
+/// reduction at a time, where b12 has a writer per consumer at d = 128 (at d = 64 and 256
+/// b12's kernel is b11's).
 extern const GpuBackward kBackwardB11;
-constexpr int kForwardVersionCount = 10;
+/// Lesson row b12: production with its causal tiles head after head, where production (b14)
+/// takes them heaviest first across a section of heads (TileOrder).
+extern const GpuBackward kBackwardB12;
+constexpr int kForwardVersionCount = 11;
 /// The forward versions of note 07's table (versions_forward.cu), for the bench and tests.
 extern const GpuForward kForwardVersions[kForwardVersionCount];
 

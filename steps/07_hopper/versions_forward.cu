@@ -1,10 +1,12 @@
 // Step 07's forward as note 07 measures it, one Hopper idea at a time: the versions of
 // the lesson's table. Each is a configuration with named fields (FwdVersion) built
 // from the one before it; one kernel takes them all, made of the same pieces as the
-// production kernel (forward.cuh). The last rows, h7 and h9, are the production kernels
+// production kernel (forward.cuh). The last rows, h7, h9 and h10, are the production kernels
 // themselves (forward.cu): h7, h4 with three consumers at d = 64, a block a tile (production
 // at d = 256); h9, h7 on a persistent grid (production at d = 64 and 128). Short problems at
-// d = 64 run h1's kernel instead (two_blocks_an_sm). The first row, h0,
+// d = 64 run h1's kernel instead (two_blocks_an_sm). h10 is the production forward: those
+// kernels with the causal tiles taken heaviest first across a section of heads
+// (forward_order), where every row before it takes them head after head. The first row, h0,
 // is step 06's kernel itself (its forward_block) with its loads by TMA: one Hopper
 // feature alone.
 //   h0  TMA alone: step 06's mma.sync kernel, each K/V block two TMA boxes completing on
@@ -24,6 +26,8 @@
 //       runs on across tiles, and O is staged in a tile of its own, so the next tile's Q
 //       loads under the last one's products and epilogue: production at d = 64 and 128
 //       (at d = 256 the O tiles do not fit: O goes through the Q tile, as in h7)
+//   h10 h1 (short problems at d = 64), h9 (d = 64, 128) and h7 (d = 256) with the causal
+//       tiles heaviest first across a section of heads: the production forward
 #include <cstdint>
 
 #include "common/cuda_check.cuh"
@@ -138,7 +142,7 @@ template <class T, int kD, bool kCausal, Version V>
 __global__ void __launch_bounds__(V(kD).threads(), V(kD).specialised || (kD != 64 && V(kD).keys != 64) ? 1 : 2)
     version_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                    const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
-                   float* __restrict__ lse, int N, float scale) {
+                   float* __restrict__ lse, int N, int heads, float scale) {
 #if FA_STEP07_ARCH_OK
   constexpr FwdVersion kV = V(kD);
   constexpr int kBc = kV.keys, kStages = 2;
@@ -149,7 +153,8 @@ __global__ void __launch_bounds__(V(kD).threads(), V(kD).specialised || (kD != 6
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = aligned_smem(smem_raw);
   Barriers bars(smem + L::bars, kStages);
-  const int i = gridDim.x - 1 - blockIdx.x, bh = blockIdx.y;
+  const auto [i, bh] = grid_tile();  // a block a tile, in forward_order's order (tile_grid)
+  if (bh >= heads) return;
   const int q0 = i * kRows;
   const int last = tiles::last_kv_block(N, kCausal, i, kRows, kBc);
   if (threadIdx.x == 0) bars.init(kStages, kConsumers);
@@ -219,25 +224,28 @@ __global__ void __launch_bounds__(V(kD).threads(), V(kD).specialised || (kD != 6
 }
 
 template <Version V, class T, int kD, bool kCausal>
-void launch(const Problem& p, const NativeFwdArgs& a, Stream stream) {
+void launch(const Problem& p, const NativeFwdArgs& a, Stream stream, bool heaviest_first) {
   constexpr FwdVersion kV = V(kD);
   const ForwardMaps m = forward_maps(p, a, kV.keys);
+  const TileOrder order = forward_order(p, kRows, heaviest_first);
   const std::size_t smem = Smem<kD, kV.keys, 2, kConsumers>::bytes + 1024;
   set_smem_limit(version_kernel<T, kD, kCausal, V>, smem);
-  const dim3 grid(unsigned(tiles::q_blocks(p.N, kRows)), unsigned(p.heads()));
-  version_kernel<T, kD, kCausal, V><<<grid, kV.threads(), smem, stream>>>(
-      m.q, m.k, m.v, m.o, a.lse, p.N, p.softmax_scale());
+  version_kernel<T, kD, kCausal, V><<<tile_grid(order), kV.threads(), smem, stream>>>(
+      m.q, m.k, m.v, m.o, a.lse, p.N, int(p.heads()), p.softmax_scale());
   FA_CHECK_LAUNCH();
 }
 
 template <Version V, int kD>
-void run_d(const Problem& p, const NativeFwdArgs& a, Stream s) {
+void run_d(const Problem& p, const NativeFwdArgs& a, Stream s, bool heaviest_first = false) {
   if (p.dtype == DType::bf16)
-    p.causal ? launch<V, __nv_bfloat16, kD, true>(p, a, s) : launch<V, __nv_bfloat16, kD, false>(p, a, s);
+    p.causal ? launch<V, __nv_bfloat16, kD, true>(p, a, s, heaviest_first)
+             : launch<V, __nv_bfloat16, kD, false>(p, a, s, heaviest_first);
   else
-    p.causal ? launch<V, __half, kD, true>(p, a, s) : launch<V, __half, kD, false>(p, a, s);
+    p.causal ? launch<V, __half, kD, true>(p, a, s, heaviest_first)
+             : launch<V, __half, kD, false>(p, a, s, heaviest_first);
 }
 
+/// A lesson row h1–h6: its tiles head after head, as they were measured.
 template <Version V>
 void run(const Problem& p, const NativeFwdArgs& a, void*, Stream s) {
   switch (p.d) {
@@ -300,7 +308,15 @@ void run_s1(const Problem& p, const NativeFwdArgs& a, void*, Stream s) { run_d<s
 
 }  // namespace
 
-void run_short(const Problem& p, const NativeFwdArgs& a, void*, Stream s) { run_d<h1, 64>(p, a, s); }
+void run_short(const Problem& p, const NativeFwdArgs& a, Stream s, bool heaviest_first) {
+  run_d<h1, 64>(p, a, s, heaviest_first);
+}
+
+namespace {
+// h7 and h9: the production kernels with their tiles head after head, as they were measured.
+void run_h7(const Problem& p, const NativeFwdArgs& a, void*, Stream s) { run_specialised(p, a, s, false); }
+void run_h9(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) { run_persistent(p, a, ws, s, false); }
+}  // namespace
 
 const GpuForward kForwardVersions[kForwardVersionCount] = {
     {"h0: TMA alone: step 06's kernel, its loads by TMA", 64, no_workspace, "", nullptr, run_h0, kH0D, kSm, true},
@@ -312,10 +328,12 @@ const GpuForward kForwardVersions[kForwardVersionCount] = {
     {"h6: h4 with 176-key blocks", 128, no_workspace, "", nullptr, run<h6>, kNarrowD, kSm, true},
     {"s1: h1 with 64-key blocks (two blocks an SM at d = 128, short problems)", 128, no_workspace, "", nullptr,
      run_s1, kS1D, kSm, true},
-    {"h7: h4 with three consumers at d = 64 (production at d = 256)", 256, no_workspace, "", nullptr, run_specialised,
+    {"h7: h4 with three consumers at d = 64 (production at d = 256)", 256, no_workspace, "", nullptr, run_h7,
      kSupportedD, kSm, true},
     {"h9: h7 on a persistent grid, tiles from a counter, O in its own tile (production at d = 64, 128)", 256,
-     tile_counter, "the tile counter", nullptr, run_persistent, kSupportedD, kSm, true},
+     tile_counter, "the tile counter", nullptr, run_h9, kSupportedD, kSm, true},
+    {"h10: causal tiles heaviest first across a section of heads: the production forward", 256, forward_workspace,
+     "the tile counter", nullptr, run_forward, kSupportedD, kSm, true},
 };
 
 }  // namespace fa::step07

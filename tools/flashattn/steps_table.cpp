@@ -118,6 +118,7 @@ std::vector<StepEntry> make_table() {
   t.back().backward_versions.push_back(&step07::kBackwardB9);
   t.back().backward_versions.push_back(&step07::kBackwardB10);
   t.back().backward_versions.push_back(&step07::kBackwardB11);
+  t.back().backward_versions.push_back(&step07::kBackwardB12);
 #endif
   // Step 08's model and traffic take the H200's split plan (the kernel takes its GPU's).
   t.push_back({"08", "split K/V for decoding: the merge across blocks", true, true,
@@ -129,6 +130,7 @@ std::vector<StepEntry> make_table() {
   for (const GpuForward& v : step08::kForwardFixed) t.back().forward_versions.push_back(&v);
   t.back().forward_versions.push_back(&step08::kForwardSmallBlocks);
   t.back().forward_versions.push_back(&step08::kForwardLateMerge);
+  t.back().forward_versions.push_back(&step08::kForwardDeepRing);
 #endif
   return t;
 }
