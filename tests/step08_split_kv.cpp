@@ -259,6 +259,21 @@ TEST_CASE("step08 merge kernel launched early or after the splits: the same bits
     }
 }
 
+TEST_CASE("step08 kernel with a ring of six tiles (r6) at d = 128: production's bits", "[gpu]") {
+  // The ring's depth changes when a tile is loaded, not what is computed: the same plan, the
+  // same sums. Chunks of 1 to 5 tiles (fewer than the ring), of many, causal and grouped.
+  for (const Problem& p : {decode(1, 32, 1, 20000, 4, 128, false), decode(2, 8, 16, 3000, 8, 128, true),
+                           decode(1, 4, 1, 200, 4, 128, false), decode(1, 128, 1, 8192, 1, 128, false)}) {
+    INFO(p.str() << ": " << step08::device_plan(p).splits << " splits of " << step08::device_plan(p).tiles_per_split
+                 << " tiles");
+    const Qkv in = inputs(p, 86);
+    const ForwardOut deep = gpu::forward(step08::kForwardDeepRing, p, in, true);
+    const ForwardOut prod = gpu::forward(step08::kForward, p, in, true);
+    FA_CHECK_CLOSE("O, six tiles vs production", deep.o, prod.o, tol::kBitExact, test::shape_o(p));
+    FA_CHECK_CLOSE("L, six tiles vs production", deep.lse, prod.lse, tol::kBitExact, test::shape_l(p));
+  }
+}
+
 TEST_CASE("step08 kernel on self-attention, huge logits and many row blocks", "[gpu]") {
   // Self-attention (N_kv = N): every row block of the causal mask stops at its own tile.
   for (const Problem& p : {lowp(make(1, 2, 300, 128, true), DType::bf16), lowp(make(2, 1, 1000, 64, false), DType::fp16),

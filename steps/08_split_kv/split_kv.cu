@@ -16,6 +16,7 @@
 // L written.
 #include <algorithm>
 #include <cstdint>
+#include <string>
 
 #include "common/cuda_check.cuh"
 #include "common/gpu.hpp"
@@ -308,12 +309,13 @@ GpuShape small_blocks(GpuShape g) {
   return g;
 }
 
+/// ring: the tiles of the ring at d = 128 (stages(128, g), or a lesson row's).
 template <class T>
-void run_t(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const SplitPlan& sp, const GpuShape& g,
+void run_t(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const SplitPlan& sp, int ring,
            bool early_merge) {
   if (p.d == 64) return launch<T, 64, 4>(p, a, ws, st, sp, early_merge);  // stages(64, ·) = 4 on every GPU
-  stages(128, g) == 4 ? launch<T, 128, 4>(p, a, ws, st, sp, early_merge)
-                      : launch<T, 128, 2>(p, a, ws, st, sp, early_merge);
+  if (ring == kDeepRing) return launch<T, 128, kDeepRing>(p, a, ws, st, sp, early_merge);
+  ring == 4 ? launch<T, 128, 4>(p, a, ws, st, sp, early_merge) : launch<T, 128, 2>(p, a, ws, st, sp, early_merge);
 }
 
 /// What a row of the step's tables changes against the production forward (Variant{}).
@@ -321,6 +323,7 @@ struct Variant {
   int splits = 0;             ///< the split count; 0: the plan's
   bool small_blocks = false;  ///< the GPU as one that gives a block 99 KiB sees it (small_blocks)
   bool early_merge = true;    ///< the merge kernel launched while the splits run (where it can wait)
+  int ring = 0;               ///< K/V tiles in the ring at d = 128; 0: stages() for the GPU
 };
 
 /// The GPU as the step sees it: this one, or (kSmall) as small_blocks.
@@ -337,8 +340,13 @@ template <const Variant& kV>
 void run(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st) {
   const GpuShape g = shape_here<kV.small_blocks>();
   const SplitPlan sp = plan_for(p, g, kV.splits);
-  p.dtype == DType::bf16 ? run_t<__nv_bfloat16>(p, a, ws, st, sp, g, kV.early_merge)
-                         : run_t<__half>(p, a, ws, st, sp, g, kV.early_merge);
+  const int ring = kV.ring ? kV.ring : stages(128, g);
+  if (p.d == 128 && smem_bytes(128, ring) > g.smem_per_block)  // a lesson row's ring on a GPU that has no room for it
+    throw Error("step08: a ring of " + std::to_string(ring) + " K/V tiles at d = 128 takes " +
+                std::to_string(smem_bytes(128, ring) / 1024) + " KiB of shared memory a block; this GPU gives " +
+                std::to_string(g.smem_per_block / 1024));
+  p.dtype == DType::bf16 ? run_t<__nv_bfloat16>(p, a, ws, st, sp, ring, kV.early_merge)
+                         : run_t<__half>(p, a, ws, st, sp, ring, kV.early_merge);
 }
 
 template <const Variant& kV>
@@ -375,6 +383,12 @@ constexpr GpuForward forward(const char* name) {
 }
 constexpr Variant kPlan{}, kSplits1{1}, kSplits2{2}, kSplits8{8}, kSplits32{32}, kSplits128{128};
 constexpr Variant kSmall{0, /*small_blocks=*/true}, kLate{0, false, /*early_merge=*/false};
+constexpr Variant deep_ring() {
+  Variant v;
+  v.ring = kDeepRing;
+  return v;
+}
+constexpr Variant kDeep = deep_ring();
 const GpuForward kForward = forward<kPlan>("step08 forward");
 const GpuForward kForwardFixed[kFixedSplitCount] = {
     forward<kSplits1>("s1: one split"),    forward<kSplits2>("s2: 2 splits"),         forward<kSplits8>("s8: 8 splits"),
@@ -382,6 +396,8 @@ const GpuForward kForwardFixed[kFixedSplitCount] = {
 };
 const GpuForward kForwardSmallBlocks = forward<kSmall>("r2: the RTX 30xx/40xx ring");
 const GpuForward kForwardLateMerge = forward<kLate>("m1: the merge kernel launched after the splits");
+const GpuForward kForwardDeepRing = {"r6: a ring of six K/V tiles at d = 128", 128, workspace<kDeep>, kWhat, nullptr,
+                                     run<kDeep>, kDeepRingD, kMinSm, false, true};
 static_assert(kFixedSplits[0] == 1 && kFixedSplits[1] == 2 && kFixedSplits[2] == 8 && kFixedSplits[3] == 32 &&
                   kFixedSplits[4] == 128,
               "kForwardFixed follows kFixedSplits");

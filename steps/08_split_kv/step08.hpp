@@ -119,5 +119,11 @@ extern const GpuForward kForwardSmallBlocks;
 /// The forward with its merge kernel launched after the split kernel, as any kernel, on
 /// every GPU: what the early launch (programmatic dependent launch, sm_90) buys.
 extern const GpuForward kForwardLateMerge;
+/// A ring of six K/V tiles at d = 128 (196 KiB: an A100's or an H100/H200's block; the
+/// plan is production's, one block an SM either way), where production's holds four:
+/// five tiles in flight while one is computed, against three.
+constexpr int kDeepRing = 6;
+inline constexpr int kDeepRingD[] = {128, 0};
+extern const GpuForward kForwardDeepRing;
 
 }  // namespace fa::step08
