@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The steps beside PyTorch's attention in one process, on the same tensors, in alternation
 # (tools/bench/ab.py over libfa_capi.so), on the H200 in one call.
-#   [PHASE=fwd|bwd|bwdpeers|host|decode|pause|gemm|short|h9|call|b9|b10|b11|b12|det|all, or several: PHASE=short,decode] [ROUNDS=5]
+#   [PHASE=fwd|bwd|bwdpeers|host|decode|ring|pause|gemm|short|h9|order|call|b9|b10|b11|b12|det|all, or several: PHASE=short,decode] [ROUNDS=5]
 #       bash tools/device/ab.sh [build-dir]
 # gemm:   the bf16 matrix-product rate, timed the same way (also in fwd);
 # fwd:    step 07's forward, step 06, cuDNN and FlashAttention-2, d = 64, 128, 256,
@@ -16,6 +16,12 @@
 #         longer spin is also a longer rest for the GPU between repeats);
 # decode: step 08 (and 08m1, its merge kernel launched late), step 06 and PyTorch's
 #         backends on note 08's decoding shapes;
+# ring:   step 08 with a ring of six K/V tiles (08r6) beside production's four and PyTorch's
+#         backends, on note 08's decoding shapes;
+# order:  the causal tiles heaviest first across a section of heads (lesson rows h10, b14:
+#         production) beside the same kernels head after head — forward: h1 (d = 64's short
+#         problems), h9 (d = 64, 128), h7 (d = 256); backward: b12, and the deterministic
+#         mode —, and cuDNN, d = 64, 128, 256, N = 1k–32k, causal, both B·H·N;
 # short:  the forward's short problems at d = 128 (N = 1k–8k), where step 07 was below
 #         cuDNN: lesson rows h1, h5 and s1 beside the production forward and cuDNN;
 # h9:     the forward's persistent grid (lesson row h9, production at d = 64 and 128 but for
@@ -81,6 +87,15 @@ if want decode; then  # 08m1: step 08 with its merge kernel launched after the s
   run ab08 --decode --causal 0 $impls
   run ab08_causal --decode --causal 1 --Nq 16 $impls
   run ab08_gqa --decode --causal 0 --Nq 1 --bh 32,128 --group 8 $impls
+fi
+if want ring; then
+  impls=--impls=08,08r6,torch-cudnn,torch-flash,torch-efficient
+  run ab08_ring --decode --causal 0 $impls
+  run ab08_ring_gqa --decode --causal 0 --Nq 1 --bh 32,128 --group 8 $impls
+fi
+if want order; then
+  run ab07_order --dir fwd --causal 1 --impls 07,07h1,07h9,07h7,torch-cudnn
+  run ab07bwd_order --dir bwd --causal 1 --impls 07,07b12,07det,torch-cudnn
 fi
 if want call; then
   python3 tools/bench/timeline.py --lib "$BUILD/tools/bench/libfa_capi.so" --impls "${CALL_IMPLS:-07,07b7,torch-cudnn}" \
