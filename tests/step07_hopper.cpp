@@ -99,53 +99,48 @@ TEST_CASE("step07 short problems take h1's block at d = 64, and the model counts
 
 TEST_CASE("step07 tile order: every tile once, a head's heaviest first, heads in sections that fit L2", "[cpu]") {
   for (int blocks : {1, 3, 8})
-    for (int heads : {1, 5, 16, 17})
-      for (int section : {1, 2, 4, 16, 17}) {
-        if (section > heads) continue;
-        const step07::TileOrder o{blocks, heads, section};
+    for (int heads : {1, 6, 16, 48})
+      for (int shift = 0; (1 << shift) <= heads; ++shift) {
+        if (heads % (1 << shift) != 0) continue;  // sections are whole
+        const step07::TileOrder o{blocks, heads, shift};
+        const int section = o.section();
         INFO(blocks << " tiles a head, " << heads << " heads, sections of " << section);
         REQUIRE(o.tiles() == blocks * heads);
-        std::vector<int> next(heads, 0);          // the next p each head must hand out
+        std::vector<int> next(heads, 0);  // the next p each head must hand out
         std::vector<int> seen(o.tiles(), 0);
         for (int t = 0; t < o.tiles(); ++t) {
           const step07::TileOrder::At at = o.at(t);
           INFO("tile " << t << ": p " << at.p << ", head " << at.bh);
           REQUIRE(at.bh >= 0);
           REQUIRE(at.bh < heads);
-          CHECK(at.p == next[at.bh]++);           // a head's tiles in its order, heaviest first
-          CHECK(at.bh / section == t / (blocks * section));  // the heads of t's section
-          // In a section the heads go fastest: tile t's p is the count of whole rounds before it.
-          const int first = t / (blocks * section) * section, n = std::min(section, heads - first);
-          CHECK(at.p == (t - first * blocks) / n);
+          CHECK(at.p == next[at.bh]++);                      // a head's tiles in its order, heaviest first
+          CHECK(at.bh / section == t / (blocks * section));  // the heads of t's section, ...
+          CHECK(at.bh % section == t % section);             // ... the fastest index in it
           ++seen[at.p * heads + at.bh];
         }
         for (int x : seen) CHECK(x == 1);
-        // A grid of a block a tile, started x fastest, skipping heads past the last: the same order.
+        if (shift == 0)  // head after head: the order of a grid (query blocks, heads)
+          for (int t = 0; t < o.tiles(); ++t) CHECK(o.at(t).bh == t / blocks);
+        // A grid of a block a tile, started x fastest: the same order.
         int g_t = 0;
-        for (int z = 0; z < o.sections(); ++z)
+        for (int z = 0; z < heads / section; ++z)
           for (int y = 0; y < blocks; ++y)
-            for (int x = 0; x < section; ++x) {
+            for (int x = 0; x < section; ++x, ++g_t) {
               const step07::TileOrder::At g = o.grid_tile(x, y, z);
-              if (g.bh >= heads) continue;
-              REQUIRE(g_t < o.tiles());
               CHECK(g.p == o.at(g_t).p);
               CHECK(g.bh == o.at(g_t).bh);
-              CHECK(o.head_major(g_t) == g.bh * blocks + g.p);
-              ++g_t;
             }
-        CHECK(g_t == o.tiles());
-        if (section == 1)  // head after head: the order of a grid (query blocks, heads)
-          for (int t = 0; t < o.tiles(); ++t) CHECK(o.at(t).bh == t / blocks);
       }
   // The sections: without the mask one head; with it as many heads as take two thirds of
-  // the L2, evened out.
+  // the L2 — a power of two that divides B·H.
   const double l2 = 50.0 * 1024 * 1024, mib = 1024.0 * 1024;
-  CHECK(step07::tile_order(8, 128, false, 1.0, l2).section == 1);
-  CHECK(step07::tile_order(8, 128, true, 0.25 * mib, l2).section == 128);  // 32 MiB: all of them
-  CHECK(step07::tile_order(8, 128, true, 0.5 * mib, l2).section == 64);    // 66 fit: two sections of 64
-  CHECK(step07::tile_order(8, 100, true, 1.0 * mib, l2).section == 25);    // 33 fit: 4 sections of 25
-  CHECK(step07::tile_order(8, 16, true, 64 * mib, l2).section == 1);       // none fits: one a section
-  CHECK(step07::tile_order(8, 3, true, 0.0, l2).section == 3);
+  CHECK(step07::tile_order(8, 128, false, 1.0, l2).section() == 1);
+  CHECK(step07::tile_order(8, 128, true, 0.25 * mib, l2).section() == 128);  // 32 MiB: all of them
+  CHECK(step07::tile_order(8, 128, true, 0.5 * mib, l2).section() == 64);    // 66 would fit
+  CHECK(step07::tile_order(8, 96, true, 0.25 * mib, l2).section() == 32);    // 96 would fit: 32 divides 96
+  CHECK(step07::tile_order(8, 100, true, 1.0 * mib, l2).section() == 4);     // 33 would fit: 4 divides 100
+  CHECK(step07::tile_order(8, 16, true, 64 * mib, l2).section() == 1);       // none fits: one a section
+  CHECK(step07::tile_order(8, 17, true, 0.0, l2).section() == 1);            // 17 heads: no power of two divides
 }
 
 TEST_CASE("step07 tiles use TMA's 128-byte swizzle (exercise 07-swizzle)", "[cpu]") {

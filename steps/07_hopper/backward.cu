@@ -199,12 +199,9 @@ struct BwdParams {
 struct BwdTile {
   int j, bh;
 };
-/// The tile a block takes (blockIdx.x, then next_tile: positions in prm.schedule) as its
-/// producer tells the block (TileRing): the tile's index head after head,
-/// bh·T_c + j (TileOrder::head_major), which bwd_tile reads; past the last, the end.
-__device__ __forceinline__ int told(const BwdParams& prm, int taken) {
-  return taken < prm.tiles ? prm.schedule.head_major(taken) : prm.tiles;
-}
+/// A tile as a block's producer tells the block of it (TileRing): its index head after head,
+/// bh·T_c + j — so that only the producer works out the sections' order (prm.schedule.at,
+/// from the position it took: blockIdx.x, then next_tile); past the last, prm.tiles.
 __device__ __forceinline__ BwdTile bwd_tile(const BwdParams& prm, int tile) {
   return {tile % prm.schedule.blocks, tile / prm.schedule.blocks};
 }
@@ -417,10 +414,12 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         ++issued;
       };
       for (int n = 0, taken = blockIdx.x;; ++n, taken = next_tile(prm)) {
-        const int tile = told(prm, taken);
-        ring.publish(n, tile);
-        if (tile >= prm.tiles) break;  // the end, told to the rest of the block
-        const auto [j, bh] = bwd_tile(prm, tile);
+        if (taken >= prm.tiles) {  // the end, told to the rest of the block
+          ring.publish(n, prm.tiles);
+          break;
+        }
+        const auto [j, bh] = prm.schedule.at(taken);  // key block j = the head's j-th tile
+        ring.publish(n, bh * prm.schedule.blocks + j);  // (bwd_tile reads it back)
         const int steps = bwd_steps<kQi, kBc>(prm, j);
         int it = 0;
         if (n > 0) {  // a later tile: its first query blocks load as their stages free, under the last tile's epilogue,
@@ -751,10 +750,12 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         ++issued;
       };
       for (int n = 0, taken = blockIdx.x;; ++n, taken = next_tile(prm)) {
-        const int tile = told(prm, taken);
-        ring.publish(n, tile);
-        if (tile >= prm.tiles) break;
-        const auto [j, bh] = bwd_tile(prm, tile);
+        if (taken >= prm.tiles) {  // the end, told to the rest of the block
+          ring.publish(n, prm.tiles);
+          break;
+        }
+        const auto [j, bh] = prm.schedule.at(taken);  // key block j = the head's j-th tile
+        ring.publish(n, bh * prm.schedule.blocks + j);  // (bwd_tile reads it back)
         const int steps = bwd_steps<kQ, kWideKeys>(prm, j);
         if (n > 0) {  // as dkdv_kernel, but one query block ahead: dO_i has one stage, and the second
           load_q(0, bh);  // would wait for the consumers to take the first, which needs K_j, V_j

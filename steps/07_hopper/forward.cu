@@ -46,7 +46,7 @@ template <class T, int kD, bool kCausal>
 __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     forward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                    const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
-                   float* __restrict__ lse, int N, int heads, float scale) {
+                   float* __restrict__ lse, int N, float scale) {
 #if FA_STEP07_ARCH_OK
   constexpr FwdTile kTile = forward_tile(kD);  // the block shape: step07.hpp
   constexpr int kBc = kTile.keys, kStages = kTile.stages, kConsumers = kTile.consumers, kRows = kTile.rows();
@@ -58,7 +58,6 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
   // A block a tile, in forward_order's order (tile_grid): with the causal mask the tiles
   // with the most K/V blocks start first.
   const auto [i, bh] = grid_tile();
-  if (bh >= heads) return;
   const int q0 = i * kRows;
   const int last = tiles::last_kv_block(N, kCausal, i, kRows, kBc);
   if (threadIdx.x == 0) bars.init(kStages, kConsumers);
@@ -100,7 +99,7 @@ void launch(const Problem& p, const NativeFwdArgs& a, Stream stream, bool heavie
   const std::size_t smem = Smem<kD, kTile.keys, kTile.stages, kTile.consumers>::bytes + 1024;  // + the base's alignment
   set_smem_limit(forward_kernel<T, kD, kCausal>, smem);
   forward_kernel<T, kD, kCausal><<<tile_grid(order), kTile.threads(), smem, stream>>>(
-      m.q, m.k, m.v, m.o, a.lse, p.N, int(p.heads()), p.softmax_scale());
+      m.q, m.k, m.v, m.o, a.lse, p.N, p.softmax_scale());
   FA_CHECK_LAUNCH();
 }
 
@@ -169,12 +168,15 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     release_registers<kProducerRegs>();
     if (threadIdx.x == 0) {
       // The counter hands out positions in forward_order's order; the consumers are told
-      // each tile's index head after head (query_tile).
+      // each tile's index head after head, bh·T_r + p (query_tile reads it back).
       for (int t = 0, n = 0, at = blockIdx.x;; ++t, at = take_tile(taken, tiles)) {
-        const int tile = at < tiles ? order.head_major(at) : tiles;
-        ring.publish(t, tile);
-        if (tile >= tiles) break;
-        const auto [i, bh] = query_tile(tile, q_blocks);
+        if (at >= tiles) {
+          ring.publish(t, tiles);  // the end
+          break;
+        }
+        const auto [p, bh] = order.at(at);
+        ring.publish(t, bh * q_blocks + p);
+        const int i = q_blocks - 1 - p;  // as query_tile
         const int last = tiles::last_kv_block(N, kCausal, i, kRows, kBc);
         wait(q_empty, (t % 2) ^ 1);  // a fresh barrier: parity 1 is done
         load_q<kD, kBc, kStages, kConsumers>(&q_map, smem, bars, i * kRows, bh);

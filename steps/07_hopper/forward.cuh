@@ -301,9 +301,10 @@ ForwardMaps forward_maps(const Problem& p, const NativeFwdArgs& a, int keys);
 /// of heads whose K and V stay in L2 (production: lesson row h10); else head after head
 /// (the lesson rows before it).
 TileOrder forward_order(const Problem& p, int rows, bool heaviest_first);
-/// Query block i of head bh, from a forward tile's index head after head, bh·T_r + p
-/// (TileOrder::head_major): a head's p-th tile in order of cost is its query block
-/// T_r − 1 − p, since with the mask the last visits the most K/V blocks.
+/// Query block i of head bh, from a forward tile's index head after head, bh·T_r + p (what
+/// a persistent block's producer tells its warps: only it works out the sections' order,
+/// TileOrder::at): a head's p-th tile in order of cost is its query block T_r − 1 − p,
+/// since with the mask the last visits the most K/V blocks.
 struct QueryTile {
   int i, bh;
 };
@@ -311,13 +312,14 @@ __device__ __forceinline__ QueryTile query_tile(int head_major, int q_blocks) {
   return {q_blocks - 1 - head_major % q_blocks, head_major / q_blocks};
 }
 /// A grid of a block a tile in forward_order's order, tile_grid (TileOrder::grid_tile): this
-/// block's query block and head — a head past the last (bh ≥ B·H) for the last section's
-/// missing heads. From the block's indices alone, which cost no registers to keep (worked
-/// out from a tile index, a consumer at d = 256 spilled).
+/// block's query block and head, from the block's indices alone, which cost no registers
+/// to keep (worked out from a tile index, a consumer at d = 256 spilled).
 __device__ __forceinline__ QueryTile grid_tile() {
   return {int(gridDim.y - 1 - blockIdx.y), int(blockIdx.z * gridDim.x + blockIdx.x)};
 }
-inline dim3 tile_grid(const TileOrder& o) { return dim3(unsigned(o.section), unsigned(o.blocks), unsigned(o.sections())); }
+inline dim3 tile_grid(const TileOrder& o) {
+  return dim3(unsigned(o.section()), unsigned(o.blocks), unsigned(o.heads >> o.shift));
+}
 
 /// The forward's kernels, which kForward chooses between (two_blocks_an_sm,
 /// persistent_grid): the warp-specialised one, a block a tile (forward.cu; lesson row h7,

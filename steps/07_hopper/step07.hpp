@@ -40,10 +40,11 @@ namespace fa::step07 {
 /// consumer warpgroups of kRowsPerConsumer query rows each.
 constexpr int kRowsPerConsumer = 64;  ///< wgmma's M
 constexpr int kMaxConsumers = 3;
-/// Registers a producer thread keeps after setmaxnreg: 32, where 24 left the backward's
-/// d = 256 producer spilling once it also worked out the order of its tiles (TileOrder);
-/// the consumers get 240 or 160 either way (consumer_regs).
-constexpr int kProducerRegs = 32;
+/// Registers a producer thread keeps after setmaxnreg. With two consumers a block of 384
+/// threads starts with 168 registers each (65536 / 384, in steps of 8): 24 for the producer
+/// leaves exactly 240 for each consumer; 32 would leave them short, and their setmaxnreg
+/// would wait forever for registers that no warp gives back.
+constexpr int kProducerRegs = 24;
 constexpr int kBlockSmemBytes = 227 * 1024;  ///< the most shared memory a block may take on sm_90
 struct FwdTile {
   int consumers;  ///< consumer warpgroups: B_r = 64·consumers query rows a block
@@ -52,12 +53,17 @@ struct FwdTile {
   FA_HD constexpr int rows() const { return kRowsPerConsumer * consumers; }
   FA_HD constexpr int threads() const { return 128 * (1 + consumers); }
   /// Registers a consumer thread takes by setmaxnreg: what the SM's 65536 leave after
-  /// the producer's 32·128, shared by the consumers, in steps of 8 (240 for two, 160
-  /// for three).
+  /// the producer's 24·128, shared by the consumers, in steps of 8 (240 for two, 160
+  /// for three) — at most what the block started with (registers_at_launch).
   FA_HD constexpr int consumer_regs() const { return (65536 / 128 - kProducerRegs) / consumers / 8 * 8; }
+  /// Registers the block starts with: 65536 / threads a thread, in steps of 8.
+  FA_HD constexpr int registers_at_launch() const { return 65536 / threads() / 8 * 8 * threads(); }
 };
 static_assert(FwdTile{2, 128, 2}.consumer_regs() == 240 && FwdTile{3, 128, 2}.consumer_regs() == 160,
               "a consumer's registers: 240 with two consumers, 160 with three");
+static_assert(128 * kProducerRegs + 2 * 128 * FwdTile{2, 128, 2}.consumer_regs() <= FwdTile{2, 128, 2}.registers_at_launch() &&
+                  128 * kProducerRegs + 3 * 128 * FwdTile{3, 128, 2}.consumer_regs() <= FwdTile{3, 128, 2}.registers_at_launch(),
+              "setmaxnreg moves registers within a block: the producer's and the consumers' fit in what it started with");
 /// Two consumers (128 query rows), 128 keys, two stages — except:
 ///   d = 64: three consumers (192 rows), FlashAttention-3's shape: the exponentials
 ///     cost as much as the products there, so a third warpgroup's softmax fills the
@@ -112,49 +118,40 @@ FA_HD constexpr FwdShape forward_shape(int d, int N, bool causal) {
 /// every head's K and V: so the heads go in sections whose K/V stay in L2, heaviest first
 /// within a section. Without the mask every tile costs the same, and a section is one head.
 ///
-/// Tile t is the p-th tile of head bh in that head's order (p = 0 its heaviest):
-/// section s = t / (section·blocks) holds heads s·section … (the last one may be smaller),
-/// and in it the heads go fastest.
+/// A section is 2^shift heads, a power of two that divides B·H, so that every section is
+/// whole and a tile's place takes a shift, a mask and one division (a persistent block's
+/// producer works it out in the 24 registers it keeps, and tells its warps the tile's
+/// index head after head). Tile t is the p-th tile of head bh
+/// in that head's order (p = 0 its heaviest): with u = t >> shift, head bh = (u / blocks)
+/// sections in, plus t's low bits; p = u mod blocks.
 struct TileOrder {
-  int blocks;   ///< tiles of a head
-  int heads;    ///< B·H
-  int section;  ///< heads a section (1: head after head)
+  int blocks;  ///< tiles of a head
+  int heads;   ///< B·H
+  int shift;   ///< a section is 2^shift heads (0: head after head)
   struct At {
     int p, bh;  ///< the head's p-th tile (heaviest first), of head bh
   };
   FA_HD constexpr int tiles() const { return blocks * heads; }
-  FA_HD constexpr int sections() const { return (heads + section - 1) / section; }
+  FA_HD constexpr int section() const { return 1 << shift; }
   FA_HD constexpr At at(int t) const {
-    const int first = t / (blocks * section) * section;               // the section's first head
-    const int n = heads - first < section ? heads - first : section;  // its heads
-    const int r = t - first * blocks;                                 // t's place in the section
-    const int p = r / n;
-    return {p, first + (r - p * n)};
+    const int u = t >> shift, s = u / blocks;  // s: the section
+    return {u - s * blocks, (s << shift) + (t & (section() - 1))};
   }
   /// The same order as a grid of a block a tile, whose blocks the hardware starts x
-  /// fastest: grid (section, blocks, sections()), block (x, y, z) the p = y-th tile of
-  /// head z·section + x — none past the last head (the last section's missing heads).
-  FA_HD constexpr At grid_tile(int x, int y, int z) const { return {y, z * section + x}; }
-  /// Tile t as an index head after head, bh·blocks + p: how a persistent block's producer
-  /// tells its warps which tile they work on (TileRing), so that they need not redo the
-  /// sections' arithmetic (in registers they hold for a whole tile).
-  FA_HD constexpr int head_major(int t) const {
-    const At a = at(t);
-    return a.bh * blocks + a.p;
-  }
+  /// fastest: grid (section(), blocks, heads / section()), block (x, y, z) the p = y-th
+  /// tile of head z·section() + x.
+  FA_HD constexpr At grid_tile(int x, int y, int z) const { return {y, z * section() + x}; }
 };
 /// The order for `heads` heads of `blocks` tiles, each head reading `bytes_a_head` bytes
-/// that its tiles share, on a GPU with an L2 of `l2_bytes`: sections of heads whose bytes
-/// take at most two thirds of the L2 (the rest for what the tiles write and for the last
-/// section's stragglers), evened out (every section the same number of heads but the
-/// last) — with the causal mask; without it, head after head.
+/// that its tiles share, on a GPU with an L2 of `l2_bytes`: with the causal mask sections
+/// of as many heads as take at most two thirds of the L2 (the rest for what the tiles write
+/// and for the last section's stragglers), a power of two that divides B·H; without it,
+/// head after head.
 FA_HD constexpr TileOrder tile_order(int blocks, int heads, bool causal, double bytes_a_head, double l2_bytes) {
-  if (!causal) return {blocks, heads, 1};
+  int shift = 0;
   const double budget = l2_bytes * 2 / 3;
-  const double fit = bytes_a_head > 0 ? budget / bytes_a_head : heads;  // heads whose bytes fit the budget
-  const int most = fit >= heads ? heads : fit < 1 ? 1 : int(fit);
-  const int sections = (heads + most - 1) / most;
-  return {blocks, heads, (heads + sections - 1) / sections};
+  while (causal && heads % (2 << shift) == 0 && (2 << shift) * bytes_a_head <= budget) ++shift;
+  return {blocks, heads, shift};
 }
 
 /// The shared-memory layout of every tile (hopper.cuh): R rows × d columns of 16-bit

@@ -142,7 +142,7 @@ template <class T, int kD, bool kCausal, Version V>
 __global__ void __launch_bounds__(V(kD).threads(), V(kD).specialised || (kD != 64 && V(kD).keys != 64) ? 1 : 2)
     version_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                    const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
-                   float* __restrict__ lse, int N, int heads, float scale) {
+                   float* __restrict__ lse, int N, float scale) {
 #if FA_STEP07_ARCH_OK
   constexpr FwdVersion kV = V(kD);
   constexpr int kBc = kV.keys, kStages = 2;
@@ -154,7 +154,6 @@ __global__ void __launch_bounds__(V(kD).threads(), V(kD).specialised || (kD != 6
   unsigned char* smem = aligned_smem(smem_raw);
   Barriers bars(smem + L::bars, kStages);
   const auto [i, bh] = grid_tile();  // a block a tile, in forward_order's order (tile_grid)
-  if (bh >= heads) return;
   const int q0 = i * kRows;
   const int last = tiles::last_kv_block(N, kCausal, i, kRows, kBc);
   if (threadIdx.x == 0) bars.init(kStages, kConsumers);
@@ -231,7 +230,7 @@ void launch(const Problem& p, const NativeFwdArgs& a, Stream stream, bool heavie
   const std::size_t smem = Smem<kD, kV.keys, 2, kConsumers>::bytes + 1024;
   set_smem_limit(version_kernel<T, kD, kCausal, V>, smem);
   version_kernel<T, kD, kCausal, V><<<tile_grid(order), kV.threads(), smem, stream>>>(
-      m.q, m.k, m.v, m.o, a.lse, p.N, int(p.heads()), p.softmax_scale());
+      m.q, m.k, m.v, m.o, a.lse, p.N, p.softmax_scale());
   FA_CHECK_LAUNCH();
 }
 
