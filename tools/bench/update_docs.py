@@ -1755,6 +1755,35 @@ def table_step08_early(D):
     return out
 
 
+RING08 = "tries/step08_ring6"  # ab.py's run of lesson row r6 (a ring of six tiles) beside production
+
+
+def table_step08_ring(D):
+    """Lesson row r6, a ring of six K/V tiles at d = 128, beside production's four: one ab.py run, every decoding
+    shape without the mask."""
+    folder = os.path.join(D.folder, RING08)
+    rows, _ = decode08_ab(D, folder)
+    keys = [k for k in sorted(rows, key=order08) if "08" in rows[k] and "08r6" in rows[k]]
+    out = [f"µs of step 08 (× PyTorch's best backend), bf16, d = 128, B = 1, on "
+           f"{device07(D, 'device.txt', folder)}, measured in one process (`tools/bench/ab.py`, "
+           f"`{rel(folder)}/ab08*.csv`: both rings and PyTorch on the same tensors, taking turns, 3 rounds; the "
+           "median).", "",
+           "| B·H | H_kv | N_q | N_kv | causal | four tiles (production) | six tiles (r6) | time, six ÷ four |",
+           "|---|---|---|---|---|---|---|---|"]
+    ratio = {k: rows[k]["08r6"]["ms"] / rows[k]["08"]["ms"] for k in keys}
+    for k in keys:
+        c = rows[k]
+        four, six, best = c["08"]["ms"], c["08r6"]["ms"], best_peer(c)[1]
+        out.append(f"| {shape08(k)} | {four * 1e3:.1f} ({best / four:.2f}) | {six * 1e3:.1f} ({best / six:.2f}) | "
+                   f"{ratio[k]:.3f} |")
+    r = list(ratio.values())
+    g = [x for k, x in ratio.items() if k[0] != k[1]]
+    out += ["", f"Six ÷ four: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes ({min(g):.3f}–{max(g):.3f} with "
+                f"grouped heads); faster by more than 1% in {sum(1 for x in r if x < 0.99)}, slower by more than 1% in "
+                f"{sum(1 for x in r if x > 1.01)}."]
+    return out
+
+
 TREE08 = "tries/step08_merge_tree"  # ab.py's runs of the merge's latency: run1 (statistics), run2 (weights)
 
 
@@ -1902,6 +1931,7 @@ TABLES = {
     "step08-decode": table_step08_decode, "step08-summary": table_step08_summary, "step08-splits": table_step08_splits,
     "step08-lesson": table_step08_lesson, "step08-merge": table_step08_merge,
     "step08-early": table_step08_early, "step08-tree": table_step08_tree, "test08": table_test08,
+    "step08-ring": table_step08_ring,
     "ctest08": table_ctest08, "sm80-08": table_sm80_08,
     "sass08": table_sass08, "test09": table_test09, "step09-bench": table_step09_bench,
 }
