@@ -1258,6 +1258,63 @@ def table_step07_h9(D):
     return out
 
 
+ORDER07 = os.path.join(AB, "order")  # production's tile order (h10, b14) beside the same kernels head after head
+
+
+def order07_old(direction, d, N):
+    """The lesson row that is production's kernel at a causal shape with its tiles head after head: forward h1
+    (d = 64's short problems), h9 (d = 64, 128) or h7 (d = 256); backward b12."""
+    if direction == "bwd":
+        return "07b12"
+    return "07h1" if d == 64 and N <= 2048 else "07h9" if d in (64, 128) else "07h7"
+
+
+def table_step07_order(D):
+    """Production's causal tiles heaviest first across a section of heads (h10, b14) against the same kernels head
+    after head, and cuDNN, in one ab.py run (ab/order/: ab07_order.csv, ab07bwd_order.csv)."""
+    folder = os.path.join(D.folder, ORDER07)
+    runs = {"fwd": ab07bwd_medians(folder, "ab07_order.csv"), "bwd": ab07bwd_medians(folder, "ab07bwd_order.csv")}
+    Ns = sorted({k[3] for m in runs.values() for k in m})
+    out = [f"bf16, causal, on {device07(D, 'device.txt', folder)}, measured in one process (`tools/bench/ab.py`, "
+           f"`{rel(folder)}/`: at each shape every implementation on the same tensors, taking turns, 3 rounds; the "
+           "median): production's speed ÷ the same kernel's with its tiles head after head (forward: h1 at d = 64 and "
+           "N ≤ 2048, h9 at d = 64 and 128, h7 at d = 256; backward: b12), and in brackets the two × cuDNN. Bold: "
+           "below 1.0.", "",
+           "| | B·H·N | d | " + " | ".join(f"N = {n}" for n in Ns) + " |", "|---|---|---|" + "---|" * len(Ns)]
+    gain, below = {}, {}
+    for direction, m in runs.items():
+        for tokens, d in sorted({k[:2] for k in m}):
+            cells = []
+            for N in Ns:
+                k = (tokens, d, 1, N)
+                old = order07_old(direction, d, N)
+                if k + ("07",) not in m or k + (old,) not in m:
+                    cells.append("—")
+                    continue
+                new, was, cu = m[k + ("07",)], m[k + (old,)], m[k + ("cudnn",)]
+                gain.setdefault((direction, d), []).append(new / was)
+                below.setdefault(direction, [0, 0, 0])
+                below[direction][0] += was < cu
+                below[direction][1] += new < cu
+                below[direction][2] += 1
+                cells.append(f"{new / was:.2f} ({bold(was / cu)} → {bold(new / cu)})")
+            out.append(f"| {'forward' if direction == 'fwd' else 'backward'} | {tokens} | {d} | " + " | ".join(cells)
+                       + " |")
+    out.append("")
+    for direction in runs:
+        if direction not in below:
+            continue
+        parts = [f"d = {d}: {min(g):.2f}–{max(g):.2f}" for (dd, d), g in sorted(gain.items()) if dd == direction]
+        was, now, n = below[direction]
+        out.append(f"{'Forward' if direction == 'fwd' else 'Backward'}, production ÷ head after head: "
+                   f"{'; '.join(parts)}. Below cuDNN: {was} of {n} shapes head after head, {now} of {n} now.")
+    det = [x / runs["bwd"][k[:4] + ("07",)] for k, x in runs["bwd"].items() if k[4] == "07det"]
+    if det:
+        out.append(f"The deterministic mode, in the same order, at {min(det):.2f}–{max(det):.2f}× production's "
+                   "speed there.")
+    return out
+
+
 def ratio_range(m, d, new, old, causal=None, Ns=None):
     """min–max of new ÷ old over one run's medians m at head dimension d (and causal, N if given)."""
     r = [x / m[k[:4] + (old,)] for k, x in m.items() if k[4] == new and k[1] == d and (causal is None or
@@ -1903,6 +1960,7 @@ TABLES = {
     "step07-peers": table_step07_peers, "step07-summary": table_step07_summary, "step07-lesson": table_step07_lesson,
     "sass07": table_sass07, "step07-gemm": table_step07_gemm, "ctest07": table_ctest07,
     "step07-persistent": table_step07_persistent, "step07-h9": table_step07_h9, "step07-b13": table_step07_b13,
+    "step07-order": table_step07_order,
     "step07-short-before": lambda D: table_step07_short(D, "short07_before"),
     "step07-short": lambda D: table_step07_short(D, "short07"), "step07-short128": table_step07_short128,
     "step07-repeats": table_step07_repeats, "step07-harness": table_step07_harness,
