@@ -782,10 +782,17 @@ def table_step07_summary(D, direction="fwd"):
     below = [(k, r["step07"] / r["cudnn"]) for k, r in both if r["step07"] < r["cudnn"]]  # as "cells ≥ cuDNN" counts
     long_ = [r["step07"] / r["cudnn"] for k, r in both if k[3] >= 8192]
     flash = [r["step07"] / r["flash"] for k, r in both if "flash" in r]
-    out += ["", f"Below cuDNN in {len(below)} of {len(both)} shapes, at N = {min(k[3] for k, _ in below)}–{max(k[3] for k, _ in below)} "
-                f"({min(x for _, x in below):.3f}–{max(x for _, x in below):.3f}×; at d = 64 in "
-                f"{sum(k[1] == 64 for k, _ in below)} of them). At N ≥ 8192: {min(long_):.2f}–{max(long_):.2f}× cuDNN. "
-                f"Against FlashAttention-2: {min(flash):.2f}–{max(flash):.2f}× in all {len(flash)}." if below else
+    def where(k):  # (tokens, d, causal, N)
+        return f"d = {k[1]}{', causal' if k[2] else ''}, N = {k[3]}, B·H·N = {k[0]}"
+    if len(below) == 1:
+        (k, x), = below
+        said = f"Below cuDNN in 1 of {len(both)} shapes: {where(k)} ({x:.3f}×)."
+    elif below:
+        said = (f"Below cuDNN in {len(below)} of {len(both)} shapes, at N = {min(k[3] for k, _ in below)}–"
+                f"{max(k[3] for k, _ in below)} ({min(x for _, x in below):.3f}–{max(x for _, x in below):.3f}×; at "
+                f"d = 64 in {sum(k[1] == 64 for k, _ in below)} of them).")
+    out += ["", f"{said} At N ≥ 8192: {min(long_):.2f}–{max(long_):.2f}× cuDNN. Against FlashAttention-2: "
+                f"{min(flash):.2f}–{max(flash):.2f}× in all {len(flash)}." if below else
             f"At least cuDNN's speed in all {len(both)} shapes."]
     return out
 
@@ -1199,9 +1206,9 @@ BWD07_B12 = os.path.join(AB, "bwd_b12")  # b12's first and second runs, the dete
 
 
 def table_step07_b12(D):
-    """Lesson rows b11 and b12 (production) of the backward at every d, in the full run (ab/ab07bwd.csv): b12
+    """Lesson rows b11 and b12 of the backward at every d, in b12's full run (ab/bwd_b12/full/ab07bwd.csv): b12
     differs from b11 at d = 128 only."""
-    return table_step07_pair(D, (64, 128, 256), "07b11", "b11", "b12")
+    return table_step07_pair(D, (64, 128, 256), "07b11", "b11", "b12", folder=os.path.join(BWD07_B12, "full"))
 
 
 def table_step07_b13(D):
@@ -1336,9 +1343,10 @@ def table_step07_b12_runs(D):
         out.append(f"- b12 ÷ b11 {what} (`{rel(folder)}/ab07bwd_b12.csv`, {device07(D, 'device.txt', folder)}): "
                    + ", ".join(parts) + f"; step 07 below cuDNN there in {len(below)} of {len({k[:4] for k in m})} "
                    f"shapes (lowest {low:.3f}).")
-    m = ab07bwd_medians(os.path.join(D.folder, AB))
+    full = os.path.join(D.folder, BWD07_B12, "full")
+    m = ab07bwd_medians(full)
     a, b = ratio_range(m, 256, "07b10", "07b9")
-    out.append(f"- b10 ÷ b9 at d = 256 in the full run (`{rel(os.path.join(D.folder, AB))}/ab07bwd.csv`), the fence "
+    out.append(f"- b10 ÷ b9 at d = 256 in b12's full run (`{rel(full)}/ab07bwd.csv`), the fence "
                f"move there: {a:.2f}–{b:.2f} over the 24 shapes.")
     return out
 
@@ -1370,23 +1378,31 @@ def table_step07_det_now(D):
     tile = ab07bwd_medians(tile_folder, "ab07bwd_det.csv")
     long_folder = os.path.join(D.folder, BWD07_B12, "det_long")
     tile_long = ab07bwd_medians(long_folder, "ab07bwd_det.csv")
+    after_folder = os.path.join(D.folder, BWD07_B12, "det_long2")  # after b14: N = 16k–32k, both B·H·N
+    after_long = ab07bwd_medians(after_folder, "ab07bwd_det.csv")
+    order = ab07bwd_medians(os.path.join(D.folder, ORDER07), "ab07bwd_order.csv")  # after b14: causal, every N
     short, long_ = (1024, 2048, 4096, 8192), (16384, 32768)
     out = [f"bf16 backward, B·H·N = 131072 and 524288, on {device07(D, 'device.txt', tile_folder)}: the deterministic "
            f"mode's TFLOP/s ÷ the default's, lowest–highest over both B·H·N, each measured in one process beside the "
            f"default (`{rel(os.path.join(D.folder, BWD07_B12))}/ab07bwd_b12.csv`, persistent grid, at b12's "
            f"kernels; `{rel(tile_folder)}/ab07bwd_det.csv`, a block a tile, the same kernels; "
            f"`{rel(long_folder)}/ab07bwd_det.csv`, a block a tile at N = 16k–32k, B·H·N = 131072 only: that run "
-           f"ran out of device time, — where it had not got to).", "",
+           f"ran out of device time, — where it had not got to). The last two columns after b14, whose causal tiles "
+           f"go heaviest first across a section of heads in both modes: `{rel(after_folder)}/ab07bwd_det.csv` "
+           f"(N = 16k–32k, both B·H·N) and the causal rows of `{rel(os.path.join(D.folder, ORDER07))}/"
+           f"ab07bwd_order.csv` (N = 1k–8k; without the mask b14 changes nothing).", "",
            "| d | causal | persistent grid, N = 1k–8k | a block a tile (kept), N = 1k–8k | persistent grid, N = 16k–32k "
-           "| a block a tile (kept), N = 16k–32k |", "|---|---|---|---|---|---|"]
+           "| a block a tile (kept), N = 16k–32k | after b14, N = 1k–8k | after b14, N = 16k–32k |",
+           "|---|---|---|---|---|---|---|---|"]
     for d in (64, 128, 256):
         for c in (False, True):
             cells = [ratio_range(pers, d, "07det", "07", c, short), ratio_range(tile, d, "07det", "07", c, short),
                      ratio_range(pers, d, "07det", "07", c, long_)]
-            try:
-                cells.append(ratio_range(tile_long, d, "07det", "07", c, long_))
-            except ValueError:  # no shape of it in the cut-short run
-                cells.append(None)
+            for m, Ns in ((tile_long, long_), (order, short), (after_long, long_)):
+                try:
+                    cells.append(ratio_range(m, d, "07det", "07", c, Ns))
+                except ValueError:  # no such shape in that run (cut short, or causal only)
+                    cells.append(None)
             out.append(f"| {d} | {'yes' if c else 'no'} | " +
                        " | ".join(f"{x[0]:.2f}–{x[1]:.2f}" if x else "—" for x in cells) + " |")
     return out
