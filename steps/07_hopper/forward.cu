@@ -169,12 +169,12 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     if (threadIdx.x == 0) {
       // The counter hands out positions in forward_order's order; the consumers are told
       // each tile's index head after head, bh·T_r + p (query_tile reads it back).
-      for (int t = 0, n = 0, at = blockIdx.x;; ++t, at = take_tile(taken, tiles)) {
-        if (at >= tiles) {
+      for (int t = 0, n = 0, pos = blockIdx.x;; ++t, pos = take_tile(taken, tiles)) {
+        if (pos >= tiles) {
           ring.publish(t, tiles);  // the end
           break;
         }
-        const auto [p, bh] = order.at(at);
+        const auto [p, bh] = order.at(pos);
         ring.publish(t, bh * q_blocks + p);
         const int i = q_blocks - 1 - p;  // as query_tile
         const int last = tiles::last_kv_block(N, kCausal, i, kRows, kBc);
@@ -292,6 +292,7 @@ void run_specialised(const Problem& p, const NativeFwdArgs& a, Stream s, bool he
   }
 }
 
-const GpuForward kForward{"step07 forward", 256, forward_workspace, "the tile counter", nullptr, run_forward, kSupportedD, kSm, true};
+const GpuForward kForward{"step07 forward", 256, forward_workspace, "the tile counter", nullptr, run_forward,
+                          kSupportedD, kSm, true};
 
 }  // namespace fa::step07

@@ -61,8 +61,10 @@ struct FwdTile {
 };
 static_assert(FwdTile{2, 128, 2}.consumer_regs() == 240 && FwdTile{3, 128, 2}.consumer_regs() == 160,
               "a consumer's registers: 240 with two consumers, 160 with three");
-static_assert(128 * kProducerRegs + 2 * 128 * FwdTile{2, 128, 2}.consumer_regs() <= FwdTile{2, 128, 2}.registers_at_launch() &&
-                  128 * kProducerRegs + 3 * 128 * FwdTile{3, 128, 2}.consumer_regs() <= FwdTile{3, 128, 2}.registers_at_launch(),
+static_assert(128 * kProducerRegs + 2 * 128 * FwdTile{2, 128, 2}.consumer_regs() <=
+                      FwdTile{2, 128, 2}.registers_at_launch() &&
+                  128 * kProducerRegs + 3 * 128 * FwdTile{3, 128, 2}.consumer_regs() <=
+                      FwdTile{3, 128, 2}.registers_at_launch(),
               "setmaxnreg moves registers within a block: the producer's and the consumers' fit in what it started with");
 /// Two consumers (128 query rows), 128 keys, two stages — except:
 ///   d = 64: three consumers (192 rows), FlashAttention-3's shape: the exponentials
@@ -121,9 +123,9 @@ FA_HD constexpr FwdShape forward_shape(int d, int N, bool causal) {
 /// A section is 2^shift heads, a power of two that divides B·H, so that every section is
 /// whole and a tile's place takes a shift, a mask and one division (a persistent block's
 /// producer works it out in the 24 registers it keeps, and tells its warps the tile's
-/// index head after head). Tile t is the p-th tile of head bh
-/// in that head's order (p = 0 its heaviest): with u = t >> shift, head bh = (u / blocks)
-/// sections in, plus t's low bits; p = u mod blocks.
+/// index head after head). Tile t is the p-th tile of head bh in that head's order (p = 0
+/// its heaviest): with u = t >> shift, head bh = (u / blocks) sections in, plus t's low
+/// bits; p = u mod blocks.
 struct TileOrder {
   int blocks;  ///< tiles of a head
   int heads;   ///< B·H
@@ -150,7 +152,7 @@ struct TileOrder {
 FA_HD constexpr TileOrder tile_order(int blocks, int heads, bool causal, double bytes_a_head, double l2_bytes) {
   int shift = 0;
   const double budget = l2_bytes * 2 / 3;
-  while (causal && heads % (2 << shift) == 0 && (2 << shift) * bytes_a_head <= budget) ++shift;
+  for (long long s = 2; causal && s <= heads && heads % s == 0 && double(s) * bytes_a_head <= budget; s *= 2) ++shift;
   return {blocks, heads, shift};
 }
 
