@@ -1803,24 +1803,29 @@ def table_step08_merge(D):
     return out
 
 
+def step08_pair(D, folder, a, b, both, head_a, head_b, ratio_head):
+    """Two versions of step 08 in one ab.py run (`folder`), at every decoding shape both were timed at: the table's
+    caption and rows (µs, × PyTorch's best backend, time b ÷ a), and those ratios by shape."""
+    rows, _ = decode08_ab(D, folder)
+    keys = [k for k in sorted(rows, key=order08) if a in rows[k] and b in rows[k]]
+    out = [f"µs of step 08 (× PyTorch's best backend), bf16, d = 128, B = 1, on "
+           f"{device07(D, 'device.txt', folder)}, measured in one process (`tools/bench/ab.py`, "
+           f"`{rel(folder)}/ab08*.csv`: {both} and PyTorch on the same tensors, taking turns, 3 rounds; the median).",
+           "", f"| B·H | H_kv | N_q | N_kv | causal | {head_a} | {head_b} | {ratio_head} |",
+           "|---|---|---|---|---|---|---|---|"]
+    ratio = {k: rows[k][b]["ms"] / rows[k][a]["ms"] for k in keys}
+    for k in keys:
+        ta, tb, best = rows[k][a]["ms"], rows[k][b]["ms"], best_peer(rows[k])[1]
+        out.append(f"| {shape08(k)} | {ta * 1e3:.1f} ({best / ta:.2f}) | {tb * 1e3:.1f} ({best / tb:.2f}) | "
+                   f"{ratio[k]:.3f} |")
+    return out, ratio
+
+
 def table_step08_early(D):
     """The merge kernel launched early (programmatic dependent launch) against launched after the splits (08m1):
     both in one ab.py run, at every decoding shape."""
-    rows, _ = decode08_ab(D)
-    keys = [k for k in sorted(rows, key=order08)
-            if "08" in rows[k] and "08m1" in rows[k]]
-    out = [f"µs of step 08 (× PyTorch's best backend), bf16, d = 128, B = 1, on "
-           f"{device07(D, 'device.txt', ab_folder(D))}, measured in one process (`tools/bench/ab.py`, "
-           f"`{rel(ab_folder(D))}/ab08*.csv`: both launches and PyTorch on the same tensors, taking turns, 3 rounds; "
-           "the median).", "",
-           "| B·H | H_kv | N_q | N_kv | causal | merge launched after the splits (m1) | launched early (production) | "
-           "time, early ÷ after |", "|---|---|---|---|---|---|---|---|"]
-    ratio = {k: rows[k]["08"]["ms"] / rows[k]["08m1"]["ms"] for k in keys}
-    for k in keys:
-        c = rows[k]
-        late, early, best = c["08m1"]["ms"], c["08"]["ms"], best_peer(c)[1]
-        out.append(f"| {shape08(k)} | {late * 1e3:.1f} ({best / late:.2f}) | {early * 1e3:.1f} ({best / early:.2f}) | "
-                   f"{ratio[k]:.3f} |")
+    out, ratio = step08_pair(D, ab_folder(D), "08m1", "08", "both launches", "merge launched after the splits (m1)",
+                             "launched early (production)", "time, early ÷ after")
     r = list(ratio.values())
     g = [x for k, x in ratio.items() if k[0] != k[1]]
     out += ["", f"Early ÷ after: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes; {min(g):.3f}–{max(g):.3f} with "
@@ -1834,21 +1839,8 @@ RING08 = "tries/step08_ring6"  # ab.py's run of lesson row r6 (a ring of six til
 def table_step08_ring(D):
     """Lesson row r6, a ring of six K/V tiles at d = 128, beside production's four: one ab.py run, every decoding
     shape without the mask."""
-    folder = os.path.join(D.folder, RING08)
-    rows, _ = decode08_ab(D, folder)
-    keys = [k for k in sorted(rows, key=order08) if "08" in rows[k] and "08r6" in rows[k]]
-    out = [f"µs of step 08 (× PyTorch's best backend), bf16, d = 128, B = 1, on "
-           f"{device07(D, 'device.txt', folder)}, measured in one process (`tools/bench/ab.py`, "
-           f"`{rel(folder)}/ab08*.csv`: both rings and PyTorch on the same tensors, taking turns, 3 rounds; the "
-           "median).", "",
-           "| B·H | H_kv | N_q | N_kv | causal | four tiles (production) | six tiles (r6) | time, six ÷ four |",
-           "|---|---|---|---|---|---|---|---|"]
-    ratio = {k: rows[k]["08r6"]["ms"] / rows[k]["08"]["ms"] for k in keys}
-    for k in keys:
-        c = rows[k]
-        four, six, best = c["08"]["ms"], c["08r6"]["ms"], best_peer(c)[1]
-        out.append(f"| {shape08(k)} | {four * 1e3:.1f} ({best / four:.2f}) | {six * 1e3:.1f} ({best / six:.2f}) | "
-                   f"{ratio[k]:.3f} |")
+    out, ratio = step08_pair(D, os.path.join(D.folder, RING08), "08", "08r6", "both rings", "four tiles (production)",
+                             "six tiles (r6)", "time, six ÷ four")
     r = list(ratio.values())
     g = [x for k, x in ratio.items() if k[0] != k[1]]
     out += ["", f"Six ÷ four: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes ({min(g):.3f}–{max(g):.3f} with "
