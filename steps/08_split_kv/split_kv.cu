@@ -378,8 +378,8 @@ int device_blocks_per_sm(int d) {
 constexpr const char* kWhat = "the splits' partial O/l and L (fp32)";
 /// The production forward and the rows of note 08's tables, each a Variant of it.
 template <const Variant& kV>
-constexpr GpuForward forward(const char* name) {
-  return {name, 128, workspace<kV>, kWhat, nullptr, run<kV>, kSupportedD, kMinSm, false, true};
+constexpr GpuForward forward(const char* name, const int* only_d = kSupportedD) {
+  return {name, 128, workspace<kV>, kWhat, nullptr, run<kV>, only_d, kMinSm, false, true};
 }
 constexpr Variant kPlan{}, kSplits1{1}, kSplits2{2}, kSplits8{8}, kSplits32{32}, kSplits128{128};
 constexpr Variant kSmall{0, /*small_blocks=*/true}, kLate{0, false, /*early_merge=*/false};
@@ -396,8 +396,7 @@ const GpuForward kForwardFixed[kFixedSplitCount] = {
 };
 const GpuForward kForwardSmallBlocks = forward<kSmall>("r2: the RTX 30xx/40xx ring");
 const GpuForward kForwardLateMerge = forward<kLate>("m1: the merge kernel launched after the splits");
-const GpuForward kForwardDeepRing = {"r6: a ring of six K/V tiles at d = 128", 128, workspace<kDeep>, kWhat, nullptr,
-                                     run<kDeep>, kDeepRingD, kMinSm, false, true};
+const GpuForward kForwardDeepRing = forward<kDeep>("r6: a ring of six K/V tiles at d = 128", kDeepRingD);
 static_assert(kFixedSplits[0] == 1 && kFixedSplits[1] == 2 && kFixedSplits[2] == 8 && kFixedSplits[3] == 32 &&
                   kFixedSplits[4] == 128,
               "kForwardFixed follows kFixedSplits");
