@@ -452,7 +452,8 @@ TEST_CASE("step07 backward lesson row b7 (the call before b8) equals the product
 // the reorder tolerance, and the deterministic mode (a block a tile since b12) twice the same bits.
 TEST_CASE("step07 backward on a persistent grid (b9, b10, b11, b12, b14) equals a block a tile (b8)", "[gpu]") {
   // 1 × 32 × 4097: with the mask, production's tiles in sections of heads (8·N·d bytes a
-  // head: 2, 4, 8 MiB), on a GPU of 50 MiB of L2 4, 8 and 16 sections at d = 64, 128, 256.
+  // head: 2, 4, 8 MiB), on a GPU of 50 or 60 MiB of L2 (the H200's) sections of 16, 8 and 4
+  // heads at d = 64, 128, 256: 2, 4 and 8 sections.
   for (const auto [B, H, N] : {std::array{2, 100, 130}, std::array{4, 16, 1000}, std::array{1, 32, 4097}})
     for (int d : kBwdD)
       for (bool causal : {false, true}) {
@@ -528,7 +529,7 @@ TEST_CASE("step07 forward version h0 (TMA alone) equals step 06's kernel bit for
 // 128 O staged in tiles of its own, at d = 256 in the Q tiles. Each tile's arithmetic is
 // h7's, so the bits are too. So are h10's, production's, whose causal tiles go heaviest
 // first in sections of heads (4·N·d bytes of K/V a head; a power of two dividing B·H): on a
-// GPU of 50 MiB of L2 five sections of 16 heads at N = 2049 and 80 heads, at every d; five of 8
+// GPU of 50 or 60 MiB of L2 five sections of 16 heads at N = 2049 and 80 heads, at every d; five of 8
 // at N = 1000 and 40 heads (at d = 64 h1's kernel, a block a tile).
 TEST_CASE("step07 forward versions h9 (persistent grid) and h10 (tiles heaviest first) equal h7 bit for bit",
           "[gpu]") {

@@ -7,13 +7,13 @@ list scheduling, as the hardware starts a grid's blocks and as a persistent grid
 hands out tiles. The model's finishing time ÷ the work divided evenly over the slots is the
 tail: 1.00 is none. Two orders: head after head (a head's heaviest tile first), and
 heaviest first across a section of heads (TileOrder, steps/07_hopper/step07.hpp: sections a
-power of two of heads that divides B·H, whose bytes take at most two thirds of a 50 MiB L2).
+power of two of heads that divides B·H, whose bytes take at most two thirds of the H200's 60 MiB L2).
 
     python3 tools/bench/order_model.py            # every causal shape of note 07's tables
 """
 import heapq
 
-L2 = 50 * 1024 * 1024
+L2 = 60 * 1024 * 1024  # the H200's, as cudaDevAttrL2CacheSize reports it (62914560 bytes)
 SMS = 132
 
 
