@@ -34,12 +34,15 @@ def section(heads, bytes_a_head):
 
 
 def tails(cost, blocks, heads, bytes_a_head, slots):
-    """(head after head, sectioned) tails for `heads` heads of `blocks` tiles, cost(p) the p-th heaviest's."""
+    """(head after head, sectioned, last section only) tails for `heads` heads of `blocks` tiles, cost(p) the
+    p-th heaviest's. The third, not built (note 07's lead): head after head up to the last section, heaviest first
+    across that one."""
     head_major = [cost(p) + 1 for _ in range(heads) for p in range(blocks)]
     s = section(heads, bytes_a_head)
     sectioned = [cost(p) + 1 for _ in range(heads // s) for p in range(blocks) for _ in range(s)]
+    last_only = head_major[:(heads - s) * blocks] + sectioned[(heads - s) * blocks:]
     even = sum(head_major) / slots
-    return finish(head_major, slots) / even, finish(sectioned, slots) / even
+    return tuple(finish(order, slots) / even for order in (head_major, sectioned, last_only))
 
 
 def shapes():
@@ -63,15 +66,15 @@ def shapes():
 
 
 def main():
-    print("direction d B·H·N N: head after head, sectioned (finish ÷ the work divided evenly)")
+    print("direction d B·H·N N: head after head, sectioned, the last section only (finish ÷ the work divided evenly)")
     spans = {}
     for direction, d, tokens, N, heads, blocks, cost, nbytes, slots in shapes():
-        hm, sec = tails(cost, blocks, heads, nbytes, slots)
-        print(f"{direction:8} {d:3} {tokens:6} {N:5}: {hm:.3f} {sec:.3f}")
-        spans.setdefault(tokens, []).append((hm, sec))
+        hm, sec, last = tails(cost, blocks, heads, nbytes, slots)
+        print(f"{direction:8} {d:3} {tokens:6} {N:5}: {hm:.3f} {sec:.3f} {last:.3f}")
+        spans.setdefault(tokens, []).append((hm, sec, last))
     for tokens, v in sorted(spans.items()):
-        print(f"B·H·N = {tokens}: head after head {min(h for h, _ in v):.2f}–{max(h for h, _ in v):.2f}, "
-              f"sectioned {min(s for _, s in v):.2f}–{max(s for _, s in v):.2f}")
+        span = lambda i: f"{min(x[i] for x in v):.2f}–{max(x[i] for x in v):.2f}"
+        print(f"B·H·N = {tokens}: head after head {span(0)}, sectioned {span(1)}, the last section only {span(2)}")
 
 
 if __name__ == "__main__":
