@@ -205,13 +205,6 @@ struct BwdTile {
 __device__ __forceinline__ BwdTile bwd_tile(const BwdParams& prm, int tile) {
   return {tile % prm.schedule.blocks, tile / prm.schedule.blocks};
 }
-/// The producer's side: the tile at position `taken` (< prm.tiles) in prm.schedule's order,
-/// told to the block (TileRing, slot n) as its index head after head, and returned.
-__device__ __forceinline__ BwdTile tell_tile(const BwdParams& prm, const TileRing& ring, int n, int taken) {
-  const TileOrder::At at = prm.schedule.at(taken);  // key block j = the head's j-th tile
-  ring.publish(n, at.bh * prm.schedule.blocks + at.p);
-  return {at.p, at.bh};
-}
 /// Query blocks the block of key block j (kKeys keys) visits, kQi queries a step.
 template <int kQi, int kKeys>
 __device__ __forceinline__ int bwd_steps(const BwdParams& prm, int j) {
@@ -425,7 +418,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
           ring.publish(n, prm.tiles);
           break;
         }
-        const auto [j, bh] = tell_tile(prm, ring, n, taken);
+        const auto [j, bh] = tell_tile(prm.schedule, ring, n, taken);  // key block j: the head's j-th tile
         const int steps = bwd_steps<kQi, kBc>(prm, j);
         int it = 0;
         if (n > 0) {  // a later tile: its first query blocks load as their stages free, under the last tile's epilogue,
@@ -760,7 +753,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
           ring.publish(n, prm.tiles);
           break;
         }
-        const auto [j, bh] = tell_tile(prm, ring, n, taken);
+        const auto [j, bh] = tell_tile(prm.schedule, ring, n, taken);  // key block j: the head's j-th tile
         const int steps = bwd_steps<kQ, kWideKeys>(prm, j);
         if (n > 0) {  // as dkdv_kernel, but one query block ahead: dO_i has one stage, and the second
           load_q(0, bh);  // would wait for the consumers to take the first, which needs K_j, V_j

@@ -174,8 +174,7 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
           ring.publish(t, tiles);  // the end
           break;
         }
-        const auto [p, bh] = order.at(pos);
-        ring.publish(t, bh * q_blocks + p);
+        const auto [p, bh] = tell_tile(order, ring, t, pos);
         const int i = q_blocks - 1 - p;  // as query_tile
         const int last = tiles::last_kv_block(N, kCausal, i, kRows, kBc);
         wait(q_empty, (t % 2) ^ 1);  // a fresh barrier: parity 1 is done

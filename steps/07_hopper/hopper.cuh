@@ -321,6 +321,14 @@ struct TileRing {
     return tile;
   }
 };
+/// A persistent block's producer: the tile at position `pos` (< order.tiles()) in the order,
+/// told to the block (slot n) as its index head after head, bh·blocks + p — so that only the
+/// producer works the order out —, and returned.
+__device__ __forceinline__ TileOrder::At tell_tile(const TileOrder& order, const TileRing& ring, int n, int pos) {
+  const TileOrder::At at = order.at(pos);
+  ring.publish(n, at.bh * order.blocks + at.p);
+  return at;
+}
 
 // ---------------------------------------------------------------------------------
 // Warp specialisation.

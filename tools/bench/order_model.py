@@ -5,9 +5,10 @@ Each tile costs the K/V blocks it visits (forward; the query blocks, backward), 
 its fixed costs; the tiles are handed, in order, to whichever SM (block slot) is free first —
 list scheduling, as the hardware starts a grid's blocks and as a persistent grid's counter
 hands out tiles. The model's finishing time ÷ the work divided evenly over the slots is the
-tail: 1.00 is none. Two orders: head after head (a head's heaviest tile first), and
+tail: 1.00 is none. Three orders: head after head (a head's heaviest tile first);
 heaviest first across a section of heads (TileOrder, steps/07_hopper/step07.hpp: sections a
-power of two of heads that divides B·H, whose bytes take at most two thirds of the H200's 60 MiB L2).
+power of two of heads that divides B·H, whose bytes take at most two thirds of the H200's 60 MiB L2);
+and, not built, head after head up to the last section and heaviest first across that one.
 
     python3 tools/bench/order_model.py            # every causal shape of note 07's tables
 """
