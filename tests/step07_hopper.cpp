@@ -102,45 +102,67 @@ TEST_CASE("step07 tile order: every tile once, a head's heaviest first, heads in
     for (int heads : {1, 6, 16, 48})
       for (int shift = 0; (1 << shift) <= heads; ++shift) {
         if (heads % (1 << shift) != 0) continue;  // sections are whole
-        const step07::TileOrder o{blocks, heads, shift};
-        const int section = o.section();
-        INFO(blocks << " tiles a head, " << heads << " heads, sections of " << section);
-        REQUIRE(o.tiles() == blocks * heads);
-        std::vector<int> next(heads, 0);  // the next p each head must hand out
-        std::vector<int> seen(o.tiles(), 0);
-        for (int t = 0; t < o.tiles(); ++t) {
-          const step07::TileOrder::At at = o.at(t);
-          INFO("tile " << t << ": p " << at.p << ", head " << at.bh);
-          REQUIRE(at.bh >= 0);
-          REQUIRE(at.bh < heads);
-          CHECK(at.p == next[at.bh]++);                      // a head's tiles in its order, heaviest first
-          CHECK(at.bh / section == t / (blocks * section));  // the heads of t's section, ...
-          CHECK(at.bh % section == t % section);             // ... the fastest index in it
-          ++seen[at.p * heads + at.bh];
-        }
-        for (int x : seen) CHECK(x == 1);
-        if (shift == 0)  // head after head: the order of a grid (query blocks, heads)
-          for (int t = 0; t < o.tiles(); ++t) CHECK(o.at(t).bh == t / blocks);
-        // A grid of a block a tile, started x fastest: the same order.
-        int g_t = 0;
-        for (int z = 0; z < heads / section; ++z)
-          for (int y = 0; y < blocks; ++y)
-            for (int x = 0; x < section; ++x, ++g_t) {
-              const step07::TileOrder::At g = o.grid_tile(x, y, z);
-              CHECK(g.p == o.at(g_t).p);
-              CHECK(g.bh == o.at(g_t).bh);
+        const int section = 1 << shift;
+        // Heaviest first in every section, in the last only, in none.
+        for (int mixed_from : {0, heads - section, heads}) {
+          const step07::TileOrder o{blocks, heads, shift, mixed_from};
+          INFO(blocks << " tiles a head, " << heads << " heads, sections of " << section << " from head " << mixed_from);
+          REQUIRE(o.tiles() == blocks * heads);
+          std::vector<int> next(heads, 0);  // the next p each head must hand out
+          std::vector<int> seen(o.tiles(), 0);
+          const int before = mixed_from * blocks;  // the tiles head after head
+          for (int t = 0; t < o.tiles(); ++t) {
+            const step07::TileOrder::At at = o.at(t);
+            INFO("tile " << t << ": p " << at.p << ", head " << at.bh);
+            REQUIRE(at.bh >= 0);
+            REQUIRE(at.bh < heads);
+            CHECK(at.p == next[at.bh]++);  // a head's tiles in its order, heaviest first
+            if (t < before) {
+              CHECK(at.bh == t / blocks);  // head after head
+            } else {
+              const int r = t - before;
+              CHECK((at.bh - mixed_from) / section == r / (blocks * section));  // the heads of t's section, ...
+              CHECK(at.bh % section == r % section);                            // ... the fastest index in it
             }
+            ++seen[at.p * heads + at.bh];
+          }
+          for (int x : seen) CHECK(x == 1);
+          // A grid of a block a tile (blocks, section, heads / section), started x fastest: the same order.
+          int g_t = 0;
+          for (int z = 0; z < heads / section; ++z)
+            for (int y = 0; y < section; ++y)
+              for (int x = 0; x < blocks; ++x, ++g_t) {
+                const step07::TileOrder::At g = o.grid_tile(x, y, z);
+                INFO("block (" << x << ", " << y << ", " << z << ")");
+                CHECK(g.p == o.at(g_t).p);
+                CHECK(g.bh == o.at(g_t).bh);
+              }
+        }
       }
   // The sections: without the mask one head; with it as many heads as take two thirds of
   // the L2 — a power of two that divides B·H.
+  using step07::Heaviest;
   const double l2 = 50.0 * 1024 * 1024, mib = 1024.0 * 1024;
-  CHECK(step07::tile_order(8, 128, false, 1.0, l2).section() == 1);
-  CHECK(step07::tile_order(8, 128, true, 0.25 * mib, l2).section() == 128);  // 32 MiB: all of them
-  CHECK(step07::tile_order(8, 128, true, 0.5 * mib, l2).section() == 64);    // 66 would fit
-  CHECK(step07::tile_order(8, 96, true, 0.25 * mib, l2).section() == 32);    // 96 would fit: 32 divides 96
-  CHECK(step07::tile_order(8, 100, true, 1.0 * mib, l2).section() == 4);     // 33 would fit: 4 divides 100
-  CHECK(step07::tile_order(8, 16, true, 64 * mib, l2).section() == 1);       // none fits: one a section
-  CHECK(step07::tile_order(8, 17, true, 0.0, l2).section() == 1);            // 17 heads: no power of two divides
+  const auto order = [&](int heads, bool causal, double bytes, Heaviest h = Heaviest::every_section) {
+    return step07::tile_order(8, heads, causal, bytes, l2, h);
+  };
+  CHECK(order(128, false, 1.0).section() == 1);
+  CHECK(order(128, true, 0.25 * mib).section() == 128);  // 32 MiB: all of them
+  CHECK(order(128, true, 0.5 * mib).section() == 64);    // 66 would fit
+  CHECK(order(96, true, 0.25 * mib).section() == 32);    // 96 would fit: 32 divides 96
+  CHECK(order(100, true, 1.0 * mib).section() == 4);     // 33 would fit: 4 divides 100
+  CHECK(order(16, true, 64 * mib).section() == 1);       // none fits: one a section
+  CHECK(order(17, true, 0.0).section() == 1);            // 17 heads: no power of two divides
+  // Which heads go heaviest first: every section's from head 0, the last section's only,
+  // none without the mask or with Heaviest::nowhere (a section of one head).
+  CHECK(order(128, true, 0.5 * mib).mixed_from == 0);
+  CHECK(order(128, true, 0.5 * mib, Heaviest::last_section).mixed_from == 64);
+  CHECK(order(128, true, 0.5 * mib, Heaviest::last_section).section() == 64);
+  CHECK(order(100, true, 1.0 * mib, Heaviest::last_section).mixed_from == 96);
+  CHECK(order(128, true, 0.25 * mib, Heaviest::last_section).mixed_from == 0);  // one section: all of it
+  CHECK(order(128, true, 0.5 * mib, Heaviest::nowhere).section() == 1);
+  CHECK(order(128, true, 0.5 * mib, Heaviest::nowhere).mixed_from == 128);
+  CHECK(order(128, false, 0.5 * mib, Heaviest::last_section).mixed_from == 128);
 }
 
 TEST_CASE("step07 tiles use TMA's 128-byte swizzle (exercise 07-swizzle)", "[cpu]") {
@@ -442,7 +464,8 @@ TEST_CASE("step07 backward lesson row b7 (the call before b8) equals the product
 // Lesson row b8 runs b9's kernels a block a tile; b9 runs a block an SM, each block taking
 // tile after tile from a counter, b10 moves the fences of b9's stores, b11 computes a step's
 // dQ pieces in the next step (at d = 128), the last one of a tile after the loop, and
-// production (b12) gives each consumer its own writer of dQ's pieces. The
+// b12 gives each consumer its own writer of dQ's pieces; production (b14) and b15 take the
+// causal tiles heaviest first across every section of heads and across the last only. The
 // small cases of the other tests fit in one wave of blocks; here 200 heads of N = 130 (400
 // tiles of two query blocks at d ≤ 128, 600 of three at d = 256, keys past N in the last; also
 // under the sanitizers) and 64 heads of N = 1000 (512 tiles, 1024 at d = 256) give every block
@@ -450,10 +473,10 @@ TEST_CASE("step07 backward lesson row b7 (the call before b8) equals the product
 // the last one of a tile announced after the loop) and K/V's buffers run on from tile to tile,
 // with the causal mask tiles of every length: dK and dV bit for bit (the same sums), dQ within
 // the reorder tolerance, and the deterministic mode (a block a tile since b12) twice the same bits.
-TEST_CASE("step07 backward on a persistent grid (b9, b10, b11, b12, b14) equals a block a tile (b8)", "[gpu]") {
+TEST_CASE("step07 backward on a persistent grid (b9, b10, b11, b12, b14, b15) equals a block a tile (b8)", "[gpu]") {
   // 1 × 32 × 4097: with the mask, production's tiles in sections of heads (8·N·d bytes a
   // head: 2, 4, 8 MiB), on a GPU of 50 or 60 MiB of L2 (the H200's) sections of 16, 8 and 4
-  // heads at d = 64, 128, 256: 2, 4 and 8 sections.
+  // heads at d = 64, 128, 256: 2, 4 and 8 sections (b15: all but the last head after head).
   for (const auto [B, H, N] : {std::array{2, 100, 130}, std::array{4, 16, 1000}, std::array{1, 32, 4097}})
     for (int d : kBwdD)
       for (bool causal : {false, true}) {
@@ -465,7 +488,7 @@ TEST_CASE("step07 backward on a persistent grid (b9, b10, b11, b12, b14) equals 
         const ForwardOut fwd = gpu::forward(step07::kForward, p, in, true);
         const Grads want = gpu::backward(step07::kBackwardB8, p, in, fwd, dout);
         for (const GpuBackward* b : {&step07::kBackwardB9, &step07::kBackwardB10, &step07::kBackwardB11,
-                                     &step07::kBackwardB12, &step07::kBackward}) {
+                                     &step07::kBackwardB12, &step07::kBackward, &step07::kBackwardB15}) {
           INFO(b->name);
           const Grads g = gpu::backward(*b, p, in, fwd, dout);
           FA_CHECK_CLOSE("dK vs b8", g.dk, want.dk, tol::kBitExact, test::shape_o(p));
@@ -530,10 +553,12 @@ TEST_CASE("step07 forward version h0 (TMA alone) equals step 06's kernel bit for
 // h7's, so the bits are too. So are h10's, production's, whose causal tiles go heaviest
 // first in sections of heads (4·N·d bytes of K/V a head; a power of two dividing B·H): on a
 // GPU of 50 or 60 MiB of L2 five sections of 16 heads at N = 2049 and 80 heads, at every d; five of 8
-// at N = 1000 and 40 heads (at d = 64 h1's kernel, a block a tile).
-TEST_CASE("step07 forward versions h9 (persistent grid) and h10 (tiles heaviest first) equal h7 bit for bit",
+// at N = 1000 and 40 heads (at d = 64 h1's kernel, a block a tile); and h11's, heaviest first
+// in the last of those sections only, the four before it head after head.
+TEST_CASE("step07 forward versions h9 (persistent grid), h10 and h11 (tiles heaviest first) equal h7 bit for bit",
           "[gpu]") {
-  const GpuForward &h7 = forward_version("h7"), &h9 = forward_version("h9"), &h10 = forward_version("h10");
+  const GpuForward &h7 = forward_version("h7"), &h9 = forward_version("h9"), &h10 = forward_version("h10"),
+                   &h11 = forward_version("h11");
   std::vector<int> Ns{1000, 2049};
   if (test::quick()) Ns = {1000};
   for (int d : kAllD)
@@ -543,7 +568,7 @@ TEST_CASE("step07 forward versions h9 (persistent grid) and h10 (tiles heaviest 
         INFO(p.str() << ", seed 96");
         const Qkv in = inputs(p, 96);
         const ForwardOut want = gpu::forward(h7, p, in, true);
-        for (const GpuForward* v : {&h9, &h10}) {
+        for (const GpuForward* v : {&h9, &h10, &h11}) {
           INFO(v->name);
           const ForwardOut got = gpu::forward(*v, p, in, true);
           FA_CHECK_CLOSE("O vs h7", got.o, want.o, tol::kBitExact, test::shape_o(p));

@@ -1006,24 +1006,25 @@ struct BwdCall {
                        ///< memset of their own before it, and the dK/dV and convert kernels launched early
                        ///< (launch_early), each starting under the kernel before it
   bool persistent;     ///< b9: a block an SM, each taking tile after tile (next_tile), where b4–b8 ran a block a tile
-  bool heaviest_first; ///< b14: the causal tiles heaviest first across a section of heads (backward_order), where
-                       ///< b4–b12 took them head after head
+  Heaviest heaviest;   ///< b14: the causal tiles heaviest first across every section of heads (backward_order),
+                       ///< b15: across the last only; b4–b12 took them head after head
 };
 // The deterministic mode runs a block a tile (b8's grid): with the causal mask at N ≤ 8192 it ran
 // at 0.22–0.63× the default's speed on the persistent grid, 0.56–0.81× a block a tile (note 07,
 // the deterministic mode; likely cause: a persistent block's writer runs up to a tile behind its
 // consumers, so a key block's wait for the one before it also waits for that block's older tiles).
-constexpr BwdCall kAnyOrder{.deterministic = false, .early = true, .persistent = true, .heaviest_first = true},
-    kInOrder{.deterministic = true, .early = true, .persistent = false, .heaviest_first = true},
-    kAsB12{.deterministic = false, .early = true, .persistent = true, .heaviest_first = false},
-    kAsB8{.deterministic = false, .early = true, .persistent = false, .heaviest_first = false},
-    kAsB7{.deterministic = false, .early = false, .persistent = false, .heaviest_first = false};
+constexpr BwdCall kAnyOrder{.deterministic = false, .early = true, .persistent = true, .heaviest = Heaviest::every_section},
+    kInOrder{.deterministic = true, .early = true, .persistent = false, .heaviest = Heaviest::every_section},
+    kAsB15{.deterministic = false, .early = true, .persistent = true, .heaviest = Heaviest::last_section},
+    kAsB12{.deterministic = false, .early = true, .persistent = true, .heaviest = Heaviest::nowhere},
+    kAsB8{.deterministic = false, .early = true, .persistent = false, .heaviest = Heaviest::nowhere},
+    kAsB7{.deterministic = false, .early = false, .persistent = false, .heaviest = Heaviest::nowhere};
 
 /// The order of the backward's tiles, key blocks of `keys` keys (TileOrder, step07.hpp): a
 /// head's tiles share its Q and dO (16-bit) and its fp32 dQ accumulator, 8·N·d bytes.
-TileOrder backward_order(const Problem& p, int keys, bool heaviest_first) {
-  return tile_order(tiles::kv_blocks(p.N, keys), int(p.heads()), p.causal && heaviest_first, 8.0 * p.N * p.d,
-                    double(gpu::l2_bytes()));
+TileOrder backward_order(const Problem& p, int keys, Heaviest heaviest) {
+  return tile_order(tiles::kv_blocks(p.N, keys), int(p.heads()), p.causal, 8.0 * p.N * p.d, double(gpu::l2_bytes()),
+                    heaviest);
 }
 
 template <class T, int kD, Version V, BwdCall C>
@@ -1046,7 +1047,7 @@ void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) {
   FA_CHECK_LAUNCH();
 
   auto map = [&](const void* x, int box) { return make_tile_map(x, p.dtype, N, heads, kD, box); };
-  const TileOrder schedule = backward_order(p, kKeys, C.heaviest_first);
+  const TileOrder schedule = backward_order(p, kKeys, C.heaviest);
   const int tile_count = schedule.tiles();
   const BwdParams prm{N,    Np,     qb,       schedule, tile_count, p.softmax_scale(), p.causal, C.deterministic,
                       w.l2, w.dsum, w.dq_acc, w.order,  w.taken};
@@ -1095,6 +1096,8 @@ const GpuBackward kBackwardB11{"b11: one writer of dQ's pieces for both consumer
                                nullptr, run<b11, kAsB12>, kBackwardD, kSm, true};
 const GpuBackward kBackwardB12{"b12: a writer of dQ's pieces per consumer at d = 128, tiles head after head", 256,
                                workspace_bytes<b12>, kWorkspace, nullptr, run<b12, kAsB12>, kBackwardD, kSm, true};
+const GpuBackward kBackwardB15{"b15: the causal tiles head after head but in the last section of heads", 256,
+                               workspace_bytes<b12>, kWorkspace, nullptr, run<b12, kAsB15>, kBackwardD, kSm, true};
 const GpuBackward kBackwardDeterministic{"det: dQ added in key-block order", 256, workspace_bytes<b12>, kWorkspace,
                                          nullptr, run<b12, kInOrder>, kBackwardD, kSm, true};
 

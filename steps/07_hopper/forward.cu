@@ -46,7 +46,7 @@ template <class T, int kD, bool kCausal>
 __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     forward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                    const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
-                   float* __restrict__ lse, int N, float scale) {
+                   float* __restrict__ lse, int N, float scale, const TileOrder order) {
 #if FA_STEP07_ARCH_OK
   constexpr FwdTile kTile = forward_tile(kD);  // the block shape: step07.hpp
   constexpr int kBc = kTile.keys, kStages = kTile.stages, kConsumers = kTile.consumers, kRows = kTile.rows();
@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
 
   // A block a tile, in forward_order's order (tile_grid): with the causal mask the tiles
   // with the most K/V blocks start first.
-  const auto [i, bh] = grid_tile();
+  const auto [i, bh] = grid_tile(order);
   const int q0 = i * kRows;
   const int last = tiles::last_kv_block(N, kCausal, i, kRows, kBc);
   if (threadIdx.x == 0) bars.init(kStages, kConsumers);
@@ -85,33 +85,33 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     // Epilogue: the last block's P·V (a turn too: the last consumer hands no further
     // turn to consumer 0, whose turns are over), then O and L out.
     w.last_pv(last, next, c != kConsumers - 1);
-    w.store(&o_map, lse, q0, bh, scale, w.q_buffer());
+    w.store(&o_map, lse, bh, scale, w.q_buffer());
     stored();
   }
 #endif
 }
 
 template <class T, int kD, bool kCausal>
-void launch(const Problem& p, const NativeFwdArgs& a, Stream stream, bool heaviest_first) {
+void launch(const Problem& p, const NativeFwdArgs& a, Stream stream, Heaviest heaviest) {
   constexpr FwdTile kTile = forward_tile(kD);
   const ForwardMaps m = forward_maps(p, a, kTile.keys);
-  const TileOrder order = forward_order(p, kTile.rows(), heaviest_first);
+  const TileOrder order = forward_order(p, kTile.rows(), heaviest);
   const std::size_t smem = Smem<kD, kTile.keys, kTile.stages, kTile.consumers>::bytes + 1024;  // + the base's alignment
   set_smem_limit(forward_kernel<T, kD, kCausal>, smem);
   forward_kernel<T, kD, kCausal><<<tile_grid(order), kTile.threads(), smem, stream>>>(
-      m.q, m.k, m.v, m.o, a.lse, p.N, p.softmax_scale());
+      m.q, m.k, m.v, m.o, a.lse, p.N, p.softmax_scale(), order);
   FA_CHECK_LAUNCH();
 }
 
 template <int kD, bool kCausal>
-void run_d(const Problem& p, const NativeFwdArgs& a, Stream s, bool heaviest_first) {
-  p.dtype == DType::bf16 ? launch<__nv_bfloat16, kD, kCausal>(p, a, s, heaviest_first)
-                         : launch<__half, kD, kCausal>(p, a, s, heaviest_first);
+void run_d(const Problem& p, const NativeFwdArgs& a, Stream s, Heaviest heaviest) {
+  p.dtype == DType::bf16 ? launch<__nv_bfloat16, kD, kCausal>(p, a, s, heaviest)
+                         : launch<__half, kD, kCausal>(p, a, s, heaviest);
 }
 
 template <int kD>
-void run_d(const Problem& p, const NativeFwdArgs& a, Stream s, bool heaviest_first) {
-  p.causal ? run_d<kD, true>(p, a, s, heaviest_first) : run_d<kD, false>(p, a, s, heaviest_first);
+void run_d(const Problem& p, const NativeFwdArgs& a, Stream s, Heaviest heaviest) {
+  p.causal ? run_d<kD, true>(p, a, s, heaviest) : run_d<kD, false>(p, a, s, heaviest);
 }
 
 // ---------------------------------------------------------------------------------
@@ -220,9 +220,9 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
       if constexpr (P::own_o) {
         stored();
         named_sync(epilogue_bar(c), 128);
-        w.store(&o_map, lse, q0, bh, scale, smem + P::o + c * L::kQBytes);
+        w.store(&o_map, lse, bh, scale, smem + P::o + c * L::kQBytes);
       } else {
-        w.store(&o_map, lse, q0, bh, scale, w.q_buffer());
+        w.store(&o_map, lse, bh, scale, w.q_buffer());
         stored();
         if (threadIdx.x % 128 == 0) arrive(q_empty);
       }
@@ -234,11 +234,11 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
 }
 
 template <class T, int kD, bool kCausal>
-void launch_persistent(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream stream, bool heaviest_first) {
+void launch_persistent(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream stream, Heaviest heaviest) {
   constexpr FwdTile kTile = forward_tile(kD);
   using P = PersistentSmem<kD, kTile.keys, kTile.stages, kTile.consumers>;
   const ForwardMaps m = forward_maps(p, a, kTile.keys);
-  const TileOrder order = forward_order(p, kTile.rows(), heaviest_first);
+  const TileOrder order = forward_order(p, kTile.rows(), heaviest);
   const int tile_count = order.tiles();
   const int grid = std::min(tile_count, gpu::sm_count());
   int* taken = static_cast<int*>(workspace);  // read only if some block takes a second tile
@@ -250,13 +250,13 @@ void launch_persistent(const Problem& p, const NativeFwdArgs& a, void* workspace
 }
 
 template <int kD>
-void run_persistent_d(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s, bool heaviest_first) {
+void run_persistent_d(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s, Heaviest heaviest) {
   if (p.dtype == DType::bf16)
-    p.causal ? launch_persistent<__nv_bfloat16, kD, true>(p, a, ws, s, heaviest_first)
-             : launch_persistent<__nv_bfloat16, kD, false>(p, a, ws, s, heaviest_first);
+    p.causal ? launch_persistent<__nv_bfloat16, kD, true>(p, a, ws, s, heaviest)
+             : launch_persistent<__nv_bfloat16, kD, false>(p, a, ws, s, heaviest);
   else
-    p.causal ? launch_persistent<__half, kD, true>(p, a, ws, s, heaviest_first)
-             : launch_persistent<__half, kD, false>(p, a, ws, s, heaviest_first);
+    p.causal ? launch_persistent<__half, kD, true>(p, a, ws, s, heaviest)
+             : launch_persistent<__half, kD, false>(p, a, ws, s, heaviest);
 }
 static_assert(PersistentSmem<64, 128, 2, 3>::own_o && PersistentSmem<128, 128, 2, 2>::own_o &&
                   !PersistentSmem<256, 80, 2, 2>::own_o &&
@@ -266,28 +266,31 @@ static_assert(PersistentSmem<64, 128, 2, 3>::own_o && PersistentSmem<128, 128, 2
 }  // namespace
 
 /// Short problems at d = 64 on the kernel of two blocks an SM, d = 64 and 128 otherwise
-/// on the persistent grid, d = 256 a block a tile (step07.hpp); each takes the causal
-/// tiles heaviest first across a section of heads (forward_order).
+/// on the persistent grid, d = 256 a block a tile (step07.hpp).
+void run_ordered(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s, Heaviest heaviest) {
+  if (two_blocks_an_sm(p.d, p.N, p.causal)) return run_short(p, a, s, heaviest);
+  persistent_grid(p.d, p.N, p.causal) ? run_persistent(p, a, ws, s, heaviest) : run_specialised(p, a, s, heaviest);
+}
+/// Production takes the causal tiles heaviest first across every section of heads (h10).
 void run_forward(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
-  if (two_blocks_an_sm(p.d, p.N, p.causal)) return run_short(p, a, s, true);
-  persistent_grid(p.d, p.N, p.causal) ? run_persistent(p, a, ws, s, true) : run_specialised(p, a, s, true);
+  run_ordered(p, a, ws, s, Heaviest::every_section);
 }
 std::size_t forward_workspace(const Problem& p) { return persistent_grid(p.d, p.N, p.causal) ? tile_counter(p) : 0; }
 
-void run_persistent(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s, bool heaviest_first) {
+void run_persistent(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s, Heaviest heaviest) {
   switch (p.d) {
-    case 64: return run_persistent_d<64>(p, a, ws, s, heaviest_first);
-    case 128: return run_persistent_d<128>(p, a, ws, s, heaviest_first);
-    default: return run_persistent_d<256>(p, a, ws, s, heaviest_first);  // gpu::forward checked d against kSupportedD
+    case 64: return run_persistent_d<64>(p, a, ws, s, heaviest);
+    case 128: return run_persistent_d<128>(p, a, ws, s, heaviest);
+    default: return run_persistent_d<256>(p, a, ws, s, heaviest);  // gpu::forward checked d against kSupportedD
   }
 }
 std::size_t tile_counter(const Problem&) { return sizeof(int); }
 
-void run_specialised(const Problem& p, const NativeFwdArgs& a, Stream s, bool heaviest_first) {
+void run_specialised(const Problem& p, const NativeFwdArgs& a, Stream s, Heaviest heaviest) {
   switch (p.d) {
-    case 64: return run_d<64>(p, a, s, heaviest_first);
-    case 128: return run_d<128>(p, a, s, heaviest_first);
-    default: return run_d<256>(p, a, s, heaviest_first);  // gpu::forward checked d against kSupportedD
+    case 64: return run_d<64>(p, a, s, heaviest);
+    case 128: return run_d<128>(p, a, s, heaviest);
+    default: return run_d<256>(p, a, s, heaviest);  // gpu::forward checked d against kSupportedD
   }
 }
 

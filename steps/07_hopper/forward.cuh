@@ -256,9 +256,10 @@ struct Consumer {
   /// Epilogue: ℓ = the quad's four parts; O/ℓ in 16 bits into `o_tile` (the panel
   /// layout the TMA store reads): this consumer's own Q tile, its last S being done, or
   /// on a persistent grid a tile of its own; L = m·scale + log ℓ from registers; one
-  /// thread stores the 64 rows by TMA (rows past N dropped by the map). Before o_tile is
-  /// reused, or the block exits, that thread waits until the store has read it (stored).
-  __device__ void store(const CUtensorMap* o_map, float* lse, int q0, int bh, float scale, unsigned char* o_tile) {
+  /// thread, the warpgroup's first, whose r0 is the tile's first row, stores the 64 rows by
+  /// TMA (rows past N dropped by the map). Before o_tile is reused, or the block exits,
+  /// that thread waits until the store has read it (stored).
+  __device__ void store(const CUtensorMap* o_map, float* lse, int bh, float scale, unsigned char* o_tile) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);
@@ -276,7 +277,7 @@ struct Consumer {
     cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
     named_sync(epilogue_bar(c), 128);
     if (threadIdx.x % 128 == 0) {
-      store_tile(o_map, o_tile, q0 + c * kRowsPerConsumer, bh);
+      store_tile(o_map, o_tile, r0, bh);
       cuda::ptx::cp_async_bulk_commit_group();
     }
   }
@@ -297,10 +298,9 @@ struct ForwardMaps {
 ForwardMaps forward_maps(const Problem& p, const NativeFwdArgs& a, int keys);
 
 /// The order of the forward's tiles, query blocks of `rows` rows (TileOrder, step07.hpp):
-/// with the causal mask and `heaviest_first`, every head's heaviest tile first, in sections
-/// of heads whose K and V stay in L2 (production: lesson row h10); else head after head
-/// (the lesson rows before it).
-TileOrder forward_order(const Problem& p, int rows, bool heaviest_first);
+/// with the causal mask heaviest first where `heaviest` says (production: every section,
+/// lesson row h10); else head after head (the lesson rows before it).
+TileOrder forward_order(const Problem& p, int rows, Heaviest heaviest);
 /// Query block i of head bh, from a forward tile's index head after head, bh·T_r + p (what
 /// a persistent block's producer tells its warps: only it works out the sections' order,
 /// TileOrder::at): a head's p-th tile in order of cost is its query block T_r − 1 − p,
@@ -312,13 +312,14 @@ __device__ __forceinline__ QueryTile query_tile(int head_major, int q_blocks) {
   return {q_blocks - 1 - head_major % q_blocks, head_major / q_blocks};
 }
 /// A grid of a block a tile in forward_order's order, tile_grid (TileOrder::grid_tile): this
-/// block's query block and head, from the block's indices alone, which cost no registers
-/// to keep (worked out from a tile index, a consumer at d = 256 spilled).
-__device__ __forceinline__ QueryTile grid_tile() {
-  return {int(gridDim.y - 1 - blockIdx.y), int(blockIdx.z * gridDim.x + blockIdx.x)};
+/// block's query block and head, from the block's indices and the order (a kernel
+/// parameter). Its consumers keep only their first row (Consumer::r0) and the head.
+__device__ __forceinline__ QueryTile grid_tile(const TileOrder& order) {
+  const TileOrder::At at = order.grid_tile(int(blockIdx.x), int(blockIdx.y), int(blockIdx.z));
+  return {order.blocks - 1 - at.p, at.bh};
 }
 inline dim3 tile_grid(const TileOrder& o) {
-  return dim3(unsigned(o.section()), unsigned(o.blocks), unsigned(o.heads >> o.shift));
+  return dim3(unsigned(o.blocks), unsigned(o.section()), unsigned(o.heads >> o.shift));
 }
 
 /// The forward's kernels, which kForward chooses between (two_blocks_an_sm,
@@ -326,12 +327,14 @@ inline dim3 tile_grid(const TileOrder& o) {
 /// production at d = 256) or on a persistent grid (forward.cu; lesson row h9 at every d,
 /// production at d = 64 and 128; its workspace is the tile counter, tile_counter bytes),
 /// and the short problems' one (versions_forward.cu: lesson row h1's, at d = 64), which
-/// fits two blocks on an SM. Each takes its tiles in forward_order(…, heaviest_first).
-void run_specialised(const Problem& p, const NativeFwdArgs& a, Stream s, bool heaviest_first);
-void run_persistent(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream s, bool heaviest_first);
+/// fits two blocks on an SM. Each takes its tiles in forward_order(…, heaviest).
+void run_specialised(const Problem& p, const NativeFwdArgs& a, Stream s, Heaviest heaviest);
+void run_persistent(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream s, Heaviest heaviest);
 std::size_t tile_counter(const Problem& p);
-void run_short(const Problem& p, const NativeFwdArgs& a, Stream s, bool heaviest_first);
-/// The production forward (kForward): the kernel for the problem, tiles heaviest first.
+void run_short(const Problem& p, const NativeFwdArgs& a, Stream s, Heaviest heaviest);
+/// The kernel for the problem (two_blocks_an_sm, persistent_grid), its tiles in that order.
+void run_ordered(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream s, Heaviest heaviest);
+/// The production forward (kForward): run_ordered with production's order.
 void run_forward(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream s);
 std::size_t forward_workspace(const Problem& p);
 

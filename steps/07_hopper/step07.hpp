@@ -120,40 +120,63 @@ FA_HD constexpr FwdShape forward_shape(int d, int N, bool causal) {
 /// every head's K and V: so the heads go in sections whose K/V stay in L2, heaviest first
 /// within a section. Without the mask every tile costs the same, and a section is one head.
 ///
+/// Heaviest says which sections go heaviest first: every one (lesson rows h10 and b14), or
+/// only the last, where the tail is decided, the heads before it head after head (h11 and
+/// b15: a section's light tiles, which wait on memory, then run beside heavy ones, which
+/// wait on the tensor cores); nowhere is head after head throughout (the rows before).
+enum class Heaviest { nowhere, every_section, last_section };
+
 /// A section is 2^shift heads, a power of two that divides B·H, so that every section is
 /// whole and a tile's place takes a shift, a mask and one division (a persistent block's
 /// producer works it out in the 24 registers it keeps, and tells its warps the tile's
-/// index head after head). Tile t is the p-th tile of head bh in that head's order (p = 0
-/// its heaviest): with u = t >> shift, head bh = (u / blocks) sections in, plus t's low
-/// bits; p = u mod blocks.
+/// index head after head). The heads before `mixed_from` go head after head, each its
+/// heaviest tile first; from it on, section after section, each heaviest first across its
+/// heads: tile r of those (r = t − mixed_from·blocks) is the p-th tile of head bh in that
+/// head's order (p = 0 its heaviest), with u = r >> shift: bh = mixed_from + (u / blocks)
+/// sections, plus r's low bits; p = u mod blocks.
 struct TileOrder {
-  int blocks;  ///< tiles of a head
-  int heads;   ///< B·H
-  int shift;   ///< a section is 2^shift heads (0: head after head)
+  int blocks;       ///< tiles of a head
+  int heads;        ///< B·H
+  int shift;        ///< a section is 2^shift heads
+  int mixed_from;   ///< the first head of the sections taken heaviest first (heads: none)
+  int mixed_tiles;  ///< mixed_from·blocks, the tiles before them: a field, which a producer reads from
+                    ///< the kernel's parameters, where the product took a register (the backward's spilled)
   struct At {
     int p, bh;  ///< the head's p-th tile (heaviest first), of head bh
   };
+  FA_HD constexpr TileOrder(int blocks_, int heads_, int shift_, int mixed_from_)
+      : blocks(blocks_), heads(heads_), shift(shift_), mixed_from(mixed_from_), mixed_tiles(mixed_from_ * blocks_) {}
   FA_HD constexpr int tiles() const { return blocks * heads; }
   FA_HD constexpr int section() const { return 1 << shift; }
   FA_HD constexpr At at(int t) const {
-    const int u = t >> shift, s = u / blocks;  // s: the section
-    return {u - s * blocks, (s << shift) + (t & (section() - 1))};
+    if (t < mixed_tiles) return {t % blocks, t / blocks};  // head after head
+    const int r = t - mixed_tiles, u = r >> shift, s = u / blocks;  // s: the section
+    return {u - s * blocks, mixed_from + (s << shift) + (r & (section() - 1))};
   }
   /// The same order as a grid of a block a tile, whose blocks the hardware starts x
-  /// fastest: grid (section(), blocks, heads / section()), block (x, y, z) the p = y-th
-  /// tile of head z·section() + x.
-  FA_HD constexpr At grid_tile(int x, int y, int z) const { return {y, z * section() + x}; }
+  /// fastest: grid (blocks, section(), heads / section()), z a section. Before mixed_from,
+  /// block (x, y, z) is the p = x-th tile of head z·section() + y; from it on, with
+  /// l = y·blocks + x its place in its section, the (l >> shift)-th tile of the section's
+  /// head l mod section(). No division: shifts and masks of the block's indices and the
+  /// kernel's parameters.
+  FA_HD constexpr At grid_tile(int x, int y, int z) const {
+    const int first = z << shift, l = y * blocks + x;  // the section's first head; the block's place in it
+    const bool mixed = first >= mixed_from;
+    return {mixed ? l >> shift : x, first + (mixed ? l & (section() - 1) : y)};
+  }
 };
 /// The order for `heads` heads of `blocks` tiles, each head reading `bytes_a_head` bytes
 /// that its tiles share, on a GPU with an L2 of `l2_bytes`: with the causal mask sections
 /// of as many heads as take at most two thirds of the L2 (the rest for what the tiles write
-/// and for the last section's stragglers), a power of two that divides B·H; without it,
-/// head after head.
-FA_HD constexpr TileOrder tile_order(int blocks, int heads, bool causal, double bytes_a_head, double l2_bytes) {
+/// and for the last section's stragglers), a power of two that divides B·H, heaviest first
+/// where `heaviest` says; without it, or with Heaviest::nowhere, head after head.
+FA_HD constexpr TileOrder tile_order(int blocks, int heads, bool causal, double bytes_a_head, double l2_bytes,
+                                     Heaviest heaviest) {
+  if (!causal || heaviest == Heaviest::nowhere) return {blocks, heads, 0, heads};
   int shift = 0;
   const double budget = l2_bytes * 2 / 3;
-  for (long long s = 2; causal && s <= heads && heads % s == 0 && double(s) * bytes_a_head <= budget; s *= 2) ++shift;
-  return {blocks, heads, shift};
+  for (long long s = 2; s <= heads && heads % s == 0 && double(s) * bytes_a_head <= budget; s *= 2) ++shift;
+  return {blocks, heads, shift, heaviest == Heaviest::every_section ? 0 : heads - (1 << shift)};
 }
 
 /// The shared-memory layout of every tile (hopper.cuh): R rows × d columns of 16-bit
@@ -247,7 +270,10 @@ extern const GpuBackward kBackwardB11;
 /// Lesson row b12: production with its causal tiles head after head, where production (b14)
 /// takes them heaviest first across a section of heads (TileOrder).
 extern const GpuBackward kBackwardB12;
-constexpr int kForwardVersionCount = 11;
+/// Lesson row b15: production with its causal tiles heaviest first in the last section of
+/// heads only, head after head before it (Heaviest::last_section).
+extern const GpuBackward kBackwardB15;
+constexpr int kForwardVersionCount = 12;
 /// The forward versions of note 07's table (versions_forward.cu), for the bench and tests.
 extern const GpuForward kForwardVersions[kForwardVersionCount];
 

@@ -142,7 +142,7 @@ template <class T, int kD, bool kCausal, Version V>
 __global__ void __launch_bounds__(V(kD).threads(), V(kD).specialised || (kD != 64 && V(kD).keys != 64) ? 1 : 2)
     version_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                    const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
-                   float* __restrict__ lse, int N, float scale) {
+                   float* __restrict__ lse, int N, float scale, const TileOrder order) {
 #if FA_STEP07_ARCH_OK
   constexpr FwdVersion kV = V(kD);
   constexpr int kBc = kV.keys, kStages = 2;
@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(V(kD).threads(), V(kD).specialised || (kD != 6
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = aligned_smem(smem_raw);
   Barriers bars(smem + L::bars, kStages);
-  const auto [i, bh] = grid_tile();  // a block a tile, in forward_order's order (tile_grid)
+  const auto [i, bh] = grid_tile(order);  // a block a tile, in forward_order's order (tile_grid)
   const int q0 = i * kRows;
   const int last = tiles::last_kv_block(N, kCausal, i, kRows, kBc);
   if (threadIdx.x == 0) bars.init(kStages, kConsumers);
@@ -217,31 +217,31 @@ __global__ void __launch_bounds__(V(kD).threads(), V(kD).specialised || (kD != 6
     for (int j = 1; j <= last; ++j) w.next_block(j, j, 1 - c, [] {});
     w.last_pv(last, 1 - c, c != 1);
   }
-  w.store(&o_map, lse, q0, bh, scale, w.q_buffer());
+  w.store(&o_map, lse, bh, scale, w.q_buffer());
   stored();
 #endif
 }
 
 template <Version V, class T, int kD, bool kCausal>
-void launch(const Problem& p, const NativeFwdArgs& a, Stream stream, bool heaviest_first) {
+void launch(const Problem& p, const NativeFwdArgs& a, Stream stream, Heaviest heaviest) {
   constexpr FwdVersion kV = V(kD);
   const ForwardMaps m = forward_maps(p, a, kV.keys);
-  const TileOrder order = forward_order(p, kRows, heaviest_first);
+  const TileOrder order = forward_order(p, kRows, heaviest);
   const std::size_t smem = Smem<kD, kV.keys, 2, kConsumers>::bytes + 1024;
   set_smem_limit(version_kernel<T, kD, kCausal, V>, smem);
   version_kernel<T, kD, kCausal, V><<<tile_grid(order), kV.threads(), smem, stream>>>(
-      m.q, m.k, m.v, m.o, a.lse, p.N, p.softmax_scale());
+      m.q, m.k, m.v, m.o, a.lse, p.N, p.softmax_scale(), order);
   FA_CHECK_LAUNCH();
 }
 
 template <Version V, int kD>
-void run_d(const Problem& p, const NativeFwdArgs& a, Stream s, bool heaviest_first = false) {
+void run_d(const Problem& p, const NativeFwdArgs& a, Stream s, Heaviest heaviest = Heaviest::nowhere) {
   if (p.dtype == DType::bf16)
-    p.causal ? launch<V, __nv_bfloat16, kD, true>(p, a, s, heaviest_first)
-             : launch<V, __nv_bfloat16, kD, false>(p, a, s, heaviest_first);
+    p.causal ? launch<V, __nv_bfloat16, kD, true>(p, a, s, heaviest)
+             : launch<V, __nv_bfloat16, kD, false>(p, a, s, heaviest);
   else
-    p.causal ? launch<V, __half, kD, true>(p, a, s, heaviest_first)
-             : launch<V, __half, kD, false>(p, a, s, heaviest_first);
+    p.causal ? launch<V, __half, kD, true>(p, a, s, heaviest)
+             : launch<V, __half, kD, false>(p, a, s, heaviest);
 }
 
 /// A lesson row h1–h6: its tiles head after head, as they were measured.
@@ -307,14 +307,24 @@ void run_s1(const Problem& p, const NativeFwdArgs& a, void*, Stream s) { run_d<s
 
 }  // namespace
 
-void run_short(const Problem& p, const NativeFwdArgs& a, Stream s, bool heaviest_first) {
-  run_d<h1, 64>(p, a, s, heaviest_first);
+void run_short(const Problem& p, const NativeFwdArgs& a, Stream s, Heaviest heaviest) {
+  run_d<h1, 64>(p, a, s, heaviest);
 }
 
 namespace {
 // h7 and h9: the production kernels with their tiles head after head, as they were measured.
-void run_h7(const Problem& p, const NativeFwdArgs& a, void*, Stream s) { run_specialised(p, a, s, false); }
-void run_h9(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) { run_persistent(p, a, ws, s, false); }
+void run_h7(const Problem& p, const NativeFwdArgs& a, void*, Stream s) { run_specialised(p, a, s, Heaviest::nowhere); }
+void run_h9(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
+  run_persistent(p, a, ws, s, Heaviest::nowhere);
+}
+// h10 and h11: the kernels of production (run_ordered), with the causal tiles heaviest first
+// in every section of heads, and in the last one only.
+void run_h10(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
+  run_ordered(p, a, ws, s, Heaviest::every_section);
+}
+void run_h11(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
+  run_ordered(p, a, ws, s, Heaviest::last_section);
+}
 }  // namespace
 
 const GpuForward kForwardVersions[kForwardVersionCount] = {
@@ -332,7 +342,9 @@ const GpuForward kForwardVersions[kForwardVersionCount] = {
     {"h9: h7 on a persistent grid, tiles from a counter, O in its own tile (production's kernel at d = 64, 128)", 256,
      tile_counter, "the tile counter", nullptr, run_h9, kSupportedD, kSm, true},
     {"h10: causal tiles heaviest first across a section of heads: the production forward", 256, forward_workspace,
-     "the tile counter", nullptr, run_forward, kSupportedD, kSm, true},
+     "the tile counter", nullptr, run_h10, kSupportedD, kSm, true},
+    {"h11: causal tiles head after head but in the last section of heads, heaviest first there", 256,
+     forward_workspace, "the tile counter", nullptr, run_h11, kSupportedD, kSm, true},
 };
 
 }  // namespace fa::step07

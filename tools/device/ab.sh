@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The steps beside PyTorch's attention in one process, on the same tensors, in alternation
 # (tools/bench/ab.py over libfa_capi.so), on the H200 in one call.
-#   [PHASE=fwd|bwd|bwdpeers|host|decode|ring|pause|gemm|short|h9|order|call|b9|b10|b11|b12|det|all, or several: PHASE=short,decode] [ROUNDS=5]
+#   [PHASE=fwd|bwd|bwdpeers|host|decode|ring|pause|gemm|short|h9|order|last|call|b9|b10|b11|b12|det|all, or several: PHASE=short,decode] [ROUNDS=5]
 #       bash tools/device/ab.sh [build-dir]
 # gemm:   the bf16 matrix-product rate, timed the same way (also in fwd);
 # fwd:    step 07's forward, step 06, cuDNN and FlashAttention-2, d = 64, 128, 256,
@@ -22,6 +22,10 @@
 #         production) beside the same kernels head after head — forward: h1 (d = 64's short
 #         problems), h9 (d = 64, 128), h7 (d = 256); backward: b12, and the deterministic
 #         mode —, and cuDNN, d = 64, 128, 256, N = 1k–32k, causal, both B·H·N;
+# last:   the causal tiles heaviest first in the last section of heads only, head after head
+#         before it (lesson rows h11, b15) beside production (every section heaviest first)
+#         and the same kernels head after head, and cuDNN, d = 64, 128, 256, N = 1k–32k, causal,
+#         both B·H·N;
 # short:  the forward's short problems at d = 128 (N = 1k–8k), where step 07 was below
 #         cuDNN: lesson rows h1, h5 and s1 beside the production forward and cuDNN;
 # h9:     the forward's persistent grid (lesson row h9, production at d = 64 and 128 but for
@@ -96,6 +100,10 @@ fi
 if want order; then
   run ab07_order --dir fwd --causal 1 --impls 07,07h1,07h9,07h7,torch-cudnn
   run ab07bwd_order --dir bwd --causal 1 --impls 07,07b12,07det,torch-cudnn
+fi
+if want last; then
+  run ab07_last --dir fwd --causal 1 --impls 07,07h11,07h1,07h9,07h7,torch-cudnn
+  run ab07bwd_last --dir bwd --causal 1 --impls 07,07b15,07b12,torch-cudnn
 fi
 if want call; then
   python3 tools/bench/timeline.py --lib "$BUILD/tools/bench/libfa_capi.so" --impls "${CALL_IMPLS:-07,07b7,torch-cudnn}" \
