@@ -144,7 +144,7 @@ TEST_CASE("step07 tile order: every tile once, a head's heaviest first, heads in
   using step07::Heaviest;
   const double l2 = 50.0 * 1024 * 1024, mib = 1024.0 * 1024;
   const auto order = [&](int heads, bool causal, double bytes, Heaviest h = Heaviest::every_section) {
-    return step07::tile_order(8, heads, causal, bytes, l2, h);
+    return step07::tile_order(8, heads, causal, bytes, l2, 132, h);
   };
   CHECK(order(128, false, 1.0).section() == 1);
   CHECK(order(128, true, 0.25 * mib).section() == 128);  // 32 MiB: all of them
@@ -163,6 +163,12 @@ TEST_CASE("step07 tile order: every tile once, a head's heaviest first, heads in
   CHECK(order(128, true, 0.5 * mib, Heaviest::nowhere).section() == 1);
   CHECK(order(128, true, 0.5 * mib, Heaviest::nowhere).mixed_from == 128);
   CHECK(order(128, false, 0.5 * mib, Heaviest::last_section).mixed_from == 128);
+  // Production's (by_wave): the last section's order where a head's tiles are at most an
+  // eighth of the SMs (a wave head after head spans eight heads), every section's elsewhere.
+  for (const auto [blocks, sms, mixed_from] : {std::array{8, 132, 64}, std::array{16, 132, 64},
+                                               std::array{17, 132, 0}, std::array{16, 120, 0}})
+    CHECK(step07::tile_order(blocks, 128, true, 0.5 * mib, l2, sms, Heaviest::by_wave).mixed_from == mixed_from);
+  CHECK(step07::tile_order(8, 128, false, 0.5 * mib, l2, 132, Heaviest::by_wave).mixed_from == 128);
 }
 
 TEST_CASE("step07 tiles use TMA's 128-byte swizzle (exercise 07-swizzle)", "[cpu]") {
@@ -464,8 +470,9 @@ TEST_CASE("step07 backward lesson row b7 (the call before b8) equals the product
 // Lesson row b8 runs b9's kernels a block a tile; b9 runs a block an SM, each block taking
 // tile after tile from a counter, b10 moves the fences of b9's stores, b11 computes a step's
 // dQ pieces in the next step (at d = 128), the last one of a tile after the loop, and
-// b12 gives each consumer its own writer of dQ's pieces; production (b14) and b15 take the
-// causal tiles heaviest first across every section of heads and across the last only. The
+// b12 gives each consumer its own writer of dQ's pieces; b14 and b15 take the causal tiles
+// heaviest first across every section of heads and across the last only (production: one
+// or the other by a head's size: b15's at N = 130 and 1000, b14's at 4097). The
 // small cases of the other tests fit in one wave of blocks; here 200 heads of N = 130 (400
 // tiles of two query blocks at d ≤ 128, 600 of three at d = 256, keys past N in the last; also
 // under the sanitizers) and 64 heads of N = 1000 (512 tiles, 1024 at d = 256) give every block
@@ -488,7 +495,8 @@ TEST_CASE("step07 backward on a persistent grid (b9, b10, b11, b12, b14, b15) eq
         const ForwardOut fwd = gpu::forward(step07::kForward, p, in, true);
         const Grads want = gpu::backward(step07::kBackwardB8, p, in, fwd, dout);
         for (const GpuBackward* b : {&step07::kBackwardB9, &step07::kBackwardB10, &step07::kBackwardB11,
-                                     &step07::kBackwardB12, &step07::kBackward, &step07::kBackwardB15}) {
+                                     &step07::kBackwardB12, &step07::kBackwardB14, &step07::kBackwardB15,
+                                     &step07::kBackward}) {
           INFO(b->name);
           const Grads g = gpu::backward(*b, p, in, fwd, dout);
           FA_CHECK_CLOSE("dK vs b8", g.dk, want.dk, tol::kBitExact, test::shape_o(p));
@@ -554,7 +562,8 @@ TEST_CASE("step07 forward version h0 (TMA alone) equals step 06's kernel bit for
 // first in sections of heads (4·N·d bytes of K/V a head; a power of two dividing B·H): on a
 // GPU of 50 or 60 MiB of L2 five sections of 16 heads at N = 2049 and 80 heads, at every d; five of 8
 // at N = 1000 and 40 heads (at d = 64 h1's kernel, a block a tile); and h11's, heaviest first
-// in the last of those sections only, the four before it head after head.
+// in the last of those sections only, the four before it head after head (production takes
+// one order or the other by a head's size: both are here).
 TEST_CASE("step07 forward versions h9 (persistent grid), h10 and h11 (tiles heaviest first) equal h7 bit for bit",
           "[gpu]") {
   const GpuForward &h7 = forward_version("h7"), &h9 = forward_version("h9"), &h10 = forward_version("h10"),

@@ -1007,15 +1007,17 @@ struct BwdCall {
                        ///< (launch_early), each starting under the kernel before it
   bool persistent;     ///< b9: a block an SM, each taking tile after tile (next_tile), where b4–b8 ran a block a tile
   Heaviest heaviest;   ///< b14: the causal tiles heaviest first across every section of heads (backward_order),
-                       ///< b15: across the last only; b4–b12 took them head after head
+                       ///< b15: across the last only, production: one or the other by a head's size
+                       ///< (Heaviest::by_wave); b4–b12 took them head after head
 };
 // The deterministic mode runs a block a tile (b8's grid): with the causal mask at N ≤ 8192 it ran
 // at 0.22–0.63× the default's speed on the persistent grid, 0.56–0.81× a block a tile (note 07,
 // the deterministic mode; likely cause: a persistent block's writer runs up to a tile behind its
 // consumers, so a key block's wait for the one before it also waits for that block's older tiles).
-constexpr BwdCall kAnyOrder{.deterministic = false, .early = true, .persistent = true, .heaviest = Heaviest::every_section},
-    kInOrder{.deterministic = true, .early = true, .persistent = false, .heaviest = Heaviest::every_section},
+constexpr BwdCall kAnyOrder{.deterministic = false, .early = true, .persistent = true, .heaviest = Heaviest::by_wave},
+    kInOrder{.deterministic = true, .early = true, .persistent = false, .heaviest = Heaviest::by_wave},
     kAsB15{.deterministic = false, .early = true, .persistent = true, .heaviest = Heaviest::last_section},
+    kAsB14{.deterministic = false, .early = true, .persistent = true, .heaviest = Heaviest::every_section},
     kAsB12{.deterministic = false, .early = true, .persistent = true, .heaviest = Heaviest::nowhere},
     kAsB8{.deterministic = false, .early = true, .persistent = false, .heaviest = Heaviest::nowhere},
     kAsB7{.deterministic = false, .early = false, .persistent = false, .heaviest = Heaviest::nowhere};
@@ -1024,7 +1026,7 @@ constexpr BwdCall kAnyOrder{.deterministic = false, .early = true, .persistent =
 /// head's tiles share its Q and dO (16-bit) and its fp32 dQ accumulator, 8·N·d bytes.
 TileOrder backward_order(const Problem& p, int keys, Heaviest heaviest) {
   return tile_order(tiles::kv_blocks(p.N, keys), int(p.heads()), p.causal, 8.0 * p.N * p.d, double(gpu::l2_bytes()),
-                    heaviest);
+                    gpu::sm_count(), heaviest);
 }
 
 template <class T, int kD, Version V, BwdCall C>
@@ -1096,6 +1098,8 @@ const GpuBackward kBackwardB11{"b11: one writer of dQ's pieces for both consumer
                                nullptr, run<b11, kAsB12>, kBackwardD, kSm, true};
 const GpuBackward kBackwardB12{"b12: a writer of dQ's pieces per consumer at d = 128, tiles head after head", 256,
                                workspace_bytes<b12>, kWorkspace, nullptr, run<b12, kAsB12>, kBackwardD, kSm, true};
+const GpuBackward kBackwardB14{"b14: the causal tiles heaviest first across every section of heads", 256,
+                               workspace_bytes<b12>, kWorkspace, nullptr, run<b12, kAsB14>, kBackwardD, kSm, true};
 const GpuBackward kBackwardB15{"b15: the causal tiles head after head but in the last section of heads", 256,
                                workspace_bytes<b12>, kWorkspace, nullptr, run<b12, kAsB15>, kBackwardD, kSm, true};
 const GpuBackward kBackwardDeterministic{"det: dQ added in key-block order", 256, workspace_bytes<b12>, kWorkspace,

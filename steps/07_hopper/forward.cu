@@ -271,9 +271,10 @@ void run_ordered(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s, H
   if (two_blocks_an_sm(p.d, p.N, p.causal)) return run_short(p, a, s, heaviest);
   persistent_grid(p.d, p.N, p.causal) ? run_persistent(p, a, ws, s, heaviest) : run_specialised(p, a, s, heaviest);
 }
-/// Production takes the causal tiles heaviest first across every section of heads (h10).
+/// Production takes the causal tiles heaviest first in the last section of heads (h11) where a
+/// head has at most SMs / 8 tiles, across every section (h10) elsewhere (Heaviest::by_wave).
 void run_forward(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
-  run_ordered(p, a, ws, s, Heaviest::every_section);
+  run_ordered(p, a, ws, s, Heaviest::by_wave);
 }
 std::size_t forward_workspace(const Problem& p) { return persistent_grid(p.d, p.N, p.causal) ? tile_counter(p) : 0; }
 

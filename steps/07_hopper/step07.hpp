@@ -124,7 +124,12 @@ FA_HD constexpr FwdShape forward_shape(int d, int N, bool causal) {
 /// only the last, where the tail is decided, the heads before it head after head (h11 and
 /// b15: a section's light tiles, which wait on memory, then run beside heavy ones, which
 /// wait on the tensor cores); nowhere is head after head throughout (the rows before).
-enum class Heaviest { nowhere, every_section, last_section };
+/// by_wave, production's, takes the last section's order where a wave of tiles head after
+/// head (one tile an SM) spans eight heads or more, a head having at most SMs / 8 tiles —
+/// there each wave mixes every cost of several heads, and h11 and b15 measured 1–7% faster
+/// than every section's order (N ≤ 2048 on the H200) —, and every section's elsewhere, where
+/// the last section's order measured up to 5% slower (note 07, "The order of the tiles").
+enum class Heaviest { nowhere, every_section, last_section, by_wave };
 
 /// A section is 2^shift heads, a power of two that divides B·H, so that every section is
 /// whole and a tile's place takes a shift, a mask and one division (a persistent block's
@@ -166,12 +171,13 @@ struct TileOrder {
   }
 };
 /// The order for `heads` heads of `blocks` tiles, each head reading `bytes_a_head` bytes
-/// that its tiles share, on a GPU with an L2 of `l2_bytes`: with the causal mask sections
-/// of as many heads as take at most two thirds of the L2 (the rest for what the tiles write
-/// and for the last section's stragglers), a power of two that divides B·H, heaviest first
-/// where `heaviest` says; without it, or with Heaviest::nowhere, head after head.
-FA_HD constexpr TileOrder tile_order(int blocks, int heads, bool causal, double bytes_a_head, double l2_bytes,
+/// that its tiles share, on a GPU of `sms` SMs with an L2 of `l2_bytes`: with the causal
+/// mask sections of as many heads as take at most two thirds of the L2 (the rest for what
+/// the tiles write and for the last section's stragglers), a power of two that divides B·H,
+/// heaviest first where `heaviest` says; without it, or with Heaviest::nowhere, head after head.
+FA_HD constexpr TileOrder tile_order(int blocks, int heads, bool causal, double bytes_a_head, double l2_bytes, int sms,
                                      Heaviest heaviest) {
+  if (heaviest == Heaviest::by_wave) heaviest = 8 * blocks <= sms ? Heaviest::last_section : Heaviest::every_section;
   if (!causal || heaviest == Heaviest::nowhere) return {blocks, heads, 0, heads};
   int shift = 0;
   const double budget = l2_bytes * 2 / 3;
@@ -267,11 +273,12 @@ extern const GpuBackward kBackwardB10;
 /// reduction at a time, where b12 has a writer per consumer at d = 128 (at d = 64 and 256
 /// b12's kernel is b11's).
 extern const GpuBackward kBackwardB11;
-/// Lesson row b12: production with its causal tiles head after head, where production (b14)
-/// takes them heaviest first across a section of heads (TileOrder).
+/// Lesson rows b12, b14 and b15: production's kernels and call with its causal tiles head
+/// after head, heaviest first across every section of heads, and across the last section
+/// only (TileOrder, Heaviest), where production takes b15's order or b14's by the size of a
+/// head (Heaviest::by_wave).
 extern const GpuBackward kBackwardB12;
-/// Lesson row b15: production with its causal tiles heaviest first in the last section of
-/// heads only, head after head before it (Heaviest::last_section).
+extern const GpuBackward kBackwardB14;
 extern const GpuBackward kBackwardB15;
 constexpr int kForwardVersionCount = 12;
 /// The forward versions of note 07's table (versions_forward.cu), for the bench and tests.

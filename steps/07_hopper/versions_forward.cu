@@ -341,7 +341,7 @@ const GpuForward kForwardVersions[kForwardVersionCount] = {
      kSupportedD, kSm, true},
     {"h9: h7 on a persistent grid, tiles from a counter, O in its own tile (production's kernel at d = 64, 128)", 256,
      tile_counter, "the tile counter", nullptr, run_h9, kSupportedD, kSm, true},
-    {"h10: causal tiles heaviest first across a section of heads: the production forward", 256, forward_workspace,
+    {"h10: causal tiles heaviest first across every section of heads", 256, forward_workspace,
      "the tile counter", nullptr, run_h10, kSupportedD, kSm, true},
     {"h11: causal tiles head after head but in the last section of heads, heaviest first there", 256,
      forward_workspace, "the tile counter", nullptr, run_h11, kSupportedD, kSm, true},

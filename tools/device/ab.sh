@@ -23,9 +23,10 @@
 #         problems), h9 (d = 64, 128), h7 (d = 256); backward: b12, and the deterministic
 #         mode —, and cuDNN, d = 64, 128, 256, N = 1k–32k, causal, both B·H·N;
 # last:   the causal tiles heaviest first in the last section of heads only, head after head
-#         before it (lesson rows h11, b15) beside production (every section heaviest first)
-#         and the same kernels head after head, and cuDNN, d = 64, 128, 256, N = 1k–32k, causal,
-#         both B·H·N;
+#         before it (lesson rows h11, b15), beside every section heaviest first (h10, b14), the
+#         production forward and backward (one or the other by a head's size), the same kernels
+#         head after head (h1, h9, h7; b12), the deterministic mode and cuDNN, d = 64, 128, 256,
+#         N = 1k–32k, causal, both B·H·N;
 # short:  the forward's short problems at d = 128 (N = 1k–8k), where step 07 was below
 #         cuDNN: lesson rows h1, h5 and s1 beside the production forward and cuDNN;
 # h9:     the forward's persistent grid (lesson row h9, production at d = 64 and 128 but for
@@ -102,8 +103,8 @@ if want order; then
   run ab07bwd_order --dir bwd --causal 1 --impls 07,07b12,07det,torch-cudnn
 fi
 if want last; then
-  run ab07_last --dir fwd --causal 1 --impls 07,07h11,07h1,07h9,07h7,torch-cudnn
-  run ab07bwd_last --dir bwd --causal 1 --impls 07,07b15,07b12,torch-cudnn
+  run ab07_last --dir fwd --causal 1 --impls 07,07h10,07h11,07h1,07h9,07h7,torch-cudnn
+  run ab07bwd_last --dir bwd --causal 1 --impls 07,07b14,07b15,07b12,07det,torch-cudnn
 fi
 if want call; then
   python3 tools/bench/timeline.py --lib "$BUILD/tools/bench/libfa_capi.so" --impls "${CALL_IMPLS:-07,07b7,torch-cudnn}" \

@@ -119,6 +119,7 @@ std::vector<StepEntry> make_table() {
   t.back().backward_versions.push_back(&step07::kBackwardB10);
   t.back().backward_versions.push_back(&step07::kBackwardB11);
   t.back().backward_versions.push_back(&step07::kBackwardB12);
+  t.back().backward_versions.push_back(&step07::kBackwardB14);
   t.back().backward_versions.push_back(&step07::kBackwardB15);
 #endif
   // Step 08's model and traffic take the H200's split plan (the kernel takes its GPU's).
