@@ -1284,9 +1284,9 @@ def table_step07_order(D):
     Ns = sorted({k[3] for m in runs.values() for k in m})
     out = [f"bf16, causal, on {device07(D, 'device.txt', folder)}, measured in one process (`tools/bench/ab.py`, "
            f"`{rel(folder)}/`: at each shape every implementation on the same tensors, taking turns, 3 rounds; the "
-           "median): production's speed ÷ the same kernel's with its tiles head after head (forward: h1 at d = 64 and "
-           "N ≤ 2048, h9 at d = 64 and 128, h7 at d = 256; backward: b12), and in brackets the two × cuDNN. Bold: "
-           "below 1.0.", "",
+           "median): the production of that run — h10 and b14, every section heaviest first — ÷ the same kernel with "
+           "its tiles head after head (forward: h1 at d = 64 and N ≤ 2048, h9 at d = 64 and 128, h7 at d = 256; "
+           "backward: b12), and in brackets the two × cuDNN. Bold: below 1.0.", "",
            "| | B·H·N | d | " + " | ".join(f"N = {n}" for n in Ns) + " |", "|---|---|---|" + "---|" * len(Ns)]
     gain, below = {}, {}
     for direction, m in runs.items():
@@ -1313,12 +1313,71 @@ def table_step07_order(D):
             continue
         parts = [f"d = {d}: {min(g):.2f}–{max(g):.2f}" for (dd, d), g in sorted(gain.items()) if dd == direction]
         was, now, n = below[direction]
-        out.append(f"{'Forward' if direction == 'fwd' else 'Backward'}, production ÷ head after head: "
-                   f"{'; '.join(parts)}. Below cuDNN: {was} of {n} shapes head after head, {now} of {n} now.")
+        out.append(f"{'Forward' if direction == 'fwd' else 'Backward'}, every section heaviest first ÷ head after "
+                   f"head: {'; '.join(parts)}. Below cuDNN: {was} of {n} shapes head after head, {now} of {n} with "
+                   "the order.")
     det = [x / runs["bwd"][k[:4] + ("07",)] for k, x in runs["bwd"].items() if k[4] == "07det"]
     if det:
         out.append(f"The deterministic mode, in the same order, at {min(det):.2f}–{max(det):.2f}× production's "
                    "speed there.")
+    return out
+
+
+LAST07 = os.path.join(AB, "last")  # the last section's order (h11, b15) beside every section's (h10, b14)
+
+
+def last07_taken(direction, d, N, sms=132):
+    """Whether production takes the last section's order (Heaviest::by_wave, step07.hpp): a head's tiles — query
+    blocks of 128 rows (192 at d = 64 past the short problems), key blocks of 128 keys (64 at d = 256) — at most an
+    eighth of the SMs."""
+    if direction == "fwd":
+        rows = 192 if d == 64 and N > 2048 else 128
+    else:
+        rows = 64 if d == 256 else 128
+    return 8 * -(-N // rows) <= sms
+
+
+def table_step07_last(D):
+    """The last section's order (h11, b15) and production (Heaviest::by_wave) against every section's (h10, b14), and
+    cuDNN, in one ab.py run a direction (ab/last/: ab07_last.csv, ab07bwd_last.csv); the first run (ab/last/first_run/,
+    production then every section's) in a line."""
+    folder = os.path.join(D.folder, LAST07)
+    first = os.path.join(folder, "first_run")
+    ids = {"fwd": ("07h11", "07h10"), "bwd": ("07b15", "07b14")}
+    runs = {"fwd": ab07bwd_medians(folder, "ab07_last.csv"), "bwd": ab07bwd_medians(folder, "ab07bwd_last.csv")}
+    Ns = sorted({k[3] for m in runs.values() for k in m})
+    out = [f"bf16, causal, on {device07(D, 'device.txt', folder)}, measured in one process a direction "
+           f"(`tools/bench/ab.py`, `{rel(folder)}/`, 3 rounds, the median): the last section's order (h11, b15) ÷ "
+           "every section's (h10, b14), and in brackets production × cuDNN; a star where production takes the "
+           "last section's order (a head of at most 132 / 8 tiles). Bold: below 1.0.", "",
+           "| | B·H·N | d | " + " | ".join(f"N = {n}" for n in Ns) + " |", "|---|---|---|" + "---|" * len(Ns)]
+    for direction, m in runs.items():
+        last, every = ids[direction]
+        for tokens, d in sorted({k[:2] for k in m}):
+            cells = []
+            for N in Ns:
+                k = (tokens, d, True, N)
+                star = "*" if last07_taken(direction, d, N) else ""
+                cells.append(f"{m[k + (last,)] / m[k + (every,)]:.2f}{star} ({bold(m[k + ('07',)] / m[k + ('cudnn',)])})")
+            out.append(f"| {'forward' if direction == 'fwd' else 'backward'} | {tokens} | {d} | " + " | ".join(cells)
+                       + " |")
+    out.append("")
+    old = {"fwd": ab07bwd_medians(first, "ab07_last.csv"), "bwd": ab07bwd_medians(first, "ab07bwd_last.csv")}
+    for direction, m in runs.items():
+        last, every = ids[direction]
+        name = "Forward" if direction == "fwd" else "Backward"
+        def span(m, new, base, taken):
+            r = [x / m[k[:4] + (base,)] for k, x in m.items()
+                 if k[4] == new and last07_taken(direction, k[1], k[3]) == taken and k[:4] + (base,) in m]
+            return f"{min(r):.2f}–{max(r):.2f}"
+        # In the first run production (07) was every section's order.
+        first_last = span(old[direction], last, "07", True), span(old[direction], last, "07", False)
+        prod = [x / m[k[:4] + ("cudnn",)] for k, x in m.items() if k[4] == "07"]
+        out.append(f"{name}, {last[2:]} ÷ {every[2:]}: {span(m, last, every, True)} where production takes the last "
+                   f"section's order, {span(m, last, every, False)} elsewhere (the first run: {first_last[0]} and "
+                   f"{first_last[1]}). Production ÷ {every[2:]}: {span(m, '07', every, True)} and "
+                   f"{span(m, '07', every, False)}; × cuDNN {min(prod):.2f}–{max(prod):.2f}, below 1.0 in "
+                   f"{sum(x < 1 for x in prod)} of {len(prod)} shapes.")
     return out
 
 
@@ -1968,7 +2027,7 @@ TABLES = {
     "step07-peers": table_step07_peers, "step07-summary": table_step07_summary, "step07-lesson": table_step07_lesson,
     "sass07": table_sass07, "step07-gemm": table_step07_gemm, "ctest07": table_ctest07,
     "step07-persistent": table_step07_persistent, "step07-h9": table_step07_h9, "step07-b13": table_step07_b13,
-    "step07-order": table_step07_order,
+    "step07-order": table_step07_order, "step07-last": table_step07_last,
     "step07-short-before": lambda D: table_step07_short(D, "short07_before"),
     "step07-short": lambda D: table_step07_short(D, "short07"), "step07-short128": table_step07_short128,
     "step07-repeats": table_step07_repeats, "step07-harness": table_step07_harness,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The steps beside PyTorch's attention in one process, on the same tensors, in alternation
 # (tools/bench/ab.py over libfa_capi.so), on the H200 in one call.
-#   [PHASE=fwd|bwd|bwdpeers|host|decode|ring|pause|gemm|short|h9|order|last|call|b9|b10|b11|b12|det|all, or several: PHASE=short,decode] [ROUNDS=5]
+#   [PHASE=fwd|bwd|bwdmain|bwdpeers|host|decode|ring|pause|gemm|short|h9|order|last|call|b9|b10|b11|b12|det|all, or several: PHASE=short,decode] [ROUNDS=5]
 #       bash tools/device/ab.sh [build-dir]
 # gemm:   the bf16 matrix-product rate, timed the same way (also in fwd);
 # fwd:    step 07's forward, step 06, cuDNN and FlashAttention-2, d = 64, 128, 256,
@@ -50,6 +50,8 @@
 #         and not, both B·H·N.
 # det:    the deterministic mode (07det) beside step 07 and cuDNN, d = 64, 128, 256, N = 1k–8k
 #         (DET_N), causal and not, both B·H·N.
+# bwdmain: the backward's main tables only (README, note 07): step 07, step 06, cuDNN and
+#         FlashAttention-2, every shape (with fwd: both main tables);
 # bwdpeers: the backward's production tables and its last lesson rows in one run: step 07 beside
 #         b11, b10, b9, b8, step 06, cuDNN and FlashAttention-2, every shape (bwd without b4–b7).
 # Results (ab*.csv, device.txt) into $OUT/results.tgz (and $RESULTS, if given), to be
@@ -119,6 +121,7 @@ want b11 && run ab07bwd_b11 --dir bwd --causal 0,1 --d 64,128 --impls 07,07b10,0
 want b12 && run ab07bwd_b12 --dir bwd --causal 0,1 --impls 07,07b11,07det,torch-cudnn
 want det && run ab07bwd_det --dir bwd --causal 0,1 --impls 07,07det,torch-cudnn --N "${DET_N:-1024,2048,4096,8192}"
 want bwdpeers && run ab07bwd --dir bwd --causal 0,1 --impls 07,07b11,07b10,07b9,07b8,06,torch-cudnn,torch-flash
+want bwdmain && run ab07bwd --dir bwd --causal 0,1 --impls 07,06,torch-cudnn,torch-flash
 want bwd && run ab07bwd --dir bwd --causal 0,1 --impls 07,07b4,07b5,07b6,07b7,07b8,07b9,07b10,07b11,06,torch-cudnn,torch-flash
 if want host; then
   run ab07bwd_spin200 --dir bwd --causal 0,1 --impls 07,torch-cudnn --d "${HOST_D:-64,128,256}" --hide-host-us 200
