@@ -12,8 +12,9 @@
 // The grid is persistent (lesson row b9): a block an SM, each taking tile after tile — a
 // tile is K/V block j of one head — from a counter (next_tile), until none is left (the
 // deterministic mode: a block a tile, the grid of b4–b8). With the causal mask the tiles go
-// heaviest first across a section of heads (backward_order; lesson row b14), so that the
-// last handed out are the cheapest; b4–b12 took them head after head. For a
+// heaviest first across heads (backward_order, Heaviest::by_wave): across every section of
+// heads (lesson row b14), or where a head has few tiles across the last section only (b15),
+// so that the last handed out are the cheapest; b4–b12 took them head after head. For a
 // tile (128 keys), a block visits the query blocks 64 queries at a time (96 at d = 64, 80
 // at d = 128) and is 3 warpgroups:
 //   producer (warpgroup 0)
@@ -194,7 +195,7 @@ struct BwdParams {
 /// The dK/dV kernels' tiles — key block j of head bh — in the order the blocks take them
 /// (prm.schedule, a TileOrder: step07.hpp): a head's p-th tile is its key block j = p, so
 /// that with the causal mask the key blocks with the most query blocks to visit come first
-/// (across a section of heads in production, head after head in b4–b12), and in the
+/// (across sections of heads in b14, b15 and production, head after head in b4–b12), and in the
 /// deterministic mode a tile waits only on tiles taken before it.
 struct BwdTile {
   int j, bh;

@@ -31,8 +31,9 @@
 // Short problems at d = 64 run on lesson row h1's kernel instead, which fits two blocks
 // on an SM (two_blocks_an_sm, step07.hpp; versions_forward.cu).
 // Every grid takes its tiles in forward_order's order (forward.cuh, step07.hpp's TileOrder):
-// with the causal mask heaviest first across a section of heads (lesson row h10), so that
-// the last tiles handed out are the cheapest; the lesson rows before h10 go head after head.
+// with the causal mask heaviest first across heads — across every section of heads (lesson
+// row h10), or where a head has few tiles across the last section only (h11; Heaviest) —, so
+// that the last tiles handed out are the cheapest; the lesson rows before h10 go head after head.
 #include <algorithm>
 
 #include "common/cuda_check.cuh"

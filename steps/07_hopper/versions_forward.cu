@@ -1,12 +1,14 @@
 // Step 07's forward as note 07 measures it, one Hopper idea at a time: the versions of
 // the lesson's table. Each is a configuration with named fields (FwdVersion) built
 // from the one before it; one kernel takes them all, made of the same pieces as the
-// production kernel (forward.cuh). The last rows, h7, h9 and h10, are the production kernels
-// themselves (forward.cu): h7, h4 with three consumers at d = 64, a block a tile (production
-// at d = 256); h9, h7 on a persistent grid (production at d = 64 and 128). Short problems at
-// d = 64 run h1's kernel instead (two_blocks_an_sm). h10 is the production forward: those
-// kernels with the causal tiles taken heaviest first across a section of heads
-// (forward_order), where every row before it takes them head after head. The first row, h0,
+// production kernel (forward.cuh). The last rows, h7, h9, h10 and h11, are the production
+// kernels themselves (forward.cu): h7, h4 with three consumers at d = 64, a block a tile
+// (production at d = 256); h9, h7 on a persistent grid (production at d = 64 and 128). Short
+// problems at d = 64 run h1's kernel instead (two_blocks_an_sm). h10 and h11 are those kernels
+// with the causal tiles taken heaviest first across every section of heads and across the
+// last section only (forward_order), where every row before them takes them head after head;
+// the production forward takes one order or the other by a head's size (Heaviest::by_wave).
+// The first row, h0,
 // is step 06's kernel itself (its forward_block) with its loads by TMA: one Hopper
 // feature alone.
 //   h0  TMA alone: step 06's mma.sync kernel, each K/V block two TMA boxes completing on
@@ -27,7 +29,9 @@
 //       loads under the last one's products and epilogue: production at d = 64 and 128
 //       (at d = 256 the O tiles do not fit: O goes through the Q tile, as in h7)
 //   h10 h1 (short problems at d = 64), h9 (d = 64, 128) and h7 (d = 256) with the causal
-//       tiles heaviest first across a section of heads: the production forward
+//       tiles heaviest first across every section of heads
+//   h11 the same, head after head up to the last section of heads, heaviest first across
+//       that one (production where a head has at most SMs / 8 tiles)
 #include <cstdint>
 
 #include "common/cuda_check.cuh"

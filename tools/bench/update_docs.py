@@ -791,9 +791,11 @@ def table_step07_summary(D, direction="fwd"):
         said = (f"Below cuDNN in {len(below)} of {len(both)} shapes, at N = {min(k[3] for k, _ in below)}–"
                 f"{max(k[3] for k, _ in below)} ({min(x for _, x in below):.3f}–{max(x for _, x in below):.3f}×; at "
                 f"d = 64 in {sum(k[1] == 64 for k, _ in below)} of them).")
+    if not below:
+        k, x = min(((k, r["step07"] / r["cudnn"]) for k, r in both), key=lambda kx: kx[1])
+        said = f"At least cuDNN's speed in all {len(both)} shapes, the lowest {where(k)} ({x:.3f}×)."
     out += ["", f"{said} At N ≥ 8192: {min(long_):.2f}–{max(long_):.2f}× cuDNN. Against FlashAttention-2: "
-                f"{min(flash):.2f}–{max(flash):.2f}× in all {len(flash)}." if below else
-            f"At least cuDNN's speed in all {len(both)} shapes."]
+                f"{min(flash):.2f}–{max(flash):.2f}× in all {len(flash)}."]
     return out
 
 

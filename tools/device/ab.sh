@@ -18,8 +18,9 @@
 #         backends on note 08's decoding shapes;
 # ring:   step 08 with a ring of six K/V tiles (08r6) beside production's four and PyTorch's
 #         backends, on note 08's decoding shapes;
-# order:  the causal tiles heaviest first across a section of heads (lesson rows h10, b14:
-#         production) beside the same kernels head after head — forward: h1 (d = 64's short
+# order:  production's causal tiles heaviest first across heads (measured at h10 and b14; since
+#         h11, b15 the last section's order where a head has few tiles: PHASE=last) beside the
+#         same kernels head after head — forward: h1 (d = 64's short
 #         problems), h9 (d = 64, 128), h7 (d = 256); backward: b12, and the deterministic
 #         mode —, and cuDNN, d = 64, 128, 256, N = 1k–32k, causal, both B·H·N;
 # last:   the causal tiles heaviest first in the last section of heads only, head after head
