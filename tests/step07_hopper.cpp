@@ -558,7 +558,7 @@ TEST_CASE("step07 forward version h0 (TMA alone) equals step 06's kernel bit for
 // h9's blocks loop over tiles only when there are more tiles than SMs: B·H·T_r of 320
 // to 1280 here, the causal tiles of unequal length, N not a tile multiple; at d = 64 and
 // 128 O staged in tiles of its own, at d = 256 in the Q tiles. Each tile's arithmetic is
-// h7's, so the bits are too. So are h10's, production's, whose causal tiles go heaviest
+// h7's, so the bits are too. So are h10's, whose causal tiles go heaviest
 // first in sections of heads (4·N·d bytes of K/V a head; a power of two dividing B·H): on a
 // GPU of 50 or 60 MiB of L2 five sections of 16 heads at N = 2049 and 80 heads, at every d; five of 8
 // at N = 1000 and 40 heads (at d = 64 h1's kernel, a block a tile); and h11's, heaviest first
