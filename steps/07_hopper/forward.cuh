@@ -298,8 +298,8 @@ struct ForwardMaps {
 ForwardMaps forward_maps(const Problem& p, const NativeFwdArgs& a, int keys);
 
 /// The order of the forward's tiles, query blocks of `rows` rows (TileOrder, step07.hpp):
-/// with the causal mask heaviest first where `heaviest` says (production: every section,
-/// lesson row h10); else head after head (the lesson rows before it).
+/// with the causal mask heaviest first where `heaviest` says (every section: lesson row h10;
+/// the last section only: h11; production: by_wave); else head after head (the rows before).
 TileOrder forward_order(const Problem& p, int rows, Heaviest heaviest);
 /// Query block i of head bh, from a forward tile's index head after head, bh·T_r + p (what
 /// a persistent block's producer tells its warps: only it works out the sections' order,

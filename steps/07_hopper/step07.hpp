@@ -126,9 +126,10 @@ FA_HD constexpr FwdShape forward_shape(int d, int N, bool causal) {
 /// wait on the tensor cores); nowhere is head after head throughout (the rows before).
 /// by_wave, production's, takes the last section's order where a wave of tiles head after
 /// head (one tile an SM) spans eight heads or more, a head having at most SMs / 8 tiles —
-/// there each wave mixes every cost of several heads, and h11 and b15 measured 1–7% faster
-/// than every section's order (N ≤ 2048 on the H200) —, and every section's elsewhere, where
-/// the last section's order measured up to 5% slower (note 07, "The order of the tiles").
+/// there each wave mixes every cost of several heads, and h11 and b15 measured up to 7%
+/// faster than every section's order (N ≤ 2048 on the H200) —, and every section's
+/// elsewhere, where the last section's order measured up to 6% slower (note 07, "The order
+/// of the tiles").
 enum class Heaviest { nowhere, every_section, last_section, by_wave };
 
 /// A section is 2^shift heads, a power of two that divides B·H, so that every section is
