@@ -8,7 +8,8 @@ hands out tiles. The model's finishing time ÷ the work divided evenly over the 
 tail: 1.00 is none. Three orders: head after head (a head's heaviest tile first);
 heaviest first across a section of heads (TileOrder, steps/07_hopper/step07.hpp: sections a
 power of two of heads that divides B·H, whose bytes take at most two thirds of the H200's 60 MiB L2);
-and, not built, head after head up to the last section and heaviest first across that one.
+and head after head up to the last section and heaviest first across that one (Heaviest::last_section, lesson
+rows h11 and b15; production takes it where a head has at most SMs / 8 tiles, Heaviest::by_wave).
 
     python3 tools/bench/order_model.py            # every causal shape of note 07's tables
 """
@@ -36,7 +37,7 @@ def section(heads, bytes_a_head):
 
 def tails(cost, blocks, heads, bytes_a_head, slots):
     """(head after head, sectioned, last section only) tails for `heads` heads of `blocks` tiles, cost(p) the
-    p-th heaviest's. The third, not built (note 07's lead): head after head up to the last section, heaviest first
+    p-th heaviest's. The third (h11, b15): head after head up to the last section, heaviest first
     across that one."""
     head_major = [cost(p) + 1 for _ in range(heads) for p in range(blocks)]
     s = section(heads, bytes_a_head)
