@@ -47,6 +47,21 @@ def tails(cost, blocks, heads, bytes_a_head, slots):
     return tuple(finish(order, slots) / even for order in (head_major, sectioned, last_only))
 
 
+def tile_rows(direction, d, N):
+    """Production's causal tile at d, N: forward, the rows of a query block (128; 192 at d = 64 on the persistent
+    grid, past the short problems, which run h1's 128 rows two blocks an SM at N <= 2048); backward, the keys of a
+    key block (128; 64 at d = 256)."""
+    if direction == "forward":
+        return 192 if d == 64 and N > 2048 else 128
+    return 64 if d == 256 else 128
+
+
+def by_wave(blocks, sms=SMS):
+    """Heaviest::by_wave's choice (step07.hpp): the last section's order where a head's `blocks` tiles are at most
+    an eighth of the SMs, every section's elsewhere."""
+    return 8 * blocks <= sms
+
+
 def shapes():
     """(direction, d, B·H·N, N, heads, blocks, cost, bytes a head, slots): note 07's causal shapes, with the
     production kernel's tiles at each (forward: 128 rows, 192 at d = 64 on the persistent grid, h1's 128 rows and
@@ -57,11 +72,11 @@ def shapes():
             for N in (1024, 2048, 4096, 8192, 16384, 32768):
                 heads = tokens // N
                 short = d == 64 and N <= 2048
-                rows, keys = (128 if short or d != 64 else 192), (80 if d == 256 else 128)
+                rows, keys = tile_rows("forward", d, N), (80 if d == 256 else 128)
                 qb = -(-N // rows)
                 fwd = lambda p, qb=qb, rows=rows, keys=keys, N=N: (min(N, (qb - p) * rows) - 1) // keys + 1
                 yield "forward", d, tokens, N, heads, qb, fwd, 4 * N * d, 2 * SMS if short else SMS
-                bkeys, q = (64 if d == 256 else 128), {64: 96, 128: 80, 256: 64}[d]
+                bkeys, q = tile_rows("backward", d, N), {64: 96, 128: 80, 256: 64}[d]
                 kb, nq = -(-N // bkeys), -(-N // q)
                 bwd = lambda j, nq=nq, bkeys=bkeys, q=q: nq - (j * bkeys) // q
                 yield "backward", d, tokens, N, heads, kb, bwd, 8 * N * d, SMS

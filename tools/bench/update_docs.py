@@ -18,6 +18,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import compare07  # noqa: E402  (step 07's rows: compare07.table, ab_rounds)
+import order_model  # noqa: E402  (production's causal tiles and its choice of order: tile_rows, by_wave)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -1328,15 +1329,9 @@ def table_step07_order(D):
 LAST07 = os.path.join(AB, "last")  # the last section's order (h11, b15) beside every section's (h10, b14)
 
 
-def last07_taken(direction, d, N, sms=132):
-    """Whether production takes the last section's order (Heaviest::by_wave, step07.hpp): a head's tiles — query
-    blocks of 128 rows (192 at d = 64 past the short problems), key blocks of 128 keys (64 at d = 256) — at most an
-    eighth of the SMs."""
-    if direction == "fwd":
-        rows = 192 if d == 64 and N > 2048 else 128
-    else:
-        rows = 64 if d == 256 else 128
-    return 8 * -(-N // rows) <= sms
+def last07_taken(direction, d, N):
+    """Whether production takes the last section's order at a causal shape on the H200 (order_model.by_wave)."""
+    return order_model.by_wave(-(-N // order_model.tile_rows(WORD[direction], d, N)))
 
 
 def table_step07_last(D):
