@@ -306,13 +306,17 @@ __device__ __forceinline__ void store_dkdv(unsigned char* dk_tile, unsigned char
 /// announced by each warp's lane 0 — the fence waits until the warp's stores are done, so
 /// lesson row b10 issues the next products between the two.
 template <int R>
-__device__ __forceinline__ void stage_dq(const float (&dq)[R], float* slot, std::uint64_t* empty, std::uint32_t parity,
-                                         int tid) {
-  wait(empty, parity);
+__device__ __forceinline__ void store_dq(const float (&dq)[R], float* slot, int tid) {
 #pragma unroll
   for (int u = 0; u < R / 4; ++u)
     *reinterpret_cast<float4*>(slot + 512 * u + 4 * tid) =
         make_float4(dq[4 * u], dq[4 * u + 1], dq[4 * u + 2], dq[4 * u + 3]);
+}
+template <int R>
+__device__ __forceinline__ void stage_dq(const float (&dq)[R], float* slot, std::uint64_t* empty, std::uint32_t parity,
+                                         int tid) {
+  wait(empty, parity);
+  store_dq(dq, slot, tid);
 }
 __device__ __forceinline__ void announce_dq(std::uint64_t* full, int tid) {
   cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // read by the bulk reduction
@@ -353,21 +357,26 @@ struct BwdVersion {
   bool writers_at_128;   ///< b12: at d = 128 a writer of dQ's pieces per consumer (write_dq), each reduction
                          ///< in flight beside the other consumer's (b4–b11, and d = 64, 256: one writer,
                          ///< one reduction at a time)
+  bool second_piece_late_at_256;  ///< b16: at d = 256 a step's second dQ piece staged in the next step, once
+                                  ///< its Sᵀ and dPᵀ are issued, so that the wait for the slot (the writer
+                                  ///< reading the first piece out) runs under them (b4–b15: at the step's end,
+                                  ///< the tensor cores idle until the slot is free)
 };
 using Version = BwdVersion (*)();  // a version as a function, so that it can name a kernel's template argument
-FA_HD constexpr BwdVersion b4() { return {false, 64, 64, false, false, false}; }
-FA_HD constexpr BwdVersion b5() { return {true, 64, 64, false, false, false}; }
-FA_HD constexpr BwdVersion b6() { return {true, 64, 80, false, false, false}; }
-FA_HD constexpr BwdVersion b7() { return {true, 96, 80, false, false, false}; }  // b7–b9: b8 and b9 changed the call and the grid
-FA_HD constexpr BwdVersion b10() { return {true, 96, 80, true, false, false}; }
-FA_HD constexpr BwdVersion b11() { return {true, 96, 80, true, true, false}; }
-FA_HD constexpr BwdVersion b12() { return {true, 96, 80, true, true, true}; }
+FA_HD constexpr BwdVersion b4() { return {false, 64, 64, false, false, false, false}; }
+FA_HD constexpr BwdVersion b5() { return {true, 64, 64, false, false, false, false}; }
+FA_HD constexpr BwdVersion b6() { return {true, 64, 80, false, false, false, false}; }
+FA_HD constexpr BwdVersion b7() { return {true, 96, 80, false, false, false, false}; }  // b7–b9: b8 and b9 changed the call and the grid
+FA_HD constexpr BwdVersion b10() { return {true, 96, 80, true, false, false, false}; }
+FA_HD constexpr BwdVersion b11() { return {true, 96, 80, true, true, false, false}; }
+FA_HD constexpr BwdVersion b12() { return {true, 96, 80, true, true, true, false}; }  // b12–b15: b14, b15 changed the order
+FA_HD constexpr BwdVersion b16() { return {true, 96, 80, true, true, true, true}; }
 /// Queries a step of version v at head dimension d (the wide kernel at d = 256: 64).
 FA_HD constexpr int bwd_queries(BwdVersion v, int d) {
   return d == 64 ? v.queries_at_64 : d == 128 ? v.queries_at_128 : kQ;
 }
-static_assert(bwd_queries(b12(), 128) == backward_queries(128) && bwd_queries(b12(), 64) == backward_queries(64) &&
-                  bwd_queries(b12(), 256) == backward_queries(256),
+static_assert(bwd_queries(b16(), 128) == backward_queries(128) && bwd_queries(b16(), 64) == backward_queries(64) &&
+                  bwd_queries(b16(), 256) == backward_queries(256),
               "production's steps are the CPU model's");
 
 template <class T, int kD, Version V>
@@ -797,6 +806,10 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
 
     // Main loop over the query blocks.
     bool staged = false;  // b10: a dQ piece stored in this consumer's slot but not yet announced
+    // A step's second dQ piece (piece 1 below). b16: done at the step's end, staged in the next step.
+    // 64 queries × 64 columns: register 4n + 2h + e = query 16·warp + g + 8h, column 8n + 2t + e
+    float dq1[kChunkFloats / 128];
+    bool held = false;  // b16: dq1 holds the last step's piece, not yet staged
     for (int it = 0; it < steps; ++it) {
       const int step = done + it, s = step % kStages, q0 = q_block(prm.q_blocks, it) * kQ;
       const std::uint32_t q_tile = smem_u32(smem + L::q + s * L::kQBytes);
@@ -832,7 +845,18 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
           if (tiles::masked(q0 + half + 8 * (x / 4) + 2 * t + x % 2, key0 + 8 * (x % 4 / 2), N, prm.causal))
             st[x] = 0.0f;
       }
+      // b16: the last step's second dQ piece. Its slot waited for while dPᵀ is in flight, by a
+      // loop whose exit is the warp's (wait_warp), then staged once dPᵀ is done: between
+      // the issue of a product and its wait, ptxas serialises every wgmma of the kernel for a
+      // loop that threads may leave one by one (C7518), and waits for every product before a
+      // read of a register some wgmma defined (C7517).
+      if (kV.second_piece_late_at_256 && held) wait_warp(&bars.dq_empty[c], P::parity(step - 1, c + kBwdConsumers) ^ 1);
       wgmma_wait<0>(dpt);
+      if (kV.second_piece_late_at_256 && held) {
+        store_dq(dq1, stage_dq_at, tid);
+        announce_dq(&bars.dq_full[c], tid);
+        held = false;
+      }
 #pragma unroll
       for (int x = 0; x < kQ / 4; ++x) dpt[x] = st[x] * (dpt[x] - dsum[8 * (x / 4) + 2 * t + x % 2]);
 
@@ -868,8 +892,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       // then free. b10: the second piece issued before the first is staged, so that the first
       // one's stores and fence run under it, and the second announced under the next step's Sᵀ
       // and dPᵀ (b4–b9: each piece staged and announced before the next product is issued).
-      // 64 queries × 64 columns: register 4n + 2h + e = query 16·warp + g + 8h, column 8n + 2t + e
-      float dq0[kChunkFloats / 128], dq1[kChunkFloats / 128];
+      float dq0[kChunkFloats / 128];  // as dq1
       auto issue_piece = [&](float(&dq)[kChunkFloats / 128], int piece) {
         issue_dq<T, kQ, false, kWideKeys>(dq, k_tile, c + kBwdConsumers * piece, smem_u32(ds_tile));
       };
@@ -886,8 +909,12 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         stage_piece(dq0, 0);
         announce_dq(&bars.dq_full[c], tid);
         wgmma_wait<0>(dq1);
-        stage_piece(dq1, 1);
-        staged = true;
+        if constexpr (kV.second_piece_late_at_256) {
+          held = true;  // b16: staged in the next step, its slot waited for under that step's dPᵀ
+        } else {
+          stage_piece(dq1, 1);
+          staged = true;
+        }
       } else {
         wgmma_wait<0>(dq0);
         stage_piece(dq0, 0);
@@ -899,6 +926,10 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       }
     }
     if (staged) announce_dq(&bars.dq_full[c], tid);  // b10: the tile's last piece
+    if (held) {  // b16: the tile's last piece
+      stage_dq(dq1, stage_dq_at, &bars.dq_empty[c], P::parity(done + steps - 1, c + kBwdConsumers) ^ 1, tid);
+      announce_dq(&bars.dq_full[c], tid);
+    }
 
   // Epilogue: both consumers' columns of dK (×scale) and dV into one 64-row tile each
     // (K/V's buffers, free once both are past their last products), out by TMA from one
@@ -1079,7 +1110,7 @@ constexpr int kD128[] = {128, 0};  // b5 at d = 128 only
 
 }  // namespace
 
-const GpuBackward kBackward{"step07 backward", 256, workspace_bytes<b12>, kWorkspace, nullptr, run<b12, kAnyOrder>,
+const GpuBackward kBackward{"step07 backward", 256, workspace_bytes<b16>, kWorkspace, nullptr, run<b16, kAnyOrder>,
                             kBackwardD, kSm, true};
 const GpuBackward kBackwardB4{"b4: K, V read from shared memory by every product", 256, workspace_bytes<b4>,
                               kWorkspace, nullptr, run<b4, kAsB7>, kD64, kSm, true};
@@ -1103,7 +1134,7 @@ const GpuBackward kBackwardB14{"b14: the causal tiles heaviest first across ever
                                workspace_bytes<b12>, kWorkspace, nullptr, run<b12, kAsB14>, kBackwardD, kSm, true};
 const GpuBackward kBackwardB15{"b15: the causal tiles head after head but in the last section of heads", 256,
                                workspace_bytes<b12>, kWorkspace, nullptr, run<b12, kAsB15>, kBackwardD, kSm, true};
-const GpuBackward kBackwardDeterministic{"det: dQ added in key-block order", 256, workspace_bytes<b12>, kWorkspace,
-                                         nullptr, run<b12, kInOrder>, kBackwardD, kSm, true};
+const GpuBackward kBackwardDeterministic{"det: dQ added in key-block order", 256, workspace_bytes<b16>, kWorkspace,
+                                         nullptr, run<b16, kInOrder>, kBackwardD, kSm, true};
 
 }  // namespace fa::step07

@@ -59,6 +59,14 @@ __device__ __forceinline__ void wait(std::uint64_t* bar, std::uint32_t parity) {
   while (!cuda::ptx::mbarrier_try_wait_parity(bar, parity)) {
   }
 }
+/// The same wait, its loop's exit decided for the whole warp at once (a vote): a branch that
+/// ptxas can see is uniform. Between the issue of wgmma products and the wait for them, a
+/// loop that threads may leave one by one makes ptxas serialise every wgmma of the kernel
+/// (C7518/C7520, "... in divergent path").
+__device__ __forceinline__ void wait_warp(std::uint64_t* bar, std::uint32_t parity) {
+  while (!__all_sync(0xffffffffu, cuda::ptx::mbarrier_try_wait_parity(bar, parity))) {
+  }
+}
 /// This thread's arrival, announcing `bytes` that TMA copies will complete on it.
 __device__ __forceinline__ void arrive_expecting(std::uint64_t* bar, std::uint32_t bytes) {
   (void)cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared,
