@@ -60,7 +60,8 @@
 // the next tile's first query blocks have been loading meanwhile.
 //
 // At d = 256 (dkdv_wide_kernel, below the first) the block owns 64 keys, and the two
-// consumers split the columns of dK and dV instead of the keys.
+// consumers split the columns of dK and dV instead of the keys; each consumer leaves two dQ
+// pieces a step through its one slot, the second staged in the next step, under its dPᵀ (b16).
 #include <cuda/atomic>
 
 #include <algorithm>

@@ -1220,6 +1220,57 @@ def table_step07_b13(D):
     return table_step07_pair(D, 256, "07", "production (b12)", "b13", new="07b13", folder=os.path.join(AB, "bwd_b13"))
 
 
+BWD07_B16 = os.path.join(AB, "bwd_b16")  # b16's runs: ab07bwd_b16.csv here (the first), second/ (the second)
+
+
+def b16_before(causal, N):
+    """The row that runs b16's tiles in b16's order with the kernel before it (b12's) at d = 256: without the mask
+    b12 (head after head, as production), with it b15 or b14, as production's Heaviest::by_wave picks."""
+    if not causal:
+        return "07b12"
+    return "07b15" if order_model.by_wave(-(-N // order_model.tile_rows("backward", 256, N))) else "07b14"
+
+
+def table_step07_b16(D):
+    """b16 (production) ÷ the kernel before it in the same order of tiles (b16_before), d = 256, every shape, with
+    both × cuDNN and the deterministic mode's × cuDNN, in b16's first run (ab/bwd_b16/ab07bwd_b16.csv); a line for
+    the second run where there is one."""
+    folder = os.path.join(D.folder, BWD07_B16)
+    path = os.path.join(folder, "ab07bwd_b16.csv")
+    m = ab07bwd_medians(folder, "ab07bwd_b16.csv")
+    Ns = sorted({k[3] for k in m})
+    out = [f"bf16 backward, d = 256, on {device07(D, 'device.txt', folder)}, measured in one process "
+           f"(`tools/bench/ab.py`, `{rel(path)}`, 3 rounds, the median): b16 ÷ the kernel before it with the same "
+           "order of tiles (b12 without the mask; with it b15 at N = 1024 and b14 from 2048, production's orders), and "
+           "in brackets that kernel and b16 × cuDNN; bold: below 1.0.", "",
+           "| B·H·N | causal | " + " | ".join(f"N = {n}" for n in Ns) + " |", "|---|---|" + "---|" * len(Ns)]
+    ratios = []
+    for tokens, causal in sorted({(k[0], k[2]) for k in m}):
+        row = []
+        for n in Ns:
+            key = (tokens, 256, causal, n)
+            old, new, cu = m.get(key + (b16_before(causal, n),)), m.get(key + ("07",)), m.get(key + ("cudnn",))
+            if None in (old, new, cu):
+                row.append("—")
+                continue
+            ratios.append(new / old)
+            row.append(f"{bold(new / old)} ({bold(old / cu)}, {bold(new / cu)})")
+        out.append(f"| {tokens} | {'yes' if causal else 'no'} | " + " | ".join(row) + " |")
+    det = [x / m[k[:4] + ("cudnn",)] for k, x in m.items() if k[4] == "07det"]
+    now = [x / m[k[:4] + ("cudnn",)] for k, x in m.items() if k[4] == "07"]
+    out += ["", f"b16 ÷ the kernel before it: {min(ratios):.2f}–{max(ratios):.2f} over the {len(ratios)} shapes; "
+            f"b16 {min(now):.2f}–{max(now):.2f}× cuDNN; the deterministic mode (b16's kernel, a block a tile) "
+            f"{min(det):.2f}–{max(det):.2f}× cuDNN."]
+    second = os.path.join(folder, "second")
+    if os.path.exists(os.path.join(second, "ab07bwd_b16.csv")):
+        m2 = ab07bwd_medians(second, "ab07bwd_b16.csv")
+        r2 = [x / m2[k[:4] + (b16_before(k[2], k[3]),)] for k, x in m2.items() if k[4] == "07"]
+        c2 = [x / m2[k[:4] + ("cudnn",)] for k, x in m2.items() if k[4] == "07"]
+        out.append(f"In a second run (`{rel(second)}/ab07bwd_b16.csv`, {device07(D, 'device.txt', second)}): b16 ÷ "
+                   f"the kernel before it {min(r2):.2f}–{max(r2):.2f}, b16 {min(c2):.2f}–{max(c2):.2f}× cuDNN.")
+    return out
+
+
 FWD07_H9 = os.path.join(AB, "fwd_h9")  # the persistent forward's three runs: first/, second/, and the last (here)
 
 
@@ -2042,6 +2093,7 @@ TABLES = {
     "step07-bwd-b10": table_step07_b10, "step07-bwd-b10-stalls": table_step07_bwd_stalls,
     "step07-bwd-b11": table_step07_b11, "step07-bwd-b11-first": table_step07_b11_first,
     "step07-bwd-b12": table_step07_b12, "step07-bwd-b12-runs": table_step07_b12_runs,
+    "step07-bwd-b16": table_step07_b16,
     "step07-det-now": table_step07_det_now, "step07-bwd-d256-stalls": table_step07_bwd_stalls_d256,
     "step07-bwd-b11-stalls": table_step07_bwd_stalls_b11,
     "step07-bwd-b9-call": lambda D: table_step07_bwd_call(D, os.path.join(AB, "bwd_b9"), "07b8", ("b8", "b9")),
