@@ -498,7 +498,7 @@ TEST_CASE("step07 backward on a persistent grid (b9, b10, b11, b12, b14, b15, b1
         const Grads want = gpu::backward(step07::kBackwardB8, p, in, fwd, dout);
         for (const GpuBackward* b : {&step07::kBackwardB9, &step07::kBackwardB10, &step07::kBackwardB11,
                                      &step07::kBackwardB12, &step07::kBackwardB14, &step07::kBackwardB15,
-                                     &step07::kBackward}) {
+                                     &step07::kBackwardB17, &step07::kBackward}) {
           INFO(b->name);
           const Grads g = gpu::backward(*b, p, in, fwd, dout);
           FA_CHECK_CLOSE("dK vs b8", g.dk, want.dk, tol::kBitExact, test::shape_o(p));

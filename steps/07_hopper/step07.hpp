@@ -277,10 +277,13 @@ extern const GpuBackward kBackwardB11;
 /// Lesson rows b12, b14 and b15: production's kernels and call with its causal tiles head
 /// after head, heaviest first across every section of heads, and across the last section
 /// only (TileOrder, Heaviest), where production takes b15's order or b14's by the size of a
-/// head (Heaviest::by_wave).
+/// head (Heaviest::by_wave) — and at d = 256 stages a step's second dQ piece in the next
+/// step (b16), where these three stage it in its own.
 extern const GpuBackward kBackwardB12;
 extern const GpuBackward kBackwardB14;
 extern const GpuBackward kBackwardB15;
+/// Lesson row b17: production, and at d = 256 dO_i waited for once Sᵀ is issued.
+extern const GpuBackward kBackwardB17;
 constexpr int kForwardVersionCount = 12;
 /// The forward versions of note 07's table (versions_forward.cu), for the bench and tests.
 extern const GpuForward kForwardVersions[kForwardVersionCount];
