@@ -379,8 +379,8 @@ FA_HD constexpr BwdVersion b17() { return {true, 96, 80, true, true, true, true,
 FA_HD constexpr int bwd_queries(BwdVersion v, int d) {
   return d == 64 ? v.queries_at_64 : d == 128 ? v.queries_at_128 : kQ;
 }
-static_assert(bwd_queries(b16(), 128) == backward_queries(128) && bwd_queries(b16(), 64) == backward_queries(64) &&
-                  bwd_queries(b16(), 256) == backward_queries(256),
+static_assert(bwd_queries(b17(), 128) == backward_queries(128) && bwd_queries(b17(), 64) == backward_queries(64) &&
+                  bwd_queries(b17(), 256) == backward_queries(256),
               "production's steps are the CPU model's");
 
 template <class T, int kD, Version V>
@@ -1118,7 +1118,7 @@ constexpr int kD128[] = {128, 0};  // b5 at d = 128 only
 
 }  // namespace
 
-const GpuBackward kBackward{"step07 backward", 256, workspace_bytes<b16>, kWorkspace, nullptr, run<b16, kAnyOrder>,
+const GpuBackward kBackward{"step07 backward", 256, workspace_bytes<b17>, kWorkspace, nullptr, run<b17, kAnyOrder>,
                             kBackwardD, kSm, true};
 const GpuBackward kBackwardB4{"b4: K, V read from shared memory by every product", 256, workspace_bytes<b4>,
                               kWorkspace, nullptr, run<b4, kAsB7>, kD64, kSm, true};
@@ -1142,9 +1142,9 @@ const GpuBackward kBackwardB14{"b14: the causal tiles heaviest first across ever
                                workspace_bytes<b12>, kWorkspace, nullptr, run<b12, kAsB14>, kBackwardD, kSm, true};
 const GpuBackward kBackwardB15{"b15: the causal tiles head after head but in the last section of heads", 256,
                                workspace_bytes<b12>, kWorkspace, nullptr, run<b12, kAsB15>, kBackwardD, kSm, true};
-const GpuBackward kBackwardB17{"b17: at d = 256 dO_i waited for once S is issued", 256, workspace_bytes<b17>, kWorkspace,
-                               nullptr, run<b17, kAnyOrder>, kBackwardD, kSm, true};
-const GpuBackward kBackwardDeterministic{"det: dQ added in key-block order", 256, workspace_bytes<b16>, kWorkspace,
-                                         nullptr, run<b16, kInOrder>, kBackwardD, kSm, true};
+const GpuBackward kBackwardB16{"b16: at d = 256 dO_i waited for before S is issued", 256, workspace_bytes<b16>, kWorkspace,
+                               nullptr, run<b16, kAnyOrder>, kBackwardD, kSm, true};
+const GpuBackward kBackwardDeterministic{"det: dQ added in key-block order", 256, workspace_bytes<b17>, kWorkspace,
+                                         nullptr, run<b17, kInOrder>, kBackwardD, kSm, true};
 
 }  // namespace fa::step07
