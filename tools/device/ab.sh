@@ -55,8 +55,7 @@
 #         order at N >= 2048 and at 1024), the deterministic mode and cuDNN, d = 256, N = 1k–32k,
 #         causal and not, both B·H·N.
 # b17:    at d = 256 dO_i waited for once Sᵀ is issued (production, lesson row b17) beside b16
-#         (07b16: waited for before), the kernels before b16 in production's order (07b12, 07b14,
-#         07b15: b16's second run), the deterministic mode and cuDNN, d = 256, N = 1k–32k, causal
+#         (07b16: waited for before), the deterministic mode and cuDNN, d = 256, N = 1k–32k, causal
 #         and not, both B·H·N.
 # det:    the deterministic mode (07det) beside step 07 and cuDNN, d = 64, 128, 256, N = 1k–8k
 #         (DET_N), causal and not, both B·H·N.
@@ -130,7 +129,7 @@ want b10 && run ab07bwd_b10 --dir bwd --causal 0,1 --d 64,128 --impls 07,07b9,to
 want b11 && run ab07bwd_b11 --dir bwd --causal 0,1 --d 64,128 --impls 07,07b10,07b9,torch-cudnn
 want b12 && run ab07bwd_b12 --dir bwd --causal 0,1 --impls 07,07b11,07det,torch-cudnn
 want b16 && run ab07bwd_b16 --dir bwd --causal 0,1 --d 256 --impls 07b16,07b12,07b14,07b15,07det,torch-cudnn
-want b17 && run ab07bwd_b17 --dir bwd --causal 0,1 --d 256 --impls 07,07b16,07b12,07b14,07b15,07det,torch-cudnn
+want b17 && run ab07bwd_b17 --dir bwd --causal 0,1 --d 256 --impls 07,07b16,07det,torch-cudnn
 want det && run ab07bwd_det --dir bwd --causal 0,1 --impls 07,07det,torch-cudnn --N "${DET_N:-1024,2048,4096,8192}"
 want bwdpeers && run ab07bwd --dir bwd --causal 0,1 --impls 07,07b11,07b10,07b9,07b8,06,torch-cudnn,torch-flash
 want bwdmain && run ab07bwd --dir bwd --causal 0,1 --impls 07,06,torch-cudnn,torch-flash
