@@ -1010,16 +1010,16 @@ def ab07bwd_medians(folder, name="ab07bwd.csv"):
     return {k: statistics.median(v) for k, v in ab07bwd_rounds(folder, name).items()}
 
 
-def table_step07_pair(D, ds, old, old_name, new_name, new="07", folder=AB):
+def table_step07_pair(D, ds, old, old_name, new_name, new="07", folder=AB, name="ab07bwd.csv"):
     """A lesson row of the backward against the one before it at the head dimensions ds (an int: one, and no d
-    column), and cuDNN, in one process (`folder`/ab07bwd.csv: the row `new`, production's 07 or a lesson row's id,
+    column), and cuDNN, in one process (`folder`/`name`: the row `new`, production's 07 or a lesson row's id,
     and the row before it `old`)."""
     one = isinstance(ds, int)
     ds = (ds,) if one else tuple(ds)
     folder = os.path.join(D.folder, folder)
-    path = os.path.join(folder, "ab07bwd.csv")
+    path = os.path.join(folder, name)
     cells = {}
-    for (tokens, dd, causal, N, who), x in ab07bwd_rounds(folder).items():
+    for (tokens, dd, causal, N, who), x in ab07bwd_rounds(folder, name).items():
         if dd in ds and who in (new, old, "cudnn"):
             cells.setdefault((tokens, dd, causal, N), {})["new" if who == new else who] = x
     Ns = sorted({k[3] for k in cells})
@@ -1220,7 +1220,7 @@ def table_step07_b13(D):
     return table_step07_pair(D, 256, "07", "production (b12)", "b13", new="07b13", folder=os.path.join(AB, "bwd_b13"))
 
 
-BWD07_B16 = os.path.join(AB, "bwd_b16")  # b16's runs: ab07bwd_b16.csv here (the first), second/ (the second)
+BWD07_B16 = os.path.join(AB, "bwd_b16")  # b16's run (ab07bwd_b16.csv; production was b16 then, 07)
 
 
 def b16_before(causal, N):
@@ -1233,8 +1233,7 @@ def b16_before(causal, N):
 
 def table_step07_b16(D):
     """b16 (production) ÷ the kernel before it in the same order of tiles (b16_before), d = 256, every shape, with
-    both × cuDNN and the deterministic mode's × cuDNN, in b16's first run (ab/bwd_b16/ab07bwd_b16.csv); a line for
-    the second run where there is one."""
+    both × cuDNN and the deterministic mode's × cuDNN, in b16's run (ab/bwd_b16/ab07bwd_b16.csv)."""
     folder = os.path.join(D.folder, BWD07_B16)
     path = os.path.join(folder, "ab07bwd_b16.csv")
     m = ab07bwd_medians(folder, "ab07bwd_b16.csv")
@@ -1261,13 +1260,17 @@ def table_step07_b16(D):
     out += ["", f"b16 ÷ the kernel before it: {min(ratios):.2f}–{max(ratios):.2f} over the {len(ratios)} shapes; "
             f"b16 {min(now):.2f}–{max(now):.2f}× cuDNN; the deterministic mode (b16's kernel, a block a tile) "
             f"{min(det):.2f}–{max(det):.2f}× cuDNN."]
-    second = os.path.join(folder, "second")
-    if os.path.exists(os.path.join(second, "ab07bwd_b16.csv")):
-        m2 = ab07bwd_medians(second, "ab07bwd_b16.csv")
-        r2 = [x / m2[k[:4] + (b16_before(k[2], k[3]),)] for k, x in m2.items() if k[4] == "07"]
-        c2 = [x / m2[k[:4] + ("cudnn",)] for k, x in m2.items() if k[4] == "07"]
-        out.append(f"In a second run (`{rel(second)}/ab07bwd_b16.csv`, {device07(D, 'device.txt', second)}): b16 ÷ "
-                   f"the kernel before it {min(r2):.2f}–{max(r2):.2f}, b16 {min(c2):.2f}–{max(c2):.2f}× cuDNN.")
+    return out
+
+
+def table_step07_b17(D):
+    """Lesson row b16 and production (b17) at d = 256, in b17's run (ab/bwd_b17/ab07bwd_b17.csv), and the
+    deterministic mode (b17's kernel, a block a tile) against cuDNN in the same run."""
+    folder = os.path.join(AB, "bwd_b17")
+    out = table_step07_pair(D, 256, "07b16", "b16", "b17", folder=folder, name="ab07bwd_b17.csv")
+    m = ab07bwd_medians(os.path.join(D.folder, folder), "ab07bwd_b17.csv")
+    det = [x / m[k[:4] + ("cudnn",)] for k, x in m.items() if k[4] == "07det"]
+    out[-1] += f" The deterministic mode there: {min(det):.2f}–{max(det):.2f}× cuDNN."
     return out
 
 
@@ -2093,7 +2096,7 @@ TABLES = {
     "step07-bwd-b10": table_step07_b10, "step07-bwd-b10-stalls": table_step07_bwd_stalls,
     "step07-bwd-b11": table_step07_b11, "step07-bwd-b11-first": table_step07_b11_first,
     "step07-bwd-b12": table_step07_b12, "step07-bwd-b12-runs": table_step07_b12_runs,
-    "step07-bwd-b16": table_step07_b16,
+    "step07-bwd-b16": table_step07_b16, "step07-bwd-b17": table_step07_b17,
     "step07-det-now": table_step07_det_now, "step07-bwd-d256-stalls": table_step07_bwd_stalls_d256,
     "step07-bwd-b11-stalls": table_step07_bwd_stalls_b11,
     "step07-bwd-b9-call": lambda D: table_step07_bwd_call(D, os.path.join(AB, "bwd_b9"), "07b8", ("b8", "b9")),
