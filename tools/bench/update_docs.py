@@ -1263,6 +1263,12 @@ def table_step07_b16(D):
     return out
 
 
+def table_step07_b16_line(D):
+    """README's line for b16: its table's last line (table_step07_b16), with the run's folder."""
+    return [table_step07_b16(D)[-1][:-1] + f" (`{rel(os.path.join(D.folder, BWD07_B16))}/ab07bwd_b16.csv`, "
+            f"d = 256, N = 1024–32768, causal and not, both B·H·N)."]
+
+
 def table_step07_b17(D):
     """Lesson row b16 and production (b17) at d = 256, in b17's run (ab/bwd_b17/ab07bwd_b17.csv), and the
     deterministic mode (b17's kernel, a block a tile) against cuDNN in the same run."""
@@ -2097,6 +2103,7 @@ TABLES = {
     "step07-bwd-b11": table_step07_b11, "step07-bwd-b11-first": table_step07_b11_first,
     "step07-bwd-b12": table_step07_b12, "step07-bwd-b12-runs": table_step07_b12_runs,
     "step07-bwd-b16": table_step07_b16, "step07-bwd-b17": table_step07_b17,
+    "step07-bwd-b16-line": table_step07_b16_line,
     "step07-det-now": table_step07_det_now, "step07-bwd-d256-stalls": table_step07_bwd_stalls_d256,
     "step07-bwd-b11-stalls": table_step07_bwd_stalls_b11,
     "step07-bwd-b9-call": lambda D: table_step07_bwd_call(D, os.path.join(AB, "bwd_b9"), "07b8", ("b8", "b9")),
