@@ -472,9 +472,9 @@ TEST_CASE("step07 backward lesson row b7 (the call before b8) equals the product
 // dQ pieces in the next step (at d = 128), the last one of a tile after the loop, and
 // b12 gives each consumer its own writer of dQ's pieces; b14 and b15 take the causal tiles
 // heaviest first across every section of heads and across the last only (production: one
-// or the other by a head's size: b15's at N = 130 and 1000, b14's at 4097); at d = 256 b16
-// stages a step's second dQ piece in the next step, the last one of a tile after the loop,
-// and production (b17) waits for dO_i once Sᵀ is issued. The
+// or the other by a head's size: b15's at N = 130 and 1000, b14's at 4097), and production
+// (b16) at d = 256 stages a step's second dQ piece in the next step, the last one of a tile
+// after the loop. The
 // small cases of the other tests fit in one wave of blocks; here 200 heads of N = 130 (400
 // tiles of two query blocks at d ≤ 128, 600 of three at d = 256, keys past N in the last; also
 // under the sanitizers) and 64 heads of N = 1000 (512 tiles, 1024 at d = 256) give every block
@@ -482,7 +482,7 @@ TEST_CASE("step07 backward lesson row b7 (the call before b8) equals the product
 // the last one of a tile announced after the loop) and K/V's buffers run on from tile to tile,
 // with the causal mask tiles of every length: dK and dV bit for bit (the same sums), dQ within
 // the reorder tolerance, and the deterministic mode (a block a tile since b12) twice the same bits.
-TEST_CASE("step07 backward on a persistent grid (b9, b10, b11, b12, b14, b15, b16, b17) equals a block a tile (b8)", "[gpu]") {
+TEST_CASE("step07 backward on a persistent grid (b9, b10, b11, b12, b14, b15, b16) equals a block a tile (b8)", "[gpu]") {
   // 1 × 32 × 4097: with the mask, production's tiles in sections of heads (8·N·d bytes a
   // head: 2, 4, 8 MiB), on a GPU of 50 or 60 MiB of L2 (the H200's) sections of 16, 8 and 4
   // heads at d = 64, 128, 256: 2, 4 and 8 sections (b15: all but the last head after head).
@@ -498,7 +498,7 @@ TEST_CASE("step07 backward on a persistent grid (b9, b10, b11, b12, b14, b15, b1
         const Grads want = gpu::backward(step07::kBackwardB8, p, in, fwd, dout);
         for (const GpuBackward* b : {&step07::kBackwardB9, &step07::kBackwardB10, &step07::kBackwardB11,
                                      &step07::kBackwardB12, &step07::kBackwardB14, &step07::kBackwardB15,
-                                     &step07::kBackwardB16, &step07::kBackward}) {
+                                     &step07::kBackward}) {
           INFO(b->name);
           const Grads g = gpu::backward(*b, p, in, fwd, dout);
           FA_CHECK_CLOSE("dK vs b8", g.dk, want.dk, tol::kBitExact, test::shape_o(p));

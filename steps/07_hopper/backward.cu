@@ -362,25 +362,22 @@ struct BwdVersion {
                                   ///< its Sᵀ and dPᵀ are issued, so that the wait for the slot (the writer
                                   ///< reading the first piece out) runs under them (b4–b15: at the step's end,
                                   ///< the tensor cores idle until the slot is free)
-  bool do_late_at_256;  ///< b17: at d = 256 dO_i (one stage) waited for once Sᵀ is issued, so that its load runs
-                        ///< on under Sᵀ (b4–b16: both stages waited for before either product)
 };
 using Version = BwdVersion (*)();  // a version as a function, so that it can name a kernel's template argument
-FA_HD constexpr BwdVersion b4() { return {false, 64, 64, false, false, false, false, false}; }
-FA_HD constexpr BwdVersion b5() { return {true, 64, 64, false, false, false, false, false}; }
-FA_HD constexpr BwdVersion b6() { return {true, 64, 80, false, false, false, false, false}; }
-FA_HD constexpr BwdVersion b7() { return {true, 96, 80, false, false, false, false, false}; }  // b7–b9: b8 and b9 changed the call and the grid
-FA_HD constexpr BwdVersion b10() { return {true, 96, 80, true, false, false, false, false}; }
-FA_HD constexpr BwdVersion b11() { return {true, 96, 80, true, true, false, false, false}; }
-FA_HD constexpr BwdVersion b12() { return {true, 96, 80, true, true, true, false, false}; }  // b12–b15: b14, b15 changed the order
-FA_HD constexpr BwdVersion b16() { return {true, 96, 80, true, true, true, true, false}; }
-FA_HD constexpr BwdVersion b17() { return {true, 96, 80, true, true, true, true, true}; }
+FA_HD constexpr BwdVersion b4() { return {false, 64, 64, false, false, false, false}; }
+FA_HD constexpr BwdVersion b5() { return {true, 64, 64, false, false, false, false}; }
+FA_HD constexpr BwdVersion b6() { return {true, 64, 80, false, false, false, false}; }
+FA_HD constexpr BwdVersion b7() { return {true, 96, 80, false, false, false, false}; }  // b7–b9: b8 and b9 changed the call and the grid
+FA_HD constexpr BwdVersion b10() { return {true, 96, 80, true, false, false, false}; }
+FA_HD constexpr BwdVersion b11() { return {true, 96, 80, true, true, false, false}; }
+FA_HD constexpr BwdVersion b12() { return {true, 96, 80, true, true, true, false}; }  // b12–b15: b14, b15 changed the order
+FA_HD constexpr BwdVersion b16() { return {true, 96, 80, true, true, true, true}; }
 /// Queries a step of version v at head dimension d (the wide kernel at d = 256: 64).
 FA_HD constexpr int bwd_queries(BwdVersion v, int d) {
   return d == 64 ? v.queries_at_64 : d == 128 ? v.queries_at_128 : kQ;
 }
-static_assert(bwd_queries(b17(), 128) == backward_queries(128) && bwd_queries(b17(), 64) == backward_queries(64) &&
-                  bwd_queries(b17(), 256) == backward_queries(256),
+static_assert(bwd_queries(b16(), 128) == backward_queries(128) && bwd_queries(b16(), 64) == backward_queries(64) &&
+                  bwd_queries(b16(), 256) == backward_queries(256),
               "production's steps are the CPU model's");
 
 template <class T, int kD, Version V>
@@ -828,14 +825,10 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       // 64 keys × 32 queries: register 4n + 2h + e = key 16·warp + g + 8h, query half + 8n + 2t + e
       float st[kQ / 4], dpt[kQ / 4];
       wait(&bars.q_full[s], (step / kStages) % 2);
-      if constexpr (!kV.do_late_at_256) wait(bars.do_full, step % 2);
+      wait(bars.do_full, step % 2);
       wgmma_fence();
       ss_kk<T, kQ / 2, kWideD>(st, k_tile, kWideKeys, q_tile + half * 128, kQ);
       wgmma_commit();
-      if constexpr (kV.do_late_at_256) {  // b17: under Sᵀ, by a loop ptxas sees as uniform (wait_warp)
-        wait_warp(bars.do_full, step % 2);
-        wgmma_fence();  // dPᵀ's registers, after the loop's code (else ptxas injects it: C7519)
-      }
       ss_kk<T, kQ / 2, kWideD>(dpt, v_tile, kWideKeys, do_tile + half * 128, kQ);
       wgmma_commit();
       if (kV.fences_late && staged) {  // b10: the last step's second dQ piece, its stores done by now
@@ -1118,7 +1111,7 @@ constexpr int kD128[] = {128, 0};  // b5 at d = 128 only
 
 }  // namespace
 
-const GpuBackward kBackward{"step07 backward", 256, workspace_bytes<b17>, kWorkspace, nullptr, run<b17, kAnyOrder>,
+const GpuBackward kBackward{"step07 backward", 256, workspace_bytes<b16>, kWorkspace, nullptr, run<b16, kAnyOrder>,
                             kBackwardD, kSm, true};
 const GpuBackward kBackwardB4{"b4: K, V read from shared memory by every product", 256, workspace_bytes<b4>,
                               kWorkspace, nullptr, run<b4, kAsB7>, kD64, kSm, true};
@@ -1142,9 +1135,7 @@ const GpuBackward kBackwardB14{"b14: the causal tiles heaviest first across ever
                                workspace_bytes<b12>, kWorkspace, nullptr, run<b12, kAsB14>, kBackwardD, kSm, true};
 const GpuBackward kBackwardB15{"b15: the causal tiles head after head but in the last section of heads", 256,
                                workspace_bytes<b12>, kWorkspace, nullptr, run<b12, kAsB15>, kBackwardD, kSm, true};
-const GpuBackward kBackwardB16{"b16: at d = 256 dO_i waited for before S is issued", 256, workspace_bytes<b16>, kWorkspace,
-                               nullptr, run<b16, kAnyOrder>, kBackwardD, kSm, true};
-const GpuBackward kBackwardDeterministic{"det: dQ added in key-block order", 256, workspace_bytes<b17>, kWorkspace,
-                                         nullptr, run<b17, kInOrder>, kBackwardD, kSm, true};
+const GpuBackward kBackwardDeterministic{"det: dQ added in key-block order", 256, workspace_bytes<b16>, kWorkspace,
+                                         nullptr, run<b16, kInOrder>, kBackwardD, kSm, true};
 
 }  // namespace fa::step07

@@ -277,14 +277,10 @@ extern const GpuBackward kBackwardB11;
 /// Lesson rows b12, b14 and b15: production's kernels and call with its causal tiles head
 /// after head, heaviest first across every section of heads, and across the last section
 /// only (TileOrder, Heaviest), where production takes b15's order or b14's by the size of a
-/// head (Heaviest::by_wave) — and at d = 256 stages a step's second dQ piece in the next
-/// step (b16) and waits for dO_i under Sᵀ (b17), where these three do neither.
+/// head (Heaviest::by_wave).
 extern const GpuBackward kBackwardB12;
 extern const GpuBackward kBackwardB14;
 extern const GpuBackward kBackwardB15;
-/// Lesson row b16: production with dO_i waited for before Sᵀ is issued at d = 256, where
-/// production waits for it once Sᵀ is issued (b17).
-extern const GpuBackward kBackwardB16;
 constexpr int kForwardVersionCount = 12;
 /// The forward versions of note 07's table (versions_forward.cu), for the bench and tests.
 extern const GpuForward kForwardVersions[kForwardVersionCount];

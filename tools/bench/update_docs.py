@@ -1269,20 +1269,6 @@ def table_step07_b16_line(D):
             f"d = 256, N = 1024–32768, causal and not, both B·H·N)."]
 
 
-def table_step07_b17(D):
-    """Lesson row b16 and production (b17) at d = 256, in b17's run (ab/bwd_b17/ab07bwd_b17.csv), and the
-    deterministic mode (b17's kernel, a block a tile) against cuDNN in the same run."""
-    folder = os.path.join(AB, "bwd_b17")
-    out = table_step07_pair(D, 256, "07b16", "b16", "b17", folder=folder, name="ab07bwd_b17.csv")
-    m = ab07bwd_medians(os.path.join(D.folder, folder), "ab07bwd_b17.csv")
-    det = [x / m[k[:4] + ("cudnn",)] for k, x in m.items() if k[4] == "07det"]
-    out[-1] += f" The deterministic mode there: {min(det):.2f}–{max(det):.2f}× cuDNN."
-    return out
-
-
-FWD07_H9 = os.path.join(AB, "fwd_h9")  # the persistent forward's three runs: first/, second/, and the last (here)
-
-
 def table_step07_h9(D):
     """Lesson row h9 (the persistent grid) against h7 (a block a tile), in its three runs: the first two timed h9
     beside production then (07: h7 but for the short problems, where h1 ran at d = 64 — N ≤ 1024, or 2048 with the
@@ -2102,7 +2088,7 @@ TABLES = {
     "step07-bwd-b10": table_step07_b10, "step07-bwd-b10-stalls": table_step07_bwd_stalls,
     "step07-bwd-b11": table_step07_b11, "step07-bwd-b11-first": table_step07_b11_first,
     "step07-bwd-b12": table_step07_b12, "step07-bwd-b12-runs": table_step07_b12_runs,
-    "step07-bwd-b16": table_step07_b16, "step07-bwd-b17": table_step07_b17,
+    "step07-bwd-b16": table_step07_b16,
     "step07-bwd-b16-line": table_step07_b16_line,
     "step07-det-now": table_step07_det_now, "step07-bwd-d256-stalls": table_step07_bwd_stalls_d256,
     "step07-bwd-b11-stalls": table_step07_bwd_stalls_b11,

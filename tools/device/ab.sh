@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The steps beside PyTorch's attention in one process, on the same tensors, in alternation
 # (tools/bench/ab.py over libfa_capi.so), on the H200 in one call.
-#   [PHASE=fwd|bwd|bwdmain|bwdpeers|host|decode|ring|pause|gemm|short|h9|order|last|call|b9|b10|b11|b12|b16|b17|det|all, or several: PHASE=short,decode] [ROUNDS=5]
+#   [PHASE=fwd|bwd|bwdmain|bwdpeers|host|decode|ring|pause|gemm|short|h9|order|last|call|b9|b10|b11|b12|b16|det|all, or several: PHASE=short,decode] [ROUNDS=5]
 #       bash tools/device/ab.sh [build-dir]
 # gemm:   the bf16 matrix-product rate, timed the same way (also in fwd);
 # fwd:    step 07's forward, step 06, cuDNN and FlashAttention-2, d = 64, 128, 256,
@@ -49,14 +49,10 @@
 # b12:    a writer of dQ's pieces per consumer at d = 128 (lesson row b12): step 07 beside b11
 #         (07b11), the deterministic mode (07det) and cuDNN, d = 64, 128, 256, N = 1k–32k, causal
 #         and not, both B·H·N.
-# b16:    at d = 256 a step's second dQ piece staged in the next step (lesson row b16, 07b16; its
-#         run at 12dfbad had it as production, 07) beside the kernel before it with the same order
-#         of tiles (07b12 head after head, as without the mask; with it 07b14 and 07b15, production's
-#         order at N >= 2048 and at 1024), the deterministic mode and cuDNN, d = 256, N = 1k–32k,
-#         causal and not, both B·H·N.
-# b17:    at d = 256 dO_i waited for once Sᵀ is issued (production, lesson row b17) beside b16
-#         (07b16: waited for before), the deterministic mode and cuDNN, d = 256, N = 1k–32k, causal
-#         and not, both B·H·N.
+# b16:    at d = 256 a step's second dQ piece staged in the next step (lesson row b16): step 07
+#         beside the kernel before it with the same order of tiles (07b12 head after head, as
+#         without the mask; with it 07b14 and 07b15, production's order at N >= 2048 and at 1024),
+#         the deterministic mode and cuDNN, d = 256, N = 1k–32k, causal and not, both B·H·N.
 # det:    the deterministic mode (07det) beside step 07 and cuDNN, d = 64, 128, 256, N = 1k–8k
 #         (DET_N), causal and not, both B·H·N.
 # bwdmain: the backward's main tables only (README, note 07): step 07, step 06, cuDNN and
@@ -128,8 +124,7 @@ want b9 && run ab07bwd_b9 --dir bwd --causal 0,1 --impls 07,07b8,torch-cudnn
 want b10 && run ab07bwd_b10 --dir bwd --causal 0,1 --d 64,128 --impls 07,07b9,torch-cudnn
 want b11 && run ab07bwd_b11 --dir bwd --causal 0,1 --d 64,128 --impls 07,07b10,07b9,torch-cudnn
 want b12 && run ab07bwd_b12 --dir bwd --causal 0,1 --impls 07,07b11,07det,torch-cudnn
-want b16 && run ab07bwd_b16 --dir bwd --causal 0,1 --d 256 --impls 07b16,07b12,07b14,07b15,07det,torch-cudnn
-want b17 && run ab07bwd_b17 --dir bwd --causal 0,1 --d 256 --impls 07,07b16,07det,torch-cudnn
+want b16 && run ab07bwd_b16 --dir bwd --causal 0,1 --d 256 --impls 07,07b12,07b14,07b15,07det,torch-cudnn
 want det && run ab07bwd_det --dir bwd --causal 0,1 --impls 07,07det,torch-cudnn --N "${DET_N:-1024,2048,4096,8192}"
 want bwdpeers && run ab07bwd --dir bwd --causal 0,1 --impls 07,07b11,07b10,07b9,07b8,06,torch-cudnn,torch-flash
 want bwdmain && run ab07bwd --dir bwd --causal 0,1 --impls 07,06,torch-cudnn,torch-flash

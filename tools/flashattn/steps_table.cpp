@@ -121,7 +121,6 @@ std::vector<StepEntry> make_table() {
   t.back().backward_versions.push_back(&step07::kBackwardB12);
   t.back().backward_versions.push_back(&step07::kBackwardB14);
   t.back().backward_versions.push_back(&step07::kBackwardB15);
-  t.back().backward_versions.push_back(&step07::kBackwardB16);
 #endif
   // Step 08's model and traffic take the H200's split plan (the kernel takes its GPU's).
   t.push_back({"08", "split K/V for decoding: the merge across blocks", true, true,
