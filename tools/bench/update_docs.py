@@ -1269,6 +1269,9 @@ def table_step07_b16_line(D):
             f"d = 256, N = 1024–32768, causal and not, both B·H·N)."]
 
 
+FWD07_H9 = os.path.join(AB, "fwd_h9")  # the persistent forward's three runs: first/, second/, and the last (here)
+
+
 def table_step07_h9(D):
     """Lesson row h9 (the persistent grid) against h7 (a block a tile), in its three runs: the first two timed h9
     beside production then (07: h7 but for the short problems, where h1 ran at d = 64 — N ≤ 1024, or 2048 with the
