@@ -40,9 +40,10 @@ def ab_rounds(path):
 
 def table(folder, direction):
     """{(tokens, d, causal, N): {who: TFLOP/s}}: from ab07[bwd].csv (ab.py, one process: the median of its
-    rounds) where the folder has one, else from fa_bench's and peers.py's CSVs of one device run."""
+    rounds) where the folder has one (or from `folder` itself, an ab.py CSV of another name), else from
+    fa_bench's and peers.py's CSVs of one device run."""
     tag = "07" if direction == "fwd" else "07bwd"
-    ab = os.path.join(folder, f"ab{tag}.csv")
+    ab = folder if folder.endswith(".csv") else os.path.join(folder, f"ab{tag}.csv")
     if os.path.exists(ab):
         return {k: {w: statistics.median(x) for w, x in r.items()} for k, r in ab_rounds(ab).items()}
     rows = {}

@@ -971,9 +971,12 @@ STEP07_BWD = [("b1", "bwd07_first", "TMA + wgmma + a producer warpgroup; dQ by T
                "next step (d ≤ 128 in its run, b9's kernel at d = 256 there; at d = 256 since b12's run)"),
               ("b11", os.path.join(AB, "bwd_b11", "full"), "+ at d = 128, a step's dQ pieces computed in the next step, "
                "so that a consumer waits for the other's dSᵀ a step after it was stored (b10's kernel at d = 64, 256)"),
-              ("b12", AB, "**production**: + at d = 128, a writer of dQ's pieces per consumer, each one's bulk "
+              ("b12", AB, "+ at d = 128, a writer of dQ's pieces per consumer, each one's bulk "
                "reduction in flight beside the other's (b11's kernel at d = 64, 256; b10's fence move at d = 256 "
-               "first measured in this run)")]
+               "first measured in this run; b14 and b15, the order of the tiles, have their own section)"),
+              ("b16", os.path.join(AB, "bwd_b16", "ab07bwd_b16.csv"), "**production**: + at d = 256, a step's "
+               "second dQ piece staged in the next step, under its dPᵀ, so that the consumer does not wait at the "
+               "step's end for the writer to empty the slot (d = 256 only in its run; b12's kernel at d = 64, 128)")]
 
 
 def table_step07_bwd_lesson(D):
