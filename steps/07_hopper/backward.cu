@@ -364,14 +364,46 @@ struct BwdVersion {
                                   ///< the tensor cores idle until the slot is free)
 };
 using Version = BwdVersion (*)();  // a version as a function, so that it can name a kernel's template argument
-FA_HD constexpr BwdVersion b4() { return {false, 64, 64, false, false, false, false}; }
-FA_HD constexpr BwdVersion b5() { return {true, 64, 64, false, false, false, false}; }
-FA_HD constexpr BwdVersion b6() { return {true, 64, 80, false, false, false, false}; }
-FA_HD constexpr BwdVersion b7() { return {true, 96, 80, false, false, false, false}; }  // b7–b9: b8 and b9 changed the call and the grid
-FA_HD constexpr BwdVersion b10() { return {true, 96, 80, true, false, false, false}; }
-FA_HD constexpr BwdVersion b11() { return {true, 96, 80, true, true, false, false}; }
-FA_HD constexpr BwdVersion b12() { return {true, 96, 80, true, true, true, false}; }  // b12–b15: b14, b15 changed the order
-FA_HD constexpr BwdVersion b16() { return {true, 96, 80, true, true, true, true}; }
+// Each version is the one before it with one idea added, by name.
+FA_HD constexpr BwdVersion b4() {
+  return {.kv_in_registers = false, .queries_at_64 = 64, .queries_at_128 = 64, .fences_late = false,
+          .dq_late_at_128 = false, .writers_at_128 = false, .second_piece_late_at_256 = false};
+}
+FA_HD constexpr BwdVersion b5() {
+  BwdVersion v = b4();
+  v.kv_in_registers = true;
+  return v;
+}
+FA_HD constexpr BwdVersion b6() {
+  BwdVersion v = b5();
+  v.queries_at_128 = 80;
+  return v;
+}
+FA_HD constexpr BwdVersion b7() {  // b7–b9: b8 and b9 changed the call and the grid
+  BwdVersion v = b6();
+  v.queries_at_64 = 96;
+  return v;
+}
+FA_HD constexpr BwdVersion b10() {
+  BwdVersion v = b7();
+  v.fences_late = true;
+  return v;
+}
+FA_HD constexpr BwdVersion b11() {
+  BwdVersion v = b10();
+  v.dq_late_at_128 = true;
+  return v;
+}
+FA_HD constexpr BwdVersion b12() {  // b12–b15: b14, b15 changed the order
+  BwdVersion v = b11();
+  v.writers_at_128 = true;
+  return v;
+}
+FA_HD constexpr BwdVersion b16() {
+  BwdVersion v = b12();
+  v.second_piece_late_at_256 = true;
+  return v;
+}
 /// Queries a step of version v at head dimension d (the wide kernel at d = 256: 64).
 FA_HD constexpr int bwd_queries(BwdVersion v, int d) {
   return d == 64 ? v.queries_at_64 : d == 128 ? v.queries_at_128 : kQ;
