@@ -1013,16 +1013,16 @@ def ab07bwd_medians(folder, name="ab07bwd.csv"):
     return {k: statistics.median(v) for k, v in ab07bwd_rounds(folder, name).items()}
 
 
-def table_step07_pair(D, ds, old, old_name, new_name, new="07", folder=AB, name="ab07bwd.csv"):
+def table_step07_pair(D, ds, old, old_name, new_name, new="07", folder=AB):
     """A lesson row of the backward against the one before it at the head dimensions ds (an int: one, and no d
-    column), and cuDNN, in one process (`folder`/`name`: the row `new`, production's 07 or a lesson row's id,
+    column), and cuDNN, in one process (`folder`/ab07bwd.csv: the row `new`, production's 07 or a lesson row's id,
     and the row before it `old`)."""
     one = isinstance(ds, int)
     ds = (ds,) if one else tuple(ds)
     folder = os.path.join(D.folder, folder)
-    path = os.path.join(folder, name)
+    path = os.path.join(folder, "ab07bwd.csv")
     cells = {}
-    for (tokens, dd, causal, N, who), x in ab07bwd_rounds(folder, name).items():
+    for (tokens, dd, causal, N, who), x in ab07bwd_rounds(folder).items():
         if dd in ds and who in (new, old, "cudnn"):
             cells.setdefault((tokens, dd, causal, N), {})["new" if who == new else who] = x
     Ns = sorted({k[3] for k in cells})
@@ -1231,7 +1231,7 @@ def b16_before(causal, N):
     b12 (head after head, as production), with it b15 or b14, as production's Heaviest::by_wave picks."""
     if not causal:
         return "07b12"
-    return "07b15" if order_model.by_wave(-(-N // order_model.tile_rows("backward", 256, N))) else "07b14"
+    return "07b15" if last07_taken("bwd", 256, N) else "07b14"
 
 
 def table_step07_b16(D):
