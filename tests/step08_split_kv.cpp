@@ -49,6 +49,15 @@ std::vector<Problem> decode_sweep(int d, DType t) {
   return out;
 }
 
+/// A plan in words, for the tests' messages.
+std::string cut(const step08::SplitPlan& s) {
+  return std::to_string(s.blocks) + " blocks over " + std::to_string(s.units) + " units of " +
+         std::to_string(s.tiles) + " tiles";
+}
+
+/// GPUs of few multiprocessors: plans whose chunks end inside units.
+const step08::GpuShape kSmallGpus[] = {{3, 228 * 1024, 227 * 1024}, {7, 228 * 1024, 227 * 1024}};
+
 /// K and V of a grouped problem repeated per query head: the same problem with H_kv = H.
 Qkv expanded(const Problem& p, const Qkv& in) {
   Qkv e{in.q, {}, {}};
@@ -69,20 +78,22 @@ TEST_CASE("step08 model meets the error budget of its 16-bit type, at every spli
         const Qkv in = inputs(p, 81);
         for (int splits : {1, 3, 1000}) {
           const step08::SplitPlan s = step08::fixed_plan(p, splits);
-          INFO(p.str() << ", seed 81, " << s.splits << " splits of " << s.tiles_per_split << " tiles");
+          INFO(p.str() << ", seed 81, " << cut(s));
           check_budget(p, in, step08::model_forward(p, in, s).out, "model");
         }
       }
 }
 
-TEST_CASE("step08 model: any split count equals one split, up to the merge's reordering", "[cpu]") {
+TEST_CASE("step08 model: any split, across units too, equals one block a unit, up to the merge's reordering", "[cpu]") {
   for (const Problem& p : {decode(1, 2, 1, 1000, 1, 128, false), decode(1, 8, 16, 4097, 4, 64, true),
                            decode(2, 2, 17, 777, 2, 128, true)}) {
     const Qkv in = inputs(p, 82);
     const ModelForward one = step08::model_forward(p, in, step08::fixed_plan(p, 1));
-    for (int splits : {2, 3, 7, 16, 1000}) {
-      const step08::SplitPlan s = step08::fixed_plan(p, splits);
-      INFO(p.str() << ": " << s.splits << " splits of " << s.tiles_per_split << " tiles against one");
+    std::vector<step08::SplitPlan> plans;
+    for (int splits : {2, 3, 7, 16, 1000}) plans.push_back(step08::fixed_plan(p, splits));
+    for (const step08::GpuShape& g : kSmallGpus) plans.push_back(step08::plan(p, g));  // chunks across units
+    for (const step08::SplitPlan& s : plans) {
+      INFO(p.str() << ": " << cut(s) << " against one block a unit");
       const ModelForward m = step08::model_forward(p, in, s);
       FA_CHECK_CLOSE("O", m.out.o, one.out.o, reorder(p.dtype), test::shape_o(p));
       FA_CHECK_CLOSE("L", m.out.lse, one.out.lse, tol::kFp32Forward, test::shape_l(p));
@@ -124,16 +135,16 @@ TEST_CASE("step08 model: grouped-query attention is the problem with K/V repeate
 TEST_CASE("step08 model's HBM traffic equals the formula", "[cpu]") {
   for (const Problem& p : {decode(1, 1, 1, 1, 1, 64, false), decode(2, 4, 16, 1000, 4, 128, true),
                            decode(1, 2, 17, 4097, 1, 64, false), decode(1, 3, 40, 200, 3, 128, true)})
-    for (int splits : {1, 2, 5, 64}) {
-      const step08::SplitPlan s = step08::fixed_plan(p, splits);
-      INFO(p.str() << ", " << s.splits << " splits");
+    for (const step08::SplitPlan& s : {step08::fixed_plan(p, 1), step08::fixed_plan(p, 2), step08::fixed_plan(p, 5),
+                                       step08::fixed_plan(p, 64), step08::plan(p, kSmallGpus[1])}) {
+      INFO(p.str() << ", " << cut(s));
       const Traffic m = step08::model_forward(p, random_qkv(p, 1), s).traffic, f = step08::traffic_forward(p, s);
       CHECK(m.read == f.read);
       CHECK(m.written == f.written);
     }
 }
 
-TEST_CASE("step08 split plan: one wave of blocks, no chunk under 4 tiles, at most 128, even chunks", "[cpu]") {
+TEST_CASE("step08 split plan: one wave of blocks sharing the tiles, no chunk under 4 tiles, at most 128 parts", "[cpu]") {
   const step08::GpuShape h200 = step08::kH200;
   // The ring: 4 tiles wherever a block may hold them; 2 at d = 128 on an RTX 4090 (99 KiB a block).
   CHECK(step08::stages(64, h200) == 4);
@@ -143,31 +154,57 @@ TEST_CASE("step08 split plan: one wave of blocks, no chunk under 4 tiles, at mos
   CHECK(step08::stages(128, rtx4090) == 2);
   CHECK(step08::blocks_per_sm(64, h200) == 3);
   CHECK(step08::blocks_per_sm(128, h200) == 1);
-  // The issue's decode shapes (d = 128, one block an SM on the H200): B·H = 32 at N_kv = 8k
-  // fills one wave with 4 splits; B·H = 128 is a wave already: one split.
+  // The issue's decode shapes (d = 128, one block an SM on the H200): B·H = 32 or 128 make
+  // 32 or 128 units, fewer than the wave of 132, so 132 blocks share their tiles (at 8k
+  // keys 31 or 32 of 4096 a block); 4 K/V heads too. 132 units fill a wave: one block each.
   const int wave = 132;
   const Problem a = decode(1, 32, 1, 8192, 1, 128, false);
-  CHECK(step08::plan(a, h200).splits == 4);
-  CHECK(step08::plan(a, h200).tiles_per_split == 32);
-  CHECK(step08::plan(decode(1, 32, 1, 131072, 8, 128, false), h200).splits == 33);  // GQA: 4 K/V heads
-  CHECK(step08::plan(decode(1, 128, 16, 131072, 1, 128, false), h200).splits == 1);
-  // Few keys: 4 tiles a split at least.
-  CHECK(step08::plan(decode(1, 1, 1, 1000, 1, 64, false), h200).splits == 16 / 4);
-  CHECK(step08::plan(decode(1, 1, 1, 100, 1, 64, false), h200).splits == 1);
-  CHECK(step08::plan(decode(1, 1, 1, 262144, 1, 64, false), h200).splits == step08::kMaxSplits);
-  CHECK(step08::fixed_plan(decode(1, 1, 1, 262144, 1, 64, false), 1000).splits == step08::kMaxSplits);
+  CHECK(step08::plan(a, h200).blocks == wave);
+  CHECK(step08::plan(a, h200).units == 32);
+  CHECK(step08::plan(a, h200).end(0) - step08::plan(a, h200).begin(0) == 4096 / wave);
+  CHECK(step08::plan(decode(1, 32, 1, 131072, 8, 128, false), h200).blocks == wave);  // GQA: 4 K/V heads
+  CHECK(step08::plan(decode(1, 128, 16, 131072, 1, 128, false), h200).blocks == wave);
+  CHECK(step08::plan(decode(1, 132, 16, 131072, 1, 128, false), h200).direct());
+  // The plan before (w1): whole units' splits, ⌊132/32⌋ = 4 a unit, and 128 units one each.
+  CHECK(step08::unit_plan(a, h200).blocks == 4 * 32);
+  CHECK(step08::unit_plan(decode(1, 128, 1, 131072, 1, 128, false), h200).direct());
+  // Few keys: 4 tiles a chunk at least; a row's parts at most kMaxParts.
+  CHECK(step08::plan(decode(1, 1, 1, 1000, 1, 64, false), h200).blocks == 16 / 4);
+  CHECK(step08::plan(decode(1, 1, 1, 100, 1, 64, false), h200).direct());
+  CHECK(step08::plan(decode(1, 1, 1, 262144, 1, 64, false), h200).blocks == step08::kMaxParts);
+  CHECK(step08::fixed_plan(decode(1, 1, 1, 262144, 1, 64, false), 1000).blocks == step08::kMaxParts);
   for (int Nk : {1, 63, 64, 65, 1000, 8192, 131072, 262144})
-    for (int bh : {1, 8, 32, 128, 1024}) {
-      const Problem p = decode(1, bh, 1, Nk, 1, 128, false);
-      const step08::SplitPlan s = step08::plan(p, h200);
-      INFO(p.str() << ": " << s.splits << " splits of " << s.tiles_per_split << " tiles");
-      const int tiles = step08::kv_tiles(p);
-      CHECK(s.splits * s.tiles_per_split >= tiles);         // every tile in a chunk
-      CHECK((s.splits - 1) * s.tiles_per_split < tiles);    // no empty chunk
-      CHECK(std::int64_t(bh) * s.splits <= std::max(wave, bh));  // one wave, unless the problem is more
-      CHECK((s.splits == 1 || s.tiles_per_split >= 4));
-      CHECK(s.splits <= step08::kMaxSplits);
-    }
+    for (int bh : {1, 8, 32, 100, 128, 1024})
+      for (int N : {1, 16, 40}) {
+        const Problem p = decode(1, bh, N, Nk, 1, 128, N <= Nk);
+        const step08::SplitPlan s = step08::plan(p, h200);
+        INFO(p.str() << ": " << cut(s));
+        CHECK(s.units == std::int64_t(bh) * step08::row_blocks(p));
+        CHECK(s.tiles == step08::kv_tiles(p));
+        CHECK(s.blocks <= std::max<std::int64_t>(wave, s.units));  // one wave, unless the units are more
+        CHECK((s.direct() || s.total() / s.blocks >= 4));           // no chunk under 4 tiles
+        CHECK(step08::most_parts(s) <= step08::kMaxParts);
+        // The chunks cover the tiles once, none empty; a unit's parts are the blocks that meet it.
+        CHECK(s.begin(0) == 0);
+        CHECK(s.end(s.blocks - 1) == s.total());
+        int most = 0;
+        for (std::int64_t u = 0; u < s.units && u < 300; ++u) {
+          int meet = 0;
+          for (int b = 0; b < s.blocks; ++b) meet += s.begin(b) < (u + 1) * s.tiles && s.end(b) > u * s.tiles;
+          CHECK(s.parts(u) == meet);
+          CHECK(s.begin(s.first(u)) <= u * s.tiles);
+          CHECK(s.end(s.first(u)) > u * s.tiles);
+          most = std::max(most, meet);
+        }
+        CHECK(most <= step08::most_parts(s));
+      }
+  // Fixed splits: every unit S chunks of its own.
+  for (int splits : {1, 2, 3, 8}) {
+    const step08::SplitPlan s = step08::fixed_plan(decode(2, 4, 17, 1000, 2, 64, true), splits);
+    INFO(cut(s));
+    CHECK(step08::most_parts(s) == splits);
+    for (std::int64_t u = 0; u < s.units; ++u) CHECK((s.parts(u) == splits && s.first(u) == u * splits));
+  }
   // Causal: a block's last tile is its latest query's; a block across two heads reaches
   // its heads' latest query, N − 1.
   CHECK(step08::tile_end(16, 1000, 1, true, 0) == (1000 - 16 + 15) / 64 + 1);
@@ -193,7 +230,7 @@ TEST_CASE("step08 kernel meets the error budget, matches its model and step 06",
     for (int d : kAllD)
       for (const Problem& p : decode_sweep(d, t)) {
         const step08::SplitPlan s = step08::device_plan(p);
-        INFO(p.str() << ", seed 85, " << s.splits << " splits of " << s.tiles_per_split << " tiles");
+        INFO(p.str() << ", seed 85, " << cut(s));
         const Qkv in = inputs(p, 85);
         const ForwardOut out = gpu::forward(step08::kForward, p, in, true);
         check_budget(p, in, out, "kernel");
@@ -216,8 +253,7 @@ TEST_CASE("step08 kernel at every fixed split count: its model, and one split", 
     const ForwardOut one = gpu::forward(step08::kForwardFixed[0], p, in, true);
     for (int i = 0; i < step08::kFixedSplitCount; ++i) {
       const step08::SplitPlan s = step08::fixed_plan(p, step08::kFixedSplits[i]);
-      INFO(p.str() << ": " << step08::kForwardFixed[i].name << " (" << s.splits << " of " << s.tiles_per_split
-                   << " tiles)");
+      INFO(p.str() << ": " << step08::kForwardFixed[i].name << " (" << cut(s) << ")");
       const ForwardOut out = gpu::forward(step08::kForwardFixed[i], p, in, true);
       const ForwardOut m = step08::model_forward(p, in, s).out;
       FA_CHECK_CLOSE("O vs model", out.o, m.o, reorder(p.dtype), test::shape_o(p));
@@ -233,7 +269,7 @@ TEST_CASE("step08 kernel as an RTX 30xx/40xx runs it (two stages at d = 128): it
     for (const Problem& p : {decode(1, 8, 1, 3000, 1, d, false), decode(2, 8, 16, 1000, 4, d, true)}) {
       if (test::quick() && p.N != 16) continue;
       const step08::SplitPlan s = step08::device_plan_small_blocks(p);
-      INFO(p.str() << ": " << s.splits << " splits of " << s.tiles_per_split << " tiles");
+      INFO(p.str() << ": " << cut(s));
       const Qkv in = inputs(p, 89);
       const ForwardOut out = gpu::forward(step08::kForwardSmallBlocks, p, in, true);
       check_budget(p, in, out, "kernel, small blocks");
@@ -245,12 +281,36 @@ TEST_CASE("step08 kernel as an RTX 30xx/40xx runs it (two stages at d = 128): it
     }
 }
 
+TEST_CASE("step08 kernel where chunks end inside units, and with the plan before (w1): their models", "[gpu]") {
+  // plan(): 132 blocks share the units' tiles, so most chunks end inside a unit and go on
+  // in the next (a block with two pieces, rows with parts in two blocks); w1 cuts every
+  // unit into chunks of its own.
+  const step08::GpuShape here{gpu::sm_count(), gpu::smem_per_sm(), gpu::smem_per_block()};
+  for (const Problem& p : {decode(1, 32, 1, 20000, 4, 128, false), decode(1, 100, 1, 3000, 1, 64, false),
+                           decode(2, 8, 16, 3000, 8, 128, true), decode(1, 128, 1, 8192, 1, 128, false)}) {
+    if (test::quick() && p.N != 16) continue;
+    const Qkv in = inputs(p, 90);
+    const step08::SplitPlan s = step08::device_plan(p), w = step08::unit_plan(p, here);
+    INFO(p.str() << ": " << cut(s) << "; w1 " << cut(w));
+    const ForwardOut out = gpu::forward(step08::kForward, p, in, true);
+    check_budget(p, in, out, "kernel");
+    const ForwardOut m = step08::model_forward(p, in, s).out;
+    FA_CHECK_CLOSE("O vs model", out.o, m.o, reorder(p.dtype), test::shape_o(p));
+    FA_CHECK_CLOSE("L vs model", out.lse, m.lse, tol::kFp32Forward, test::shape_l(p));
+    const ForwardOut w1 = gpu::forward(step08::kForwardUnitSplits, p, in, true);
+    const ForwardOut mw = step08::model_forward(p, in, w).out;
+    FA_CHECK_CLOSE("w1 O vs its model", w1.o, mw.o, reorder(p.dtype), test::shape_o(p));
+    FA_CHECK_CLOSE("w1 L vs its model", w1.lse, mw.lse, tol::kFp32Forward, test::shape_l(p));
+    FA_CHECK_CLOSE("w1 O vs production", w1.o, out.o, reorder(p.dtype), test::shape_o(p));
+  }
+}
+
 TEST_CASE("step08 merge kernel launched early or after the splits: the same bits", "[gpu]") {
   // The early launch changes when the merge kernel starts, not what it reads: it must wait
   // for every split (cudaGridDependencySynchronize), so the output is the late launch's.
   for (int d : kAllD)
     for (const Problem& p : {decode(1, 32, 1, 20000, 4, d, false), decode(2, 8, 16, 3000, 8, d, true)}) {
-      INFO(p.str() << ": " << step08::device_plan(p).splits << " splits");
+      INFO(p.str() << ": " << cut(step08::device_plan(p)));
       const Qkv in = inputs(p, 88);
       const ForwardOut early = gpu::forward(step08::kForward, p, in, true);
       const ForwardOut late = gpu::forward(step08::kForwardLateMerge, p, in, true);
@@ -264,8 +324,7 @@ TEST_CASE("step08 kernel with a ring of six tiles (r6) at d = 128: production's 
   // same sums. Chunks of 1 to 5 tiles (fewer than the ring), of many, causal and grouped.
   for (const Problem& p : {decode(1, 32, 1, 20000, 4, 128, false), decode(2, 8, 16, 3000, 8, 128, true),
                            decode(1, 4, 1, 200, 4, 128, false), decode(1, 128, 1, 8192, 1, 128, false)}) {
-    INFO(p.str() << ": " << step08::device_plan(p).splits << " splits of " << step08::device_plan(p).tiles_per_split
-                 << " tiles");
+    INFO(p.str() << ": " << cut(step08::device_plan(p)));
     const Qkv in = inputs(p, 86);
     const ForwardOut deep = gpu::forward(step08::kForwardDeepRing, p, in, true);
     const ForwardOut prod = gpu::forward(step08::kForward, p, in, true);

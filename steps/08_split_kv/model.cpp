@@ -1,8 +1,10 @@
-// Step 08's split choice and CPU model: the kernels' blocks (16 packed rows × a chunk of
-// 64-key tiles), their four warps of 16 keys a tile, the merges in the kernels' order and
-// the same rounding points (inputs, P before P·V, O at the end; partials in fp32).
+// Step 08's split choice and CPU model: the kernels' blocks (a chunk of the units' 64-key
+// tiles, each unit 16 packed rows), their four warps of 16 keys a tile, the merges in the
+// kernels' order and the same rounding points (inputs, P before P·V, O at the end;
+// partials in fp32).
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "steps/03_online_softmax/online_softmax.hpp"
 #include "steps/06_tensor_cores/step06.hpp"
@@ -22,28 +24,53 @@ int blocks_per_sm(int d, const GpuShape& gpu) {
   return int(std::max<std::size_t>(1, std::min<std::size_t>(by_smem, 2048 / kThreads)));
 }
 
+namespace {
+/// The problem's units and their tiles, shared by `blocks` blocks (at least one a unit).
+SplitPlan shared_by(const Problem& p, long long blocks) {
+  const long long units = static_cast<long long>(p.kv_heads()) * row_blocks(p);
+  return {units, kv_tiles(p), int(std::max(blocks, units))};
+}
+/// Thread blocks the GPU holds at once.
+long long wave_of(const Problem& p, const GpuShape& gpu) {
+  return static_cast<long long>(gpu.sms) * blocks_per_sm(p.d, gpu);
+}
+constexpr int kMinTilesPerChunk = 4;  ///< below this, a chunk's partials cost more than its keys
+}  // namespace
+
+int most_parts(const SplitPlan& s) {
+  if (s.blocks % s.units == 0) return int(s.blocks / s.units);
+  // Chunks of at least m tiles: a unit's tiles meet at most ⌈(tiles − 1)/m⌉ + 1 of them.
+  const long long m = s.total() / s.blocks;
+  return int(std::min<long long>(s.blocks, (s.tiles - 1 + m - 1) / m + 1));
+}
+
 SplitPlan fixed_plan(const Problem& p, int splits) {
-  const int tiles = kv_tiles(p);
-  splits = std::clamp(splits, 1, std::min(kMaxSplits, tiles));
-  const int per = (tiles + splits - 1) / splits;  // even chunks: no split left with a sliver
-  return {(tiles + per - 1) / per, per};
+  const SplitPlan one = shared_by(p, 1);
+  return shared_by(p, one.units * std::clamp(splits, 1, std::min(kMaxParts, one.tiles)));
+}
+
+SplitPlan unit_plan(const Problem& p, const GpuShape& gpu) {
+  const SplitPlan one = shared_by(p, 1);
+  const long long wave = wave_of(p, gpu);
+  if (one.units >= wave) return one;
+  return fixed_plan(p, int(std::min<long long>(wave / one.units, std::max(1, one.tiles / kMinTilesPerChunk))));
 }
 
 SplitPlan plan(const Problem& p, const GpuShape& gpu) {
-  // exercise 08-splits: the split count — one split when the problem's own blocks (B·H_kv · row blocks) fill a wave (SMs · blocks_per_sm), else as many as keep every block in that one wave, but no more than one per 4 tiles; fixed_plan evens the chunks
+  // exercise 08-splits: the blocks — one a unit when the units (B·H_kv · row blocks) fill a wave (SMs · blocks_per_sm), else a wave of them sharing all the tiles, but no chunk under 4 tiles and none that gives a row more than kMaxParts parts
   // stub: (void)gpu;
-  // stub: return fixed_plan(p, 1);
-  constexpr int kMinTilesPerSplit = 4;
-  const long long blocks = static_cast<long long>(p.kv_heads()) * row_blocks(p);
-  const long long wave = static_cast<long long>(gpu.sms) * blocks_per_sm(p.d, gpu);
-  if (blocks >= wave) return fixed_plan(p, 1);
-  const int most = std::max(1, kv_tiles(p) / kMinTilesPerSplit);
-  return fixed_plan(p, int(std::min<long long>(wave / blocks, most)));
+  // stub: return shared_by(p, 1);
+  const SplitPlan one = shared_by(p, 1);
+  const long long wave = wave_of(p, gpu);
+  if (one.units >= wave) return one;
+  SplitPlan s = shared_by(p, std::min(wave, one.total() / kMinTilesPerChunk));
+  while (most_parts(s) > kMaxParts) --s.blocks;
+  return s;
   // end exercise
 }
 
 std::size_t workspace_bytes(const Problem& p, const SplitPlan& s) {
-  return s.splits == 1 ? 0 : std::size_t(s.splits) * p.rows() * std::size_t(p.d + 1) * sizeof(float);
+  return s.direct() ? 0 : std::size_t(most_parts(s)) * p.rows() * std::size_t(p.d + 1) * sizeof(float);
 }
 
 namespace {
@@ -53,24 +80,24 @@ struct Moved {
   std::uint64_t q = 0, kv = 0, o = 0, l = 0, part = 0;
 };
 
-/// The kernels' traffic, block by block (the model counts the same loads and stores).
+/// The kernels' traffic, block by block and piece by piece (the model counts the same
+/// loads and stores).
 Moved moved(const Problem& p, const SplitPlan& s) {
   Moved m;
-  const int G = p.group(), packed = G * p.N, d = p.d;
-  for (int rb = 0; rb < row_blocks(p); ++rb) {
-    const std::uint64_t rows = std::uint64_t(std::min(kRows, packed - rb * kRows));
-    const int end = tile_end(p.N, p.keys(), G, p.causal, rb);
-    for (int sp = 0; sp < s.splits; ++sp) {
-      const int t0 = sp * s.tiles_per_split, t1 = std::min(t0 + s.tiles_per_split, end);
-      if (t1 > t0) {
+  const int G = p.group(), packed = G * p.N, d = p.d, rbs = row_blocks(p);
+  for (int b = 0; b < s.blocks; ++b)
+    for (long long from = s.begin(b); from < s.end(b);) {
+      const SplitPlan::Piece pc = s.piece(from, s.end(b));
+      from += pc.t1 - pc.t0;
+      const int rb = int(pc.unit % rbs), t1 = std::min(pc.t1, tile_end(p.N, p.keys(), G, p.causal, rb));
+      const std::uint64_t rows = std::uint64_t(std::min(kRows, packed - rb * kRows));
+      if (t1 > pc.t0) {
         m.q += rows * d;
-        m.kv += 2 * std::uint64_t(std::min(p.keys(), t1 * kTileKeys) - t0 * kTileKeys) * d;
+        m.kv += 2 * std::uint64_t(std::min(p.keys(), t1 * kTileKeys) - pc.t0 * kTileKeys) * d;
       }
+      if (!s.direct()) m.part += 2 * rows * (d + 1);  // every piece's part written, then read back
     }
-  }
-  m.q *= p.kv_heads(), m.kv *= p.kv_heads();
   m.o = p.elems(), m.l = p.rows();
-  if (s.splits > 1) m.part = 2 * std::uint64_t(s.splits) * p.rows() * (d + 1);  // written, then read back
   return m;
 }
 
@@ -111,111 +138,118 @@ ModelForward model_forward(const Problem& p, const Qkv& in, const SplitPlan& s) 
   Hbm Q(step06::rounded(in.q, t), r.traffic), K(step06::rounded(in.k, t), r.traffic),
       V(step06::rounded(in.v, t), r.traffic);
   Hbm O(p.elems(), r.traffic), L(p.rows(), r.traffic);
-  const bool split = s.splits > 1;
-  Hbm PO(split ? s.splits * p.elems() : 0, r.traffic), PL(split ? s.splits * p.rows() : 0, r.traffic);
-  const int N = p.N, Nk = p.keys(), d = p.d, G = p.group(), packed = G * N;
+  const bool split = !s.direct();
+  const std::size_t parts = split ? std::size_t(most_parts(s)) : 0;
+  Hbm PO(parts * p.elems(), r.traffic), PL(parts * p.rows(), r.traffic);
+  const int N = p.N, Nk = p.keys(), d = p.d, G = p.group(), packed = G * N, rbs = row_blocks(p);
   const float scale = p.softmax_scale();
-  for (std::size_t kvh = 0; kvh < p.kv_heads(); ++kvh) {
-    // Packed row pr of this K/V head is query pr % N of query head pr / N of its group:
-    // global row base + pr, since the group's heads are consecutive.
-    const std::size_t base = (kvh / p.kv_heads_per_batch() * p.H + kvh % p.kv_heads_per_batch() * G) * N;
-    const std::size_t kv_head = kvh * Nk * d;
-    for (int rb = 0; rb < row_blocks(p); ++rb) {
-      const int r0 = rb * kRows, rows = std::min(kRows, packed - r0);
-      const int end = tile_end(N, Nk, G, p.causal, rb);
-      for (int sp = 0; sp < s.splits; ++sp) {
-        const int t0 = sp * s.tiles_per_split, t1 = std::min(t0 + s.tiles_per_split, end);
-        OnChip chip(std::size_t(kRows) * d + 2 * std::size_t(kTileKeys) * d + std::size_t(kWarps) * kRows * (d + 2) +
-                    kRows * kKeysPerWarp);
-        auto Qi = chip.tile(std::size_t(kRows) * d, "Q_i"), Kj = chip.tile(std::size_t(kTileKeys) * d, "K_j"),
-             Vj = chip.tile(std::size_t(kTileKeys) * d, "V_j");
-        auto acc = chip.tile(std::size_t(kWarps) * kRows * d, "O of each warp");
-        auto stats = chip.tile(std::size_t(kWarps) * kRows * 2, "m, l of each warp");
-        auto P = chip.tile(std::size_t(kRows) * kKeysPerWarp, "P of a warp");
-        float* m = stats.data();
-        float* l = stats.data() + kWarps * kRows;
-        std::fill(m, m + kWarps * kRows, -INFINITY);
-        if (t1 > t0)
-          for (int rr = 0; rr < rows; ++rr)
-            for (int c = 0; c < d; ++c) Qi[rr * d + c] = Q.load((base + r0 + rr) * d + c);
-        for (int tile = t0; tile < t1; ++tile) {
-          const int k0 = tile * kTileKeys, nk = std::min(kTileKeys, Nk - k0);
-          for (int kk = 0; kk < nk; ++kk)
-            for (int c = 0; c < d; ++c) {
-              Kj[kk * d + c] = K.load(kv_head + std::size_t(k0 + kk) * d + c);
-              Vj[kk * d + c] = V.load(kv_head + std::size_t(k0 + kk) * d + c);
+  // Unit u is row block rb = u % rbs of K/V head kvh = u / rbs; its row rr is packed row
+  // pr = 16·rb + rr of the K/V head, query pr % N of query head pr / N of the group: global
+  // row base_of(u) + rr, since the group's heads are consecutive.
+  auto base_of = [&](long long u) {
+    const std::size_t kvh = std::size_t(u / rbs);
+    return (kvh / p.kv_heads_per_batch() * p.H + kvh % p.kv_heads_per_batch() * G) * N + (u % rbs) * kRows;
+  };
+  for (int b = 0; b < s.blocks; ++b)
+    for (long long from = s.begin(b); from < s.end(b);) {
+      const SplitPlan::Piece pc = s.piece(from, s.end(b));
+      from += pc.t1 - pc.t0;
+      const std::size_t kv_head = std::size_t(pc.unit / rbs) * Nk * d, base = base_of(pc.unit);
+      const int rb = int(pc.unit % rbs), r0 = rb * kRows, rows = std::min(kRows, packed - r0);
+      const int t0 = pc.t0, t1 = std::min(pc.t1, tile_end(N, Nk, G, p.causal, rb));
+      const std::size_t part = std::size_t(b - s.first(pc.unit));  // this block's part of the unit's rows
+      OnChip chip(std::size_t(kRows) * d + 2 * std::size_t(kTileKeys) * d + std::size_t(kWarps) * kRows * (d + 2) +
+                  kRows * kKeysPerWarp);
+      auto Qi = chip.tile(std::size_t(kRows) * d, "Q_i"), Kj = chip.tile(std::size_t(kTileKeys) * d, "K_j"),
+           Vj = chip.tile(std::size_t(kTileKeys) * d, "V_j");
+      auto acc = chip.tile(std::size_t(kWarps) * kRows * d, "O of each warp");
+      auto stats = chip.tile(std::size_t(kWarps) * kRows * 2, "m, l of each warp");
+      auto P = chip.tile(std::size_t(kRows) * kKeysPerWarp, "P of a warp");
+      float* m = stats.data();
+      float* l = stats.data() + kWarps * kRows;
+      std::fill(m, m + kWarps * kRows, -INFINITY);
+      if (t1 > t0)
+        for (int rr = 0; rr < rows; ++rr)
+          for (int c = 0; c < d; ++c) Qi[rr * d + c] = Q.load((base + rr) * d + c);
+      for (int tile = t0; tile < t1; ++tile) {
+        const int k0 = tile * kTileKeys, nk = std::min(kTileKeys, Nk - k0);
+        for (int kk = 0; kk < nk; ++kk)
+          for (int c = 0; c < d; ++c) {
+            Kj[kk * d + c] = K.load(kv_head + std::size_t(k0 + kk) * d + c);
+            Vj[kk * d + c] = V.load(kv_head + std::size_t(k0 + kk) * d + c);
+          }
+        for (int w = 0; w < kWarps; ++w)  // warp w: keys k0 + 16w … of the tile
+          for (int rr = 0; rr < rows; ++rr) {
+            const int pos = Nk - N + (r0 + rr) % N;  // the query's position among the keys
+            float sc[kKeysPerWarp], mx = -INFINITY;
+            for (int c = 0; c < kKeysPerWarp; ++c) {
+              const int kk = kKeysPerWarp * w + c, key = k0 + kk;
+              float dot = 0.0f;
+              for (int x = 0; x < d && kk < nk; ++x) dot += Qi[rr * d + x] * Kj[kk * d + x];
+              sc[c] = key >= Nk || (p.causal && key > pos) ? -INFINITY : scale * dot;
+              mx = std::max(mx, sc[c]);
             }
-          for (int w = 0; w < kWarps; ++w)  // warp w: keys k0 + 16w … of the tile
-            for (int rr = 0; rr < rows; ++rr) {
-              const int pos = Nk - N + (r0 + rr) % N;  // the query's position among the keys
-              float sc[kKeysPerWarp], mx = -INFINITY;
-              for (int c = 0; c < kKeysPerWarp; ++c) {
-                const int kk = kKeysPerWarp * w + c, key = k0 + kk;
-                float dot = 0.0f;
-                for (int x = 0; x < d && kk < nk; ++x) dot += Qi[rr * d + x] * Kj[kk * d + x];
-                sc[c] = key >= Nk || (p.causal && key > pos) ? -INFINITY : scale * dot;
-                mx = std::max(mx, sc[c]);
-              }
-              float& mw = m[w * kRows + rr];
-              const float m_new = std::max(mw, mx), alpha = online::rescale(mw, m_new);
-              float sum = 0.0f;
-              for (int c = 0; c < kKeysPerWarp; ++c) {
-                const float pr = online::prob(sc[c], m_new);
-                sum += pr;                                  // ℓ sums the fp32 probabilities...
-                P[rr * kKeysPerWarp + c] = round_to(t, pr);  // ...P·V takes them in 16 bits
-              }
-              l[w * kRows + rr] = alpha * l[w * kRows + rr] + sum;
-              mw = m_new;
-              float* o = &acc[(std::size_t(w) * kRows + rr) * d];
-              for (int x = 0; x < d; ++x) {
-                float a = alpha * o[x];
-                for (int c = 0; c < kKeysPerWarp && kKeysPerWarp * w + c < nk; ++c)
-                  a += P[rr * kKeysPerWarp + c] * Vj[(kKeysPerWarp * w + c) * d + x];
-                o[x] = a;
-              }
+            float& mw = m[w * kRows + rr];
+            const float m_new = std::max(mw, mx), alpha = online::rescale(mw, m_new);
+            float sum = 0.0f;
+            for (int c = 0; c < kKeysPerWarp; ++c) {
+              const float pr = online::prob(sc[c], m_new);
+              sum += pr;                                  // ℓ sums the fp32 probabilities...
+              P[rr * kKeysPerWarp + c] = round_to(t, pr);  // ...P·V takes them in 16 bits
             }
+            l[w * kRows + rr] = alpha * l[w * kRows + rr] + sum;
+            mw = m_new;
+            float* o = &acc[(std::size_t(w) * kRows + rr) * d];
+            for (int x = 0; x < d; ++x) {
+              float a = alpha * o[x];
+              for (int c = 0; c < kKeysPerWarp && kKeysPerWarp * w + c < nk; ++c)
+                a += P[rr * kKeysPerWarp + c] * Vj[(kKeysPerWarp * w + c) * d + x];
+              o[x] = a;
+            }
+          }
+      }
+      // The four warps' states of a row merged (the kernel's epilogue): the statistics
+      // folded in warp order, each warp's weight against their max, the weighted sum.
+      std::vector<float> o(d);
+      for (int rr = 0; rr < rows; ++rr) {
+        float mm = m[rr], ll = l[rr];
+        for (int w = 1; w < kWarps; ++w) online::merge(mm, ll, nullptr, m[w * kRows + rr], l[w * kRows + rr], nullptr, 0);
+        std::fill(o.begin(), o.end(), 0.0f);
+        for (int w = 0; w < kWarps; ++w) {
+          const float wt = online::rescale(m[w * kRows + rr], mm);
+          for (int x = 0; x < d; ++x) o[x] += wt * acc[(std::size_t(w) * kRows + rr) * d + x];
         }
-        // The four warps' states of a row merged (the kernel's epilogue): the statistics
-        // folded in warp order, each warp's weight against their max, the weighted sum.
-        std::vector<float> o(d);
-        for (int rr = 0; rr < rows; ++rr) {
-          float mm = m[rr], ll = l[rr];
-          for (int w = 1; w < kWarps; ++w) online::merge(mm, ll, nullptr, m[w * kRows + rr], l[w * kRows + rr], nullptr, 0);
-          std::fill(o.begin(), o.end(), 0.0f);
-          for (int w = 0; w < kWarps; ++w) {
-            const float wt = online::rescale(m[w * kRows + rr], mm);
-            for (int x = 0; x < d; ++x) o[x] += wt * acc[(std::size_t(w) * kRows + rr) * d + x];
-          }
-          const std::size_t row = base + r0 + rr;
-          if (!split) {
-            for (int x = 0; x < d; ++x) O.store(row * d + x, round_to(t, o[x] / ll));
-            L.store(row, online::lse(mm, ll));
-          } else {  // an empty split (no key for this row): weight 0 in the merge below
-            const std::size_t at = std::size_t(sp) * p.rows() + row;
-            for (int x = 0; x < d; ++x) PO.store(at * d + x, ll > 0 ? o[x] / ll : 0.0f);
-            PL.store(at, ll > 0 ? online::lse(mm, ll) : -INFINITY);
-          }
+        const std::size_t row = base + rr;
+        if (!split) {
+          for (int x = 0; x < d; ++x) O.store(row * d + x, round_to(t, o[x] / ll));
+          L.store(row, online::lse(mm, ll));
+        } else {  // an empty part (no key for this row): weight 0 in the merge below
+          const std::size_t slot = part * p.rows() + row;
+          for (int x = 0; x < d; ++x) PO.store(slot * d + x, ll > 0 ? o[x] / ll : 0.0f);
+          PL.store(slot, ll > 0 ? online::lse(mm, ll) : -INFINITY);
         }
       }
     }
-  }
   if (split) {
-    // The second kernel: a row's splits merged at once. A split's (O/ℓ, L) is the state
+    // The second kernel: a row's parts merged at once. A part's (O/ℓ, L) is the state
     // (m = L, ℓ = 1, O/ℓ): e^L·1 = e^m·ℓ. The statistics of all of them first (the merge
-    // over the L's alone, in the kernel's tree), then every split weighted against the common max.
-    std::vector<float> ls(s.splits), o(d);
-    for (std::size_t row = 0; row < p.rows(); ++row) {
-      for (int sp = 0; sp < s.splits; ++sp) ls[sp] = PL.load(std::size_t(sp) * p.rows() + row);
-      float mm, ll;
-      stats_tree(ls, mm, ll);
-      std::fill(o.begin(), o.end(), 0.0f);
-      for (int sp = 0; sp < s.splits; ++sp) {
-        const float w = online::rescale(ls[sp], mm);
-        for (int c = 0; c < d; ++c) o[c] += w * PO.load((std::size_t(sp) * p.rows() + row) * d + c);
+    // over the L's alone, in the kernel's tree), then every part weighted against the common max.
+    std::vector<float> ls, o(d);
+    for (long long u = 0; u < s.units; ++u)
+      for (int rr = 0; rr < std::min(kRows, packed - int(u % rbs) * kRows); ++rr) {
+        const std::size_t row = base_of(u) + rr;
+        ls.resize(std::size_t(s.parts(u)));
+        for (std::size_t j = 0; j < ls.size(); ++j) ls[j] = PL.load(j * p.rows() + row);
+        float mm, ll;
+        stats_tree(ls, mm, ll);
+        std::fill(o.begin(), o.end(), 0.0f);
+        for (std::size_t j = 0; j < ls.size(); ++j) {
+          const float w = online::rescale(ls[j], mm);
+          for (int c = 0; c < d; ++c) o[c] += w * PO.load((j * p.rows() + row) * d + c);
+        }
+        for (int c = 0; c < d; ++c) O.store(row * d + c, round_to(t, o[c] / ll));
+        L.store(row, online::lse(mm, ll));
       }
-      for (int c = 0; c < d; ++c) O.store(row * d + c, round_to(t, o[c] / ll));
-      L.store(row, online::lse(mm, ll));
-    }
   }
   r.out = {O.take(), L.take()};
   return r;

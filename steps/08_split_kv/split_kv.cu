@@ -1,19 +1,20 @@
-// Step 08's kernels: the keys of every head split across thread blocks, and the merge.
+// Step 08's kernels: the units' keys cut among thread blocks, and the merge.
 //
-// split_kernel — grid (row blocks, splits, B·H_kv). A block owns 16 packed rows (the
-// G = H/H_kv query heads of one K/V head, N queries each, consecutive in Q) and one chunk
-// of the keys, which it streams through a ring of 64-key K/V tiles by cp.async. Warp w
-// takes keys 16w … 16w+15 of every tile:
+// split_kernel — one block a chunk of the plan (SplitPlan): `per` consecutive tiles of the
+// units' tiles laid end to end, in one or more pieces, each a run of one unit's tiles. A
+// unit is 16 packed rows (of the G = H/H_kv query heads of one K/V head, N queries each,
+// consecutive in Q) and its keys; a piece streams its tiles through a ring of 64-key K/V
+// tiles by cp.async. Warp w takes keys 16w … 16w+15 of every tile:
 //   S = Q·K_wᵀ        16 rows × 16 keys, mma.sync over d (step 06's gemm_abt)
 //   online softmax     on the accumulators, every tile (the exact update: no lazy rescale)
 //   O_w += P·V_w       P from registers, V transposed by ldmatrix (step 06's gemm_pv)
 // so each warp ends with its own (m, ℓ, O) of the 16 rows over a quarter of the keys. The
-// epilogue merges the four through shared memory with online::merge, and writes O/ℓ and
-// L — to O itself when there is one split, else to the fp32 partials.
+// piece's epilogue merges the four through shared memory with online::merge, and writes
+// O/ℓ and L — to O itself when every chunk is one whole unit, else to the fp32 partials,
+// as the block's part of the unit's rows.
 // combine_kernel — one thread block a row, launched early on Hopper (programmatic
-// dependent launch): the row's splits merged by the merge rule for
-// many parts at once (statistics first, then every part weighted), O rounded to 16 bits,
-// L written.
+// dependent launch): the row's parts merged by the merge rule for many parts at once
+// (statistics first, then every part weighted), O rounded to 16 bits, L written.
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -38,26 +39,22 @@ using step06::smem_u32;
 template <class T>
 struct SplitArgs {
   int N, Nk, H, group;   // queries, keys, query heads a batch, query heads per K/V head
-  std::size_t rows;      // B·H·N: rows of O, L and of each split's partials
+  int row_blocks;        // units a K/V head: ⌈G·N/16⌉
+  std::size_t rows;      // B·H·N: rows of O, L and of each part's partials
   bool causal;
   float scale;
   SplitPlan plan;
   const T *q, *k, *v;
-  T* o;                  // [B·H·N][d], written when plan.splits == 1
+  T* o;                  // [B·H·N][d], written when plan.direct()
   float* lse;            // [B·H·N]
-  float *part_o, *part_lse;  // [splits][B·H·N][d] and [splits][B·H·N] otherwise
+  float *part_o, *part_lse;  // [parts][B·H·N][d] and [parts][B·H·N] otherwise
 };
 
+/// One piece of a block's chunk: tiles [pc.t0, pc.t1) of unit pc.unit (fewer past the
+/// causal mask's end), its rows' part `part`.
 template <class T, int kD, int kStages>
-__global__ void __launch_bounds__(kThreads) split_kernel(const SplitArgs<T> a) {
-#if FA_STEP06_ARCH_OK  // compiled out before sm_80 (step 06's mma.cuh)
-#if __CUDA_ARCH__ >= 900
-  // Programmatic dependent launch (CUDA C++ Programming Guide, "Programmatic Dependent
-  // Launch and Synchronization"): the merge kernel may be launched from now on; its blocks
-  // wait in cudaGridDependencySynchronize until this grid has finished and its writes
-  // are visible, but the launch itself is off the critical path.
-  cudaTriggerProgrammaticLaunchCompletion();
-#endif
+__device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const SplitPlan::Piece pc, int part) {
+#if FA_STEP06_ARCH_OK
   constexpr int kW = smem_cols(kD);
   static_assert((kWarps * kRows * (kD + 3) + 2 * kRows) * sizeof(float) <= 2 * kStages * kTileKeys * kW * sizeof(T),
                 "the epilogue's per-warp states fit in the ring they reuse");
@@ -68,7 +65,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const SplitArgs<T> a) {
 
   step06::require_aligned_smem(smem_raw);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int rb = blockIdx.x, split = blockIdx.y, kvh = blockIdx.z;
+  const int kvh = int(pc.unit / a.row_blocks), rb = int(pc.unit % a.row_blocks);
   const int N = a.N, Nk = a.Nk, G = a.group, H_kv = a.H / G, packed = G * N;
   const int r0 = rb * kRows, rows = packed - r0 < kRows ? packed - r0 : kRows;
   // Packed row r is query (r0 + r) % N of query head (r0 + r) / N of the group: global row
@@ -76,8 +73,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const SplitArgs<T> a) {
   const std::size_t base = (std::size_t(kvh / H_kv) * a.H + std::size_t(kvh % H_kv) * G) * N + r0;
   const std::size_t kv_head = std::size_t(kvh) * Nk * kD;
   const int end = tile_end(N, Nk, G, a.causal, rb);
-  const int t0 = split * a.plan.tiles_per_split;
-  const int t1 = t0 + a.plan.tiles_per_split < end ? t0 + a.plan.tiles_per_split : end;
+  const int t0 = pc.t0, t1 = pc.t1 < end ? pc.t1 : end;
   const float mul = a.scale * step06::kLog2e;  // exp(scale·(s − m)) = 2^(s·mul − m·mul)
 
   auto load_tile = [&](int tile) {  // tile `tile` of this head into its slot of the ring
@@ -198,11 +194,11 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const SplitArgs<T> a) {
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) o += Ww[w * kRows + r] * Ow[(w * kRows + r) * kD + c];
     const std::size_t row = base + r;
-    if (a.plan.splits == 1) {
+    if (a.plan.direct()) {
       a.o[row * kD + c] = T(o / ll);
       if (c == 0) a.lse[row] = online::lse(mm, ll);
-    } else {  // an empty split (no key for this row) has ℓ = 0: weight 0 in the merge
-      const std::size_t at = std::size_t(split) * a.rows + row;
+    } else {  // an empty part (no key for this row) has ℓ = 0: weight 0 in the merge
+      const std::size_t at = std::size_t(part) * a.rows + row;
       a.part_o[at * kD + c] = ll > 0.0f ? o / ll : 0.0f;
       if (c == 0) a.part_lse[at] = ll > 0.0f ? online::lse(mm, ll) : -INFINITY;
     }
@@ -210,36 +206,62 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const SplitArgs<T> a) {
 #endif
 }
 
-/// The splits of each row merged: one thread block a row, 256 threads = d/4 column quads ×
-/// J lanes (8 at d = 128, 16 at d = 64). A split's (O/ℓ, L) is the partial state
-/// (m = L, ℓ = 1, O/ℓ) — e^L·1 = e^m·ℓ — and an empty split's (0, −∞) has ℓ = 0. The merge
+template <class T, int kD, int kStages>
+__global__ void __launch_bounds__(kThreads) split_kernel(const SplitArgs<T> a) {
+#if FA_STEP06_ARCH_OK  // compiled out before sm_80 (step 06's mma.cuh)
+#if __CUDA_ARCH__ >= 900
+  // Programmatic dependent launch (CUDA C++ Programming Guide, "Programmatic Dependent
+  // Launch and Synchronization"): the merge kernel may be launched from now on; its blocks
+  // wait in cudaGridDependencySynchronize until this grid has finished and its writes
+  // are visible, but the launch itself is off the critical path.
+  cudaTriggerProgrammaticLaunchCompletion();
+#endif
+  // This block's chunk, piece by piece: a piece ends where the chunk or its unit does.
+  const int b = blockIdx.x;
+  for (long long from = a.plan.begin(b); from < a.plan.end(b);) {
+    const SplitPlan::Piece pc = a.plan.piece(from, a.plan.end(b));
+    from += pc.t1 - pc.t0;
+    run_piece<T, kD, kStages>(a, pc, b - a.plan.first(pc.unit));
+    __syncthreads();  // the epilogue's reads of shared memory done before the next piece's copies
+  }
+#endif
+}
+
+/// The parts of each row merged: one thread block a row, 256 threads = d/4 column quads ×
+/// J lanes (8 at d = 128, 16 at d = 64). A part's (O/ℓ, L) is the partial state
+/// (m = L, ℓ = 1, O/ℓ) — e^L·1 = e^m·ℓ — and an empty part's (0, −∞) has ℓ = 0. The merge
 /// rule for S parts at once: their statistics first — the common max M and ℓ = Σ e^(L_s − M),
 /// by warp 0 as a tree of merges (stats_tree), and every part's weight against the common
 /// max, e^(L_s − M) (online::rescale), once —, then O = Σ e^(L_s − M)·O_s / ℓ. The loads of the sum are
-/// independent of each other — lane j takes the splits s ≡ j (mod J) — where a fold of
+/// independent of each other — lane j takes the parts s ≡ j (mod J) — where a fold of
 /// the O's would make each wait for the last.
 template <class T, int kD>
 __global__ void __launch_bounds__(kCombineThreads)
-    combine_kernel(std::size_t rows, int splits, const float* __restrict__ part_o, const float* __restrict__ part_lse,
-                   T* __restrict__ o, float* __restrict__ lse) {
+    combine_kernel(const SplitArgs<T> a) {
 #if FA_STEP06_ARCH_OK
 #if __CUDA_ARCH__ >= 900
   cudaGridDependencySynchronize();  // the split kernel done, its partials visible (launched early, see launch)
 #endif
+  const std::size_t rows = a.rows, row = blockIdx.x;
+  const float *part_o = a.part_o, *part_lse = a.part_lse;
+  // The row's unit, and so its number of parts: row = (batch·H + h)·N + n is packed row
+  // (h mod G)·N + n of K/V head batch·H_kv + h/G.
+  const std::size_t n = row % a.N, h = row / a.N % a.H, batch = row / a.N / a.H;
+  const std::size_t kvh = batch * (a.H / a.group) + h / a.group, packed = h % a.group * a.N + n;
+  const int parts = a.plan.parts(static_cast<long long>(kvh) * a.row_blocks + static_cast<long long>(packed / kRows));
   constexpr int kQuads = kD / 4, kLanes = kCombineThreads / kQuads;
-  __shared__ float ws[kMaxSplits];           // the row's L of every split, then its weight e^(L_s − M)
-  __shared__ float stats[2];                 // M and ℓ of all the row's splits
-  __shared__ float4 sums[kLanes][kQuads];    // each lane's part of Σ e^(L_s − M)·O_s
-  const std::size_t row = blockIdx.x;
+  __shared__ float ws[kMaxParts];            // the row's L of every part, then its weight e^(L_s − M)
+  __shared__ float stats[2];                 // M and ℓ of all the row's parts
+  __shared__ float4 sums[kLanes][kQuads];    // each lane's share of Σ e^(L_s − M)·O_s
   const int q = threadIdx.x % kQuads, j = threadIdx.x / kQuads;
   if (threadIdx.x < 32) {
-    // The statistics, as a tree: lane i merges the L's of splits i, i + 32, … in turn
-    // (ℓ = 1 each, 0 for an empty split), then the 32 lanes' states are merged pairwise
+    // The statistics, as a tree: lane i merges the L's of parts i, i + 32, … in turn
+    // (ℓ = 1 each, 0 for an empty part), then the 32 lanes' states are merged pairwise
     // (xor butterfly, lane 0 keeping the left part first: the model's stats_tree). The
     // rule is associative, so any order is the merge of all parts; in order, 32 merges
-    // wait each on the last, in a tree 5 levels do. Then each split's weight, once.
+    // wait each on the last, in a tree 5 levels do. Then each part's weight, once.
     float m = -INFINITY, l = 0.0f;
-    for (int s = threadIdx.x; s < splits; s += 32) {
+    for (int s = threadIdx.x; s < parts; s += 32) {
       const float L = part_lse[std::size_t(s) * rows + row];
       ws[s] = L;
       online::merge(m, l, nullptr, L, L == -INFINITY ? 0.0f : 1.0f, nullptr, 0);
@@ -250,14 +272,14 @@ __global__ void __launch_bounds__(kCombineThreads)
       online::merge(m, l, nullptr, m2, l2, nullptr, 0);
     }
     // (M is the same in every lane: a max is exact in any order.)
-    for (int s = threadIdx.x; s < splits; s += 32) ws[s] = online::rescale(ws[s], m);  // 0 if empty
+    for (int s = threadIdx.x; s < parts; s += 32) ws[s] = online::rescale(ws[s], m);  // 0 if empty
     if (threadIdx.x == 0) stats[0] = m, stats[1] = l;
   }
   __syncthreads();
   const float m = stats[0], l = stats[1];
   float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll 4
-  for (int s = j; s < splits; s += kLanes) {
+  for (int s = j; s < parts; s += kLanes) {
     const float w = ws[s];
     const float4 x = *reinterpret_cast<const float4*>(part_o + (std::size_t(s) * rows + row) * kD + 4 * q);
     acc.x += w * x.x, acc.y += w * x.y, acc.z += w * x.z, acc.w += w * x.w;
@@ -267,9 +289,9 @@ __global__ void __launch_bounds__(kCombineThreads)
   if (j == 0) {
     for (int jj = 1; jj < kLanes; ++jj)
       acc.x += sums[jj][q].x, acc.y += sums[jj][q].y, acc.z += sums[jj][q].z, acc.w += sums[jj][q].w;
-    T* out = o + row * kD + 4 * q;
+    T* out = a.o + row * kD + 4 * q;
     out[0] = T(acc.x / l), out[1] = T(acc.y / l), out[2] = T(acc.z / l), out[3] = T(acc.w / l);
-    if (q == 0) lse[row] = online::lse(m, l);
+    if (q == 0) a.lse[row] = online::lse(m, l);
   }
 #endif
 }
@@ -279,14 +301,13 @@ void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const
   const std::size_t smem = smem_bytes(kD, kStages);
   set_smem_limit(split_kernel<T, kD, kStages>, smem);
   float* part_o = static_cast<float*>(ws);
-  float* part_lse = part_o ? part_o + std::size_t(sp.splits) * p.elems() : nullptr;
-  const SplitArgs<T> args{p.N, p.keys(), p.H, p.group(), p.rows(), p.causal, p.softmax_scale(), sp,
+  float* part_lse = part_o ? part_o + std::size_t(most_parts(sp)) * p.elems() : nullptr;
+  const SplitArgs<T> args{p.N, p.keys(), p.H, p.group(), row_blocks(p), p.rows(), p.causal, p.softmax_scale(), sp,
                           static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
                           static_cast<T*>(a.o), a.lse, part_o, part_lse};
-  const dim3 grid(unsigned(row_blocks(p)), unsigned(sp.splits), unsigned(p.kv_heads()));
-  split_kernel<T, kD, kStages><<<grid, kThreads, smem, st>>>(args);
+  split_kernel<T, kD, kStages><<<unsigned(sp.blocks), kThreads, smem, st>>>(args);
   FA_CHECK_LAUNCH();
-  if (sp.splits == 1) return;
+  if (sp.direct()) return;
   // The merge kernel, launched while the split kernel still runs where the code that runs
   // here waits for it (sm_90 and up: compiled from PTX of 9.0 or later; a PTX build of
   // 8.0 JIT-compiled for this GPU has no wait, so it is launched after the splits, as
@@ -298,8 +319,7 @@ void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const
     return f.ptxVersion >= 90;
   }();
   launch_early(early_merge && kCanWait, combine_kernel<T, kD>, dim3(unsigned(p.rows())), dim3(kCombineThreads), 0, st,
-               p.rows(), sp.splits, static_cast<const float*>(part_o), static_cast<const float*>(part_lse),
-               static_cast<T*>(a.o), a.lse);
+               args);
 }
 
 GpuShape this_gpu() { return {gpu::sm_count(), gpu::smem_per_sm(), gpu::smem_per_block()}; }
@@ -324,6 +344,7 @@ struct Variant {
   bool small_blocks = false;  ///< the GPU as one that gives a block 99 KiB sees it (small_blocks)
   bool early_merge = true;    ///< the merge kernel launched while the splits run (where it can wait)
   int ring = 0;               ///< K/V tiles in the ring at d = 128; 0: stages() for the GPU
+  bool unit_splits = false;   ///< the plan before production's: whole units' splits (unit_plan)
 };
 
 /// The GPU as the step sees it: this one, or (kSmall) as small_blocks.
@@ -331,15 +352,15 @@ template <bool kSmall>
 GpuShape shape_here() {
   return kSmall ? small_blocks(this_gpu()) : this_gpu();
 }
-/// The plan for GPU g (splits = 0), or with the split count fixed.
-SplitPlan plan_for(const Problem& p, const GpuShape& g, int splits) {
-  return splits > 0 ? fixed_plan(p, splits) : plan(p, g);
+/// The plan of row v for GPU g.
+SplitPlan plan_for(const Problem& p, const GpuShape& g, const Variant& v) {
+  return v.splits > 0 ? fixed_plan(p, v.splits) : v.unit_splits ? unit_plan(p, g) : plan(p, g);
 }
 
 template <const Variant& kV>
 void run(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st) {
   const GpuShape g = shape_here<kV.small_blocks>();
-  const SplitPlan sp = plan_for(p, g, kV.splits);
+  const SplitPlan sp = plan_for(p, g, kV);
   const int ring = kV.ring ? kV.ring : stages(128, g);
   if (p.d == 128 && smem_bytes(128, ring) > g.smem_per_block)  // a lesson row's ring on a GPU that has no room for it
     throw Error("step08: a ring of " + std::to_string(ring) + " K/V tiles at d = 128 takes " +
@@ -351,7 +372,7 @@ void run(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st) {
 
 template <const Variant& kV>
 std::size_t workspace(const Problem& p) {
-  return workspace_bytes(p, plan_for(p, shape_here<kV.small_blocks>(), kV.splits));
+  return workspace_bytes(p, plan_for(p, shape_here<kV.small_blocks>(), kV));
 }
 
 }  // namespace
@@ -375,7 +396,7 @@ int device_blocks_per_sm(int d) {
   return stages(128, this_gpu()) == 4 ? occupancy<128, 4>() : occupancy<128, 2>();
 }
 
-constexpr const char* kWhat = "the splits' partial O/l and L (fp32)";
+constexpr const char* kWhat = "the parts' partial O/l and L (fp32)";
 /// The production forward and the rows of note 08's tables, each a Variant of it.
 template <const Variant& kV>
 constexpr GpuForward forward(const char* name, const int* only_d = kSupportedD) {
@@ -389,6 +410,12 @@ constexpr Variant deep_ring() {
   return v;
 }
 constexpr Variant kDeep = deep_ring();
+constexpr Variant unit_splits() {
+  Variant v;
+  v.unit_splits = true;
+  return v;
+}
+constexpr Variant kUnits = unit_splits();
 const GpuForward kForward = forward<kPlan>("step08 forward");
 const GpuForward kForwardFixed[kFixedSplitCount] = {
     forward<kSplits1>("s1: one split"),    forward<kSplits2>("s2: 2 splits"),         forward<kSplits8>("s8: 8 splits"),
@@ -397,6 +424,7 @@ const GpuForward kForwardFixed[kFixedSplitCount] = {
 const GpuForward kForwardSmallBlocks = forward<kSmall>("r2: the RTX 30xx/40xx ring");
 const GpuForward kForwardLateMerge = forward<kLate>("m1: the merge kernel launched after the splits");
 const GpuForward kForwardDeepRing = forward<kDeep>("r6: a ring of six K/V tiles at d = 128", kDeepRingD);
+const GpuForward kForwardUnitSplits = forward<kUnits>("w1: whole units' splits (the plan before)");
 static_assert(kFixedSplits[0] == 1 && kFixedSplits[1] == 2 && kFixedSplits[2] == 8 && kFixedSplits[3] == 32 &&
                   kFixedSplits[4] == 128,
               "kForwardFixed follows kFixedSplits");

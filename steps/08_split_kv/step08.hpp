@@ -5,15 +5,20 @@
 // thread block per query block leaves most of the GPU idle. Here
 //   packing    the H/H_kv query heads that share a K/V head (grouped-query attention)
 //              and their N queries are one block of G·N rows: they are consecutive rows
-//              of Q, so the pack is a reshape; 16 rows a thread block (one mma tile).
-//   split      the keys are cut into `splits` chunks of whole 64-key tiles, one thread
-//              block each: B·H_kv · ⌈G·N/16⌉ · splits blocks fill the GPU;
+//              of Q, so the pack is a reshape; 16 rows a thread block (one mma tile);
+//              a *unit* is one such block of rows of one K/V head, with its keys;
+//   split      the units' 64-key tiles, laid end to end, are cut into chunks of
+//              `tiles_per_block`, one thread block each: as many blocks as the GPU
+//              holds at once, every one with the same number of tiles, a chunk free to
+//              end inside one unit and go on in the next;
 //   warps      the four warps of a block take 16 keys each of every tile: four partial
-//              states per row, merged through shared memory at the end;
-//   merge      each block writes its rows' (O/ℓ, L) in fp32; a second kernel merges a
-//              row's splits by the course's merge rule (online_softmax.hpp), taken for
-//              all of them at once: the common max first, then every split's weight.
-// Splits = 1 writes O and L straight from the first kernel (no partials, no second kernel).
+//              states per row, merged through shared memory at the end of a unit;
+//   merge      each block writes its rows' (O/ℓ, L) in fp32, for every unit it meets; a
+//              second kernel merges a row's parts by the course's merge rule
+//              (online_softmax.hpp), taken for all of them at once: the common max
+//              first, then every part's weight.
+// When every chunk is exactly one unit the first kernel writes O and L itself (no
+// partials, no second kernel).
 // Limits: d = 64 or 128, bf16 or fp16, N_kv ≥ 1 keys for N ≥ 1 queries (the queries the
 // last N positions; causal within them); H_kv dividing H. GPUs: sm_80 and newer.
 // Note: notes/08_split_kv.md.
@@ -37,7 +42,7 @@ FA_HD constexpr std::size_t smem_bytes(int d, int stages) {
   return (std::size_t(kRows) + 2 * std::size_t(stages) * kTileKeys) * std::size_t(d) * 2;
 }
 inline constexpr int kSupportedD[] = {64, 128, 0};
-constexpr int kMaxSplits = 128;      ///< the most splits a plan makes (the merge keeps a row's L's on chip)
+constexpr int kMaxParts = 128;       ///< the most parts a row may have (the merge keeps a row's L's on chip)
 constexpr int kCombineThreads = 256; ///< the merge kernel's block: one row
 constexpr int kMinSm = 80;  ///< step 06's pieces: mma.sync on bf16, cp.async
 
@@ -53,22 +58,57 @@ constexpr GpuShape kH200{132, 228 * 1024, 227 * 1024};  ///< the course's GPU, f
 /// A100 or H100/H200 at d = 128 —, else 2 (an RTX 30xx/40xx gives a block 99 KiB).
 int stages(int d, const GpuShape& gpu);
 
-/// How the keys of every head are cut: `splits` chunks of `tiles_per_split` 64-key
-/// tiles (the last chunk may be shorter).
+/// How the work is cut among thread blocks (note 08, "The split"). The units — row block
+/// rb of K/V head h is unit u = h·row_blocks + rb — each count `tiles` 64-key tiles (all
+/// the keys: the causal mask only makes a unit's last tiles empty, see tile_end). Laid end
+/// to end, tile t of unit u at u·tiles + t, the units' tiles are shared out among `blocks`
+/// thread blocks as evenly as whole tiles allow: block b takes [⌊b·total/blocks⌋,
+/// ⌊(b + 1)·total/blocks⌋). A chunk may end inside a unit and go on in the next, so a
+/// unit's rows may have a part in several blocks; block b's part of unit u is part
+/// b − first(u) of u's rows. With blocks = S·units every unit is S chunks of its own
+/// (S = 1: each block exactly one unit, writing O and L itself).
 struct SplitPlan {
-  int splits = 1, tiles_per_split = 1;
+  long long units = 1;
+  int tiles = 1, blocks = 1;
+  FA_HD long long total() const { return units * tiles; }
+  FA_HD bool direct() const { return blocks == units; }
+  /// Block b's chunk: tiles [begin(b), end(b)) of all the units' tiles end to end.
+  FA_HD long long begin(int b) const { return b * total() / blocks; }
+  FA_HD long long end(int b) const { return begin(b + 1); }
+  /// The block whose chunk holds tile x: the last b with begin(b) ≤ x.
+  FA_HD int block_of(long long x) const { return int(((x + 1) * blocks - 1) / total()); }
+  /// The first block that meets unit u, and how many do (its rows' parts).
+  FA_HD int first(long long u) const { return block_of(u * tiles); }
+  FA_HD int parts(long long u) const { return block_of(u * tiles + tiles - 1) - first(u) + 1; }
+  /// The piece of a chunk that starts at tile x and stays in one unit, up to the
+  /// chunk's end e: its unit and its tiles [t0, t1) of that unit.
+  struct Piece {
+    long long unit;
+    int t0, t1;
+  };
+  FA_HD Piece piece(long long x, long long e) const {
+    const long long u = x / tiles;
+    const int t0 = int(x - u * tiles);
+    return {u, t0, e - x < tiles - t0 ? t0 + int(e - x) : tiles};
+  }
 };
+/// The most parts a unit of s has (the partials' first dimension): S when blocks = S·units,
+/// else what the shortest chunk allows.
+int most_parts(const SplitPlan& s);
 /// Thread blocks that fit on one multiprocessor at once (shared memory, 1 KiB of it
 /// reserved per block, and 2048 threads).
 int blocks_per_sm(int d, const GpuShape& gpu);
-/// The split count (note 08): the problem alone makes B·H_kv·⌈G·N/16⌉ thread blocks;
-/// while that is less than one wave (sms · blocks_per_sm), each head's keys are split
-/// into as many chunks as keep all blocks in one wave, but no chunk under 4 tiles
-/// (256 keys), where the partials would cost more than the keys. Then the chunks are
-/// evened out (every chunk ⌈tiles/splits⌉ tiles).
+/// The split (note 08): units = B·H_kv·⌈G·N/16⌉. While the units alone fill a wave (sms ·
+/// blocks_per_sm), one block a unit (no partials, no merge kernel); otherwise one wave of
+/// blocks sharing all the tiles evenly, but no chunk under 4 tiles (256 keys), where the
+/// partials would cost more than the keys, and none so short that a row has more than
+/// kMaxParts parts.
 SplitPlan plan(const Problem& p, const GpuShape& gpu);
-/// The plan with `splits` asked for (clamped to 1 … min(kMaxSplits, the number of tiles)).
+/// Every unit cut into `splits` chunks of its own (splits clamped to 1 … min(kMaxParts, tiles)).
 SplitPlan fixed_plan(const Problem& p, int splits);
+/// The plan before plan() (lesson row w1): every unit cut into ⌊wave/units⌋ chunks of its
+/// own (no chunk under 4 tiles), so that 128 units on 132 SMs make 128 blocks.
+SplitPlan unit_plan(const Problem& p, const GpuShape& gpu);
 
 /// Thread blocks along the packed rows of one K/V head: ⌈G·N/16⌉.
 int row_blocks(const Problem& p);
@@ -84,16 +124,16 @@ FA_HD int tile_end(int N, int Nk, int group, bool causal, int rb) {
   const int latest = lo / N != hi / N ? N - 1 : hi % N;
   return (Nk - N + latest) / kTileKeys + 1;
 }
-/// The partials' scratch: splits · B·H·N rows of d + 1 floats (O/ℓ and L); none for one split.
+/// The partials' scratch: most_parts · B·H·N rows of d + 1 floats (O/ℓ and L); none when direct.
 std::size_t workspace_bytes(const Problem& p, const SplitPlan& s);
 
 /// Throws fa::Error unless p is bf16 or fp16 with d = 64 or 128.
 void require_supported(const Problem& p);
 
-/// CPU model: the kernels' blocks, warps, splits and merges in their order, rounding
+/// CPU model: the kernels' blocks, chunks, warps and merges in their order, rounding
 /// where they round (inputs, P before P·V, O at the end; partials stay fp32).
 ModelForward model_forward(const Problem& p, const Qkv& in, const SplitPlan& s);
-/// Elements moved: K and V once per row block, Q once per split, the partials written
+/// Elements moved: K and V once per row block, Q once per part, the partials written
 /// and read back (fp32: 4 bytes each, beside 2 for the 16-bit tensors; see bytes()).
 Traffic traffic_forward(const Problem& p, const SplitPlan& s);
 /// The same traffic in bytes (16-bit Q, K, V, O; fp32 L and partials).
@@ -106,7 +146,7 @@ int device_blocks_per_sm(int d);
 /// The plan kForwardSmallBlocks makes on the current GPU.
 SplitPlan device_plan_small_blocks(const Problem& p);
 
-/// The forward with the split count of plan() for the GPU it runs on.
+/// The forward with the plan() for the GPU it runs on.
 extern const GpuForward kForward;
 constexpr int kFixedSplitCount = 5;
 inline constexpr int kFixedSplits[kFixedSplitCount] = {1, 2, 8, 32, 128};
@@ -125,5 +165,7 @@ extern const GpuForward kForwardLateMerge;
 constexpr int kDeepRing = 6;
 inline constexpr int kDeepRingD[] = {128, 0};
 extern const GpuForward kForwardDeepRing;
+/// The plan before production's (unit_plan: ⌊wave/units⌋ chunks a unit), for note 08's table.
+extern const GpuForward kForwardUnitSplits;
 
 }  // namespace fa::step08

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The steps beside PyTorch's attention in one process, on the same tensors, in alternation
 # (tools/bench/ab.py over libfa_capi.so), on the H200 in one call.
-#   [PHASE=fwd|bwd|bwdmain|bwdpeers|host|decode|ring|pause|gemm|short|h9|order|last|call|b9|b10|b11|b12|b16|det|all, or several: PHASE=short,decode] [ROUNDS=5]
+#   [PHASE=fwd|bwd|bwdmain|bwdpeers|host|decode|ring|stream|pause|gemm|short|h9|order|last|call|b9|b10|b11|b12|b16|det|all, or several: PHASE=short,decode] [ROUNDS=5]
 #       bash tools/device/ab.sh [build-dir]
 # gemm:   the bf16 matrix-product rate, timed the same way (also in fwd);
 # fwd:    step 07's forward, step 06, cuDNN and FlashAttention-2, d = 64, 128, 256,
@@ -18,6 +18,10 @@
 #         backends on note 08's decoding shapes;
 # ring:   step 08 with a ring of six K/V tiles (08r6) beside production's four and PyTorch's
 #         backends, on note 08's decoding shapes;
+# stream: step 08 (one wave of blocks sharing the units' tiles) beside the plan before it
+#         (08w1: whole units' splits) and PyTorch's cuDNN and FlashAttention-2 backends (the
+#         memory-efficient one, 2–9× slower at every decoding shape in the runs before, is
+#         left out), on note 08's decoding shapes;
 # order:  production's causal tiles heaviest first across heads (measured at h10 and b14; since
 #         h11, b15 the last section's order where a head has few tiles: PHASE=last) beside the
 #         same kernels head after head — forward: h1 (d = 64's short
@@ -99,6 +103,12 @@ if want decode; then  # 08m1: step 08 with its merge kernel launched after the s
   run ab08 --decode --causal 0 $impls
   run ab08_causal --decode --causal 1 --Nq 16 $impls
   run ab08_gqa --decode --causal 0 --Nq 1 --bh 32,128 --group 8 $impls
+fi
+if want stream; then  # 08w1: the plan before production's (whole units' splits: 128 blocks for 128 units)
+  impls=--impls=08,08w1,torch-cudnn,torch-flash
+  run ab08_stream --decode --causal 0 $impls
+  run ab08_stream_causal --decode --causal 1 --Nq 16 $impls
+  run ab08_stream_gqa --decode --causal 0 --Nq 1 --bh 32,128 --group 8 $impls
 fi
 if want ring; then
   impls=--impls=08,08r6,torch-cudnn,torch-flash,torch-efficient

@@ -133,6 +133,7 @@ std::vector<StepEntry> make_table() {
   t.back().forward_versions.push_back(&step08::kForwardSmallBlocks);
   t.back().forward_versions.push_back(&step08::kForwardLateMerge);
   t.back().forward_versions.push_back(&step08::kForwardDeepRing);
+  t.back().forward_versions.push_back(&step08::kForwardUnitSplits);
 #endif
   return t;
 }
