@@ -55,8 +55,13 @@ std::string cut(const step08::SplitPlan& s) {
          std::to_string(s.tiles) + " tiles";
 }
 
-/// GPUs of few multiprocessors: plans whose chunks end inside units.
-const step08::GpuShape kSmallGpus[] = {{3, 228 * 1024, 227 * 1024}, {7, 228 * 1024, 227 * 1024}};
+/// The problem's tiles shared by `blocks` blocks (at most one a tile): chunks that end
+/// inside units unless blocks is a multiple of the units.
+step08::SplitPlan shared(const Problem& p, long long blocks) {
+  step08::SplitPlan s = step08::fixed_plan(p, 1);
+  s.blocks = int(std::min(blocks, s.total()));
+  return s;
+}
 
 /// K and V of a grouped problem repeated per query head: the same problem with H_kv = H.
 Qkv expanded(const Problem& p, const Qkv& in) {
@@ -76,8 +81,8 @@ TEST_CASE("step08 model meets the error budget of its 16-bit type, at every spli
     for (int d : kAllD)
       for (const Problem& p : decode_sweep(d, t)) {
         const Qkv in = inputs(p, 81);
-        for (int splits : {1, 3, 1000}) {
-          const step08::SplitPlan s = step08::fixed_plan(p, splits);
+        for (const step08::SplitPlan& s : {step08::fixed_plan(p, 1), step08::fixed_plan(p, 3),
+                                           step08::fixed_plan(p, 1000), shared(p, 2 * step08::fixed_plan(p, 1).units + 1)}) {
           INFO(p.str() << ", seed 81, " << cut(s));
           check_budget(p, in, step08::model_forward(p, in, s).out, "model");
         }
@@ -91,7 +96,7 @@ TEST_CASE("step08 model: any split, across units too, equals one block a unit, u
     const ModelForward one = step08::model_forward(p, in, step08::fixed_plan(p, 1));
     std::vector<step08::SplitPlan> plans;
     for (int splits : {2, 3, 7, 16, 1000}) plans.push_back(step08::fixed_plan(p, splits));
-    for (const step08::GpuShape& g : kSmallGpus) plans.push_back(step08::plan(p, g));  // chunks across units
+    for (int extra : {1, 3}) plans.push_back(shared(p, 2 * step08::fixed_plan(p, 1).units + extra));  // across units
     for (const step08::SplitPlan& s : plans) {
       INFO(p.str() << ": " << cut(s) << " against one block a unit");
       const ModelForward m = step08::model_forward(p, in, s);
@@ -136,7 +141,7 @@ TEST_CASE("step08 model's HBM traffic equals the formula", "[cpu]") {
   for (const Problem& p : {decode(1, 1, 1, 1, 1, 64, false), decode(2, 4, 16, 1000, 4, 128, true),
                            decode(1, 2, 17, 4097, 1, 64, false), decode(1, 3, 40, 200, 3, 128, true)})
     for (const step08::SplitPlan& s : {step08::fixed_plan(p, 1), step08::fixed_plan(p, 2), step08::fixed_plan(p, 5),
-                                       step08::fixed_plan(p, 64), step08::plan(p, kSmallGpus[1])}) {
+                                       step08::fixed_plan(p, 64), shared(p, 7)}) {
       INFO(p.str() << ", " << cut(s));
       const Traffic m = step08::model_forward(p, random_qkv(p, 1), s).traffic, f = step08::traffic_forward(p, s);
       CHECK(m.read == f.read);
@@ -154,20 +159,26 @@ TEST_CASE("step08 split plan: one wave of blocks sharing the tiles, no chunk und
   CHECK(step08::stages(128, rtx4090) == 2);
   CHECK(step08::blocks_per_sm(64, h200) == 3);
   CHECK(step08::blocks_per_sm(128, h200) == 1);
-  // The issue's decode shapes (d = 128, one block an SM on the H200): B·H = 32 or 128 make
-  // 32 or 128 units, fewer than the wave of 132, so 132 blocks share their tiles (at 8k
-  // keys 31 or 32 of 4096 a block); 4 K/V heads too. 132 units fill a wave: one block each.
+  // The issue's decode shapes (d = 128, one block an SM on the H200): B·H = 32 makes 32
+  // units, 4 splits each fill 128 of the 132 SMs; shared by 132 blocks the tiles are 31 a
+  // block at 8k keys, too few to pay for the sharing, and 496 at 128k. B·H = 128 is one
+  // block a unit, and shared at 128k (1985 tiles a block). 4 K/V heads: 33 splits make
+  // the wave. 132 units fill it: one block each.
   const int wave = 132;
   const Problem a = decode(1, 32, 1, 8192, 1, 128, false);
-  CHECK(step08::plan(a, h200).blocks == wave);
+  CHECK(step08::plan(a, h200).blocks == 4 * 32);
   CHECK(step08::plan(a, h200).units == 32);
-  CHECK(step08::plan(a, h200).end(0) - step08::plan(a, h200).begin(0) == 4096 / wave);
-  CHECK(step08::plan(decode(1, 32, 1, 131072, 8, 128, false), h200).blocks == wave);  // GQA: 4 K/V heads
+  CHECK(step08::plan(a, h200).end(0) - step08::plan(a, h200).begin(0) == 128 / 4);
+  const Problem a128k = decode(1, 32, 1, 131072, 1, 128, false);
+  CHECK(step08::plan(a128k, h200).blocks == wave);
+  CHECK(step08::plan(a128k, h200).end(0) - step08::plan(a128k, h200).begin(0) == 32 * 2048 / wave);
+  CHECK(step08::unit_plan(a128k, h200).blocks == 4 * 32);
+  CHECK(step08::plan(decode(1, 32, 1, 131072, 8, 128, false), h200).blocks == wave);  // GQA: 4 K/V heads, 33 splits
+  CHECK(step08::plan(decode(1, 32, 1, 131072, 8, 128, false), h200).parts(0) == 33);
+  CHECK(step08::plan(decode(1, 128, 1, 8192, 1, 128, false), h200).direct());
   CHECK(step08::plan(decode(1, 128, 16, 131072, 1, 128, false), h200).blocks == wave);
+  CHECK(step08::unit_plan(decode(1, 128, 16, 131072, 1, 128, false), h200).direct());
   CHECK(step08::plan(decode(1, 132, 16, 131072, 1, 128, false), h200).direct());
-  // The plan before (w1): whole units' splits, ⌊132/32⌋ = 4 a unit, and 128 units one each.
-  CHECK(step08::unit_plan(a, h200).blocks == 4 * 32);
-  CHECK(step08::unit_plan(decode(1, 128, 1, 131072, 1, 128, false), h200).direct());
   // Few keys: 4 tiles a chunk at least; a row's parts at most kMaxParts.
   CHECK(step08::plan(decode(1, 1, 1, 1000, 1, 64, false), h200).blocks == 16 / 4);
   CHECK(step08::plan(decode(1, 1, 1, 100, 1, 64, false), h200).direct());
@@ -281,14 +292,15 @@ TEST_CASE("step08 kernel as an RTX 30xx/40xx runs it (two stages at d = 128): it
     }
 }
 
-TEST_CASE("step08 kernel where chunks end inside units, and with the plan before (w1): their models", "[gpu]") {
-  // plan(): 132 blocks share the units' tiles, so most chunks end inside a unit and go on
-  // in the next (a block with two pieces, rows with parts in two blocks); w1 cuts every
-  // unit into chunks of its own.
+TEST_CASE("step08 kernel where chunks end inside units, and with whole units' splits (w1): their models", "[gpu]") {
+  // 100 units of 516 tiles: plan() has 132 blocks share them, 390 or 391 a block, so most
+  // chunks end inside a unit and go on in the next (a block with two pieces, rows with
+  // parts in two blocks); w1 makes 100 blocks, one a unit. The others: whole units' splits
+  // in both.
   const step08::GpuShape here{gpu::sm_count(), gpu::smem_per_sm(), gpu::smem_per_block()};
-  for (const Problem& p : {decode(1, 32, 1, 20000, 4, 128, false), decode(1, 100, 1, 3000, 1, 64, false),
+  for (const Problem& p : {decode(1, 100, 1, 33000, 1, 128, false), decode(1, 32, 1, 20000, 4, 128, false),
                            decode(2, 8, 16, 3000, 8, 128, true), decode(1, 128, 1, 8192, 1, 128, false)}) {
-    if (test::quick() && p.N != 16) continue;
+    if (test::quick() && p.N_kv != 33000) continue;
     const Qkv in = inputs(p, 90);
     const step08::SplitPlan s = step08::device_plan(p), w = step08::unit_plan(p, here);
     INFO(p.str() << ": " << cut(s) << "; w1 " << cut(w));

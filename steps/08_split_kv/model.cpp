@@ -35,6 +35,9 @@ long long wave_of(const Problem& p, const GpuShape& gpu) {
   return static_cast<long long>(gpu.sms) * blocks_per_sm(p.d, gpu);
 }
 constexpr int kMinTilesPerChunk = 4;  ///< below this, a chunk's partials cost more than its keys
+/// Below this, sharing the tiles costs more than the idle SMs it puts to work (note 08,
+/// "Sharing the tiles"): 24k keys a block.
+constexpr int kMinSharedTiles = 384;
 }  // namespace
 
 int most_parts(const SplitPlan& s) {
@@ -57,15 +60,15 @@ SplitPlan unit_plan(const Problem& p, const GpuShape& gpu) {
 }
 
 SplitPlan plan(const Problem& p, const GpuShape& gpu) {
-  // exercise 08-splits: the blocks — one a unit when the units (B·H_kv · row blocks) fill a wave (SMs · blocks_per_sm), else a wave of them sharing all the tiles, but no chunk under 4 tiles and none that gives a row more than kMaxParts parts
+  // exercise 08-splits: the blocks — whole units' splits (unit_plan), unless they leave SMs idle and a wave of blocks sharing all the tiles (no chunk under 4 tiles, none that gives a row more than kMaxParts parts) would give every block at least kMinSharedTiles
   // stub: (void)gpu;
   // stub: return shared_by(p, 1);
-  const SplitPlan one = shared_by(p, 1);
+  const SplitPlan whole = unit_plan(p, gpu);
   const long long wave = wave_of(p, gpu);
-  if (one.units >= wave) return one;
-  SplitPlan s = shared_by(p, std::min(wave, one.total() / kMinTilesPerChunk));
-  while (most_parts(s) > kMaxParts) --s.blocks;
-  return s;
+  if (whole.blocks >= wave) return whole;
+  SplitPlan shared = shared_by(p, std::min(wave, whole.total() / kMinTilesPerChunk));
+  while (most_parts(shared) > kMaxParts) --shared.blocks;
+  return shared.total() / shared.blocks >= kMinSharedTiles ? shared : whole;
   // end exercise
 }
 

@@ -344,7 +344,7 @@ struct Variant {
   bool small_blocks = false;  ///< the GPU as one that gives a block 99 KiB sees it (small_blocks)
   bool early_merge = true;    ///< the merge kernel launched while the splits run (where it can wait)
   int ring = 0;               ///< K/V tiles in the ring at d = 128; 0: stages() for the GPU
-  bool unit_splits = false;   ///< the plan before production's: whole units' splits (unit_plan)
+  bool unit_splits = false;   ///< whole units' splits at every shape (unit_plan): never the tiles shared
 };
 
 /// The GPU as the step sees it: this one, or (kSmall) as small_blocks.

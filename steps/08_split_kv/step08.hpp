@@ -98,16 +98,18 @@ int most_parts(const SplitPlan& s);
 /// Thread blocks that fit on one multiprocessor at once (shared memory, 1 KiB of it
 /// reserved per block, and 2048 threads).
 int blocks_per_sm(int d, const GpuShape& gpu);
-/// The split (note 08): units = B·H_kv·⌈G·N/16⌉. While the units alone fill a wave (sms ·
-/// blocks_per_sm), one block a unit (no partials, no merge kernel); otherwise one wave of
-/// blocks sharing all the tiles evenly, but no chunk under 4 tiles (256 keys), where the
-/// partials would cost more than the keys, and none so short that a row has more than
-/// kMaxParts parts.
+/// The split (note 08): units = B·H_kv·⌈G·N/16⌉. Whole units' splits (unit_plan: one block
+/// a unit when the units fill a wave, sms · blocks_per_sm, else ⌊wave/units⌋ chunks a
+/// unit), unless those leave SMs idle and one wave of blocks sharing all the tiles evenly
+/// (no chunk under 4 tiles, none so short that a row has more than kMaxParts parts) gives
+/// every block at least 384 tiles (24k keys): the idle SMs' share of the time must pay for
+/// a block's second piece and for the merge.
 SplitPlan plan(const Problem& p, const GpuShape& gpu);
 /// Every unit cut into `splits` chunks of its own (splits clamped to 1 … min(kMaxParts, tiles)).
 SplitPlan fixed_plan(const Problem& p, int splits);
-/// The plan before plan() (lesson row w1): every unit cut into ⌊wave/units⌋ chunks of its
-/// own (no chunk under 4 tiles), so that 128 units on 132 SMs make 128 blocks.
+/// Every unit cut into ⌊wave/units⌋ chunks of its own (no chunk under 4 tiles), or one
+/// block a unit when they fill the wave: 128 units on 132 SMs make 128 blocks. What plan()
+/// was before it shared the tiles; lesson row w1 at every shape.
 SplitPlan unit_plan(const Problem& p, const GpuShape& gpu);
 
 /// Thread blocks along the packed rows of one K/V head: ⌈G·N/16⌉.
@@ -165,7 +167,7 @@ extern const GpuForward kForwardLateMerge;
 constexpr int kDeepRing = 6;
 inline constexpr int kDeepRingD[] = {128, 0};
 extern const GpuForward kForwardDeepRing;
-/// The plan before production's (unit_plan: ⌊wave/units⌋ chunks a unit), for note 08's table.
+/// Whole units' splits at every shape (unit_plan), for note 08's table and tests.
 extern const GpuForward kForwardUnitSplits;
 
 }  // namespace fa::step08
