@@ -292,28 +292,33 @@ TEST_CASE("step08 kernel as an RTX 30xx/40xx runs it (two stages at d = 128): it
     }
 }
 
-TEST_CASE("step08 kernel where chunks end inside units, and with whole units' splits (w1): their models", "[gpu]") {
-  // 100 units of 516 tiles: plan() has 132 blocks share them, 390 or 391 a block, so most
-  // chunks end inside a unit and go on in the next (a block with two pieces, rows with
-  // parts in two blocks); w1 makes 100 blocks, one a unit. The others: whole units' splits
-  // in both.
+TEST_CASE("step08 kernel where chunks end inside units (k1, and production where it shares), and w1: their models",
+          "[gpu]") {
+  // k1 has a wave of blocks share the units' tiles, so most chunks end inside a unit and go
+  // on in the next (a block with two pieces or more, rows with parts in several blocks); w1
+  // cuts every unit into chunks of its own. Production shares the 516 tiles of 100 units
+  // (390 or 391 a block) and cuts the others' units.
   const step08::GpuShape here{gpu::sm_count(), gpu::smem_per_sm(), gpu::smem_per_block()};
-  for (const Problem& p : {decode(1, 100, 1, 33000, 1, 128, false), decode(1, 32, 1, 20000, 4, 128, false),
-                           decode(2, 8, 16, 3000, 8, 128, true), decode(1, 128, 1, 8192, 1, 128, false)}) {
-    if (test::quick() && p.N_kv != 33000) continue;
+  for (const Problem& p : {decode(1, 32, 1, 20000, 4, 128, false), decode(2, 8, 16, 3000, 8, 128, true),
+                           decode(1, 8, 1, 3000, 1, 64, false), decode(1, 100, 1, 33000, 1, 128, false)}) {
+    if (test::quick() && p.N_kv != 3000) continue;
     const Qkv in = inputs(p, 90);
-    const step08::SplitPlan s = step08::device_plan(p), w = step08::unit_plan(p, here);
-    INFO(p.str() << ": " << cut(s) << "; w1 " << cut(w));
-    const ForwardOut out = gpu::forward(step08::kForward, p, in, true);
-    check_budget(p, in, out, "kernel");
-    const ForwardOut m = step08::model_forward(p, in, s).out;
-    FA_CHECK_CLOSE("O vs model", out.o, m.o, reorder(p.dtype), test::shape_o(p));
-    FA_CHECK_CLOSE("L vs model", out.lse, m.lse, tol::kFp32Forward, test::shape_l(p));
-    const ForwardOut w1 = gpu::forward(step08::kForwardUnitSplits, p, in, true);
-    const ForwardOut mw = step08::model_forward(p, in, w).out;
-    FA_CHECK_CLOSE("w1 O vs its model", w1.o, mw.o, reorder(p.dtype), test::shape_o(p));
-    FA_CHECK_CLOSE("w1 L vs its model", w1.lse, mw.lse, tol::kFp32Forward, test::shape_l(p));
-    FA_CHECK_CLOSE("w1 O vs production", w1.o, out.o, reorder(p.dtype), test::shape_o(p));
+    const struct {
+      const GpuForward& f;
+      step08::SplitPlan s;
+    } rows[] = {{step08::kForward, step08::device_plan(p)},
+                {step08::kForwardShared, step08::shared_plan(p, here)},
+                {step08::kForwardUnitSplits, step08::unit_plan(p, here)}};
+    const ForwardOut prod = gpu::forward(step08::kForward, p, in, true);
+    check_budget(p, in, prod, "kernel");
+    for (const auto& r : rows) {
+      INFO(p.str() << ": " << r.f.name << ", " << cut(r.s));
+      const ForwardOut out = gpu::forward(r.f, p, in, true);
+      const ForwardOut m = step08::model_forward(p, in, r.s).out;
+      FA_CHECK_CLOSE("O vs model", out.o, m.o, reorder(p.dtype), test::shape_o(p));
+      FA_CHECK_CLOSE("L vs model", out.lse, m.lse, tol::kFp32Forward, test::shape_l(p));
+      FA_CHECK_CLOSE("O vs production", out.o, prod.o, reorder(p.dtype), test::shape_o(p));
+    }
   }
 }
 

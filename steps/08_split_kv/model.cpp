@@ -59,15 +59,20 @@ SplitPlan unit_plan(const Problem& p, const GpuShape& gpu) {
   return fixed_plan(p, int(std::min<long long>(wave / one.units, std::max(1, one.tiles / kMinTilesPerChunk))));
 }
 
+SplitPlan shared_plan(const Problem& p, const GpuShape& gpu) {
+  const SplitPlan one = shared_by(p, 1);
+  SplitPlan s = shared_by(p, std::min(wave_of(p, gpu), one.total() / kMinTilesPerChunk));
+  while (most_parts(s) > kMaxParts) --s.blocks;
+  return s;
+}
+
 SplitPlan plan(const Problem& p, const GpuShape& gpu) {
-  // exercise 08-splits: the blocks — whole units' splits (unit_plan), unless they leave SMs idle and a wave of blocks sharing all the tiles (no chunk under 4 tiles, none that gives a row more than kMaxParts parts) would give every block at least kMinSharedTiles
+  // exercise 08-splits: the blocks — whole units' splits (unit_plan), unless they leave SMs idle (fewer blocks than a wave) and the tiles shared by a wave (shared_plan) give every block at least kMinSharedTiles
   // stub: (void)gpu;
   // stub: return shared_by(p, 1);
   const SplitPlan whole = unit_plan(p, gpu);
-  const long long wave = wave_of(p, gpu);
-  if (whole.blocks >= wave) return whole;
-  SplitPlan shared = shared_by(p, std::min(wave, whole.total() / kMinTilesPerChunk));
-  while (most_parts(shared) > kMaxParts) --shared.blocks;
+  if (whole.blocks >= wave_of(p, gpu)) return whole;
+  const SplitPlan shared = shared_plan(p, gpu);
   return shared.total() / shared.blocks >= kMinSharedTiles ? shared : whole;
   // end exercise
 }

@@ -338,13 +338,17 @@ void run_t(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const 
   ring == 4 ? launch<T, 128, 4>(p, a, ws, st, sp, early_merge) : launch<T, 128, 2>(p, a, ws, st, sp, early_merge);
 }
 
+/// How a row of the tables cuts the work: production's plan(), or one of the two it
+/// chooses between at every shape (unit_plan, shared_plan).
+enum class Cut { plan, whole_units, shared };
+
 /// What a row of the step's tables changes against the production forward (Variant{}).
 struct Variant {
   int splits = 0;             ///< the split count; 0: the plan's
   bool small_blocks = false;  ///< the GPU as one that gives a block 99 KiB sees it (small_blocks)
   bool early_merge = true;    ///< the merge kernel launched while the splits run (where it can wait)
   int ring = 0;               ///< K/V tiles in the ring at d = 128; 0: stages() for the GPU
-  bool unit_splits = false;   ///< whole units' splits at every shape (unit_plan): never the tiles shared
+  Cut cut = Cut::plan;        ///< the plan's choice, or one of its two at every shape
 };
 
 /// The GPU as the step sees it: this one, or (kSmall) as small_blocks.
@@ -354,7 +358,8 @@ GpuShape shape_here() {
 }
 /// The plan of row v for GPU g.
 SplitPlan plan_for(const Problem& p, const GpuShape& g, const Variant& v) {
-  return v.splits > 0 ? fixed_plan(p, v.splits) : v.unit_splits ? unit_plan(p, g) : plan(p, g);
+  if (v.splits > 0) return fixed_plan(p, v.splits);
+  return v.cut == Cut::whole_units ? unit_plan(p, g) : v.cut == Cut::shared ? shared_plan(p, g) : plan(p, g);
 }
 
 template <const Variant& kV>
@@ -410,12 +415,12 @@ constexpr Variant deep_ring() {
   return v;
 }
 constexpr Variant kDeep = deep_ring();
-constexpr Variant unit_splits() {
+constexpr Variant cut_by(Cut c) {
   Variant v;
-  v.unit_splits = true;
+  v.cut = c;
   return v;
 }
-constexpr Variant kUnits = unit_splits();
+constexpr Variant kUnits = cut_by(Cut::whole_units), kShared = cut_by(Cut::shared);
 const GpuForward kForward = forward<kPlan>("step08 forward");
 const GpuForward kForwardFixed[kFixedSplitCount] = {
     forward<kSplits1>("s1: one split"),    forward<kSplits2>("s2: 2 splits"),         forward<kSplits8>("s8: 8 splits"),
@@ -424,7 +429,8 @@ const GpuForward kForwardFixed[kFixedSplitCount] = {
 const GpuForward kForwardSmallBlocks = forward<kSmall>("r2: the RTX 30xx/40xx ring");
 const GpuForward kForwardLateMerge = forward<kLate>("m1: the merge kernel launched after the splits");
 const GpuForward kForwardDeepRing = forward<kDeep>("r6: a ring of six K/V tiles at d = 128", kDeepRingD);
-const GpuForward kForwardUnitSplits = forward<kUnits>("w1: whole units' splits (the plan before)");
+const GpuForward kForwardUnitSplits = forward<kUnits>("w1: whole units' splits at every shape");
+const GpuForward kForwardShared = forward<kShared>("k1: the tiles shared by a wave of blocks at every shape");
 static_assert(kFixedSplits[0] == 1 && kFixedSplits[1] == 2 && kFixedSplits[2] == 8 && kFixedSplits[3] == 32 &&
                   kFixedSplits[4] == 128,
               "kForwardFixed follows kFixedSplits");

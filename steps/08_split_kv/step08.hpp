@@ -111,6 +111,10 @@ SplitPlan fixed_plan(const Problem& p, int splits);
 /// block a unit when they fill the wave: 128 units on 132 SMs make 128 blocks. What plan()
 /// was before it shared the tiles; lesson row w1 at every shape.
 SplitPlan unit_plan(const Problem& p, const GpuShape& gpu);
+/// The tiles shared evenly by a wave of blocks (or fewer: no chunk under 4 tiles, none so
+/// short that a row has more than kMaxParts parts): what plan() takes where it shares, and
+/// lesson row k1 at every shape.
+SplitPlan shared_plan(const Problem& p, const GpuShape& gpu);
 
 /// Thread blocks along the packed rows of one K/V head: ⌈G·N/16⌉.
 int row_blocks(const Problem& p);
@@ -169,5 +173,7 @@ inline constexpr int kDeepRingD[] = {128, 0};
 extern const GpuForward kForwardDeepRing;
 /// Whole units' splits at every shape (unit_plan), for note 08's table and tests.
 extern const GpuForward kForwardUnitSplits;
+/// The tiles shared by a wave of blocks at every shape (shared_plan), for note 08's table and tests.
+extern const GpuForward kForwardShared;
 
 }  // namespace fa::step08
