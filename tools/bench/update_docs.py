@@ -1941,6 +1941,32 @@ def table_step08_early(D):
     return out
 
 
+SHARED08 = "tries/step08_shared_every_shape"  # ab.py's run at dd6fe6f: "08" shared the tiles at every shape (k1)
+STREAM08 = "ab/stream"  # ab.py's run at b0132b5: production (plan(): shared from 384 tiles a block) beside w1
+
+
+def table_step08_shared(D):
+    """The tiles shared by a wave of blocks at every shape (k1: production at dd6fe6f, "08" in that run) beside whole
+    units' splits (w1): one ab.py run, every decoding shape."""
+    out, ratio = step08_pair(D, os.path.join(D.folder, SHARED08), "08w1", "08", "both cuts",
+                             "whole units' splits (w1)", "shared at every shape (k1)", "time, k1 ÷ w1")
+    r = list(ratio.values())
+    out += ["", f"k1 ÷ w1: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes; faster by more than 1% in "
+                f"{sum(1 for x in r if x < 0.99)}, slower by more than 1% in {sum(1 for x in r if x > 1.01)}."]
+    return out
+
+
+def table_step08_stream(D):
+    """Production (plan(): the tiles shared where every block gets 384 or more, else whole units' splits) beside w1:
+    one ab.py run, every decoding shape."""
+    out, ratio = step08_pair(D, os.path.join(D.folder, STREAM08), "08w1", "08", "both plans",
+                             "whole units' splits (w1)", "production", "time, production ÷ w1")
+    r = list(ratio.values())
+    out += ["", f"Production ÷ w1: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes (the two are the same cut "
+                f"wherever production does not share)."]
+    return out
+
+
 RING08 = "tries/step08_ring6"  # ab.py's run of lesson row r6 (a ring of six tiles) beside production
 
 
@@ -2105,6 +2131,7 @@ TABLES = {
     "step07-det": table_step07_det,
     "step07-bwd-memory": table_step07_bwd_memory, "step07-bwd-ncu": table_step07_bwd_ncu, "test07": table_test07,
     "step08-decode": table_step08_decode, "step08-summary": table_step08_summary, "step08-splits": table_step08_splits,
+    "step08-shared": table_step08_shared, "step08-stream": table_step08_stream,
     "step08-lesson": table_step08_lesson, "step08-merge": table_step08_merge,
     "step08-early": table_step08_early, "step08-tree": table_step08_tree, "test08": table_test08,
     "step08-ring": table_step08_ring,
