@@ -162,8 +162,8 @@ TEST_CASE("step08 split plan: one wave of blocks sharing the tiles, no chunk und
   // The issue's decode shapes (d = 128, one block an SM on the H200): B·H = 32 makes 32
   // units, 4 splits each fill 128 of the 132 SMs; shared by 132 blocks the tiles are 31 a
   // block at 8k keys, too few to pay for the sharing, and 496 at 128k. B·H = 128 is one
-  // block a unit, and shared at 128k (1985 tiles a block). 4 K/V heads: 33 splits make
-  // the wave. 132 units fill it: one block each.
+  // block a unit, no merge: never shared. 4 K/V heads: 33 splits make the wave. 132 units
+  // fill it: one block each.
   const int wave = 132;
   const Problem a = decode(1, 32, 1, 8192, 1, 128, false);
   CHECK(step08::plan(a, h200).blocks == 4 * 32);
@@ -176,9 +176,10 @@ TEST_CASE("step08 split plan: one wave of blocks sharing the tiles, no chunk und
   CHECK(step08::plan(decode(1, 32, 1, 131072, 8, 128, false), h200).blocks == wave);  // GQA: 4 K/V heads, 33 splits
   CHECK(step08::plan(decode(1, 32, 1, 131072, 8, 128, false), h200).parts(0) == 33);
   CHECK(step08::plan(decode(1, 128, 1, 8192, 1, 128, false), h200).direct());
-  CHECK(step08::plan(decode(1, 128, 16, 131072, 1, 128, false), h200).blocks == wave);
-  CHECK(step08::unit_plan(decode(1, 128, 16, 131072, 1, 128, false), h200).direct());
+  CHECK(step08::plan(decode(1, 128, 16, 131072, 1, 128, false), h200).direct());
+  CHECK(step08::shared_plan(decode(1, 128, 16, 131072, 1, 128, false), h200).blocks == wave);
   CHECK(step08::plan(decode(1, 132, 16, 131072, 1, 128, false), h200).direct());
+  CHECK(step08::plan(decode(1, 50, 1, 65000, 1, 128, false), h200).blocks == wave);  // the GPU test's shared shape
   // Few keys: 4 tiles a chunk at least; a row's parts at most kMaxParts.
   CHECK(step08::plan(decode(1, 1, 1, 1000, 1, 64, false), h200).blocks == 16 / 4);
   CHECK(step08::plan(decode(1, 1, 1, 100, 1, 64, false), h200).direct());
@@ -296,11 +297,11 @@ TEST_CASE("step08 kernel where chunks end inside units (k1, and production where
           "[gpu]") {
   // k1 has a wave of blocks share the units' tiles, so most chunks end inside a unit and go
   // on in the next (a block with two pieces or more, rows with parts in several blocks); w1
-  // cuts every unit into chunks of its own. Production shares the 516 tiles of 100 units
-  // (390 or 391 a block) and cuts the others' units.
+  // cuts every unit into chunks of its own. Production shares the 1016 tiles of 50 units
+  // (384 or 385 a block, where w1 makes 2 chunks a unit, 100 blocks) and cuts the others'.
   const step08::GpuShape here{gpu::sm_count(), gpu::smem_per_sm(), gpu::smem_per_block()};
   for (const Problem& p : {decode(1, 32, 1, 20000, 4, 128, false), decode(2, 8, 16, 3000, 8, 128, true),
-                           decode(1, 8, 1, 3000, 1, 64, false), decode(1, 100, 1, 33000, 1, 128, false)}) {
+                           decode(1, 8, 1, 3000, 1, 64, false), decode(1, 50, 1, 65000, 1, 128, false)}) {
     if (test::quick() && p.N_kv != 3000) continue;
     const Qkv in = inputs(p, 90);
     const struct {

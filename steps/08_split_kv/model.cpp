@@ -35,8 +35,8 @@ long long wave_of(const Problem& p, const GpuShape& gpu) {
   return static_cast<long long>(gpu.sms) * blocks_per_sm(p.d, gpu);
 }
 constexpr int kMinTilesPerChunk = 4;  ///< below this, a chunk's partials cost more than its keys
-/// Below this, sharing the tiles costs more than the idle SMs it puts to work (note 08,
-/// "Sharing the tiles"): 24k keys a block.
+/// Below this, a block's second piece costs more than the idle SMs that sharing the tiles
+/// puts to work (note 08, "Sharing the tiles"): 24k keys a block.
 constexpr int kMinSharedTiles = 384;
 }  // namespace
 
@@ -67,11 +67,11 @@ SplitPlan shared_plan(const Problem& p, const GpuShape& gpu) {
 }
 
 SplitPlan plan(const Problem& p, const GpuShape& gpu) {
-  // exercise 08-splits: the blocks — whole units' splits (unit_plan), unless they leave SMs idle (fewer blocks than a wave) and the tiles shared by a wave (shared_plan) give every block at least kMinSharedTiles
+  // exercise 08-splits: the blocks — whole units' splits (unit_plan), unless they split the units already (a merge either way) but leave SMs idle (fewer blocks than a wave), and the tiles shared by a wave (shared_plan) give every block at least kMinSharedTiles
   // stub: (void)gpu;
   // stub: return shared_by(p, 1);
   const SplitPlan whole = unit_plan(p, gpu);
-  if (whole.blocks >= wave_of(p, gpu)) return whole;
+  if (whole.direct() || whole.blocks >= wave_of(p, gpu)) return whole;
   const SplitPlan shared = shared_plan(p, gpu);
   return shared.total() / shared.blocks >= kMinSharedTiles ? shared : whole;
   // end exercise

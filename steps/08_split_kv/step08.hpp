@@ -100,10 +100,10 @@ int most_parts(const SplitPlan& s);
 int blocks_per_sm(int d, const GpuShape& gpu);
 /// The split (note 08): units = B·H_kv·⌈G·N/16⌉. Whole units' splits (unit_plan: one block
 /// a unit when the units fill a wave, sms · blocks_per_sm, else ⌊wave/units⌋ chunks a
-/// unit), unless those leave SMs idle and one wave of blocks sharing all the tiles evenly
-/// (no chunk under 4 tiles, none so short that a row has more than kMaxParts parts) gives
-/// every block at least 384 tiles (24k keys): the idle SMs' share of the time must pay for
-/// a block's second piece and for the merge.
+/// unit), unless those split the units (so a merge runs either way) but leave SMs idle,
+/// and one wave of blocks sharing all the tiles evenly (no chunk under 4 tiles, none so
+/// short that a row has more than kMaxParts parts) gives every block at least 384 tiles
+/// (24k keys): the idle SMs' share of the time must pay for a block's second piece.
 SplitPlan plan(const Problem& p, const GpuShape& gpu);
 /// Every unit cut into `splits` chunks of its own (splits clamped to 1 … min(kMaxParts, tiles)).
 SplitPlan fixed_plan(const Problem& p, int splits);
