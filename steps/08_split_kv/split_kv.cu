@@ -1,6 +1,6 @@
 // Step 08's kernels: the units' keys cut among thread blocks, and the merge.
 //
-// split_kernel — one block a chunk of the plan (SplitPlan): `per` consecutive tiles of the
+// split_kernel — one block a chunk of the plan (SplitPlan): consecutive tiles of the
 // units' tiles laid end to end, in one or more pieces, each a run of one unit's tiles. A
 // unit is 16 packed rows (of the G = H/H_kv query heads of one K/V head, N queries each,
 // consecutive in Q) and its keys; a piece streams its tiles through a ring of 64-key K/V

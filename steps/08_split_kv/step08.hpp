@@ -7,17 +7,18 @@
 //              and their N queries are one block of G·N rows: they are consecutive rows
 //              of Q, so the pack is a reshape; 16 rows a thread block (one mma tile);
 //              a *unit* is one such block of rows of one K/V head, with its keys;
-//   split      the units' 64-key tiles, laid end to end, are cut into chunks of
-//              `tiles_per_block`, one thread block each: as many blocks as the GPU
-//              holds at once, every one with the same number of tiles, a chunk free to
-//              end inside one unit and go on in the next;
+//   split      each unit's 64-key tiles are cut into chunks, one thread block each, so
+//              that the blocks fill the GPU (one wave); where whole units' chunks leave
+//              SMs idle and the blocks stream long, a wave of blocks shares the units'
+//              tiles evenly instead, laid end to end, a chunk free to end inside one unit
+//              and go on in the next;
 //   warps      the four warps of a block take 16 keys each of every tile: four partial
 //              states per row, merged through shared memory at the end of a unit;
 //   merge      each block writes its rows' (O/ℓ, L) in fp32, for every unit it meets; a
 //              second kernel merges a row's parts by the course's merge rule
 //              (online_softmax.hpp), taken for all of them at once: the common max
 //              first, then every part's weight.
-// When every chunk is exactly one unit the first kernel writes O and L itself (no
+// When every block is exactly one unit the first kernel writes O and L itself (no
 // partials, no second kernel).
 // Limits: d = 64 or 128, bf16 or fp16, N_kv ≥ 1 keys for N ≥ 1 queries (the queries the
 // last N positions; causal within them); H_kv dividing H. GPUs: sm_80 and newer.
