@@ -1942,29 +1942,30 @@ def table_step08_early(D):
 
 
 SHARED08 = "tries/step08_shared_every_shape"  # ab.py's run at dd6fe6f: "08" shared the tiles at every shape (k1)
-STREAM08 = "ab/stream"  # ab.py's run at b0132b5: production (plan(): shared from 384 tiles a block) beside w1
+STREAM08 = "ab/stream"  # ab.py's run at 5587fd5: production beside w1
+
+
+def step08_vs_w1(D, folder, head, ratio_head, summary):
+    """A cut of step 08 ("08" in an ab.py run in `folder`) beside whole units' splits (08w1), every decoding shape;
+    `summary` turns the ratios, time ÷ w1's, into the table's last line."""
+    out, ratio = step08_pair(D, os.path.join(D.folder, folder), "08w1", "08", "both cuts", "whole units' splits (w1)",
+                             head, ratio_head)
+    return out + ["", summary(list(ratio.values()))]
 
 
 def table_step08_shared(D):
-    """The tiles shared by a wave of blocks at every shape (k1: production at dd6fe6f, "08" in that run) beside whole
-    units' splits (w1): one ab.py run, every decoding shape."""
-    out, ratio = step08_pair(D, os.path.join(D.folder, SHARED08), "08w1", "08", "both cuts",
-                             "whole units' splits (w1)", "shared at every shape (k1)", "time, k1 ÷ w1")
-    r = list(ratio.values())
-    out += ["", f"k1 ÷ w1: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes; faster by more than 1% in "
-                f"{sum(1 for x in r if x < 0.99)}, slower by more than 1% in {sum(1 for x in r if x > 1.01)}."]
-    return out
+    """The tiles shared by a wave of blocks at every shape (k1: production at dd6fe6f, "08" in that run) beside w1."""
+    return step08_vs_w1(D, SHARED08, "shared at every shape (k1)", "time, k1 ÷ w1", lambda r: (
+        f"k1 ÷ w1: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes; faster by more than 1% in "
+        f"{sum(1 for x in r if x < 0.99)}, slower by more than 1% in {sum(1 for x in r if x > 1.01)}."))
 
 
 def table_step08_stream(D):
-    """Production (plan(): the tiles shared where every block gets 384 or more, else whole units' splits) beside w1:
-    one ab.py run, every decoding shape."""
-    out, ratio = step08_pair(D, os.path.join(D.folder, STREAM08), "08w1", "08", "both plans",
-                             "whole units' splits (w1)", "production", "time, production ÷ w1")
-    r = list(ratio.values())
-    out += ["", f"Production ÷ w1: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes (the two are the same cut "
-                f"wherever production does not share)."]
-    return out
+    """Production (the tiles shared only where whole units' splits cut the units already and leave SMs idle) beside
+    w1."""
+    return step08_vs_w1(D, STREAM08, "production", "time, production ÷ w1", lambda r: (
+        f"Production ÷ w1: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes (the two are the same cut wherever "
+        f"production does not share)."))
 
 
 RING08 = "tries/step08_ring6"  # ab.py's run of lesson row r6 (a ring of six tiles) beside production
