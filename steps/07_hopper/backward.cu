@@ -369,41 +369,21 @@ FA_HD constexpr BwdVersion b4() {
   return {.kv_in_registers = false, .queries_at_64 = 64, .queries_at_128 = 64, .fences_late = false,
           .dq_late_at_128 = false, .writers_at_128 = false, .second_piece_late_at_256 = false};
 }
-FA_HD constexpr BwdVersion b5() {
-  BwdVersion v = b4();
-  v.kv_in_registers = true;
+/// Version v with one field set to `value`: the next lesson row.
+template <class F>
+FA_HD constexpr BwdVersion with(BwdVersion v, F BwdVersion::*field, F value) {
+  v.*field = value;
   return v;
 }
-FA_HD constexpr BwdVersion b6() {
-  BwdVersion v = b5();
-  v.queries_at_128 = 80;
-  return v;
-}
-FA_HD constexpr BwdVersion b7() {  // b7–b9: b8 and b9 changed the call and the grid
-  BwdVersion v = b6();
-  v.queries_at_64 = 96;
-  return v;
-}
-FA_HD constexpr BwdVersion b10() {
-  BwdVersion v = b7();
-  v.fences_late = true;
-  return v;
-}
-FA_HD constexpr BwdVersion b11() {
-  BwdVersion v = b10();
-  v.dq_late_at_128 = true;
-  return v;
-}
-FA_HD constexpr BwdVersion b12() {  // b12–b15: b14, b15 changed the order
-  BwdVersion v = b11();
-  v.writers_at_128 = true;
-  return v;
-}
-FA_HD constexpr BwdVersion b16() {
-  BwdVersion v = b12();
-  v.second_piece_late_at_256 = true;
-  return v;
-}
+FA_HD constexpr BwdVersion b5() { return with(b4(), &BwdVersion::kv_in_registers, true); }
+FA_HD constexpr BwdVersion b6() { return with(b5(), &BwdVersion::queries_at_128, 80); }
+// b7–b9: b8 and b9 changed the call and the grid
+FA_HD constexpr BwdVersion b7() { return with(b6(), &BwdVersion::queries_at_64, 96); }
+FA_HD constexpr BwdVersion b10() { return with(b7(), &BwdVersion::fences_late, true); }
+FA_HD constexpr BwdVersion b11() { return with(b10(), &BwdVersion::dq_late_at_128, true); }
+// b12–b15: b14, b15 changed the order
+FA_HD constexpr BwdVersion b12() { return with(b11(), &BwdVersion::writers_at_128, true); }
+FA_HD constexpr BwdVersion b16() { return with(b12(), &BwdVersion::second_piece_late_at_256, true); }
 /// Queries a step of version v at head dimension d (the wide kernel at d = 256: 64).
 FA_HD constexpr int bwd_queries(BwdVersion v, int d) {
   return d == 64 ? v.queries_at_64 : d == 128 ? v.queries_at_128 : kQ;
