@@ -4,7 +4,6 @@
 // partials in fp32).
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 
 #include "steps/03_online_softmax/online_softmax.hpp"
 #include "steps/06_tensor_cores/step06.hpp"
