@@ -18,10 +18,10 @@
 #         backends on note 08's decoding shapes;
 # ring:   step 08 with a ring of six K/V tiles (08r6) beside production's four and PyTorch's
 #         backends, on note 08's decoding shapes;
-# stream: step 08 (one wave of blocks sharing the units' tiles) beside the plan before it
-#         (08w1: whole units' splits) and PyTorch's cuDNN and FlashAttention-2 backends (the
-#         memory-efficient one, 2–9× slower at every decoding shape in the runs before, is
-#         left out), on note 08's decoding shapes;
+# stream: step 08 (the tiles shared by a wave of blocks where whole units' splits leave SMs
+#         idle and blocks stream long) beside whole units' splits at every shape (08w1) and
+#         PyTorch's cuDNN and FlashAttention-2 backends (the memory-efficient one, 2–9× slower
+#         at every decoding shape in the runs before, is left out), on note 08's decoding shapes;
 # order:  production's causal tiles heaviest first across heads (measured at h10 and b14; since
 #         h11, b15 the last section's order where a head has few tiles: PHASE=last) beside the
 #         same kernels head after head — forward: h1 (d = 64's short
@@ -98,18 +98,17 @@ if want pause; then
   run ab07_pause500 --dir fwd --impls 07,torch-cudnn --d 128,256 --N 1024,4096,16384 --causal 0,1 --tokens 131072 \
     --pause-ms 500
 fi
-if want decode; then  # 08m1: step 08 with its merge kernel launched after the splits, as any kernel
-  impls=--impls=08,08m1,06,torch-cudnn,torch-flash,torch-efficient
-  run ab08 --decode --causal 0 $impls
-  run ab08_causal --decode --causal 1 --Nq 16 $impls
-  run ab08_gqa --decode --causal 0 --Nq 1 --bh 32,128 --group 8 $impls
-fi
-if want stream; then  # 08w1: the plan before production's (whole units' splits: 128 blocks for 128 units)
-  impls=--impls=08,08w1,torch-cudnn,torch-flash
-  run ab08_stream --decode --causal 0 $impls
-  run ab08_stream_causal --decode --causal 1 --Nq 16 $impls
-  run ab08_stream_gqa --decode --causal 0 --Nq 1 --bh 32,128 --group 8 $impls
-fi
+# Note 08's decoding shapes, in files NAME.csv (no mask), NAME_causal.csv (16 queries, the
+# mask) and NAME_gqa.csv (8 query heads a K/V head): decode_runs NAME IMPLS.
+decode_runs() {
+  run "$1" --decode --causal 0 "$2"
+  run "$1_causal" --decode --causal 1 --Nq 16 "$2"
+  run "$1_gqa" --decode --causal 0 --Nq 1 --bh 32,128 --group 8 "$2"
+}
+# 08m1: step 08 with its merge kernel launched after the splits, as any kernel
+want decode && decode_runs ab08 --impls=08,08m1,06,torch-cudnn,torch-flash,torch-efficient
+# 08w1: whole units' splits at every shape, where production shares the tiles in some
+want stream && decode_runs ab08_stream --impls=08,08w1,torch-cudnn,torch-flash
 if want ring; then
   impls=--impls=08,08r6,torch-cudnn,torch-flash,torch-efficient
   run ab08_ring --decode --causal 0 $impls
