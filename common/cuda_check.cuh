@@ -47,6 +47,30 @@ void set_smem_limit(Kernel kernel, std::size_t bytes) {
   FA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
+namespace detail {
+/// kernel<<<grid, block, smem, s>>>(args...) with the launch attributes attrs[0, n).
+template <class... Params, class... Args>
+void launch_with(const cudaLaunchAttribute* attrs, unsigned n, void (*kernel)(Params...), dim3 grid, dim3 block,
+                 std::size_t smem, cudaStream_t s, Args&&... args) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cfg.attrs = const_cast<cudaLaunchAttribute*>(attrs);
+  cfg.numAttrs = n;
+  FA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+}
+/// The launch attribute that groups consecutive blocks into clusters of `blocks` along x.
+inline cudaLaunchAttribute cluster_of(int blocks) {
+  cudaLaunchAttribute attr{};
+  attr.id = cudaLaunchAttributeClusterDimension;
+  attr.val.clusterDim.x = unsigned(blocks);
+  attr.val.clusterDim.y = attr.val.clusterDim.z = 1;
+  return attr;
+}
+}  // namespace detail
+
 /// kernel<<<grid, block, smem, s>>>(args...), but where `early`, launched before the kernel
 /// ahead of it in the stream has finished: programmatic dependent launch (CUDA C++
 /// Programming Guide, "Programmatic Dependent Launch and Synchronization"). Its blocks are
@@ -61,13 +85,34 @@ void launch_early(bool early, void (*kernel)(Params...), dim3 grid, dim3 block, 
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
+  detail::launch_with(&attr, early ? 1 : 0, kernel, grid, block, smem, s, std::forward<Args>(args)...);
+}
+
+/// kernel<<<grid, block, smem, s>>>(args...) with every `cluster` consecutive blocks (along
+/// x; grid.x a multiple of it) one thread block cluster (sm_90 and up; CUDA C++ Programming
+/// Guide, "Thread Block Clusters"): scheduled together on the SMs of one GPC, and able to
+/// read and write each other's shared memory.
+template <class... Params, class... Args>
+void launch_clustered(int cluster, void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t s,
+                      Args&&... args) {
+  const cudaLaunchAttribute attr = detail::cluster_of(cluster);
+  detail::launch_with(&attr, 1, kernel, grid, block, smem, s, std::forward<Args>(args)...);
+}
+
+/// How many clusters of `cluster` blocks of kernel (block threads, smem bytes of dynamic
+/// shared memory, its limit already raised) the current GPU runs at once: the occupancy
+/// calculator's count, which knows that a cluster's blocks share one GPC.
+template <class... Params>
+int max_active_clusters(void (*kernel)(Params...), int cluster, dim3 block, std::size_t smem) {
+  const cudaLaunchAttribute attr = detail::cluster_of(cluster);
   cudaLaunchConfig_t cfg{};
-  cfg.gridDim = grid;
+  cfg.gridDim = dim3(unsigned(cluster));
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cfg.attrs = &attr;
-  cfg.numAttrs = early ? 1 : 0;
-  FA_CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...));
+  cfg.attrs = const_cast<cudaLaunchAttribute*>(&attr);
+  cfg.numAttrs = 1;
+  int n = 0;
+  FA_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &cfg));
+  return n;
 }
 }  // namespace fa

@@ -140,8 +140,9 @@ TEST_CASE("step08 model: grouped-query attention is the problem with K/V repeate
 TEST_CASE("step08 model's HBM traffic equals the formula", "[cpu]") {
   for (const Problem& p : {decode(1, 1, 1, 1, 1, 64, false), decode(2, 4, 16, 1000, 4, 128, true),
                            decode(1, 2, 17, 4097, 1, 64, false), decode(1, 3, 40, 200, 3, 128, true)})
-    for (const step08::SplitPlan& s : {step08::fixed_plan(p, 1), step08::fixed_plan(p, 2), step08::fixed_plan(p, 5),
-                                       step08::fixed_plan(p, 64), shared(p, 7)}) {
+    for (const step08::SplitPlan& s :
+         {step08::fixed_plan(p, 1), step08::fixed_plan(p, 2), step08::fixed_plan(p, 5), step08::fixed_plan(p, 64),
+          shared(p, 7), step08::with_clusters(step08::fixed_plan(p, 2), step08::kH200)}) {
       INFO(p.str() << ", " << cut(s));
       const Traffic m = step08::model_forward(p, random_qkv(p, 1), s).traffic, f = step08::traffic_forward(p, s);
       CHECK(m.read == f.read);
@@ -222,6 +223,43 @@ TEST_CASE("step08 split plan: one wave of blocks sharing the tiles, no chunk und
   CHECK(step08::tile_end(16, 1000, 1, true, 0) == (1000 - 16 + 15) / 64 + 1);
   CHECK(step08::tile_end(10, 70, 4, true, 0) == 70 / 64 + 1);  // rows 0–15: heads 0 and 1
   CHECK(step08::tile_end(40, 64, 1, true, 0) == (64 - 40 + 15) / 64 + 1);
+}
+
+TEST_CASE("step08 plan merges in clusters where every unit is 2 to 8 chunks of its own and all the clusters fit",
+          "[cpu]") {
+  const step08::GpuShape h200 = step08::kH200;
+  auto clustered = [&](const Problem& p, const step08::GpuShape& g) {
+    return step08::with_clusters(step08::plan(p, g), g).cluster;
+  };
+  CHECK(clustered(decode(1, 32, 1, 8192, 1, 128, false), h200) == 4);     // 32 units, 4 chunks each
+  CHECK(clustered(decode(1, 32, 16, 65536, 1, 128, true), h200) == 4);
+  CHECK(clustered(decode(1, 128, 1, 8192, 8, 128, false), h200) == 8);    // 16 K/V heads, 8 chunks each
+  CHECK(clustered(decode(1, 32, 1, 8192, 8, 128, false), h200) == 1);     // 4 K/V heads, 32 chunks each: too many
+  CHECK(clustered(decode(1, 32, 1, 131072, 1, 128, false), h200) == 1);   // the tiles shared: chunks across units
+  CHECK(clustered(decode(1, 128, 1, 8192, 1, 128, false), h200) == 1);    // one block a unit: no merge at all
+  CHECK(clustered(decode(1, 20, 1, 8192, 1, 128, false), h200) == 6);     // 20 units, 6 chunks each
+  step08::GpuShape fewer = h200;  // a GPU that runs 31 clusters of 4 at once: the merge kernel for 32 units
+  fewer.clusters[4] = 31;
+  CHECK(clustered(decode(1, 32, 1, 8192, 1, 128, false), fewer) == 1);
+  const step08::GpuShape a100{108, 164 * 1024, 163 * 1024};  // no clusters before Hopper
+  CHECK(clustered(decode(1, 32, 1, 8192, 1, 128, false), a100) == 1);
+  // The cluster's merge adds what the merge kernel adds in the same order: the same bits,
+  // with the partials on chip instead of in HBM (written and read once each: S parts of
+  // every row, d + 1 floats).
+  for (const Problem& p : {decode(2, 8, 16, 3000, 8, 64, true), decode(1, 3, 1, 1000, 1, 128, false)})
+    for (int S : {2, 3, 8}) {
+      const step08::SplitPlan k = step08::fixed_plan(p, S), c = step08::with_clusters(k, h200);
+      INFO(p.str() << ": " << cut(k));
+      REQUIRE(c.cluster == S);
+      const Qkv in = inputs(p, 91);
+      const ModelForward a = step08::model_forward(p, in, k), b = step08::model_forward(p, in, c);
+      FA_CHECK_CLOSE("O", b.out.o, a.out.o, tol::kBitExact, test::shape_o(p));
+      FA_CHECK_CLOSE("L", b.out.lse, a.out.lse, tol::kBitExact, test::shape_l(p));
+      const std::uint64_t partials = std::uint64_t(S) * p.rows() * std::uint64_t(p.d + 1);
+      CHECK(a.traffic.read - b.traffic.read == partials);
+      CHECK(a.traffic.written - b.traffic.written == partials);
+      CHECK(step08::workspace_bytes(p, c) == 0);
+    }
 }
 
 TEST_CASE("step08 refuses fp32, other head dimensions and groups that do not divide", "[cpu]") {
@@ -323,17 +361,42 @@ TEST_CASE("step08 kernel where chunks end inside units (k1, and production where
   }
 }
 
-TEST_CASE("step08 merge kernel launched early or after the splits: the same bits", "[gpu]") {
+TEST_CASE("step08 merge kernel launched early (m2) or after the splits (m1): the same bits", "[gpu]") {
   // The early launch changes when the merge kernel starts, not what it reads: it must wait
   // for every split (cudaGridDependencySynchronize), so the output is the late launch's.
   for (int d : kAllD)
     for (const Problem& p : {decode(1, 32, 1, 20000, 4, d, false), decode(2, 8, 16, 3000, 8, d, true)}) {
       INFO(p.str() << ": " << cut(step08::device_plan(p)));
       const Qkv in = inputs(p, 88);
-      const ForwardOut early = gpu::forward(step08::kForward, p, in, true);
+      const ForwardOut early = gpu::forward(step08::kForwardMergeKernel, p, in, true);
       const ForwardOut late = gpu::forward(step08::kForwardLateMerge, p, in, true);
       FA_CHECK_CLOSE("O, early vs late", early.o, late.o, tol::kBitExact, test::shape_o(p));
       FA_CHECK_CLOSE("L, early vs late", early.lse, late.lse, tol::kBitExact, test::shape_l(p));
+    }
+}
+
+TEST_CASE("step08 merge in a cluster and by the merge kernel (m2): the same bits", "[gpu]") {
+  // The cluster's merge reads the parts from its blocks' shared memory instead of HBM and
+  // adds the same products in the same order: the merge kernel's output, bit for bit. On
+  // an H200 these plans merge at d = 128 in clusters of 4, 8, 6, 2 and 3 (32, 16, 20, 66
+  // and 44 units), at d = 64 (three blocks an SM, more splits) the 66 units' in clusters of 6.
+  for (int d : kAllD)
+    for (const Problem& p : {decode(1, 32, 1, 9000, 1, d, false), decode(2, 8, 16, 3000, 8, d, true),
+                             decode(1, 20, 1, 5000, 1, d, false), decode(2, 33, 16, 2000, 1, d, true),
+                             decode(1, 44, 1, 3000, 1, d, false)}) {
+      if (test::quick() && p.N_kv > 3000) continue;
+      const step08::SplitPlan s = step08::device_plan(p);
+      INFO(p.str() << ": " << cut(s) << ", clusters of " << s.cluster);
+      const step08::GpuShape g = step08::device_shape();
+      const long long S = s.blocks / s.units;
+      if (S <= step08::kMaxCluster && g.clusters[S] >= s.units && !s.direct() && s.blocks % s.units == 0)
+        CHECK(s.cluster == S);  // where the GPU can, the plan merges in clusters
+      const Qkv in = inputs(p, 92);
+      const ForwardOut c = gpu::forward(step08::kForward, p, in, true);
+      const ForwardOut k = gpu::forward(step08::kForwardMergeKernel, p, in, true);
+      check_budget(p, in, c, "kernel");
+      FA_CHECK_CLOSE("O, cluster vs merge kernel", c.o, k.o, tol::kBitExact, test::shape_o(p));
+      FA_CHECK_CLOSE("L, cluster vs merge kernel", c.lse, k.lse, tol::kBitExact, test::shape_l(p));
     }
 }
 
@@ -376,5 +439,13 @@ TEST_CASE("step08 split plan's occupancy is the occupancy calculator's", "[gpu]"
     CHECK(step08::device_blocks_per_sm(d) ==
           step08::blocks_per_sm(d, {gpu::sm_count(), gpu::smem_per_sm(), gpu::smem_per_block()}));
   }
+  // The clusters this GPU runs at once (kH200 holds one H200's: a cluster's SMs share a
+  // GPC, and which SMs a GPC has left differs between chips).
+  const step08::GpuShape g = step08::device_shape();
+  std::string fits;
+  for (int S = 2; S <= step08::kMaxCluster; ++S) fits += " " + std::to_string(S) + ": " + std::to_string(g.clusters[S]);
+  WARN("clusters of S blocks at once on " << gpu::describe_device() << " (S: count):" << fits);
+  if (gpu::compute_capability() >= 90 && gpu::device_code_arch() >= 90)
+    for (int S = 2; S <= step08::kMaxCluster; ++S) CHECK(g.clusters[S] >= 1);
 }
 #endif

@@ -76,8 +76,14 @@ SplitPlan plan(const Problem& p, const GpuShape& gpu) {
   // end exercise
 }
 
+SplitPlan with_clusters(SplitPlan s, const GpuShape& gpu) {
+  const long long S = s.blocks / s.units;
+  if (S > 1 && S <= kMaxCluster && s.blocks == S * s.units && gpu.clusters[S] >= s.units) s.cluster = int(S);
+  return s;
+}
+
 std::size_t workspace_bytes(const Problem& p, const SplitPlan& s) {
-  return s.direct() ? 0 : std::size_t(most_parts(s)) * p.rows() * std::size_t(p.d + 1) * sizeof(float);
+  return s.merge_kernel() ? std::size_t(most_parts(s)) * p.rows() * std::size_t(p.d + 1) * sizeof(float) : 0;
 }
 
 namespace {
@@ -102,7 +108,7 @@ Moved moved(const Problem& p, const SplitPlan& s) {
         m.q += rows * d;
         m.kv += 2 * std::uint64_t(std::min(p.keys(), t1 * kTileKeys) - pc.t0 * kTileKeys) * d;
       }
-      if (!s.direct()) m.part += 2 * rows * (d + 1);  // every piece's part written, then read back
+      if (s.merge_kernel()) m.part += 2 * rows * (d + 1);  // every piece's part written, then read back
     }
   m.o = p.elems(), m.l = p.rows();
   return m;
@@ -121,7 +127,8 @@ double traffic_bytes(const Problem& p, const SplitPlan& s) {
 }
 
 namespace {
-/// The merge kernel's statistics of one row, in its order (its warp 0): lane i merges the
+/// The merge kernel's statistics of one row, in its order (its warp 0; a cluster's merge
+/// takes them the same way, one warp a row): lane i merges the
 /// L's of splits i, i + 32, … in turn, then the 32 lanes' states are merged pairwise,
 /// level by level, as the xor butterfly leaves them in lane 0.
 void stats_tree(const std::vector<float>& ls, float& mm, float& ll) {
@@ -130,7 +137,7 @@ void stats_tree(const std::vector<float>& ls, float& mm, float& ll) {
   for (int i = 0; i < kLanes; ++i) {
     m[i] = -INFINITY, l[i] = 0.0f;
     for (std::size_t sp = i; sp < ls.size(); sp += kLanes)
-      online::merge(m[i], l[i], nullptr, ls[sp], ls[sp] == -INFINITY ? 0.0f : 1.0f, nullptr, 0);
+      merge_part_stats(m[i], l[i], ls[sp]);
   }
   for (int x = 1; x < kLanes; x *= 2)
     for (int i = 0; i < kLanes; i += 2 * x) online::merge(m[i], l[i], nullptr, m[i + x], l[i + x], nullptr, 0);
@@ -147,16 +154,14 @@ ModelForward model_forward(const Problem& p, const Qkv& in, const SplitPlan& s) 
   Hbm O(p.elems(), r.traffic), L(p.rows(), r.traffic);
   const bool split = !s.direct();
   const std::size_t parts = split ? std::size_t(most_parts(s)) : 0;
-  Hbm PO(parts * p.elems(), r.traffic), PL(parts * p.rows(), r.traffic);
+  // The partials: in HBM for the merge kernel, or in the shared memory of a cluster's
+  // blocks (moved on chip, counted apart from the HBM traffic).
+  Traffic on_chip;
+  Traffic& parts_traffic = s.merge_kernel() ? r.traffic : on_chip;
+  Hbm PO(parts * p.elems(), parts_traffic), PL(parts * p.rows(), parts_traffic);
   const int N = p.N, Nk = p.keys(), d = p.d, G = p.group(), packed = G * N, rbs = row_blocks(p);
   const float scale = p.softmax_scale();
-  // Unit u is row block rb = u % rbs of K/V head kvh = u / rbs; its row rr is packed row
-  // pr = 16·rb + rr of the K/V head, query pr % N of query head pr / N of the group: global
-  // row base_of(u) + rr, since the group's heads are consecutive.
-  auto base_of = [&](long long u) {
-    const std::size_t kvh = std::size_t(u / rbs);
-    return (kvh / p.kv_heads_per_batch() * p.H + kvh % p.kv_heads_per_batch() * G) * N + (u % rbs) * kRows;
-  };
+  auto base_of = [&](long long u) { return first_row(p.H, G, N, rbs, u); };  // unit u's row rr is row base_of(u) + rr
   for (int b = 0; b < s.blocks; ++b)
     for (long long from = s.begin(b); from < s.end(b);) {
       const SplitPlan::Piece pc = s.piece(from, s.end(b));
@@ -238,9 +243,10 @@ ModelForward model_forward(const Problem& p, const Qkv& in, const SplitPlan& s) 
       }
     }
   if (split) {
-    // The second kernel: a row's parts merged at once. A part's (O/ℓ, L) is the state
-    // (m = L, ℓ = 1, O/ℓ): e^L·1 = e^m·ℓ. The statistics of all of them first (the merge
-    // over the L's alone, in the kernel's tree), then every part weighted against the common max.
+    // The merge kernel, or the cluster's merge (the same sums in the same order): a row's
+    // parts merged at once. A part's (O/ℓ, L) is the state (m = L, ℓ = 1, O/ℓ): e^L·1 =
+    // e^m·ℓ. The statistics of all of them first (the merge over the L's alone, in the
+    // kernel's tree), then every part weighted against the common max.
     std::vector<float> ls, o(d);
     for (long long u = 0; u < s.units; ++u)
       for (int rr = 0; rr < std::min(kRows, packed - int(u % rbs) * kRows); ++rr) {

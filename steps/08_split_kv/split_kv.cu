@@ -12,9 +12,15 @@
 // piece's epilogue merges the four through shared memory with online::merge, and writes
 // O/ℓ and L — to O itself when every chunk is one whole unit, else to the fp32 partials,
 // as the block's part of the unit's rows.
-// combine_kernel — one thread block a row, launched early on Hopper (programmatic
-// dependent launch): the row's parts merged by the merge rule for many parts at once
-// (statistics first, then every part weighted), O rounded to 16 bits, L written.
+// On Hopper, where every unit is S ≤ 8 chunks of its own, its S blocks are one cluster:
+// each keeps its part in shared memory, and after a cluster barrier the cluster's warps
+// merge the unit's rows, reading the parts through distributed shared memory
+// (merge_in_cluster), and write O and L.
+// combine_kernel — elsewhere, one thread block a row, launched early on Hopper
+// (programmatic dependent launch): the row's parts merged by the merge rule for many parts
+// at once (statistics first, then every part weighted), O rounded to 16 bits, L written.
+#include <cooperative_groups.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -36,6 +42,42 @@ using step06::exp2_approx;
 using step06::smem_cols;
 using step06::smem_u32;
 
+/// The merge rule's statistics (m, ℓ) of a row's parts, merged across a warp's 32 lanes
+/// pairwise (xor butterfly). Every lane ends with the same max; lane 0's ℓ is the one the
+/// CPU model computes (stats_tree: lane 0 keeps the left part first at every level).
+__device__ __forceinline__ void merge_across_warp(float& m, float& l) {
+#pragma unroll
+  for (int x = 1; x < 32; x *= 2) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, x), l2 = __shfl_xor_sync(0xffffffffu, l, x);
+    online::merge(m, l, nullptr, m2, l2, nullptr, 0);
+  }
+}
+
+/// A piece's epilogue in shared memory, over the ring (free by then), after Q: the four
+/// warps' states, the rows' statistics, and this block's part of its unit's rows for its
+/// cluster's merge.
+template <int kD>
+struct EpilogueSmem {
+  float* Ow;  // [kWarps][kRows][kD]: each warp's O
+  float* Mw;  // [kWarps][kRows]: m in natural units (m·scale)
+  float* Lw;  // [kWarps][kRows]: ℓ
+  float* Ww;  // [kWarps][kRows]: the weight e^(m_w − M)
+  float* Ms;  // [kRows]: M, the row's max over the four warps
+  float* Ls;  // [kRows]: ℓ of the four
+  float* Po;  // [kRows][kD]: the block's part O/ℓ (clusters only)
+  float* Pl;  // [kRows]: its L
+  static constexpr std::size_t kFloats = kWarps * kRows * (kD + 3) + 2 * kRows + kRows * (kD + 1);
+  __device__ explicit EpilogueSmem(unsigned char* at)
+      : Ow(reinterpret_cast<float*>(at)),
+        Mw(Ow + kWarps * kRows * kD),
+        Lw(Mw + kWarps * kRows),
+        Ww(Lw + kWarps * kRows),
+        Ms(Ww + kWarps * kRows),
+        Ls(Ms + kRows),
+        Po(Ls + kRows),
+        Pl(Po + kRows * kD) {}
+};
+
 template <class T>
 struct SplitArgs {
   int N, Nk, H, group;   // queries, keys, query heads a batch, query heads per K/V head
@@ -43,12 +85,18 @@ struct SplitArgs {
   std::size_t rows;      // B·H·N: rows of O, L and of each part's partials
   bool causal;
   float scale;
-  SplitPlan plan;
+  SplitPlan plan;        // plan.cluster > 1: each unit's blocks one cluster, merging there
   const T *q, *k, *v;
   T* o;                  // [B·H·N][d], written when plan.direct()
   float* lse;            // [B·H·N]
-  float *part_o, *part_lse;  // [parts][B·H·N][d] and [parts][B·H·N] otherwise
+  float *part_o, *part_lse;  // [parts][B·H·N][d] and [parts][B·H·N] for the merge kernel
 };
+
+/// Where the ring's tiles start: after Q's 16 rows.
+template <class T, int kD>
+__device__ __forceinline__ unsigned char* after_q(unsigned char* smem) {
+  return smem + kRows * smem_cols(kD) * sizeof(T);
+}
 
 /// One piece of a block's chunk: tiles [pc.t0, pc.t1) of unit pc.unit (fewer past the
 /// causal mask's end), its rows' part `part`.
@@ -56,8 +104,8 @@ template <class T, int kD, int kStages>
 __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const SplitPlan::Piece pc, int part) {
 #if FA_STEP06_ARCH_OK
   constexpr int kW = smem_cols(kD);
-  static_assert((kWarps * kRows * (kD + 3) + 2 * kRows) * sizeof(float) <= 2 * kStages * kTileKeys * kW * sizeof(T),
-                "the epilogue's per-warp states fit in the ring they reuse");
+  static_assert(EpilogueSmem<kD>::kFloats * sizeof(float) <= 2 * kStages * kTileKeys * kW * sizeof(T),
+                "the epilogue's per-warp states and the cluster's part fit in the ring they reuse");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* Qs = reinterpret_cast<T*>(smem_raw);  // [kRows][kW], swizzled
   T* Ks = Qs + kRows * kW;                 // [kStages][kTileKeys][kW]: the ring
@@ -66,11 +114,9 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const SplitPlan
   step06::require_aligned_smem(smem_raw);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int kvh = int(pc.unit / a.row_blocks), rb = int(pc.unit % a.row_blocks);
-  const int N = a.N, Nk = a.Nk, G = a.group, H_kv = a.H / G, packed = G * N;
+  const int N = a.N, Nk = a.Nk, G = a.group, packed = G * N;
   const int r0 = rb * kRows, rows = packed - r0 < kRows ? packed - r0 : kRows;
-  // Packed row r is query (r0 + r) % N of query head (r0 + r) / N of the group: global row
-  // `base + r`, the group's heads being consecutive heads of one batch.
-  const std::size_t base = (std::size_t(kvh / H_kv) * a.H + std::size_t(kvh % H_kv) * G) * N + r0;
+  const std::size_t base = first_row(a.H, G, N, a.row_blocks, pc.unit);  // packed row r is row base + r
   const std::size_t kv_head = std::size_t(kvh) * Nk * kD;
   const int end = tile_end(N, Nk, G, a.causal, rb);
   const int t0 = pc.t0, t1 = pc.t1 < end ? pc.t1 : end;
@@ -159,12 +205,8 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const SplitPlan
   // of O the weighted sum. Then O/ℓ and L written.
   cp_async_wait<0>();
   __syncthreads();
-  float* Ow = reinterpret_cast<float*>(smem_raw + kRows * kW * sizeof(T));  // [kWarps][kRows][kD], over the ring
-  float* Mw = Ow + kWarps * kRows * kD;  // [kWarps][kRows]: m in natural units (m·scale)
-  float* Lw = Mw + kWarps * kRows;       // [kWarps][kRows]: ℓ
-  float* Ww = Lw + kWarps * kRows;       // [kWarps][kRows]: the weight e^(m_w − M)
-  float* Ms = Ww + kWarps * kRows;       // [kRows]: M, the row's max over the four warps
-  float* Ls = Ms + kRows;                // [kRows]: ℓ of the four
+  const EpilogueSmem<kD> ep(after_q<T, kD>(smem_raw));
+  float *Ow = ep.Ow, *Mw = ep.Mw, *Lw = ep.Lw, *Ww = ep.Ww, *Ms = ep.Ms, *Ls = ep.Ls;
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);  // the quad's four parts of ℓ
@@ -197,14 +239,67 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const SplitPlan
     if (a.plan.direct()) {
       a.o[row * kD + c] = T(o / ll);
       if (c == 0) a.lse[row] = online::lse(mm, ll);
-    } else {  // an empty part (no key for this row) has ℓ = 0: weight 0 in the merge
+      continue;
+    }
+    // A part: an empty one (no key for this row) has ℓ = 0, weight 0 in the merge.
+    const float po = ll > 0.0f ? o / ll : 0.0f;
+    if (a.plan.cluster > 1) {  // kept here for the cluster's merge
+      ep.Po[r * kD + c] = po;
+      if (c == 0) ep.Pl[r] = ll > 0.0f ? online::lse(mm, ll) : -INFINITY;
+    } else {  // to HBM for the merge kernel
       const std::size_t at = std::size_t(part) * a.rows + row;
-      a.part_o[at * kD + c] = ll > 0.0f ? o / ll : 0.0f;
+      a.part_o[at * kD + c] = po;
       if (c == 0) a.part_lse[at] = ll > 0.0f ? online::lse(mm, ll) : -INFINITY;
     }
   }
 #endif
 }
+
+#if __CUDA_ARCH__ >= 900
+/// The cluster's merge (a.plan.cluster = S blocks, the S chunks of one unit, in part
+/// order: block rank s holds part s in its shared memory). The same rule and the same sums
+/// in the same order as the merge kernel (at most kMaxCluster parts: one a lane there), so
+/// the same bits: one warp a row, the cluster's 4·S warps taking the unit's rows in turn;
+/// lane s < S reads part s's L from block s, the statistics as the merge kernel's tree,
+/// each part's weight once; then lane q sums columns 4q … 4q + 3 of every part in order,
+/// read from block s's shared memory, and writes them.
+template <class T, int kD>
+__device__ __forceinline__ void merge_in_cluster(const SplitArgs<T>& a, unsigned char* smem_raw) {
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const EpilogueSmem<kD> ep(after_q<T, kD>(smem_raw));
+  cluster.sync();  // every block's part written (a release by each block, an acquire by all)
+  const int S = int(cluster.num_blocks()), rank = int(cluster.block_rank());
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const long long unit = blockIdx.x / S;
+  const int rows = min(kRows, a.group * a.N - int(unit % a.row_blocks) * kRows);
+  const std::size_t base = first_row(a.H, a.group, a.N, a.row_blocks, unit);
+  for (int r = rank * kWarps + warp; r < rows; r += S * kWarps) {
+    const float L = lane < S ? *cluster.map_shared_rank(ep.Pl + r, lane) : -INFINITY;
+    float m = -INFINITY, l = 0.0f;
+    if (lane < S) merge_part_stats(m, l, L);
+    merge_across_warp(m, l);
+    l = __shfl_sync(0xffffffffu, l, 0);  // lane 0's ℓ, as the merge kernel takes it
+    const float w = lane < S ? online::rescale(L, m) : 0.0f;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int s = 0; s < S; ++s) {
+      const float ws = __shfl_sync(0xffffffffu, w, s);
+      if (4 * lane < kD) {
+        const float4 x = *reinterpret_cast<const float4*>(cluster.map_shared_rank(ep.Po + r * kD + 4 * lane, s));
+        // The merge kernel's lane s: its one product (fmaf(w, x, 0)), added to the others in order.
+        acc.x = __fadd_rn(acc.x, fmaf(ws, x.x, 0.0f)), acc.y = __fadd_rn(acc.y, fmaf(ws, x.y, 0.0f));
+        acc.z = __fadd_rn(acc.z, fmaf(ws, x.z, 0.0f)), acc.w = __fadd_rn(acc.w, fmaf(ws, x.w, 0.0f));
+      }
+    }
+    if (4 * lane < kD) {
+      T* out = a.o + (base + r) * kD + 4 * lane;
+      out[0] = T(acc.x / l), out[1] = T(acc.y / l), out[2] = T(acc.z / l), out[3] = T(acc.w / l);
+    }
+    if (lane == 0) a.lse[base + r] = online::lse(m, l);
+  }
+  cluster.sync();  // no block leaves (its shared memory) while another may still read it
+}
+#endif
 
 template <class T, int kD, int kStages>
 __global__ void __launch_bounds__(kThreads) split_kernel(const SplitArgs<T> a) {
@@ -224,6 +319,12 @@ __global__ void __launch_bounds__(kThreads) split_kernel(const SplitArgs<T> a) {
     run_piece<T, kD, kStages>(a, pc, b - a.plan.first(pc.unit));
     __syncthreads();  // the epilogue's reads of shared memory done before the next piece's copies
   }
+#if __CUDA_ARCH__ >= 900
+  if (a.plan.cluster > 1) {  // one piece a block: its unit's part number is its rank in the cluster
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    merge_in_cluster<T, kD>(a, smem_raw);
+  }
+#endif
 #endif
 }
 
@@ -250,6 +351,7 @@ __global__ void __launch_bounds__(kCombineThreads)
   const std::size_t kvh = batch * (a.H / a.group) + h / a.group, packed = h % a.group * a.N + n;
   const int parts = a.plan.parts(static_cast<long long>(kvh) * a.row_blocks + static_cast<long long>(packed / kRows));
   constexpr int kQuads = kD / 4, kLanes = kCombineThreads / kQuads;
+  static_assert(kMaxCluster <= kLanes, "a cluster's parts are one a lane here: the two merges' sums agree");
   __shared__ float ws[kMaxParts];            // the row's L of every part, then its weight e^(L_s − M)
   __shared__ float stats[2];                 // M and ℓ of all the row's parts
   __shared__ float4 sums[kLanes][kQuads];    // each lane's share of Σ e^(L_s − M)·O_s
@@ -264,13 +366,9 @@ __global__ void __launch_bounds__(kCombineThreads)
     for (int s = threadIdx.x; s < parts; s += 32) {
       const float L = part_lse[std::size_t(s) * rows + row];
       ws[s] = L;
-      online::merge(m, l, nullptr, L, L == -INFINITY ? 0.0f : 1.0f, nullptr, 0);
+      merge_part_stats(m, l, L);
     }
-#pragma unroll
-    for (int x = 1; x < 32; x *= 2) {
-      const float m2 = __shfl_xor_sync(0xffffffffu, m, x), l2 = __shfl_xor_sync(0xffffffffu, l, x);
-      online::merge(m, l, nullptr, m2, l2, nullptr, 0);
-    }
+    merge_across_warp(m, l);
     // (M is the same in every lane: a max is exact in any order.)
     for (int s = threadIdx.x; s < parts; s += 32) ws[s] = online::rescale(ws[s], m);  // 0 if empty
     if (threadIdx.x == 0) stats[0] = m, stats[1] = l;
@@ -282,13 +380,14 @@ __global__ void __launch_bounds__(kCombineThreads)
   for (int s = j; s < parts; s += kLanes) {
     const float w = ws[s];
     const float4 x = *reinterpret_cast<const float4*>(part_o + (std::size_t(s) * rows + row) * kD + 4 * q);
-    acc.x += w * x.x, acc.y += w * x.y, acc.z += w * x.z, acc.w += w * x.w;
+    acc.x = fmaf(w, x.x, acc.x), acc.y = fmaf(w, x.y, acc.y), acc.z = fmaf(w, x.z, acc.z), acc.w = fmaf(w, x.w, acc.w);
   }
   sums[j][q] = acc;
   __syncthreads();
   if (j == 0) {
-    for (int jj = 1; jj < kLanes; ++jj)
-      acc.x += sums[jj][q].x, acc.y += sums[jj][q].y, acc.z += sums[jj][q].z, acc.w += sums[jj][q].w;
+    for (int jj = 1; jj < kLanes; ++jj)  // (the cluster's merge adds its products in this order)
+      acc.x = __fadd_rn(acc.x, sums[jj][q].x), acc.y = __fadd_rn(acc.y, sums[jj][q].y),
+      acc.z = __fadd_rn(acc.z, sums[jj][q].z), acc.w = __fadd_rn(acc.w, sums[jj][q].w);
     T* out = a.o + row * kD + 4 * q;
     out[0] = T(acc.x / l), out[1] = T(acc.y / l), out[2] = T(acc.z / l), out[3] = T(acc.w / l);
     if (q == 0) a.lse[row] = online::lse(m, l);
@@ -305,6 +404,10 @@ void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const
   const SplitArgs<T> args{p.N, p.keys(), p.H, p.group(), row_blocks(p), p.rows(), p.causal, p.softmax_scale(), sp,
                           static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
                           static_cast<T*>(a.o), a.lse, part_o, part_lse};
+  if (sp.cluster > 1) {  // the units' parts merged in their clusters: no second kernel
+    launch_clustered(sp.cluster, split_kernel<T, kD, kStages>, dim3(unsigned(sp.blocks)), dim3(kThreads), smem, st, args);
+    return;
+  }
   split_kernel<T, kD, kStages><<<unsigned(sp.blocks), kThreads, smem, st>>>(args);
   FA_CHECK_LAUNCH();
   if (sp.direct()) return;
@@ -322,10 +425,28 @@ void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const
                args);
 }
 
-GpuShape this_gpu() { return {gpu::sm_count(), gpu::smem_per_sm(), gpu::smem_per_block()}; }
-/// This GPU as one that gives a block 99 KiB would run the step (an RTX 30xx/40xx).
+/// This GPU: its SMs, shared memory and clusters (where the code that runs was compiled
+/// for sm_90 or later: a PTX build of 8.0 JIT-compiled on Hopper has no cluster merge).
+/// The clusters counted for the split kernel at d = 128, one block an SM; at d = 64 a
+/// block is smaller, and at least as many fit.
+GpuShape this_gpu() {
+  static const GpuShape kHere = [] {
+    GpuShape g{gpu::sm_count(), gpu::smem_per_sm(), gpu::smem_per_block()};
+    if (gpu::compute_capability() < 90 || gpu::device_code_arch() < 90) return g;
+    auto* kernel = split_kernel<__nv_bfloat16, 128, 4>;
+    const std::size_t smem = smem_bytes(128, 4);
+    if (smem > g.smem_per_block) return g;
+    set_smem_limit(kernel, smem);
+    for (int S = 2; S <= kMaxCluster; ++S) g.clusters[S] = max_active_clusters(kernel, S, dim3(kThreads), smem);
+    return g;
+  }();
+  return kHere;
+}
+/// This GPU as one that gives a block 99 KiB would run the step (an RTX 30xx/40xx, which
+/// has no clusters).
 GpuShape small_blocks(GpuShape g) {
   g.smem_per_block = std::min<std::size_t>(g.smem_per_block, 99 * 1024);
+  std::fill(std::begin(g.clusters), std::end(g.clusters), 0);
   return g;
 }
 
@@ -342,13 +463,18 @@ void run_t(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const 
 /// chooses between at every shape (unit_plan, shared_plan).
 enum class Cut { plan, whole_units, shared };
 
+/// How a row of the tables merges a row's parts: in the units' clusters where the plan and
+/// the GPU allow it (with_clusters) and else by the merge kernel launched early, or always
+/// by the merge kernel, launched early or after the splits.
+enum class Merge { cluster, kernel_early, kernel_late };
+
 /// What a row of the step's tables changes against the production forward (Variant{}).
 struct Variant {
-  int splits = 0;             ///< the split count; 0: the plan's
-  bool small_blocks = false;  ///< the GPU as one that gives a block 99 KiB sees it (small_blocks)
-  bool early_merge = true;    ///< the merge kernel launched while the splits run (where it can wait)
-  int ring = 0;               ///< K/V tiles in the ring at d = 128; 0: stages() for the GPU
-  Cut cut = Cut::plan;        ///< the plan's choice, or one of its two at every shape
+  int splits = 0;                ///< the split count; 0: the plan's
+  bool small_blocks = false;     ///< the GPU as one that gives a block 99 KiB sees it (small_blocks)
+  Merge merge = Merge::cluster;  ///< where the parts are merged
+  int ring = 0;                  ///< K/V tiles in the ring at d = 128; 0: stages() for the GPU
+  Cut cut = Cut::plan;           ///< the plan's choice, or one of its two at every shape
 };
 
 /// The GPU as the step sees it: this one, or (kSmall) as small_blocks.
@@ -358,8 +484,11 @@ GpuShape shape_here() {
 }
 /// The plan of row v for GPU g.
 SplitPlan plan_for(const Problem& p, const GpuShape& g, const Variant& v) {
-  if (v.splits > 0) return fixed_plan(p, v.splits);
-  return v.cut == Cut::whole_units ? unit_plan(p, g) : v.cut == Cut::shared ? shared_plan(p, g) : plan(p, g);
+  const SplitPlan cut = v.splits > 0                  ? fixed_plan(p, v.splits)
+                        : v.cut == Cut::whole_units ? unit_plan(p, g)
+                        : v.cut == Cut::shared      ? shared_plan(p, g)
+                                                    : plan(p, g);
+  return v.merge == Merge::cluster ? with_clusters(cut, g) : cut;
 }
 
 template <const Variant& kV>
@@ -371,8 +500,9 @@ void run(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st) {
     throw Error("step08: a ring of " + std::to_string(ring) + " K/V tiles at d = 128 takes " +
                 std::to_string(smem_bytes(128, ring) / 1024) + " KiB of shared memory a block; this GPU gives " +
                 std::to_string(g.smem_per_block / 1024));
-  p.dtype == DType::bf16 ? run_t<__nv_bfloat16>(p, a, ws, st, sp, ring, kV.early_merge)
-                         : run_t<__half>(p, a, ws, st, sp, ring, kV.early_merge);
+  const bool early = kV.merge != Merge::kernel_late;
+  p.dtype == DType::bf16 ? run_t<__nv_bfloat16>(p, a, ws, st, sp, ring, early)
+                         : run_t<__half>(p, a, ws, st, sp, ring, early);
 }
 
 template <const Variant& kV>
@@ -382,8 +512,9 @@ std::size_t workspace(const Problem& p) {
 
 }  // namespace
 
-SplitPlan device_plan(const Problem& p) { return plan(p, shape_here<false>()); }
-SplitPlan device_plan_small_blocks(const Problem& p) { return plan(p, shape_here<true>()); }
+GpuShape device_shape() { return this_gpu(); }
+SplitPlan device_plan(const Problem& p) { return plan_for(p, shape_here<false>(), Variant{}); }
+SplitPlan device_plan_small_blocks(const Problem& p) { return plan_for(p, shape_here<true>(), Variant{}); }
 
 namespace {
 template <int kD, int kStages>
@@ -408,7 +539,8 @@ constexpr GpuForward forward(const char* name, const int* only_d = kSupportedD) 
   return {name, 128, workspace<kV>, kWhat, nullptr, run<kV>, only_d, kMinSm, false, true};
 }
 constexpr Variant kPlan{}, kSplits1{1}, kSplits2{2}, kSplits8{8}, kSplits32{32}, kSplits128{128};
-constexpr Variant kSmall{0, /*small_blocks=*/true}, kLate{0, false, /*early_merge=*/false};
+constexpr Variant kSmall{0, /*small_blocks=*/true}, kLate{0, false, Merge::kernel_late};
+constexpr Variant kKernel{0, false, Merge::kernel_early};
 constexpr Variant deep_ring() {
   Variant v;
   v.ring = kDeepRing;
@@ -428,6 +560,7 @@ const GpuForward kForwardFixed[kFixedSplitCount] = {
 };
 const GpuForward kForwardSmallBlocks = forward<kSmall>("r2: the RTX 30xx/40xx ring");
 const GpuForward kForwardLateMerge = forward<kLate>("m1: the merge kernel launched after the splits");
+const GpuForward kForwardMergeKernel = forward<kKernel>("m2: the merge kernel wherever it splits, no cluster's merge");
 const GpuForward kForwardDeepRing = forward<kDeep>("r6: a ring of six K/V tiles at d = 128", kDeepRingD);
 const GpuForward kForwardUnitSplits = forward<kUnits>("w1: whole units' splits at every shape");
 const GpuForward kForwardShared = forward<kShared>("k1: the tiles shared by a wave of blocks at every shape");

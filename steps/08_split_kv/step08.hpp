@@ -17,7 +17,11 @@
 //   merge      each block writes its rows' (O/ℓ, L) in fp32, for every unit it meets; a
 //              second kernel merges a row's parts by the course's merge rule
 //              (online_softmax.hpp), taken for all of them at once: the common max
-//              first, then every part's weight.
+//              first, then every part's weight;
+//   cluster    on Hopper, where every unit is S ≤ 8 chunks of its own, the S blocks of a
+//              unit run as one thread block cluster: each keeps its part in shared
+//              memory, and the cluster merges them through distributed shared memory
+//              and writes O and L (no partials in HBM, no second kernel).
 // When every block is exactly one unit the first kernel writes O and L itself (no
 // partials, no second kernel).
 // Limits: d = 64 or 128, bf16 or fp16, N_kv ≥ 1 keys for N ≥ 1 queries (the queries the
@@ -30,6 +34,7 @@
 #include "common/hd.hpp"
 #include "common/hbm.hpp"
 #include "common/step_api.hpp"
+#include "steps/03_online_softmax/online_softmax.hpp"
 
 namespace fa::step08 {
 
@@ -46,14 +51,26 @@ inline constexpr int kSupportedD[] = {64, 128, 0};
 constexpr int kMaxParts = 128;       ///< the most parts a row may have (the merge keeps a row's L's on chip)
 constexpr int kCombineThreads = 256; ///< the merge kernel's block: one row
 constexpr int kMinSm = 80;  ///< step 06's pieces: mma.sync on bf16, cp.async
+/// The most blocks in a cluster that merges a unit's parts: the portable limit of a
+/// thread block cluster (CUDA C++ Programming Guide, "Thread Block Clusters"), and at
+/// most one part a lane in the merge kernel's sum (kCombineThreads / (d/4) ≥ 8), so that
+/// both merges add the same products in the same order.
+constexpr int kMaxCluster = 8;
 
 /// What the ring's depth and the split choice need to know of the GPU.
 struct GpuShape {
   int sms;                     ///< multiprocessors
   std::size_t smem_per_sm;     ///< shared memory per multiprocessor, bytes
   std::size_t smem_per_block;  ///< the most one block may take (opt-in), bytes
+  /// clusters[S]: clusters of S blocks (one block an SM) the GPU runs at once — all of
+  /// them, not one wave of them, must fit for a plan to merge in clusters; 0 where it has
+  /// no clusters (before Hopper) or S is not a cluster size here. A cluster's SMs are in
+  /// one GPC, so this is not ⌊sms/S⌋ (cudaOccupancyMaxActiveClusters).
+  int clusters[kMaxCluster + 1] = {};
 };
-constexpr GpuShape kH200{132, 228 * 1024, 227 * 1024};  ///< the course's GPU, for the CPU model and the tour
+/// The course's GPU, for the CPU model and the tour: an H200's clusters as
+/// cudaOccupancyMaxActiveClusters gave them for the split kernel (note 08, "The merge in a cluster").
+constexpr GpuShape kH200{132, 228 * 1024, 227 * 1024, {0, 132, 66, 44, 32, 26, 22, 18, 16}};
 /// K/V tiles in a block's ring: 4 (64 KiB at d = 64, 128 KiB at d = 128: three tiles in
 /// flight while one is computed) where one block may hold them — every GPU at d = 64, an
 /// A100 or H100/H200 at d = 128 —, else 2 (an RTX 30xx/40xx gives a block 99 KiB).
@@ -68,11 +85,17 @@ int stages(int d, const GpuShape& gpu);
 /// unit's rows may have a part in several blocks; block b's part of unit u is part
 /// b − first(u) of u's rows. With blocks = S·units every unit is S chunks of its own
 /// (S = 1: each block exactly one unit, writing O and L itself).
+///
+/// `cluster` > 1: every unit is `cluster` chunks of its own, run as one thread block
+/// cluster that merges them through distributed shared memory (with_clusters).
 struct SplitPlan {
   long long units = 1;
   int tiles = 1, blocks = 1;
+  int cluster = 1;  ///< blocks a cluster: 1, or S where each unit's S parts merge in their cluster
   FA_HD long long total() const { return units * tiles; }
   FA_HD bool direct() const { return blocks == units; }
+  /// Partials through HBM and the merge kernel: split, and not merged in clusters.
+  FA_HD bool merge_kernel() const { return !direct() && cluster == 1; }
   /// Block b's chunk: tiles [begin(b), end(b)) of all the units' tiles end to end.
   FA_HD long long begin(int b) const { return b * total() / blocks; }
   FA_HD long long end(int b) const { return begin(b + 1); }
@@ -117,6 +140,11 @@ SplitPlan unit_plan(const Problem& p, const GpuShape& gpu);
 /// lesson row k1 at every shape.
 SplitPlan shared_plan(const Problem& p, const GpuShape& gpu);
 
+/// The plan s with each unit's parts merged in a cluster of their blocks where it can be:
+/// every unit S ≤ kMaxCluster chunks of its own (blocks = S·units, S > 1), and the GPU
+/// holding all of the units' clusters at once. Else s as it is (the merge kernel).
+SplitPlan with_clusters(SplitPlan s, const GpuShape& gpu);
+
 /// Thread blocks along the packed rows of one K/V head: ⌈G·N/16⌉.
 int row_blocks(const Problem& p);
 /// K/V tiles of a head: ⌈N_kv/64⌉.
@@ -131,7 +159,21 @@ FA_HD int tile_end(int N, int Nk, int group, bool causal, int rb) {
   const int latest = lo / N != hi / N ? N - 1 : hi % N;
   return (Nk - N + latest) / kTileKeys + 1;
 }
-/// The partials' scratch: most_parts · B·H·N rows of d + 1 floats (O/ℓ and L); none when direct.
+/// Unit u's first row of Q, O and L (the unit being row block u % rbs of K/V head
+/// u / rbs, with H query heads a batch, G a K/V head, N queries each): its packed row r
+/// is query r % N of query head r / N of the group, and the group's heads are
+/// consecutive heads of one batch, so its rows are consecutive rows of Q.
+FA_HD std::size_t first_row(int H, int G, int N, int rbs, long long u) {
+  const std::size_t kvh = std::size_t(u / rbs), kv_heads = std::size_t(H / G);
+  return (kvh / kv_heads * H + kvh % kv_heads * G) * N + std::size_t(u % rbs) * kRows;
+}
+/// A part's L folded into a row's statistics (m, ℓ): a part's (O/ℓ, L) is the state
+/// (m = L, ℓ = 1, O/ℓ) — e^L·1 = e^m·ℓ —, and an empty part's (0, −∞) has ℓ = 0.
+FA_HD void merge_part_stats(float& m, float& l, float L) {
+  online::merge(m, l, nullptr, L, L == -INFINITY ? 0.0f : 1.0f, nullptr, 0);
+}
+/// The partials' scratch: most_parts · B·H·N rows of d + 1 floats (O/ℓ and L); none when
+/// direct or merged in clusters.
 std::size_t workspace_bytes(const Problem& p, const SplitPlan& s);
 
 /// Throws fa::Error unless p is bf16 or fp16 with d = 64 or 128.
@@ -146,8 +188,10 @@ Traffic traffic_forward(const Problem& p, const SplitPlan& s);
 /// The same traffic in bytes (16-bit Q, K, V, O; fp32 L and partials).
 double traffic_bytes(const Problem& p, const SplitPlan& s);
 
-/// The plan, and thread blocks per multiprocessor by the occupancy calculator, on the
-/// current GPU (CUDA builds only: split_kv.cu).
+/// The current GPU's shape (its clusters by the occupancy calculator), the plan on it
+/// (with_clusters), and thread blocks per multiprocessor by the occupancy calculator
+/// (CUDA builds only: split_kv.cu).
+GpuShape device_shape();
 SplitPlan device_plan(const Problem& p);
 int device_blocks_per_sm(int d);
 /// The plan kForwardSmallBlocks makes on the current GPU.
@@ -166,6 +210,9 @@ extern const GpuForward kForwardSmallBlocks;
 /// The forward with its merge kernel launched after the split kernel, as any kernel, on
 /// every GPU: what the early launch (programmatic dependent launch, sm_90) buys.
 extern const GpuForward kForwardLateMerge;
+/// The forward with the merge kernel, launched early, wherever it splits: never a
+/// cluster's merge. What the merge in distributed shared memory buys (note 08).
+extern const GpuForward kForwardMergeKernel;
 /// A ring of six K/V tiles at d = 128 (196 KiB: an A100's or an H100/H200's block; the
 /// plan is production's, one block an SM either way), where production's holds four:
 /// five tiles in flight while one is computed, against three.

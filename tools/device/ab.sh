@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The steps beside PyTorch's attention in one process, on the same tensors, in alternation
 # (tools/bench/ab.py over libfa_capi.so), on the H200 in one call.
-#   [PHASE=fwd|bwd|bwdmain|bwdpeers|host|decode|ring|stream|pause|gemm|short|h9|order|last|call|b9|b10|b11|b12|b16|det|all, or several: PHASE=short,decode] [ROUNDS=5]
+#   [PHASE=fwd|bwd|bwdmain|bwdpeers|host|decode|ring|stream|cluster|pause|gemm|short|h9|order|last|call|b9|b10|b11|b12|b16|det|all, or several: PHASE=short,decode] [ROUNDS=5]
 #       bash tools/device/ab.sh [build-dir]
 # gemm:   the bf16 matrix-product rate, timed the same way (also in fwd);
 # fwd:    step 07's forward, step 06, cuDNN and FlashAttention-2, d = 64, 128, 256,
@@ -22,6 +22,9 @@
 #         idle and blocks stream long) beside whole units' splits at every shape (08w1) and
 #         PyTorch's cuDNN and FlashAttention-2 backends (the memory-efficient one, 2–9× slower
 #         at every decoding shape in the runs before, is left out), on note 08's decoding shapes;
+# cluster: step 08 (each unit's parts merged in a cluster of its blocks where it can be) beside
+#         the merge kernel wherever it splits (08m2), cuDNN and FlashAttention-2, on note 08's
+#         decoding shapes;
 # order:  production's causal tiles heaviest first across heads (measured at h10 and b14; since
 #         h11, b15 the last section's order where a head has few tiles: PHASE=last) beside the
 #         same kernels head after head — forward: h1 (d = 64's short
@@ -109,6 +112,8 @@ decode_runs() {
 want decode && decode_runs ab08 --impls=08,08m1,06,torch-cudnn,torch-flash,torch-efficient
 # 08w1: whole units' splits at every shape, where production shares the tiles in some
 want stream && decode_runs ab08_stream --impls=08,08w1,torch-cudnn,torch-flash
+# 08m2: the merge kernel wherever step 08 splits, where production merges in clusters at some
+want cluster && decode_runs ab08_cluster --impls=08,08m2,torch-cudnn,torch-flash
 if want ring; then
   impls=--impls=08,08r6,torch-cudnn,torch-flash,torch-efficient
   run ab08_ring --decode --causal 0 $impls

@@ -61,6 +61,9 @@ int sms() {
 #endif
 }
 
+/// Step 08's plan on the H200 (its parts merged in clusters where the H200 merges them so).
+step08::SplitPlan h200_plan(const Problem& p) { return step08::with_clusters(step08::plan(p, step08::kH200), step08::kH200); }
+
 std::vector<StepEntry> make_table() {
   std::vector<StepEntry> t;
   t.push_back({"reference", "CPU, Eigen, fp64 accumulation: S, P, O in full", false, true,
@@ -125,13 +128,14 @@ std::vector<StepEntry> make_table() {
   // Step 08's model and traffic take the H200's split plan (the kernel takes its GPU's).
   t.push_back({"08", "split K/V for decoding: the merge across blocks", true, true,
                on_gpu(FA_GPU(step08::kForward), true), {},
-               [](const Problem& p, const Qkv& in) { return step08::model_forward(p, in, step08::plan(p, step08::kH200)); },
-               {}, [](const Problem& p) { return step08::traffic_forward(p, step08::plan(p, step08::kH200)); }, {},
+               [](const Problem& p, const Qkv& in) { return step08::model_forward(p, in, h200_plan(p)); },
+               {}, [](const Problem& p) { return step08::traffic_forward(p, h200_plan(p)); }, {},
                FA_GPU(step08::kForward), nullptr, "notes/08_split_kv.md", DType::bf16});
 #ifdef FA_HAVE_CUDA
   for (const GpuForward& v : step08::kForwardFixed) t.back().forward_versions.push_back(&v);
   t.back().forward_versions.push_back(&step08::kForwardSmallBlocks);
   t.back().forward_versions.push_back(&step08::kForwardLateMerge);
+  t.back().forward_versions.push_back(&step08::kForwardMergeKernel);
   t.back().forward_versions.push_back(&step08::kForwardDeepRing);
   t.back().forward_versions.push_back(&step08::kForwardUnitSplits);
   t.back().forward_versions.push_back(&step08::kForwardShared);
