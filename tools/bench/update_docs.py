@@ -1930,15 +1930,25 @@ def step08_pair(D, folder, a, b, both, head_a, head_b, ratio_head):
 
 
 def table_step08_early(D):
-    """The merge kernel launched early (programmatic dependent launch) against launched after the splits (08m1):
-    both in one ab.py run, at every decoding shape."""
-    out, ratio = step08_pair(D, ab_folder(D), "08m1", "08", "both launches", "merge launched after the splits (m1)",
-                             "launched early (production)", "time, early ÷ after")
+    """The merge kernel launched early (programmatic dependent launch; 08m2, production's merge where it does not
+    merge in clusters) against launched after the splits (08m1): both in one ab.py run, at every decoding shape."""
+    out, ratio = step08_pair(D, ab_folder(D), "08m1", "08m2", "both launches", "merge launched after the splits (m1)",
+                             "launched early (m2)", "time, early ÷ after")
     r = list(ratio.values())
     g = [x for k, x in ratio.items() if k[0] != k[1]]
     out += ["", f"Early ÷ after: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes; {min(g):.3f}–{max(g):.3f} with "
                 f"grouped heads; {sum(1 for x in r if x < 0.99)} shapes gain more than 1%."]
     return out
+
+
+def table_step08_cluster(D):
+    """Production (each unit's parts merged in a cluster of its blocks, where the plan and the GPU allow it) beside
+    the merge kernel wherever it splits (08m2): both in one ab.py run, at every decoding shape."""
+    out, ratio = step08_pair(D, ab_folder(D), "08m2", "08", "both merges", "merge kernel (m2)",
+                             "production", "time, production ÷ m2")
+    r = list(ratio.values())
+    return out + ["", f"Production ÷ m2: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes; faster by more than 1% in "
+                      f"{sum(1 for x in r if x < 0.99)}, slower by more than 1% in {sum(1 for x in r if x > 1.01)}."]
 
 
 SHARED08 = "tries/step08_shared_every_shape"  # ab.py's run at dd6fe6f: "08" shared the tiles at every shape (k1)
@@ -2134,7 +2144,7 @@ TABLES = {
     "step08-decode": table_step08_decode, "step08-summary": table_step08_summary, "step08-splits": table_step08_splits,
     "step08-shared": table_step08_shared, "step08-stream": table_step08_stream,
     "step08-lesson": table_step08_lesson, "step08-merge": table_step08_merge,
-    "step08-early": table_step08_early, "step08-tree": table_step08_tree, "test08": table_test08,
+    "step08-early": table_step08_early, "step08-cluster": table_step08_cluster, "step08-tree": table_step08_tree, "test08": table_test08,
     "step08-ring": table_step08_ring,
     "ctest08": table_ctest08, "sm80-08": table_sm80_08,
     "sass08": table_sass08, "test09": table_test09, "step09-bench": table_step09_bench,

@@ -14,8 +14,8 @@
 # host:   step 07 and cuDNN's backward behind a spin of 200 µs and of 2000 µs, one after the
 #         other (PyTorch's backward enqueues for longer than 200: ab.py's host_us_max; a
 #         longer spin is also a longer rest for the GPU between repeats);
-# decode: step 08 (and 08m1, its merge kernel launched late), step 06 and PyTorch's
-#         backends on note 08's decoding shapes;
+# decode: step 08 (and 08m2, the merge kernel wherever it splits, and 08m1, that kernel
+#         launched late), step 06 and PyTorch's backends on note 08's decoding shapes;
 # ring:   step 08 with a ring of six K/V tiles (08r6) beside production's four and PyTorch's
 #         backends, on note 08's decoding shapes;
 # stream: step 08 (the tiles shared by a wave of blocks where whole units' splits leave SMs
@@ -108,8 +108,9 @@ decode_runs() {
   run "$1_causal" --decode --causal 1 --Nq 16 "$2"
   run "$1_gqa" --decode --causal 0 --Nq 1 --bh 32,128 --group 8 "$2"
 }
-# 08m1: step 08 with its merge kernel launched after the splits, as any kernel
-want decode && decode_runs ab08 --impls=08,08m1,06,torch-cudnn,torch-flash,torch-efficient
+# 08m2: step 08 with the merge kernel wherever it splits (no cluster's merge), launched early;
+# 08m1: launched after the splits, as any kernel
+want decode && decode_runs ab08 --impls=08,08m2,08m1,06,torch-cudnn,torch-flash,torch-efficient
 # 08w1: whole units' splits at every shape, where production shares the tiles in some
 want stream && decode_runs ab08_stream --impls=08,08w1,torch-cudnn,torch-flash
 # 08m2: the merge kernel wherever step 08 splits, where production merges in clusters at some
