@@ -231,23 +231,30 @@ TEST_CASE("step08 plan merges in clusters where every unit is 2 to 8 chunks of i
   auto clustered = [&](const Problem& p, const step08::GpuShape& g) {
     return step08::with_clusters(step08::plan(p, g), g).cluster;
   };
-  CHECK(clustered(decode(1, 32, 1, 8192, 1, 128, false), h200) == 4);     // 32 units, 4 chunks each
-  CHECK(clustered(decode(1, 32, 16, 65536, 1, 128, true), h200) == 4);
-  CHECK(clustered(decode(1, 128, 1, 8192, 8, 128, false), h200) == 8);    // 16 K/V heads, 8 chunks each
-  CHECK(clustered(decode(1, 32, 1, 8192, 8, 128, false), h200) == 1);     // 4 K/V heads, 32 chunks each: too many
-  CHECK(clustered(decode(1, 32, 1, 131072, 1, 128, false), h200) == 1);   // the tiles shared: chunks across units
-  CHECK(clustered(decode(1, 128, 1, 8192, 1, 128, false), h200) == 1);    // one block a unit: no merge at all
-  CHECK(clustered(decode(1, 20, 1, 8192, 1, 128, false), h200) == 6);     // 20 units, 6 chunks each
-  step08::GpuShape fewer = h200;  // a GPU that runs 31 clusters of 4 at once: the merge kernel for 32 units
-  fewer.clusters[4] = 31;
-  CHECK(clustered(decode(1, 32, 1, 8192, 1, 128, false), fewer) == 1);
+  // The H200 runs 15 clusters of 8, 30 of 4, 39 of 3 and 66 of 2 at once (a cluster's
+  // blocks share a GPC): 15 units of 8 chunks, 30 of 4, 39 of 3, 66 of 2 merge in clusters.
+  CHECK(clustered(decode(1, 15, 1, 8192, 1, 128, false), h200) == 8);
+  CHECK(clustered(decode(1, 120, 1, 8192, 8, 128, false), h200) == 8);   // 15 K/V heads of 8 query heads
+  CHECK(clustered(decode(1, 30, 16, 65536, 1, 128, true), h200) == 4);
+  CHECK(clustered(decode(1, 39, 1, 8192, 1, 128, false), h200) == 3);
+  CHECK(clustered(decode(1, 66, 1, 8192, 1, 128, false), h200) == 2);
+  // ... and not the issue's shapes, whose plans need one cluster more than fit, or have no merge:
+  CHECK(clustered(decode(1, 32, 1, 8192, 1, 128, false), h200) == 1);    // 32 units of 4 chunks: 30 fit
+  CHECK(clustered(decode(1, 128, 1, 8192, 8, 128, false), h200) == 1);   // 16 units of 8 chunks: 15 fit
+  CHECK(clustered(decode(1, 20, 1, 8192, 1, 128, false), h200) == 1);    // 20 units of 6 chunks: 17 fit
+  CHECK(clustered(decode(1, 32, 1, 8192, 8, 128, false), h200) == 1);    // 4 K/V heads, 32 chunks each: too many
+  CHECK(clustered(decode(1, 30, 1, 131072, 1, 128, false), h200) == 1);  // the tiles shared: chunks across units
+  CHECK(clustered(decode(1, 128, 1, 8192, 1, 128, false), h200) == 1);   // one block a unit: no merge at all
+  step08::GpuShape fewer = h200;  // a GPU that runs 14 clusters of 8 at once: the merge kernel for 15 units
+  fewer.clusters[8] = 14;
+  CHECK(clustered(decode(1, 15, 1, 8192, 1, 128, false), fewer) == 1);
   const step08::GpuShape a100{108, 164 * 1024, 163 * 1024};  // no clusters before Hopper
-  CHECK(clustered(decode(1, 32, 1, 8192, 1, 128, false), a100) == 1);
+  CHECK(clustered(decode(1, 15, 1, 8192, 1, 128, false), a100) == 1);
   // The cluster's merge adds what the merge kernel adds in the same order: the same bits,
   // with the partials on chip instead of in HBM (written and read once each: S parts of
   // every row, d + 1 floats).
   for (const Problem& p : {decode(2, 8, 16, 3000, 8, 64, true), decode(1, 3, 1, 1000, 1, 128, false)})
-    for (int S : {2, 3, 8}) {
+    for (int S : {2, 3, 5}) {
       const step08::SplitPlan k = step08::fixed_plan(p, S), c = step08::with_clusters(k, h200);
       INFO(p.str() << ": " << cut(k));
       REQUIRE(c.cluster == S);
@@ -378,12 +385,13 @@ TEST_CASE("step08 merge kernel launched early (m2) or after the splits (m1): the
 TEST_CASE("step08 merge in a cluster and by the merge kernel (m2): the same bits", "[gpu]") {
   // The cluster's merge reads the parts from its blocks' shared memory instead of HBM and
   // adds the same products in the same order: the merge kernel's output, bit for bit. On
-  // an H200 these plans merge at d = 128 in clusters of 4, 8, 6, 2 and 3 (32, 16, 20, 66
-  // and 44 units), at d = 64 (three blocks an SM, more splits) the 66 units' in clusters of 6.
+  // an H200 these plans merge at d = 128 in clusters of 8, 8, 4, 3 and 2 (15, 15, 30, 39
+  // and 66 units); at d = 64 (three blocks an SM, more chunks a unit) none does.
+  int clustered = 0;
   for (int d : kAllD)
-    for (const Problem& p : {decode(1, 32, 1, 9000, 1, d, false), decode(2, 8, 16, 3000, 8, d, true),
-                             decode(1, 20, 1, 5000, 1, d, false), decode(2, 33, 16, 2000, 1, d, true),
-                             decode(1, 44, 1, 3000, 1, d, false)}) {
+    for (const Problem& p : {decode(1, 15, 1, 9000, 1, d, false), decode(1, 120, 1, 5000, 8, d, false),
+                             decode(1, 30, 1, 3000, 1, d, false), decode(1, 39, 16, 3000, 1, d, true),
+                             decode(2, 33, 16, 2000, 1, d, true)}) {
       if (test::quick() && p.N_kv > 3000) continue;
       const step08::SplitPlan s = step08::device_plan(p);
       INFO(p.str() << ": " << cut(s) << ", clusters of " << s.cluster);
@@ -391,6 +399,7 @@ TEST_CASE("step08 merge in a cluster and by the merge kernel (m2): the same bits
       const long long S = s.blocks / s.units;
       if (S <= step08::kMaxCluster && g.clusters[S] >= s.units && !s.direct() && s.blocks % s.units == 0)
         CHECK(s.cluster == S);  // where the GPU can, the plan merges in clusters
+      clustered += s.cluster > 1;
       const Qkv in = inputs(p, 92);
       const ForwardOut c = gpu::forward(step08::kForward, p, in, true);
       const ForwardOut k = gpu::forward(step08::kForwardMergeKernel, p, in, true);
@@ -398,6 +407,9 @@ TEST_CASE("step08 merge in a cluster and by the merge kernel (m2): the same bits
       FA_CHECK_CLOSE("O, cluster vs merge kernel", c.o, k.o, tol::kBitExact, test::shape_o(p));
       FA_CHECK_CLOSE("L, cluster vs merge kernel", c.lse, k.lse, tol::kBitExact, test::shape_l(p));
     }
+  // On a GPU with clusters (and code for it), some of these merged in clusters: the test
+  // cannot pass by never taking the cluster's path.
+  if (step08::device_shape().clusters[2] > 0) CHECK(clustered > 0);
 }
 
 TEST_CASE("step08 kernel with a ring of six tiles (r6) at d = 128: production's bits", "[gpu]") {

@@ -69,8 +69,9 @@ struct GpuShape {
   int clusters[kMaxCluster + 1] = {};
 };
 /// The course's GPU, for the CPU model and the tour: an H200's clusters as
-/// cudaOccupancyMaxActiveClusters gave them for the split kernel (note 08, "The merge in a cluster").
-constexpr GpuShape kH200{132, 228 * 1024, 227 * 1024, {0, 132, 66, 44, 32, 26, 22, 18, 16}};
+/// cudaOccupancyMaxActiveClusters gave them for the split kernel (note 08, "The merge in a
+/// cluster"): clusters of 4 or 8 cover 120 of its 132 SMs, of 2 all of them.
+constexpr GpuShape kH200{132, 228 * 1024, 227 * 1024, {0, 132, 66, 39, 30, 22, 17, 15, 15}};
 /// K/V tiles in a block's ring: 4 (64 KiB at d = 64, 128 KiB at d = 128: three tiles in
 /// flight while one is computed) where one block may hold them — every GPU at d = 64, an
 /// A100 or H100/H200 at d = 128 —, else 2 (an RTX 30xx/40xx gives a block 99 KiB).

@@ -23,8 +23,8 @@
 #         PyTorch's cuDNN and FlashAttention-2 backends (the memory-efficient one, 2–9× slower
 #         at every decoding shape in the runs before, is left out), on note 08's decoding shapes;
 # cluster: step 08 (each unit's parts merged in a cluster of its blocks where it can be) beside
-#         the merge kernel wherever it splits (08m2), cuDNN and FlashAttention-2, on note 08's
-#         decoding shapes;
+#         the merge kernel wherever it splits (08m2), cuDNN and FlashAttention-2, at the
+#         shapes where the H200 merges in clusters (B·H = 15, 30, 39, 66; 15 K/V heads of 8);
 # order:  production's causal tiles heaviest first across heads (measured at h10 and b14; since
 #         h11, b15 the last section's order where a head has few tiles: PHASE=last) beside the
 #         same kernels head after head — forward: h1 (d = 64's short
@@ -113,8 +113,14 @@ decode_runs() {
 want decode && decode_runs ab08 --impls=08,08m2,08m1,06,torch-cudnn,torch-flash,torch-efficient
 # 08w1: whole units' splits at every shape, where production shares the tiles in some
 want stream && decode_runs ab08_stream --impls=08,08w1,torch-cudnn,torch-flash
-# 08m2: the merge kernel wherever step 08 splits, where production merges in clusters at some
-want cluster && decode_runs ab08_cluster --impls=08,08m2,torch-cudnn,torch-flash
+# 08m2: the merge kernel wherever step 08 splits; production merges in clusters where every
+# unit's chunks fit one and all the clusters fit at once — on the H200 15 units of 8 chunks,
+# 30 of 4, 39 of 3, 66 of 2, not the decoding shapes above (note 08, "The merge in a cluster")
+if want cluster; then
+  impls=--impls=08,08m2,torch-cudnn,torch-flash
+  run ab08_cluster --decode --causal 0 --bh 15,30,39,66 $impls
+  run ab08_cluster_gqa --decode --causal 0 --Nq 1 --bh 120 --group 8 $impls
+fi
 if want ring; then
   impls=--impls=08,08r6,torch-cudnn,torch-flash,torch-efficient
   run ab08_ring --decode --causal 0 $impls
