@@ -225,19 +225,24 @@ TEST_CASE("step08 split plan: one wave of blocks sharing the tiles, no chunk und
   CHECK(step08::tile_end(40, 64, 1, true, 0) == (64 - 40 + 15) / 64 + 1);
 }
 
-TEST_CASE("step08 plan merges in clusters where every unit is 2 to 8 chunks of its own and all the clusters fit",
+TEST_CASE("step08 plan merges in clusters where every unit is 2 to 8 short chunks of its own and all the clusters fit",
           "[cpu]") {
   const step08::GpuShape h200 = step08::kH200;
   auto clustered = [&](const Problem& p, const step08::GpuShape& g) {
     return step08::with_clusters(step08::plan(p, g), g).cluster;
   };
   // The H200 runs 15 clusters of 8, 30 of 4, 39 of 3 and 66 of 2 at once (a cluster's
-  // blocks share a GPC): 15 units of 8 chunks, 30 of 4, 39 of 3, 66 of 2 merge in clusters.
+  // blocks share a GPC): 15 units of 8 chunks, 30 of 4, 39 of 3, 66 of 2 merge in clusters
+  // at 8k keys ...
   CHECK(clustered(decode(1, 15, 1, 8192, 1, 128, false), h200) == 8);
   CHECK(clustered(decode(1, 120, 1, 8192, 8, 128, false), h200) == 8);   // 15 K/V heads of 8 query heads
-  CHECK(clustered(decode(1, 30, 16, 65536, 1, 128, true), h200) == 4);
+  CHECK(clustered(decode(1, 30, 16, 8192, 1, 128, true), h200) == 4);
   CHECK(clustered(decode(1, 39, 1, 8192, 1, 128, false), h200) == 3);
   CHECK(clustered(decode(1, 66, 1, 8192, 1, 128, false), h200) == 2);
+  // ... where a chunk is at most 64 tiles (4k keys): longer, the merge kernel.
+  CHECK(clustered(decode(1, 15, 1, 32768, 1, 128, false), h200) == 8);   // 512 tiles, 64 a chunk
+  CHECK(clustered(decode(1, 15, 1, 32769, 1, 128, false), h200) == 1);   // 513 tiles, a chunk of 65
+  CHECK(clustered(decode(1, 66, 1, 16384, 1, 128, false), h200) == 1);   // 128 tiles a chunk
   // ... and not the issue's shapes, whose plans need one cluster more than fit, or have no merge:
   CHECK(clustered(decode(1, 32, 1, 8192, 1, 128, false), h200) == 1);    // 32 units of 4 chunks: 30 fit
   CHECK(clustered(decode(1, 128, 1, 8192, 8, 128, false), h200) == 1);   // 16 units of 8 chunks: 15 fit

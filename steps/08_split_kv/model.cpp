@@ -78,7 +78,8 @@ SplitPlan plan(const Problem& p, const GpuShape& gpu) {
 
 SplitPlan with_clusters(SplitPlan s, const GpuShape& gpu) {
   const long long S = s.blocks / s.units;
-  if (S > 1 && S <= kMaxCluster && s.blocks == S * s.units && gpu.clusters[S] >= s.units) s.cluster = int(S);
+  const bool whole_units = S > 1 && S <= kMaxCluster && s.blocks == S * s.units;
+  if (whole_units && s.tiles <= S * kMaxClusterChunk && gpu.clusters[S] >= s.units) s.cluster = int(S);
   return s;
 }
 
