@@ -1941,14 +1941,37 @@ def table_step08_early(D):
     return out
 
 
+CLUSTER08_FIT = "tries/step08_cluster_every_fit"  # ab.py's run at a1e2fc6: "08" merged in clusters wherever they fit
+CLUSTER08 = "ab/cluster"  # ab.py's run at 726680d: production (clusters for chunks of at most 64 tiles) beside m2
+
+
 def table_step08_cluster(D):
-    """Production (each unit's parts merged in a cluster of its blocks, where the plan and the GPU allow it) beside
-    the merge kernel wherever it splits (08m2): both in one ab.py run, at every decoding shape."""
-    out, ratio = step08_pair(D, ab_folder(D), "08m2", "08", "both merges", "merge kernel (m2)",
-                             "production", "time, production ÷ m2")
-    r = list(ratio.values())
-    return out + ["", f"Production ÷ m2: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes; faster by more than 1% in "
-                      f"{sum(1 for x in r if x < 0.99)}, slower by more than 1% in {sum(1 for x in r if x > 1.01)}."]
+    """The merge in a cluster beside the merge kernel (08m2) at the shapes where the H200's clusters fit: run 1 merged
+    in clusters wherever they fit (a1e2fc6), run 2 is production, which merges in clusters only where a chunk is at
+    most 64 tiles (726680d); each an ab.py run of its own."""
+    runs = [decode08_ab(D, os.path.join(D.folder, f))[0] for f in (CLUSTER08_FIT, CLUSTER08)]
+    keys = sorted(set(runs[0]) & set(runs[1]), key=order08)
+    out = [f"µs of step 08 (× PyTorch's best backend in the same run), bf16, d = 128, B = 1, on "
+           f"{device07(D, 'device.txt', os.path.join(D.folder, CLUSTER08))}; two runs of `tools/bench/ab.py` "
+           f"(`{rel(os.path.join(D.folder, CLUSTER08_FIT))}/`, `{rel(os.path.join(D.folder, CLUSTER08))}/`), each with "
+           f"both merges and PyTorch on the same tensors, taking turns, 3 rounds; the median. Run 1: the units' parts "
+           f"merged in clusters wherever all the clusters fit; run 2: production, in clusters only where a chunk is "
+           f"at most 64 tiles (the same kernel as m2 elsewhere).", "",
+           "| B·H | H_kv | N_q | N_kv | causal | run 1: merge kernel (m2) | clusters wherever they fit | ÷ m2 "
+           "| run 2: merge kernel (m2) | production | ÷ m2 |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    ratios = [[], []]
+    for k in keys:
+        cells = []
+        for i, run in enumerate(runs):
+            m2, prod, best = run[k]["08m2"]["ms"], run[k]["08"]["ms"], best_peer(run[k])[1]
+            ratios[i].append(prod / m2)
+            cells.append(f"{m2 * 1e3:.1f} ({best / m2:.2f}) | {prod * 1e3:.1f} ({best / prod:.2f}) | {prod / m2:.3f}")
+        out.append(f"| {shape08(k)} | {' | '.join(cells)} |")
+    for name, r in zip(("Clusters wherever they fit", "Production"), ratios):
+        out.append(f"{'' if name == 'Production' else chr(10)}{name} ÷ m2: {min(r):.3f}–{max(r):.3f} over the "
+                   f"{len(r)} shapes; faster by more than 1% in {sum(1 for x in r if x < 0.99)}, slower by more than "
+                   f"1% in {sum(1 for x in r if x > 1.01)}.")
+    return out
 
 
 SHARED08 = "tries/step08_shared_every_shape"  # ab.py's run at dd6fe6f: "08" shared the tiles at every shape (k1)
