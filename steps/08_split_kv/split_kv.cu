@@ -12,10 +12,11 @@
 // piece's epilogue merges the four through shared memory with online::merge, and writes
 // O/ℓ and L — to O itself when every chunk is one whole unit, else to the fp32 partials,
 // as the block's part of the unit's rows.
-// On Hopper, where every unit is S ≤ 8 chunks of its own, its S blocks are one cluster:
-// each keeps its part in shared memory, and after a cluster barrier the cluster's warps
-// merge the unit's rows, reading the parts through distributed shared memory
-// (merge_in_cluster), and write O and L.
+// On Hopper, where every unit is S ≤ 8 short chunks of its own and the GPU holds all the
+// units' clusters at once (with_clusters), a unit's S blocks are one cluster: each keeps
+// its part in shared memory, and after a cluster barrier the cluster's warps merge the
+// unit's rows, reading the parts through distributed shared memory (merge_in_cluster), and
+// write O and L.
 // combine_kernel — elsewhere, one thread block a row, launched early on Hopper
 // (programmatic dependent launch): the row's parts merged by the merge rule for many parts
 // at once (statistics first, then every part weighted), O rounded to 16 bits, L written.

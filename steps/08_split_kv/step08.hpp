@@ -18,10 +18,11 @@
 //              second kernel merges a row's parts by the course's merge rule
 //              (online_softmax.hpp), taken for all of them at once: the common max
 //              first, then every part's weight;
-//   cluster    on Hopper, where every unit is S ≤ 8 chunks of its own, the S blocks of a
-//              unit run as one thread block cluster: each keeps its part in shared
-//              memory, and the cluster merges them through distributed shared memory
-//              and writes O and L (no partials in HBM, no second kernel).
+//   cluster    on Hopper, where every unit is S ≤ 8 chunks of its own of at most 64
+//              tiles and all the units' clusters fit at once, the S blocks of a unit
+//              run as one thread block cluster: each keeps its part in shared memory,
+//              and the cluster merges them through distributed shared memory and
+//              writes O and L (no partials in HBM, no second kernel).
 // When every block is exactly one unit the first kernel writes O and L itself (no
 // partials, no second kernel).
 // Limits: d = 64 or 128, bf16 or fp16, N_kv ≥ 1 keys for N ≥ 1 queries (the queries the
@@ -71,7 +72,7 @@ struct GpuShape {
 /// The course's GPU, for the CPU model and the tour: an H200's clusters as
 /// cudaOccupancyMaxActiveClusters gave them for the split kernel (note 08, "The merge in a
 /// cluster"): clusters of 4 or 8 cover 120 of its 132 SMs, of 2 all of them.
-constexpr GpuShape kH200{132, 228 * 1024, 227 * 1024, {0, 132, 66, 39, 30, 22, 17, 15, 15}};
+constexpr GpuShape kH200{132, 228 * 1024, 227 * 1024, {0, 0, 66, 39, 30, 22, 17, 15, 15}};
 /// K/V tiles in a block's ring: 4 (64 KiB at d = 64, 128 KiB at d = 128: three tiles in
 /// flight while one is computed) where one block may hold them — every GPU at d = 64, an
 /// A100 or H100/H200 at d = 128 —, else 2 (an RTX 30xx/40xx gives a block 99 KiB).
