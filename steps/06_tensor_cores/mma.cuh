@@ -148,6 +148,38 @@ struct Swizzled {
   __device__ __forceinline__ static std::uint32_t bytes(int row, int col) { return 2u * at(row, col); }
 };
 
+/// How a cp.async asks the L2 to keep the lines it reads: as any load (no hint), or by
+/// a cache eviction policy made by createpolicy (PTX ISA, "Data Movement and Conversion
+/// Instructions: createpolicy"; the `.L2::cache_hint` qualifier of cp.async). An
+/// evict-first line is the first the L2 gives up when it needs room: for data read once
+/// (a K/V cache streamed by a decoding kernel), so that it pushes out neither what will
+/// be read again nor lines that would have to be written back first.
+struct NoL2Hint {};
+struct L2Hint {
+  std::uint64_t policy;
+};
+/// Every line read with it evict-first (the fraction 1.0: all of them). sm_80 and newer.
+__device__ __forceinline__ L2Hint l2_evict_first() {
+  std::uint64_t p;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+  return {p};
+}
+/// One 16-byte cp.async, bypassing L1 (.cg): all 16 bytes, or (`bytes`) that many read
+/// and the rest zero-filled.
+__device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src, NoL2Hint) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src));
+}
+__device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src, int bytes, NoL2Hint) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes));
+}
+__device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src, L2Hint h) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "l"(h.policy));
+}
+__device__ __forceinline__ void cp_async_16(std::uint32_t dst, const void* src, int bytes, L2Hint h) {
+  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst), "l"(src),
+               "r"(bytes), "l"(h.policy));
+}
+
 /// Async copy of a rows×kCols tile from global (rows consecutive, kCols apart) to
 /// a swizzled shared tile of smem_cols(kCols) columns, 16 bytes per thread per copy,
 /// no registers on the way. Rows at or past `valid` are zero-filled: a source size of
@@ -157,8 +189,9 @@ struct Swizzled {
 /// a tile whose rows all exist (all but a head's last) is copied from one pointer
 /// plus constant offsets, without the per-row bound and address arithmetic (the
 /// price: a second code path, i.e. registers, in a kernel that has none to spare).
-template <int kThreads, int kCols, int kRowsT, bool kWholeFast = false, class T>
-__device__ __forceinline__ void copy_tile_async(T* dst, const T* __restrict__ src, int valid) {
+/// `hint`: the L2 policy of the reads (NoL2Hint: none).
+template <int kThreads, int kCols, int kRowsT, bool kWholeFast = false, class T, class Hint = NoL2Hint>
+__device__ __forceinline__ void copy_tile_async(T* dst, const T* __restrict__ src, int valid, Hint hint = {}) {
   constexpr int kW = smem_cols(kCols), kChunks = kW / 8, kStep = kThreads / kChunks;
   static_assert(kStep % 8 == 0 && kRowsT % kStep == 0, "whole passes over the tile, 8-row aligned");
   const int r0 = threadIdx.x / kChunks, c = (threadIdx.x % kChunks) * 8;
@@ -167,25 +200,19 @@ __device__ __forceinline__ void copy_tile_async(T* dst, const T* __restrict__ sr
   if (kWholeFast && valid >= kRowsT) {
     const T* g = src + r0 * kCols + c;
 #pragma unroll
-    for (int i = 0; i < kRowsT / kStep; ++i)
-      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d + 2 * i * kStep * kW),
-                   "l"(g + i * kStep * kCols));
+    for (int i = 0; i < kRowsT / kStep; ++i) cp_async_16(d + 2 * i * kStep * kW, g + i * kStep * kCols, hint);
     return;
   }
 #pragma unroll
   for (int r = r0, i = 0; i < kRowsT / kStep; r += kStep, ++i) {
     const T* g = src + std::size_t(r < valid ? r : 0) * kCols + c;  // a valid address even when not read
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d + 2 * i * kStep * kW), "l"(g),
-                 "r"(r < valid ? 16 : 0));
+    cp_async_16(d + 2 * i * kStep * kW, g, r < valid ? 16 : 0, hint);
   }
 }
 /// `n` floats (a multiple of 4, 16-byte aligned at both ends) to shared memory.
 template <int kThreads>
 __device__ __forceinline__ void copy_floats_async(float* dst, const float* __restrict__ src, int n) {
-  for (int e = 4 * threadIdx.x; e < n; e += 4 * kThreads) {
-    const std::uint32_t d = smem_u32(dst + e);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src + e));
-  }
+  for (int e = 4 * threadIdx.x; e < n; e += 4 * kThreads) cp_async_16(smem_u32(dst + e), src + e, NoL2Hint{});
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 /// Waits until at most N of this thread's committed groups are still in flight.

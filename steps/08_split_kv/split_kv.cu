@@ -79,6 +79,29 @@ struct EpilogueSmem {
         Pl(Po + kRows * kD) {}
 };
 
+/// How a row of the tables cuts the work: production's plan(), or one of the two it
+/// chooses between at every shape (unit_plan, shared_plan).
+enum class Cut { plan, whole_units, shared };
+
+/// How the split kernel's K/V reads ask the L2 to keep their lines: as any load, or
+/// evict-first (step06::l2_evict_first: read once, so the first lines given up).
+enum class KvLines { normal, evict_first };
+
+/// How a row of the tables merges a row's parts: in the units' clusters where the plan and
+/// the GPU allow it (with_clusters) and else by the merge kernel launched early, or always
+/// by the merge kernel, launched early or after the splits.
+enum class Merge { cluster, kernel_early, kernel_late };
+
+/// What a row of the step's tables changes against the production forward (Variant{}).
+struct Variant {
+  int splits = 0;                ///< the split count; 0: the plan's
+  bool small_blocks = false;     ///< the GPU as one that gives a block 99 KiB sees it (small_blocks)
+  Merge merge = Merge::cluster;  ///< where the parts are merged
+  int ring = 0;                  ///< K/V tiles in the ring at d = 128; 0: stages() for the GPU
+  Cut cut = Cut::plan;           ///< the plan's choice, or one of its two at every shape
+  KvLines kv = KvLines::normal;  ///< how the K/V reads ask the L2 to keep their lines
+};
+
 template <class T>
 struct SplitArgs {
   int N, Nk, H, group;   // queries, keys, query heads a batch, query heads per K/V head
@@ -86,6 +109,7 @@ struct SplitArgs {
   std::size_t rows;      // B·H·N: rows of O, L and of each part's partials
   bool causal;
   float scale;
+  KvLines kv;            // the K/V reads' L2 policy
   SplitPlan plan;        // plan.cluster > 1: each unit's blocks one cluster, merging there
   const T *q, *k, *v;
   T* o;                  // [B·H·N][d], written when plan.direct()
@@ -123,10 +147,16 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const SplitPlan
   const int t0 = pc.t0, t1 = pc.t1 < end ? pc.t1 : end;
   const float mul = a.scale * step06::kLog2e;  // exp(scale·(s − m)) = 2^(s·mul − m·mul)
 
+  const step06::L2Hint once = step06::l2_evict_first();  // (used where a.kv asks for it)
   auto load_tile = [&](int tile) {  // tile `tile` of this head into its slot of the ring
     const int k0 = tile * kTileKeys, slot = (tile - t0) % kStages;
-    step06::copy_tile_async<kThreads, kD, kTileKeys>(Ks + slot * kTileKeys * kW, a.k + kv_head + std::size_t(k0) * kD, Nk - k0);
-    step06::copy_tile_async<kThreads, kD, kTileKeys>(Vs + slot * kTileKeys * kW, a.v + kv_head + std::size_t(k0) * kD, Nk - k0);
+    auto copy = [&](auto hint) {
+      step06::copy_tile_async<kThreads, kD, kTileKeys>(Ks + slot * kTileKeys * kW, a.k + kv_head + std::size_t(k0) * kD,
+                                                       Nk - k0, hint);
+      step06::copy_tile_async<kThreads, kD, kTileKeys>(Vs + slot * kTileKeys * kW, a.v + kv_head + std::size_t(k0) * kD,
+                                                       Nk - k0, hint);
+    };
+    a.kv == KvLines::evict_first ? copy(once) : copy(step06::NoL2Hint{});
   };
 
   float acc[1][kD / 8][4] = {};  // O_w: [m-tile][8-column n-tile][register] (rows g, g+8 × columns 2t, 2t+1)
@@ -397,12 +427,12 @@ __global__ void __launch_bounds__(kCombineThreads)
 }
 
 template <class T, int kD, int kStages>
-void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const SplitPlan& sp, bool early_merge) {
+void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const SplitPlan& sp, const Variant& v) {
   const std::size_t smem = smem_bytes(kD, kStages);
   set_smem_limit(split_kernel<T, kD, kStages>, smem);
   float* part_o = static_cast<float*>(ws);
   float* part_lse = part_o ? part_o + std::size_t(most_parts(sp)) * p.elems() : nullptr;
-  const SplitArgs<T> args{p.N, p.keys(), p.H, p.group(), row_blocks(p), p.rows(), p.causal, p.softmax_scale(), sp,
+  const SplitArgs<T> args{p.N, p.keys(), p.H, p.group(), row_blocks(p), p.rows(), p.causal, p.softmax_scale(), v.kv, sp,
                           static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
                           static_cast<T*>(a.o), a.lse, part_o, part_lse};
   if (sp.cluster > 1) {  // the units' parts merged in their clusters: no second kernel
@@ -422,7 +452,7 @@ void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const
     FA_CUDA_CHECK(cudaFuncGetAttributes(&f, combine_kernel<T, kD>));
     return f.ptxVersion >= 90;
   }();
-  launch_early(early_merge && kCanWait, combine_kernel<T, kD>, dim3(unsigned(p.rows())), dim3(kCombineThreads), 0, st,
+  launch_early(v.merge != Merge::kernel_late && kCanWait, combine_kernel<T, kD>, dim3(unsigned(p.rows())), dim3(kCombineThreads), 0, st,
                args);
 }
 
@@ -454,29 +484,11 @@ GpuShape small_blocks(GpuShape g) {
 /// ring: the tiles of the ring at d = 128 (stages(128, g), or a lesson row's).
 template <class T>
 void run_t(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const SplitPlan& sp, int ring,
-           bool early_merge) {
-  if (p.d == 64) return launch<T, 64, 4>(p, a, ws, st, sp, early_merge);  // stages(64, ·) = 4 on every GPU
-  if (ring == kDeepRing) return launch<T, 128, kDeepRing>(p, a, ws, st, sp, early_merge);
-  ring == 4 ? launch<T, 128, 4>(p, a, ws, st, sp, early_merge) : launch<T, 128, 2>(p, a, ws, st, sp, early_merge);
+           const Variant& v) {
+  if (p.d == 64) return launch<T, 64, 4>(p, a, ws, st, sp, v);  // stages(64, ·) = 4 on every GPU
+  if (ring == kDeepRing) return launch<T, 128, kDeepRing>(p, a, ws, st, sp, v);
+  ring == 4 ? launch<T, 128, 4>(p, a, ws, st, sp, v) : launch<T, 128, 2>(p, a, ws, st, sp, v);
 }
-
-/// How a row of the tables cuts the work: production's plan(), or one of the two it
-/// chooses between at every shape (unit_plan, shared_plan).
-enum class Cut { plan, whole_units, shared };
-
-/// How a row of the tables merges a row's parts: in the units' clusters where the plan and
-/// the GPU allow it (with_clusters) and else by the merge kernel launched early, or always
-/// by the merge kernel, launched early or after the splits.
-enum class Merge { cluster, kernel_early, kernel_late };
-
-/// What a row of the step's tables changes against the production forward (Variant{}).
-struct Variant {
-  int splits = 0;                ///< the split count; 0: the plan's
-  bool small_blocks = false;     ///< the GPU as one that gives a block 99 KiB sees it (small_blocks)
-  Merge merge = Merge::cluster;  ///< where the parts are merged
-  int ring = 0;                  ///< K/V tiles in the ring at d = 128; 0: stages() for the GPU
-  Cut cut = Cut::plan;           ///< the plan's choice, or one of its two at every shape
-};
 
 /// The GPU as the step sees it: this one, or (kSmall) as small_blocks.
 template <bool kSmall>
@@ -501,9 +513,7 @@ void run(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st) {
     throw Error("step08: a ring of " + std::to_string(ring) + " K/V tiles at d = 128 takes " +
                 std::to_string(smem_bytes(128, ring) / 1024) + " KiB of shared memory a block; this GPU gives " +
                 std::to_string(g.smem_per_block / 1024));
-  const bool early = kV.merge != Merge::kernel_late;
-  p.dtype == DType::bf16 ? run_t<__nv_bfloat16>(p, a, ws, st, sp, ring, early)
-                         : run_t<__half>(p, a, ws, st, sp, ring, early);
+  p.dtype == DType::bf16 ? run_t<__nv_bfloat16>(p, a, ws, st, sp, ring, kV) : run_t<__half>(p, a, ws, st, sp, ring, kV);
 }
 
 template <const Variant& kV>
@@ -554,6 +564,12 @@ constexpr Variant cut_by(Cut c) {
   return v;
 }
 constexpr Variant kUnits = cut_by(Cut::whole_units), kShared = cut_by(Cut::shared);
+constexpr Variant reads(KvLines kv) {
+  Variant v;
+  v.kv = kv;
+  return v;
+}
+constexpr Variant kEvictFirst = reads(KvLines::evict_first);
 const GpuForward kForward = forward<kPlan>("step08 forward");
 const GpuForward kForwardFixed[kFixedSplitCount] = {
     forward<kSplits1>("s1: one split"),    forward<kSplits2>("s2: 2 splits"),         forward<kSplits8>("s8: 8 splits"),
@@ -565,6 +581,7 @@ const GpuForward kForwardMergeKernel = forward<kKernel>("m2: the merge kernel wh
 const GpuForward kForwardDeepRing = forward<kDeep>("r6: a ring of six K/V tiles at d = 128", kDeepRingD);
 const GpuForward kForwardUnitSplits = forward<kUnits>("w1: whole units' splits at every shape");
 const GpuForward kForwardShared = forward<kShared>("k1: the tiles shared by a wave of blocks at every shape");
+const GpuForward kForwardEvictFirst = forward<kEvictFirst>("l1: the K/V reads evict-first in the L2");
 static_assert(kFixedSplits[0] == 1 && kFixedSplits[1] == 2 && kFixedSplits[2] == 8 && kFixedSplits[3] == 32 &&
                   kFixedSplits[4] == 128,
               "kForwardFixed follows kFixedSplits");

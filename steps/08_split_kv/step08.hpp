@@ -231,5 +231,7 @@ extern const GpuForward kForwardDeepRing;
 extern const GpuForward kForwardUnitSplits;
 /// The tiles shared by a wave of blocks at every shape (shared_plan), for note 08's table and tests.
 extern const GpuForward kForwardShared;
+/// The K/V reads with an L2 evict-first policy (read once: the first lines the L2 gives up).
+extern const GpuForward kForwardEvictFirst;
 
 }  // namespace fa::step08
