@@ -387,6 +387,26 @@ TEST_CASE("step08 merge kernel launched early (m2) or after the splits (m1): the
     }
 }
 
+TEST_CASE("step08 K/V reads evict-first in the L2 (l1) or not: the same bits", "[gpu]") {
+  // A cache policy changes which lines the L2 gives up first, never what a load returns:
+  // the same output as the reads without it, at a plan that writes O directly, one that
+  // merges in the merge kernel, one that merges in clusters (on Hopper), causal grouped
+  // heads, and last tiles partly past the keys.
+  for (int d : kAllD)
+    for (const Problem& p : {decode(1, 128, 1, 1000, 1, d, false), decode(1, 32, 1, 20000, 4, d, false),
+                             decode(1, 15, 1, 2100, 1, d, false), decode(2, 8, 16, 3000, 8, d, true),
+                             decode(1, 12, 1, 40001, 1, d, false)}) {
+      if (test::quick() && p.N_kv > 3000) continue;
+      INFO(p.str() << ": " << cut(step08::device_plan(p)));
+      const Qkv in = inputs(p, 93);
+      const ForwardOut plain = gpu::forward(step08::kForward, p, in, true);
+      const ForwardOut hinted = gpu::forward(step08::kForwardEvictFirst, p, in, true);
+      check_budget(p, in, hinted, "kernel");
+      FA_CHECK_CLOSE("O, evict-first vs plain", hinted.o, plain.o, tol::kBitExact, test::shape_o(p));
+      FA_CHECK_CLOSE("L, evict-first vs plain", hinted.lse, plain.lse, tol::kBitExact, test::shape_l(p));
+    }
+}
+
 TEST_CASE("step08 merge in a cluster and by the merge kernel (m2): the same bits", "[gpu]") {
   // The cluster's merge reads the parts from its blocks' shared memory instead of HBM and
   // adds the same products in the same order: the merge kernel's output, bit for bit. On

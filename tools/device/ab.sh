@@ -25,6 +25,8 @@
 # cluster: step 08 (each unit's parts merged in a cluster of its blocks where it can be) beside
 #         the merge kernel wherever it splits (08m2), cuDNN and FlashAttention-2, at the
 #         shapes where the H200 merges in clusters (B·H = 15, 30, 39, 66; 15 K/V heads of 8);
+# hint:   step 08 with its K/V reads evict-first in the L2 (08l1) beside production, cuDNN and
+#         FlashAttention-2, on note 08's decoding shapes;
 # order:  production's causal tiles heaviest first across heads (measured at h10 and b14; since
 #         h11, b15 the last section's order where a head has few tiles: PHASE=last) beside the
 #         same kernels head after head — forward: h1 (d = 64's short
@@ -121,6 +123,8 @@ if want cluster; then
   run ab08_cluster --decode --causal 0 --bh 15,30,39,66 $impls
   run ab08_cluster_gqa --decode --causal 0 --Nq 1 --bh 120 --group 8 $impls
 fi
+# 08l1: step 08 with its K/V reads evict-first in the L2 (createpolicy, cp.async's cache hint)
+want hint && decode_runs ab08_hint --impls=08,08l1,torch-cudnn,torch-flash
 if want ring; then
   impls=--impls=08,08r6,torch-cudnn,torch-flash,torch-efficient
   run ab08_ring --decode --causal 0 $impls
