@@ -274,6 +274,27 @@ TEST_CASE("step08 plan merges in clusters where every unit is 2 to 8 short chunk
     }
 }
 
+TEST_CASE("step08 K/V reads evict-first where K and V are at most three L2s", "[cpu]") {
+  const step08::GpuShape h200 = step08::kH200;  // 60 MiB of L2: up to 180 MiB of K and V
+  auto first = [&](const Problem& p) { return step08::reads_evict_first(p, h200); };
+  // The decoding shapes the rule was timed at: K and V of 16–128 MiB read evict-first ...
+  CHECK(first(decode(1, 32, 1, 8192, 8, 128, false)));     // 4 K/V heads, 8k keys: 16 MiB
+  CHECK(first(decode(1, 32, 1, 65536, 8, 128, false)));    // 128 MiB
+  CHECK(first(decode(1, 128, 1, 16384, 8, 128, false)));   // 16 K/V heads: 128 MiB
+  CHECK(first(decode(1, 32, 16, 8192, 1, 128, true)));     // 32 K/V heads, 8k keys: 128 MiB
+  // ... from 256 MiB up, as any load.
+  CHECK_FALSE(first(decode(1, 32, 1, 131072, 8, 128, false)));  // 256 MiB
+  CHECK_FALSE(first(decode(1, 32, 1, 16384, 1, 128, false)));   // 256 MiB
+  CHECK_FALSE(first(decode(1, 128, 16, 131072, 1, 128, true)));  // 8 GiB
+  // The bound: 180 MiB exactly (512 bytes a key at d = 128: 2 heads of 184320 keys) is in, a key more is not.
+  CHECK(first(decode(1, 2, 1, 184320, 1, 128, false)));
+  CHECK_FALSE(first(decode(1, 2, 1, 184321, 1, 128, false)));
+  // d = 64 reads half the bytes a key: twice the keys before the bound.
+  CHECK(first(decode(1, 32, 1, 16384, 1, 64, false)));
+  // A GPU whose L2 size is not known gets no hint.
+  CHECK_FALSE(step08::reads_evict_first(decode(1, 1, 1, 64, 1, 128, false), {108, 164 * 1024, 163 * 1024}));
+}
+
 TEST_CASE("step08 refuses fp32, other head dimensions and groups that do not divide", "[cpu]") {
   const Problem f = decode(1, 1, 1, 40, 1, 64, false, DType::fp32);
   CHECK(test::contains(test::error_of([&] { step08::model_forward(f, random_qkv(f, 1), {}); }), "bf16 or fp16"));
@@ -387,7 +408,7 @@ TEST_CASE("step08 merge kernel launched early (m2) or after the splits (m1): the
     }
 }
 
-TEST_CASE("step08 K/V reads evict-first in the L2 (l1) or not: the same bits", "[gpu]") {
+TEST_CASE("step08 K/V reads evict-first in the L2 (l1) or not (l0): the same bits", "[gpu]") {
   // A cache policy changes which lines the L2 gives up first, never what a load returns:
   // the same output as the reads without it, at a plan that writes O directly, one that
   // merges in the merge kernel, one that merges in clusters (on Hopper), causal grouped
@@ -399,7 +420,7 @@ TEST_CASE("step08 K/V reads evict-first in the L2 (l1) or not: the same bits", "
       if (test::quick() && p.N_kv > 3000) continue;
       INFO(p.str() << ": " << cut(step08::device_plan(p)));
       const Qkv in = inputs(p, 93);
-      const ForwardOut plain = gpu::forward(step08::kForward, p, in, true);
+      const ForwardOut plain = gpu::forward(step08::kForwardPlainReads, p, in, true);
       const ForwardOut hinted = gpu::forward(step08::kForwardEvictFirst, p, in, true);
       check_budget(p, in, hinted, "kernel");
       FA_CHECK_CLOSE("O, evict-first vs plain", hinted.o, plain.o, tol::kBitExact, test::shape_o(p));

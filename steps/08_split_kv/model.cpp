@@ -76,6 +76,11 @@ SplitPlan plan(const Problem& p, const GpuShape& gpu) {
   // end exercise
 }
 
+bool reads_evict_first(const Problem& p, const GpuShape& gpu) {
+  const double kv_bytes = 2.0 * double(p.kv_elems()) * 2;  // K and V, 16-bit
+  return kv_bytes <= double(kEvictFirstL2s) * double(gpu.l2_bytes);
+}
+
 SplitPlan with_clusters(SplitPlan s, const GpuShape& gpu) {
   const long long S = s.blocks / s.units;
   const bool whole_units = S > 1 && S <= kMaxCluster && s.blocks == S * s.units;

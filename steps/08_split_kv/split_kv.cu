@@ -17,6 +17,8 @@
 // its part in shared memory, and after a cluster barrier the cluster's warps merge the
 // unit's rows, reading the parts through distributed shared memory (merge_in_cluster), and
 // write O and L.
+// The K/V reads ask the L2 to evict their lines first where K and V are at most a few L2s
+// (reads_evict_first; step06::l2_evict_first).
 // combine_kernel — elsewhere, one thread block a row, launched early on Hopper
 // (programmatic dependent launch): the row's parts merged by the merge rule for many parts
 // at once (statistics first, then every part weighted), O rounded to 16 bits, L written.
@@ -83,9 +85,10 @@ struct EpilogueSmem {
 /// chooses between at every shape (unit_plan, shared_plan).
 enum class Cut { plan, whole_units, shared };
 
-/// How the split kernel's K/V reads ask the L2 to keep their lines: as any load, or
-/// evict-first (step06::l2_evict_first: read once, so the first lines given up).
-enum class KvLines { normal, evict_first };
+/// How the split kernel's K/V reads ask the L2 to keep their lines: evict-first where K
+/// and V are at most a few L2s (reads_evict_first), or as any load, or evict-first, at
+/// every shape. The kernel is told one of the last two.
+enum class KvLines { by_size, normal, evict_first };
 
 /// How a row of the tables merges a row's parts: in the units' clusters where the plan and
 /// the GPU allow it (with_clusters) and else by the merge kernel launched early, or always
@@ -99,7 +102,7 @@ struct Variant {
   Merge merge = Merge::cluster;  ///< where the parts are merged
   int ring = 0;                  ///< K/V tiles in the ring at d = 128; 0: stages() for the GPU
   Cut cut = Cut::plan;           ///< the plan's choice, or one of its two at every shape
-  KvLines kv = KvLines::normal;  ///< how the K/V reads ask the L2 to keep their lines
+  KvLines kv = KvLines::by_size;  ///< how the K/V reads ask the L2 to keep their lines
 };
 
 template <class T>
@@ -109,7 +112,7 @@ struct SplitArgs {
   std::size_t rows;      // B·H·N: rows of O, L and of each part's partials
   bool causal;
   float scale;
-  KvLines kv;            // the K/V reads' L2 policy
+  KvLines kv;            // the K/V reads' L2 policy: normal or evict_first
   SplitPlan plan;        // plan.cluster > 1: each unit's blocks one cluster, merging there
   const T *q, *k, *v;
   T* o;                  // [B·H·N][d], written when plan.direct()
@@ -462,7 +465,7 @@ void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const
 /// block is smaller, and at least as many fit.
 GpuShape this_gpu() {
   static const GpuShape kHere = [] {
-    GpuShape g{gpu::sm_count(), gpu::smem_per_sm(), gpu::smem_per_block()};
+    GpuShape g{gpu::sm_count(), gpu::smem_per_sm(), gpu::smem_per_block(), gpu::l2_bytes()};
     if (gpu::compute_capability() < 90 || gpu::device_code_arch() < 90) return g;
     auto* kernel = split_kernel<__nv_bfloat16, 128, 4>;
     const std::size_t smem = smem_bytes(128, 4);
@@ -513,7 +516,9 @@ void run(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st) {
     throw Error("step08: a ring of " + std::to_string(ring) + " K/V tiles at d = 128 takes " +
                 std::to_string(smem_bytes(128, ring) / 1024) + " KiB of shared memory a block; this GPU gives " +
                 std::to_string(g.smem_per_block / 1024));
-  p.dtype == DType::bf16 ? run_t<__nv_bfloat16>(p, a, ws, st, sp, ring, kV) : run_t<__half>(p, a, ws, st, sp, ring, kV);
+  Variant v = kV;  // the row, its K/V reads' hint decided for this problem
+  if (v.kv == KvLines::by_size) v.kv = reads_evict_first(p, g) ? KvLines::evict_first : KvLines::normal;
+  p.dtype == DType::bf16 ? run_t<__nv_bfloat16>(p, a, ws, st, sp, ring, v) : run_t<__half>(p, a, ws, st, sp, ring, v);
 }
 
 template <const Variant& kV>
@@ -569,7 +574,7 @@ constexpr Variant reads(KvLines kv) {
   v.kv = kv;
   return v;
 }
-constexpr Variant kEvictFirst = reads(KvLines::evict_first);
+constexpr Variant kPlainReads = reads(KvLines::normal), kEvictFirst = reads(KvLines::evict_first);
 const GpuForward kForward = forward<kPlan>("step08 forward");
 const GpuForward kForwardFixed[kFixedSplitCount] = {
     forward<kSplits1>("s1: one split"),    forward<kSplits2>("s2: 2 splits"),         forward<kSplits8>("s8: 8 splits"),
@@ -581,7 +586,8 @@ const GpuForward kForwardMergeKernel = forward<kKernel>("m2: the merge kernel wh
 const GpuForward kForwardDeepRing = forward<kDeep>("r6: a ring of six K/V tiles at d = 128", kDeepRingD);
 const GpuForward kForwardUnitSplits = forward<kUnits>("w1: whole units' splits at every shape");
 const GpuForward kForwardShared = forward<kShared>("k1: the tiles shared by a wave of blocks at every shape");
-const GpuForward kForwardEvictFirst = forward<kEvictFirst>("l1: the K/V reads evict-first in the L2");
+const GpuForward kForwardPlainReads = forward<kPlainReads>("l0: the K/V reads without an L2 hint at every shape");
+const GpuForward kForwardEvictFirst = forward<kEvictFirst>("l1: the K/V reads evict-first in the L2 at every shape");
 static_assert(kFixedSplits[0] == 1 && kFixedSplits[1] == 2 && kFixedSplits[2] == 8 && kFixedSplits[3] == 32 &&
                   kFixedSplits[4] == 128,
               "kForwardFixed follows kFixedSplits");

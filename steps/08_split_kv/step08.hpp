@@ -23,6 +23,9 @@
 //              run as one thread block cluster: each keeps its part in shared memory,
 //              and the cluster merges them through distributed shared memory and
 //              writes O and L (no partials in HBM, no second kernel).
+//   L2 hint    where K and V are at most three L2s, their reads ask the L2 to evict
+//              them first (read once), leaving the lines it holds — dirty ones, which
+//              would have to be written back first — alone.
 // When every block is exactly one unit the first kernel writes O and L itself (no
 // partials, no second kernel).
 // Limits: d = 64 or 128, bf16 or fp16, N_kv ≥ 1 keys for N ≥ 1 queries (the queries the
@@ -63,16 +66,17 @@ struct GpuShape {
   int sms;                     ///< multiprocessors
   std::size_t smem_per_sm;     ///< shared memory per multiprocessor, bytes
   std::size_t smem_per_block;  ///< the most one block may take (opt-in), bytes
+  std::size_t l2_bytes = 0;    ///< the L2's size (cudaDevAttrL2CacheSize), bytes; 0: unknown
   /// clusters[S]: clusters of S blocks (one block an SM) the GPU runs at once — all of
   /// them, not one wave of them, must fit for a plan to merge in clusters; 0 where it has
   /// no clusters (before Hopper) or S is not a cluster size here. A cluster's SMs are in
   /// one GPC, so this is not ⌊sms/S⌋ (cudaOccupancyMaxActiveClusters).
   int clusters[kMaxCluster + 1] = {};
 };
-/// The course's GPU, for the CPU model and the tour: an H200's clusters as
-/// cudaOccupancyMaxActiveClusters gave them for the split kernel (note 08, "The merge in a
-/// cluster"): clusters of 4 or 8 cover 120 of its 132 SMs, of 2 all of them.
-constexpr GpuShape kH200{132, 228 * 1024, 227 * 1024, {0, 0, 66, 39, 30, 22, 17, 15, 15}};
+/// The course's GPU, for the CPU model and the tour: an H200's 60 MiB of L2, and its
+/// clusters as cudaOccupancyMaxActiveClusters gave them for the split kernel (note 08, "The
+/// merge in a cluster"): clusters of 4 or 8 cover 120 of its 132 SMs, of 2 all of them.
+constexpr GpuShape kH200{132, 228 * 1024, 227 * 1024, 60u << 20, {0, 0, 66, 39, 30, 22, 17, 15, 15}};
 /// K/V tiles in a block's ring: 4 (64 KiB at d = 64, 128 KiB at d = 128: three tiles in
 /// flight while one is computed) where one block may hold them — every GPU at d = 64, an
 /// A100 or H100/H200 at d = 128 —, else 2 (an RTX 30xx/40xx gives a block 99 KiB).
@@ -153,6 +157,15 @@ constexpr int kMaxClusterChunk = 64;
 /// Else s as it is (the merge kernel).
 SplitPlan with_clusters(SplitPlan s, const GpuShape& gpu);
 
+/// The most K and V bytes, in L2 sizes, that the split kernel reads evict-first (note 08,
+/// "Reads that leave the L2 alone"): timed on the H200 (60 MiB of L2) at the decoding
+/// shapes, the hint saved 0.9–7.3% of the time where K and V were 16–128 MiB, and cost
+/// 1.6–6.6% from 256 MiB up; 3 L2s (180 MiB) is the middle of that bracket (√2 · 128 MiB).
+constexpr int kEvictFirstL2s = 3;
+/// Whether the split kernel's K/V reads ask the L2 to evict their lines first: where K and
+/// V together are at most kEvictFirstL2s times the GPU's L2 (never where its size is unknown).
+bool reads_evict_first(const Problem& p, const GpuShape& gpu);
+
 /// Thread blocks along the packed rows of one K/V head: ⌈G·N/16⌉.
 int row_blocks(const Problem& p);
 /// K/V tiles of a head: ⌈N_kv/64⌉.
@@ -231,7 +244,9 @@ extern const GpuForward kForwardDeepRing;
 extern const GpuForward kForwardUnitSplits;
 /// The tiles shared by a wave of blocks at every shape (shared_plan), for note 08's table and tests.
 extern const GpuForward kForwardShared;
-/// The K/V reads with an L2 evict-first policy (read once: the first lines the L2 gives up).
+/// The K/V reads without the L2 hint at every shape (l0), and evict-first at every shape
+/// (l1), where production asks for it by reads_evict_first.
+extern const GpuForward kForwardPlainReads;
 extern const GpuForward kForwardEvictFirst;
 
 }  // namespace fa::step08

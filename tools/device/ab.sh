@@ -14,8 +14,9 @@
 # host:   step 07 and cuDNN's backward behind a spin of 200 µs and of 2000 µs, one after the
 #         other (PyTorch's backward enqueues for longer than 200: ab.py's host_us_max; a
 #         longer spin is also a longer rest for the GPU between repeats);
-# decode: step 08 (and 08m2, the merge kernel wherever it splits, and 08m1, that kernel
-#         launched late), step 06 and PyTorch's backends on note 08's decoding shapes;
+# decode: step 08 (and 08m2, the merge kernel wherever it splits, 08m1, that kernel
+#         launched late, and 08l0, no L2 hint on the K/V reads), step 06 and PyTorch's
+#         backends on note 08's decoding shapes;
 # ring:   step 08 with a ring of six K/V tiles (08r6) beside production's four and PyTorch's
 #         backends, on note 08's decoding shapes;
 # stream: step 08 (the tiles shared by a wave of blocks where whole units' splits leave SMs
@@ -25,8 +26,8 @@
 # cluster: step 08 (each unit's parts merged in a cluster of its blocks where it can be) beside
 #         the merge kernel wherever it splits (08m2), cuDNN and FlashAttention-2, at the
 #         shapes where the H200 merges in clusters (B·H = 15, 30, 39, 66; 15 K/V heads of 8);
-# hint:   step 08 with its K/V reads evict-first in the L2 (08l1) beside production, cuDNN and
-#         FlashAttention-2, on note 08's decoding shapes;
+# hint:   step 08 with its K/V reads without the L2 hint (08l0) and evict-first (08l1) at every
+#         shape, beside production, cuDNN and FlashAttention-2, on note 08's decoding shapes;
 # order:  production's causal tiles heaviest first across heads (measured at h10 and b14; since
 #         h11, b15 the last section's order where a head has few tiles: PHASE=last) beside the
 #         same kernels head after head — forward: h1 (d = 64's short
@@ -111,8 +112,8 @@ decode_runs() {
   run "$1_gqa" --decode --causal 0 --Nq 1 --bh 32,128 --group 8 "$2"
 }
 # 08m2: step 08 with the merge kernel wherever it splits (no cluster's merge), launched early;
-# 08m1: launched after the splits, as any kernel
-want decode && decode_runs ab08 --impls=08,08m2,08m1,06,torch-cudnn,torch-flash,torch-efficient
+# 08m1: launched after the splits, as any kernel; 08l0: K/V reads without the L2 hint at every shape
+want decode && decode_runs ab08 --impls=08,08m2,08m1,08l0,06,torch-cudnn,torch-flash,torch-efficient
 # 08w1: whole units' splits at every shape, where production shares the tiles in some
 want stream && decode_runs ab08_stream --impls=08,08w1,torch-cudnn,torch-flash
 # 08m2: the merge kernel wherever step 08 splits; production merges in clusters where every
@@ -123,8 +124,8 @@ if want cluster; then
   run ab08_cluster --decode --causal 0 --bh 15,30,39,66 $impls
   run ab08_cluster_gqa --decode --causal 0 --Nq 1 --bh 120 --group 8 $impls
 fi
-# 08l1: step 08 with its K/V reads evict-first in the L2 (createpolicy, cp.async's cache hint)
-want hint && decode_runs ab08_hint --impls=08,08l1,torch-cudnn,torch-flash
+# 08l0, 08l1: step 08 with its K/V reads without the L2 hint, and evict-first, at every shape
+want hint && decode_runs ab08_hint --impls=08,08l0,08l1,torch-cudnn,torch-flash
 if want ring; then
   impls=--impls=08,08r6,torch-cudnn,torch-flash,torch-efficient
   run ab08_ring --decode --causal 0 $impls

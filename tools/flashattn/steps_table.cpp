@@ -139,6 +139,7 @@ std::vector<StepEntry> make_table() {
   t.back().forward_versions.push_back(&step08::kForwardDeepRing);
   t.back().forward_versions.push_back(&step08::kForwardUnitSplits);
   t.back().forward_versions.push_back(&step08::kForwardShared);
+  t.back().forward_versions.push_back(&step08::kForwardPlainReads);
   t.back().forward_versions.push_back(&step08::kForwardEvictFirst);
 #endif
   return t;
