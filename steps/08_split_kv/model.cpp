@@ -103,13 +103,13 @@ struct Moved {
 /// loads and stores).
 Moved moved(const Problem& p, const SplitPlan& s) {
   Moved m;
-  const int G = p.group(), packed = G * p.N, d = p.d, rbs = row_blocks(p);
+  const int G = p.group(), d = p.d, rbs = row_blocks(p);
   for (int b = 0; b < s.blocks; ++b)
     for (long long from = s.begin(b); from < s.end(b);) {
       const SplitPlan::Piece pc = s.piece(from, s.end(b));
       from += pc.t1 - pc.t0;
       const int rb = int(pc.unit % rbs), t1 = std::min(pc.t1, tile_end(p.N, p.keys(), G, p.causal, rb));
-      const std::uint64_t rows = std::uint64_t(std::min(kRows, packed - rb * kRows));
+      const std::uint64_t rows = std::uint64_t(unit_rows(G, p.N, rbs, pc.unit));
       if (t1 > pc.t0) {
         m.q += rows * d;
         m.kv += 2 * std::uint64_t(std::min(p.keys(), t1 * kTileKeys) - pc.t0 * kTileKeys) * d;
@@ -165,7 +165,7 @@ ModelForward model_forward(const Problem& p, const Qkv& in, const SplitPlan& s) 
   Traffic on_chip;
   Traffic& parts_traffic = s.merge_kernel() ? r.traffic : on_chip;
   Hbm PO(parts * p.elems(), parts_traffic), PL(parts * p.rows(), parts_traffic);
-  const int N = p.N, Nk = p.keys(), d = p.d, G = p.group(), packed = G * N, rbs = row_blocks(p);
+  const int N = p.N, Nk = p.keys(), d = p.d, G = p.group(), rbs = row_blocks(p);
   const float scale = p.softmax_scale();
   auto base_of = [&](long long u) { return first_row(p.H, G, N, rbs, u); };  // unit u's row rr is row base_of(u) + rr
   for (int b = 0; b < s.blocks; ++b)
@@ -173,7 +173,7 @@ ModelForward model_forward(const Problem& p, const Qkv& in, const SplitPlan& s) 
       const SplitPlan::Piece pc = s.piece(from, s.end(b));
       from += pc.t1 - pc.t0;
       const std::size_t kv_head = std::size_t(pc.unit / rbs) * Nk * d, base = base_of(pc.unit);
-      const int rb = int(pc.unit % rbs), r0 = rb * kRows, rows = std::min(kRows, packed - r0);
+      const int rb = int(pc.unit % rbs), r0 = rb * kRows, rows = unit_rows(G, N, rbs, pc.unit);
       const int t0 = pc.t0, t1 = std::min(pc.t1, tile_end(N, Nk, G, p.causal, rb));
       const std::size_t part = std::size_t(b - s.first(pc.unit));  // this block's part of the unit's rows
       OnChip chip(std::size_t(kRows) * d + 2 * std::size_t(kTileKeys) * d + std::size_t(kWarps) * kRows * (d + 2) +
@@ -255,7 +255,7 @@ ModelForward model_forward(const Problem& p, const Qkv& in, const SplitPlan& s) 
     // kernel's tree), then every part weighted against the common max.
     std::vector<float> ls, o(d);
     for (long long u = 0; u < s.units; ++u)
-      for (int rr = 0; rr < std::min(kRows, packed - int(u % rbs) * kRows); ++rr) {
+      for (int rr = 0; rr < unit_rows(G, N, rbs, u); ++rr) {
         const std::size_t row = base_of(u) + rr;
         ls.resize(std::size_t(s.parts(u)));
         for (std::size_t j = 0; j < ls.size(); ++j) ls[j] = PL.load(j * p.rows() + row);

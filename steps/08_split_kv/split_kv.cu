@@ -142,8 +142,8 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const SplitPlan
   step06::require_aligned_smem(smem_raw);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int kvh = int(pc.unit / a.row_blocks), rb = int(pc.unit % a.row_blocks);
-  const int N = a.N, Nk = a.Nk, G = a.group, packed = G * N;
-  const int r0 = rb * kRows, rows = packed - r0 < kRows ? packed - r0 : kRows;
+  const int N = a.N, Nk = a.Nk, G = a.group;
+  const int r0 = rb * kRows, rows = unit_rows(G, N, a.row_blocks, pc.unit);
   const std::size_t base = first_row(a.H, G, N, a.row_blocks, pc.unit);  // packed row r is row base + r
   const std::size_t kv_head = std::size_t(kvh) * Nk * kD;
   const int end = tile_end(N, Nk, G, a.causal, rb);
@@ -275,15 +275,15 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const SplitPlan
       if (c == 0) a.lse[row] = online::lse(mm, ll);
       continue;
     }
-    // A part: an empty one (no key for this row) has ℓ = 0, weight 0 in the merge.
-    const float po = ll > 0.0f ? o / ll : 0.0f;
+    // A part: (O/ℓ, L), and an empty one (no key for this row) (0, −∞): weight 0 in the merge.
+    const float po = ll > 0.0f ? o / ll : 0.0f, pl = ll > 0.0f ? online::lse(mm, ll) : -INFINITY;
     if (a.plan.cluster > 1) {  // kept here for the cluster's merge
       ep.Po[r * kD + c] = po;
-      if (c == 0) ep.Pl[r] = ll > 0.0f ? online::lse(mm, ll) : -INFINITY;
+      if (c == 0) ep.Pl[r] = pl;
     } else {  // to HBM for the merge kernel
       const std::size_t at = std::size_t(part) * a.rows + row;
       a.part_o[at * kD + c] = po;
-      if (c == 0) a.part_lse[at] = ll > 0.0f ? online::lse(mm, ll) : -INFINITY;
+      if (c == 0) a.part_lse[at] = pl;
     }
   }
 #endif
@@ -306,7 +306,7 @@ __device__ __forceinline__ void merge_in_cluster(const SplitArgs<T>& a, unsigned
   const int S = int(cluster.num_blocks()), rank = int(cluster.block_rank());
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const long long unit = blockIdx.x / S;
-  const int rows = min(kRows, a.group * a.N - int(unit % a.row_blocks) * kRows);
+  const int rows = unit_rows(a.group, a.N, a.row_blocks, unit);
   const std::size_t base = first_row(a.H, a.group, a.N, a.row_blocks, unit);
   for (int r = rank * kWarps + warp; r < rows; r += S * kWarps) {
     const float L = lane < S ? *cluster.map_shared_rank(ep.Pl + r, lane) : -INFINITY;

@@ -188,6 +188,12 @@ FA_HD std::size_t first_row(int H, int G, int N, int rbs, long long u) {
   const std::size_t kvh = std::size_t(u / rbs), kv_heads = std::size_t(H / G);
   return (kvh / kv_heads * H + kvh % kv_heads * G) * N + std::size_t(u % rbs) * kRows;
 }
+/// Unit u's rows that exist: 16, or in a K/V head's last row block what is left of its
+/// G·N packed rows (rbs row blocks a head).
+FA_HD int unit_rows(int G, int N, int rbs, long long u) {
+  const int left = G * N - int(u % rbs) * kRows;
+  return left < kRows ? left : kRows;
+}
 /// A part's L folded into a row's statistics (m, ℓ): a part's (O/ℓ, L) is the state
 /// (m = L, ℓ = 1, O/ℓ) — e^L·1 = e^m·ℓ —, and an empty part's (0, −∞) has ℓ = 0.
 FA_HD void merge_part_stats(float& m, float& l, float L) {
