@@ -74,6 +74,12 @@ Qkv expanded(const Problem& p, const Qkv& in) {
   }
   return e;
 }
+
+/// Two forwards that must agree bit for bit, O and L (`what`: which two).
+void check_same_bits(const Problem& p, const ForwardOut& got, const ForwardOut& want, const std::string& what) {
+  FA_CHECK_CLOSE("O, " + what, got.o, want.o, tol::kBitExact, test::shape_o(p));
+  FA_CHECK_CLOSE("L, " + what, got.lse, want.lse, tol::kBitExact, test::shape_l(p));
+}
 }  // namespace
 
 TEST_CASE("step08 model meets the error budget of its 16-bit type, at every split count", "[cpu]") {
@@ -129,8 +135,7 @@ TEST_CASE("step08 model: grouped-query attention is the problem with K/V repeate
     const Qkv in = inputs(p, 84);
     const ForwardOut g = step08::model_forward(p, in, step08::fixed_plan(p, 2)).out;
     const ForwardOut x = step08::model_forward(e, expanded(p, in), step08::fixed_plan(e, 2)).out;
-    FA_CHECK_CLOSE("O", g.o, x.o, tol::kBitExact, test::shape_o(p));
-    FA_CHECK_CLOSE("L", g.lse, x.lse, tol::kBitExact, test::shape_l(p));
+    check_same_bits(p, g, x, "grouped vs K/V repeated");
     // and the reference agrees that they are the same problem
     FA_CHECK_CLOSE("reference O", reference::forward(p, in).o, reference::forward(e, expanded(p, in)).o,
                    tol::kBitExact, test::shape_o(p));
@@ -265,8 +270,7 @@ TEST_CASE("step08 plan merges in clusters where every unit is 2 to 8 short chunk
       REQUIRE(c.cluster == S);
       const Qkv in = inputs(p, 91);
       const ModelForward a = step08::model_forward(p, in, k), b = step08::model_forward(p, in, c);
-      FA_CHECK_CLOSE("O", b.out.o, a.out.o, tol::kBitExact, test::shape_o(p));
-      FA_CHECK_CLOSE("L", b.out.lse, a.out.lse, tol::kBitExact, test::shape_l(p));
+      check_same_bits(p, b.out, a.out, "cluster's merge vs the merge kernel's (model)");
       const std::uint64_t partials = std::uint64_t(S) * p.rows() * std::uint64_t(p.d + 1);
       CHECK(a.traffic.read - b.traffic.read == partials);
       CHECK(a.traffic.written - b.traffic.written == partials);
@@ -403,8 +407,7 @@ TEST_CASE("step08 merge kernel launched early (m2) or after the splits (m1): the
       const Qkv in = inputs(p, 88);
       const ForwardOut early = gpu::forward(step08::kForwardMergeKernel, p, in, true);
       const ForwardOut late = gpu::forward(step08::kForwardLateMerge, p, in, true);
-      FA_CHECK_CLOSE("O, early vs late", early.o, late.o, tol::kBitExact, test::shape_o(p));
-      FA_CHECK_CLOSE("L, early vs late", early.lse, late.lse, tol::kBitExact, test::shape_l(p));
+      check_same_bits(p, early, late, "early vs late");
     }
 }
 
@@ -423,8 +426,7 @@ TEST_CASE("step08 K/V reads evict-first in the L2 (l1) or not (l0): the same bit
       const ForwardOut plain = gpu::forward(step08::kForwardPlainReads, p, in, true);
       const ForwardOut hinted = gpu::forward(step08::kForwardEvictFirst, p, in, true);
       check_budget(p, in, hinted, "kernel");
-      FA_CHECK_CLOSE("O, evict-first vs plain", hinted.o, plain.o, tol::kBitExact, test::shape_o(p));
-      FA_CHECK_CLOSE("L, evict-first vs plain", hinted.lse, plain.lse, tol::kBitExact, test::shape_l(p));
+      check_same_bits(p, hinted, plain, "evict-first vs plain");
     }
 }
 
@@ -451,8 +453,7 @@ TEST_CASE("step08 merge in a cluster and by the merge kernel (m2): the same bits
       const ForwardOut c = gpu::forward(step08::kForward, p, in, true);
       const ForwardOut k = gpu::forward(step08::kForwardMergeKernel, p, in, true);
       check_budget(p, in, c, "kernel");
-      FA_CHECK_CLOSE("O, cluster vs merge kernel", c.o, k.o, tol::kBitExact, test::shape_o(p));
-      FA_CHECK_CLOSE("L, cluster vs merge kernel", c.lse, k.lse, tol::kBitExact, test::shape_l(p));
+      check_same_bits(p, c, k, "cluster vs merge kernel");
     }
   // On a GPU with clusters (and code for it), some of these merged in clusters: the test
   // cannot pass by never taking the cluster's path.
@@ -468,8 +469,7 @@ TEST_CASE("step08 kernel with a ring of six tiles (r6) at d = 128: production's 
     const Qkv in = inputs(p, 86);
     const ForwardOut deep = gpu::forward(step08::kForwardDeepRing, p, in, true);
     const ForwardOut prod = gpu::forward(step08::kForward, p, in, true);
-    FA_CHECK_CLOSE("O, six tiles vs production", deep.o, prod.o, tol::kBitExact, test::shape_o(p));
-    FA_CHECK_CLOSE("L, six tiles vs production", deep.lse, prod.lse, tol::kBitExact, test::shape_l(p));
+    check_same_bits(p, deep, prod, "six tiles vs production");
   }
 }
 
