@@ -97,11 +97,11 @@ enum class Merge { cluster, kernel_early, kernel_late };
 
 /// What a row of the step's tables changes against the production forward (Variant{}).
 struct Variant {
-  int splits = 0;                ///< the split count; 0: the plan's
-  bool small_blocks = false;     ///< the GPU as one that gives a block 99 KiB sees it (small_blocks)
-  Merge merge = Merge::cluster;  ///< where the parts are merged
-  int ring = 0;                  ///< K/V tiles in the ring at d = 128; 0: stages() for the GPU
-  Cut cut = Cut::plan;           ///< the plan's choice, or one of its two at every shape
+  int splits = 0;                 ///< the split count; 0: the plan's
+  bool small_blocks = false;      ///< the GPU as one that gives a block 99 KiB sees it (small_blocks)
+  Merge merge = Merge::cluster;   ///< where the parts are merged
+  int ring = 0;                   ///< K/V tiles in the ring at d = 128; 0: stages() for the GPU
+  Cut cut = Cut::plan;            ///< the plan's choice, or one of its two at every shape
   KvLines kv = KvLines::by_size;  ///< how the K/V reads ask the L2 to keep their lines
 };
 
@@ -455,8 +455,8 @@ void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const
     FA_CUDA_CHECK(cudaFuncGetAttributes(&f, combine_kernel<T, kD>));
     return f.ptxVersion >= 90;
   }();
-  launch_early(v.merge != Merge::kernel_late && kCanWait, combine_kernel<T, kD>, dim3(unsigned(p.rows())), dim3(kCombineThreads), 0, st,
-               args);
+  launch_early(v.merge != Merge::kernel_late && kCanWait, combine_kernel<T, kD>, dim3(unsigned(p.rows())),
+               dim3(kCombineThreads), 0, st, args);
 }
 
 /// This GPU: its SMs, shared memory and clusters (where the code that runs was compiled
