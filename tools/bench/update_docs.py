@@ -1911,6 +1911,11 @@ def table_step08_merge(D):
     return out
 
 
+def rounds08(folder):
+    """How many rounds an ab.py run in `folder` timed (its ab08*.csv)."""
+    return 1 + max(int(r["round"]) for path in glob.glob(os.path.join(folder, "ab08*.csv")) for r in csv.DictReader(open(path)))
+
+
 def step08_pair(D, folder, a, b, both, head_a, head_b, ratio_head):
     """Two versions of step 08 in one ab.py run (`folder`), at every decoding shape both were timed at: the table's
     caption and rows (µs, × PyTorch's best backend, time b ÷ a), and those ratios by shape."""
@@ -1918,7 +1923,8 @@ def step08_pair(D, folder, a, b, both, head_a, head_b, ratio_head):
     keys = [k for k in sorted(rows, key=order08) if a in rows[k] and b in rows[k]]
     out = [f"µs of step 08 (× PyTorch's best backend), bf16, d = 128, B = 1, on "
            f"{device07(D, 'device.txt', folder)}, measured in one process (`tools/bench/ab.py`, "
-           f"`{rel(folder)}/ab08*.csv`: {both} and PyTorch on the same tensors, taking turns, 3 rounds; the median).",
+           f"`{rel(folder)}/ab08*.csv`: {both} and PyTorch on the same tensors, taking turns, {rounds08(folder)} rounds; "
+           "the median).",
            "", f"| B·H | H_kv | N_q | N_kv | causal | {head_a} | {head_b} | {ratio_head} |",
            "|---|---|---|---|---|---|---|---|"]
     ratio = {k: rows[k][b]["ms"] / rows[k][a]["ms"] for k in keys}
@@ -2018,18 +2024,13 @@ def table_step08_ring(D):
 
 
 HINT08 = "tries/step08_l2_evict_first"  # ab.py's run at 84ab163: "08" = the K/V reads without a hint, 08l1 = evict-first
-HINT08_L2_MIB = 60  # the H200's L2 (cudaDevAttrL2CacheSize: 62914560 bytes); the rule hints up to 3 of them
+HINT08_BOUND_MIB = 3 * 60  # the rule's bound on the H200: kEvictFirstL2s (3) times its L2 (62914560 bytes, 60 MiB)
 
 
 def kv_mib08(key, d=128):
     """K and V of a decoding shape (B = 1, 16-bit), in MiB."""
     H, Hkv, N, Nk, c = key
     return 2 * Hkv * Nk * d * 2 / 2**20
-
-
-def rounds08(folder):
-    """How many rounds an ab.py run in `folder` timed (its ab08*.csv)."""
-    return 1 + max(int(r["round"]) for path in glob.glob(os.path.join(folder, "ab08*.csv")) for r in csv.DictReader(open(path)))
 
 
 def table_step08_hint(D):
@@ -2043,7 +2044,7 @@ def table_step08_hint(D):
            f"{device07(D, 'device.txt', f1)}; two runs of `tools/bench/ab.py` in one session: run 1 "
            f"(`{rel(f1)}/`, {rounds08(f1)} rounds) the K/V reads as any load beside evict-first at every shape (l1); "
            f"run 2 (`{rel(f2)}/ab08*.csv`, {rounds08(f2)} rounds) production, evict-first where K and V are at most "
-           f"three L2s ({3 * HINT08_L2_MIB} MiB), beside no hint at every shape (l0); the median.", "",
+           f"three L2s ({HINT08_BOUND_MIB} MiB), beside no hint at every shape (l0); the median.", "",
            "| B·H | H_kv | N_q | N_kv | causal | K and V, MiB | production hints | run 1: as any load | evict-first (l1) "
            "| l1 ÷ any load | run 2: no hint (l0) | production | production ÷ l0 |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -2051,14 +2052,14 @@ def table_step08_hint(D):
     for k in keys:
         a, b, best1 = r1[k]["08"]["ms"], r1[k]["08l1"]["ms"], best_peer(r1[k])[1]
         c, p, best2 = r2[k]["08l0"]["ms"], r2[k]["08"]["ms"], best_peer(r2[k])[1]
-        hinted = kv_mib08(k) <= 3 * HINT08_L2_MIB
+        hinted = kv_mib08(k) <= HINT08_BOUND_MIB
         (small if hinted else large).append(b / a)
         (prod_small if hinted else prod_large).append(p / c)
         out.append(f"| {shape08(k)} | {kv_mib08(k):.0f} | {'yes' if hinted else 'no'} | {a * 1e3:.1f} ({best1 / a:.2f}) "
                    f"| {b * 1e3:.1f} ({best1 / b:.2f}) | {b / a:.3f} | {c * 1e3:.1f} ({best2 / c:.2f}) | {p * 1e3:.1f} "
                    f"({best2 / p:.2f}) | {p / c:.3f} |")
     out += ["", f"Evict-first ÷ as any load (run 1): {min(small):.3f}–{max(small):.3f} at the {len(small)} shapes with "
-                f"K and V of at most {3 * HINT08_L2_MIB} MiB, {min(large):.3f}–{max(large):.3f} at the {len(large)} "
+                f"K and V of at most {HINT08_BOUND_MIB} MiB, {min(large):.3f}–{max(large):.3f} at the {len(large)} "
                 f"larger ones. Production ÷ l0 (run 2): {min(prod_small):.3f}–{max(prod_small):.3f} where it hints, "
                 f"{min(prod_large):.3f}–{max(prod_large):.3f} where it does not (the same kernel: the run's noise)."]
     return out
