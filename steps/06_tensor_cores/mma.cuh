@@ -291,6 +291,37 @@ __device__ __forceinline__ void require_aligned_smem(const void* base) {
   if (smem_u32(base) % 1024 != 0) __trap();
 }
 
+/// One k step of A·Bᵀ for a warp: acc[mt][nt] += (16 columns of A's rows 16·mt..)·(the
+/// same 16 columns of B's kNT·8 rows)ᵀ, A's fragments af[mt] in registers, B's read by
+/// ldmatrix at this lane's address b of the step (rows 8 apart: row_bytes each).
+template <class T, int kMT, int kNT>
+__device__ __forceinline__ void mma_abt_step(float (&acc)[kMT][kNT][4], const std::uint32_t (&af)[kMT][4],
+                                             std::uint32_t b, std::uint32_t row_bytes) {
+#pragma unroll
+  for (int nt = 0; nt < kNT; nt += 2) {
+    std::uint32_t bf[4];
+    ldmatrix_x4(bf, b + 8 * row_bytes * nt);
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) {
+      Mma<T>::run(acc[mt][nt], af[mt], bf[0], bf[1]);
+      Mma<T>::run(acc[mt][nt + 1], af[mt], bf[2], bf[3]);
+    }
+  }
+}
+
+/// Lane `lane`'s ldmatrix address of an A fragment (tiles (rows +0, cols +0), (+8, +0),
+/// (+0, +8), (+8, +8)) at k step 0, and of two B fragments (n-tiles nt, nt+1: tiles
+/// (rows +0, cols +0), (+0, +8), (+8, +0), (+8, +8)), in a swizzled tile of smem_cols(kD)
+/// columns from row a0 (b0); the k-th step is the address XOR 32·k (above).
+template <int kD>
+__device__ __forceinline__ std::uint32_t a_fragment_at(std::uint32_t A, int a0, int lane) {
+  return A + Swizzled<smem_cols(kD)>::bytes(a0 + lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16));
+}
+template <int kD>
+__device__ __forceinline__ std::uint32_t b_fragments_at(std::uint32_t B, int b0, int lane) {
+  return B + Swizzled<smem_cols(kD)>::bytes(b0 + lane % 8 + 8 * (lane / 16), 8 * ((lane / 8) % 2));
+}
+
 /// acc[mt][nt] += A·Bᵀ over kD columns, for a warp: A is kMT·16 rows of a swizzled
 /// shared tile (shared address A) starting at row a0, B is kNT·8 rows starting at
 /// row b0 (both rows of d = kD elements in tiles of smem_cols(kD) columns, both
@@ -300,29 +331,39 @@ template <class T, int kD, int kMT, int kNT>
 __device__ __forceinline__ void gemm_abt(float (&acc)[kMT][kNT][4], std::uint32_t A, int a0, std::uint32_t B,
                                          int b0) {
   static_assert(kD % 16 == 0, "whole k steps of 16");
-  using L = Swizzled<smem_cols(kD)>;
   constexpr std::uint32_t kRow = 2 * smem_cols(kD);  // bytes per row
   const int lane = threadIdx.x % 32;
-  // ldmatrix_x4 of an A fragment: tiles (rows +0, cols +0), (+8, +0), (+0, +8), (+8, +8).
-  const std::uint32_t a = A + L::bytes(a0 + lane % 8 + 8 * ((lane / 8) % 2), 8 * (lane / 16));
-  // Of two B fragments (n-tiles nt, nt+1): tiles (rows +0, cols +0), (+0, +8), (+8, +0), (+8, +8).
-  const std::uint32_t b = B + L::bytes(b0 + lane % 8 + 8 * (lane / 16), 8 * ((lane / 8) % 2));
+  const std::uint32_t a = a_fragment_at<kD>(A, a0, lane), b = b_fragments_at<kD>(B, b0, lane);
 #pragma unroll
   for (int kk = 0; kk < kD / 16; ++kk) {
     std::uint32_t af[kMT][4];
 #pragma unroll
     for (int mt = 0; mt < kMT; ++mt) ldmatrix_x4(af[mt], (a ^ (32u * kk)) + 16 * kRow * mt);
-#pragma unroll
-    for (int nt = 0; nt < kNT; nt += 2) {
-      std::uint32_t bf[4];
-      ldmatrix_x4(bf, (b ^ (32u * kk)) + 8 * kRow * nt);
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-        Mma<T>::run(acc[mt][nt], af[mt], bf[0], bf[1]);
-        Mma<T>::run(acc[mt][nt + 1], af[mt], bf[2], bf[3]);
-      }
-    }
+    mma_abt_step<T>(acc, af, b ^ (32u * kk), kRow);
   }
+}
+
+/// A's fragments for gemm_abt_regs: kMT·16 rows of a swizzled shared tile from row a0,
+/// all kD columns (a[kk][mt]: k step kk, rows 16·mt..), read once where A stays the same
+/// for many products (Q in a decoding kernel).
+template <int kD, int kMT>
+__device__ __forceinline__ void load_a_fragments(std::uint32_t (&a)[kD / 16][kMT][4], std::uint32_t A, int a0) {
+  constexpr std::uint32_t kRow = 2 * smem_cols(kD);
+  const std::uint32_t at = a_fragment_at<kD>(A, a0, threadIdx.x % 32);
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk)
+#pragma unroll
+    for (int mt = 0; mt < kMT; ++mt) ldmatrix_x4(a[kk][mt], (at ^ (32u * kk)) + 16 * kRow * mt);
+}
+
+/// gemm_abt with A's fragments in registers (load_a_fragments) and B's at this lane's
+/// address b (b_fragments_at, taken once outside a loop).
+template <class T, int kD, int kMT, int kNT>
+__device__ __forceinline__ void gemm_abt_regs(float (&acc)[kMT][kNT][4], const std::uint32_t (&a)[kD / 16][kMT][4],
+                                              std::uint32_t b) {
+  constexpr std::uint32_t kRow = 2 * smem_cols(kD);
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) mma_abt_step<T>(acc, a[kk], b ^ (32u * kk), kRow);
 }
 
 /// acc[mt][dt] += P·V for a warp, with P already in registers as A fragments
