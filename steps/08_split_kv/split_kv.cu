@@ -157,9 +157,9 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const SplitPlan
   auto load_slot = [&](int tile) {  // tiles tile … tile + kSlotTiles − 1 of this head into their slot of the ring
     const int k0 = tile * kTileKeys, slot = (tile - t0) / kSlotTiles % kStages;
     auto copy = [&](auto hint) {
-      step06::copy_tile_async<kThreads, kD, kSlotKeys>(Ks + slot * kSlotKeys * kW, a.k + kv_head + std::size_t(k0) * kD,
+      step06::copy_tile_async<kThreads, kD, kSlotKeys, true>(Ks + slot * kSlotKeys * kW, a.k + kv_head + std::size_t(k0) * kD,
                                                        last_key - k0, hint);
-      step06::copy_tile_async<kThreads, kD, kSlotKeys>(Vs + slot * kSlotKeys * kW, a.v + kv_head + std::size_t(k0) * kD,
+      step06::copy_tile_async<kThreads, kD, kSlotKeys, true>(Vs + slot * kSlotKeys * kW, a.v + kv_head + std::size_t(k0) * kD,
                                                        last_key - k0, hint);
     };
     a.kv == KvLines::evict_first ? copy(once) : copy(step06::NoL2Hint{});
@@ -168,31 +168,40 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const SplitPlan
   float acc[1][kD / 8][4] = {};  // O_w: [m-tile][8-column n-tile][register] (rows g, g+8 × columns 2t, 2t+1)
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g, g+8: max (units of s), this lane's part of ℓ
 
-  // Prologue: Q and the first kStages − 1 slots, one commit group per slot (Q with the first).
+  // Prologue: Q, then the first kStages − 1 slots, one commit group each.
   if (t0 < t1) step06::copy_tile_async<kThreads, kD, kRows>(Qs, a.q + base * kD, rows);
+  cp_async_commit();
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) {
     if (t0 + st * kSlotTiles < t1) load_slot(t0 + st * kSlotTiles);
     cp_async_commit();  // (an empty group past the chunk's end keeps the count uniform)
   }
+  // Q into registers once, as the A fragments of every tile's S (while the tiles land).
+  cp_async_wait<kStages - 1>();  // Q landed (this thread's copies) ...
+  __syncthreads();               // ... everyone's
+  std::uint32_t qa[kD / 16][1][4];  // [16-column k step][m-tile][register]
+  step06::load_a_fragments<kD, 1>(qa, smem_u32(Qs), 0);
+  // This lane's ldmatrix address of its warp's 16 keys in slot 0's first tile; a tile
+  // further on is a whole number of tiles (16 KiB at d = 128) further.
+  const std::uint32_t k_at = step06::b_fragments_at<kD>(smem_u32(Ks), kKeysPerWarp * warp, lane);
 
   // Main loop over the chunk's tiles.
   for (int tile = t0; tile < t1; ++tile) {
     const int slot = (tile - t0) / kSlotTiles % kStages, sub = (tile - t0) % kSlotTiles;  // the tile in its slot
     if (sub == 0) {
-      cp_async_wait<kStages - 2>();  // this slot landed (this thread's copies) ...
+      cp_async_wait<kStages - 2>();  // this slot landed (Q and the slots before it: kStages − 2 groups later) ...
       __syncthreads();               // ... everyone's, and every warp is done with the last slot
       const int next = tile + (kStages - 1) * kSlotTiles;
       if (next < t1) load_slot(next);  // into that slot
       cp_async_commit();
     }
     const int k0 = tile * kTileKeys + kKeysPerWarp * warp;
-    const T* Kt = Ks + (slot * kSlotKeys + sub * kTileKeys) * kW;
-    const T* Vt = Vs + (slot * kSlotKeys + sub * kTileKeys + kKeysPerWarp * warp) * kW;  // this warp's 16 rows of V
+    const int at = slot * kSlotKeys + sub * kTileKeys;  // the tile's first row in the ring
+    const T* Vt = Vs + (at + kKeysPerWarp * warp) * kW;  // this warp's 16 rows of V
 
     // S = Q·K_wᵀ: 16 rows × this warp's 16 keys.
     float s[1][kKeysPerWarp / 8][4] = {};  // [m-tile][8-key n-tile][register]
-    step06::gemm_abt<T, kD, 1, kKeysPerWarp / 8>(s, smem_u32(Qs), 0, smem_u32(Kt), kKeysPerWarp * warp);
+    step06::gemm_abt_regs<T, kD, 1, kKeysPerWarp / 8>(s, qa, k_at + at * kW * sizeof(T));
 
     // The mask, where it can bite: keys past N_kv, or (causal) keys past the earliest
     // query position, Nk − N.
@@ -208,6 +217,7 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const SplitPlan
 
     // Online softmax (lecture p21): the row's max over the quad, then rescale and add.
     std::uint32_t pa[1][1][4];  // [m-tile][16-key k-chunk][register]: P as the A operand of P·V
+    float alpha[2];             // rows g, g+8: e^(m_old − m_new)
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       float mx = m[h];
@@ -218,7 +228,7 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const SplitPlan
       // Until the row meets an unmasked key m = −∞: ms = 0 keeps −∞ − (−∞) out, and
       // alpha = 2^(−∞) = 0 clears nothing that is not zero already.
       const float ms = mx == -INFINITY ? 0.0f : mx * mul;
-      const float alpha = exp2_approx(m[h] * mul - ms);
+      alpha[h] = exp2_approx(m[h] * mul - ms);  // exactly 1 where the max did not move
       float sum = 0.0f;
 #pragma unroll
       for (int nt = 0; nt < kKeysPerWarp / 8; ++nt)
@@ -228,11 +238,16 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const SplitPlan
           x = exp2_approx(fmaf(x, mul, -ms));
           sum += x;
         }
-      l[h] = alpha * l[h] + sum;
+      l[h] = alpha[h] * l[h] + sum;
       m[h] = mx;
-#pragma unroll
-      for (int dt = 0; dt < kD / 8; ++dt) acc[0][dt][2 * h] *= alpha, acc[0][dt][2 * h + 1] *= alpha;
     }
+    // O rescaled, unless no row of the warp has a new max: × 1 changes no bit, and past
+    // the first tiles a row's max seldom moves, so most tiles skip the kD/2 multiplies.
+    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f))
+#pragma unroll
+      for (int dt = 0; dt < kD / 8; ++dt)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) acc[0][dt][x] *= alpha[x / 2];
     step06::to_a<T>(pa[0][0], s[0][0], s[0][1]);
 
     // O_w += P·V_w, P rounded to 16 bits (the one rounding inside the algorithm).
@@ -342,8 +357,12 @@ __device__ __forceinline__ void merge_in_cluster(const SplitArgs<T>& a, unsigned
 }
 #endif
 
+/// The most split-kernel blocks the plan puts on one SM (blocks_per_sm: by shared memory,
+/// three with the small rings); the launch bounds keep registers from allowing fewer.
+constexpr int kMostBlocksPerSm = 3;
+
 template <class T, int kD, int kStages, int kSlotTiles>
-__global__ void __launch_bounds__(kThreads) split_kernel(const SplitArgs<T> a) {
+__global__ void __launch_bounds__(kThreads, kMostBlocksPerSm) split_kernel(const SplitArgs<T> a) {
 #if FA_STEP06_ARCH_OK  // compiled out before sm_80 (step 06's mma.cuh)
 #if __CUDA_ARCH__ >= 900
   // Programmatic dependent launch (CUDA C++ Programming Guide, "Programmatic Dependent
