@@ -6,7 +6,8 @@ section per profiled launch, each opening with a "Kernel Name" line; the report 
 `--section SourceCounters`), keeps the first launch of each kernel whose name matches one of
 the patterns given, and writes one small CSV: per kernel, its sampled stall reasons over all
 instructions (rows with address "total"), then every instruction that holds at least
---min-share of the kernel's samples, its SASS text and its samples by reason.
+--min-share of the kernel's samples, its SASS text, how often it ran (warp-level, "executed"; the total row:
+all instructions) and its samples by reason.
 
   python3 tools/bench/ncu_stalls.py src.csv --kernels dkdv_kernel,flash_bprop --out stalls.csv
 """
@@ -42,6 +43,8 @@ def main():
     ap.add_argument("--kernels", required=True, help="comma-separated substrings of kernel names, in output order")
     ap.add_argument("--min-share", type=float, default=0.005, help="an instruction's least share of the samples kept")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--ops", help="also write here, per kernel, how often each opcode ran (with its modifiers: "
+                                  "LDGSTS.E.BYPASS.128), most first")
     a = ap.parse_args()
     launches = sections(a.source_csv)
     out = []
@@ -53,12 +56,26 @@ def main():
         reasons = [k for k in rows[0] if k.startswith("stall_") and "Not Issued" not in k]
         total = sum(count(r["Warp Stall Sampling (All Samples)"]) for r in rows)
         sums = {k: sum(count(r[k]) for r in rows) for k in reasons}
-        out.append({"kernel": pattern, "address": "total", "sass": name, "samples": total, **sums})
+        executed = sum(count(r["Instructions Executed"]) for r in rows)
+        out.append({"kernel": pattern, "address": "total", "sass": name, "samples": total, "executed": executed, **sums})
         for r in rows:
             n = count(r["Warp Stall Sampling (All Samples)"])
             if n >= a.min_share * total:
                 out.append({"kernel": pattern, "address": r["Address"][-5:], "sass": r["Source"].strip(), "samples": n,
-                            **{k: count(r[k]) for k in reasons}})
+                            "executed": count(r["Instructions Executed"]), **{k: count(r[k]) for k in reasons}})
+    if a.ops:
+        with open(a.ops, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["kernel", "opcode", "executed"])
+            for pattern in a.kernels.split(","):
+                rows = next(rows for n, rows in launches if pattern in n)
+                ops = {}
+                for r in rows:
+                    words = [x for x in r["Source"].split() if not x.startswith("@")]
+                    if words:
+                        ops[words[0]] = ops.get(words[0], 0) + count(r["Instructions Executed"])
+                for op, n in sorted(ops.items(), key=lambda x: -x[1]):
+                    w.writerow([pattern, op, n])
     keys = list(dict.fromkeys(k for row in out for k in row))
     with open(a.out, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys, restval=0)
