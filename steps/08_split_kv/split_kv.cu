@@ -5,8 +5,10 @@
 // unit is 16 packed rows (of the G = H/H_kv query heads of one K/V head, N queries each,
 // consecutive in Q) and its keys; a piece streams its tiles through a ring of 64-key K/V
 // tiles by cp.async. Warp w takes keys 16w … 16w+15 of every tile:
-//   S = Q·K_wᵀ        16 rows × 16 keys, mma.sync over d (step 06's gemm_abt)
-//   online softmax     on the accumulators, every tile (the exact update: no lazy rescale)
+//   S = Q·K_wᵀ        16 rows × 16 keys, mma.sync over d, Q's fragments in registers for
+//                      the whole piece (step 06's gemm_abt_regs)
+//   online softmax     on the accumulators, every tile (the exact update; O's rescale
+//                      skipped where no row of the warp has a new max: × 1 is exact)
 //   O_w += P·V_w       P from registers, V transposed by ldmatrix (step 06's gemm_pv)
 // so each warp ends with its own (m, ℓ, O) of the 16 rows over a quarter of the keys. The
 // piece's epilogue merges the four through shared memory with online::merge, and writes

@@ -2094,6 +2094,151 @@ def table_step08_hint_ncu(D):
     return out
 
 
+NCU08 = "tries/step08_ncu_long"  # Nsight Compute at the long streams: launches, and the split kernel before/after
+DIET08_BEFORE = "tries/step08_pairs"  # ab.py's run at dd02286 ("08": the split kernel before its tile was trimmed)
+NCU08_TILES = 32768 // 64  # the profiled shape's 64-key tiles a head (B·H = 128, N_q = 1, 32k keys)
+NCU08_WARPS = 128 * 4  # its warps: 128 blocks of four, step 08's and cuDNN's alike (the launches table)
+
+
+def ncu_rows08(path):
+    """{launch ID: {metric: (value, unit)}, 'kernel': name, …} of an ncu --csv file (metrics or a details page)."""
+    got = {}
+    for r in csv.DictReader(x for x in open(path) if x.startswith('"')):
+        if r["ID"] == "ID":
+            continue
+        c = got.setdefault((r["Process Name"], int(r["ID"])), {"kernel": r["Kernel Name"]})
+        c[r["Metric Name"]] = float(r["Metric Value"].replace(",", "")) if r["Metric Value"][:1].isdigit() else 0.0
+    return got
+
+
+def kernel08(name):
+    """A short name for a kernel of the decoding profiles."""
+    for part, short in (("flash_fwd_splitkv_combine", "FlashAttention-2 splitkv_combine"),
+                        ("flash_fwd_splitkv_kernel", "FlashAttention-2 splitkv_kernel"),
+                        ("split_kernel", "step 08 split_kernel"), ("combine_kernel", "step 08 combine_kernel"),
+                        ("sdpa_sm80_flash_fprop_wmma", "cuDNN sdpa_sm80_flash_fprop_wmma (16×128×128 tiles)"),
+                        ("lean_reduction", "cuDNN lean_reduction_kernel")):
+        if part in name:
+            return short
+    return name[:40]
+
+
+def table_step08_ncu_launch(D):
+    """How step 08, cuDNN and FlashAttention-2 cut the long decoding streams: Nsight Compute on each attention kernel
+    launch (tools/device/ncu_decode.sh, cache control none: the L2 as the timed runs leave it)."""
+    folder = os.path.join(D.folder, NCU08, "launches")
+    out = [f"Every attention kernel launch of `tools/device/ncu_decode.sh` (Nsight Compute, `--cache-control none`; "
+           f"`{rel(folder)}/`), bf16, d = 128, N_q = 1, B = 1, on {device07(D, 'device.txt', os.path.join(D.folder, NCU08))}"
+           f": each kernel's launch and, over its launches, the time and the DRAM bandwidth as a share of the peak "
+           f"(least–most). Step 08 as it was before its tile was trimmed (a138fc6: 128 registers).", "",
+           "| B·H, N_kv | kernel | launches | grid × block | registers | shared memory, KiB | µs | DRAM, % of peak |",
+           "|---|---|---|---|---|---|---|---|"]
+    for path in sorted(glob.glob(os.path.join(folder, "ncu_decode_*.csv")), key=lambda p: [int(x) for x in
+                                                                                              re.findall(r"\d+", p)]):
+        bh, _g, _nq, nk = (int(x) for x in re.findall(r"_(\d+)", os.path.basename(path)))
+        kernels = {}
+        for m in ncu_rows08(path).values():
+            kernels.setdefault(kernel08(m["kernel"]), []).append(m)
+        for name, ms in kernels.items():
+            m = ms[0]
+            t = [x["gpu__time_duration.sum"] / 1e3 for x in ms]
+            pct = [x["dram__throughput.avg.pct_of_peak_sustained_elapsed"] for x in ms]
+            smem = (m["launch__shared_mem_per_block_dynamic"] + m["launch__shared_mem_per_block_static"]) / 1024
+            out.append(f"| {bh}, {nk // 1024}k | {name} | {len(ms)} | {m['launch__grid_size']:.0f} × "
+                       f"{m['launch__block_size']:.0f} | {m['launch__registers_per_thread']:.0f} | {smem:.1f} | "
+                       f"{min(t):.1f}–{max(t):.1f} | {min(pct):.1f}–{max(pct):.1f} |")
+    return out
+
+
+def stalls08(path):
+    """The total row of tools/bench/ncu_stalls.py's CSV: samples, instructions executed and samples by reason."""
+    row = next(r for r in csv.DictReader(open(path)) if r["address"] == "total")
+    return {k: float(v) for k, v in row.items() if k not in ("kernel", "address", "sass")}
+
+
+def details08(path):
+    """{metric name: value} of an ncu details page (one launch)."""
+    return {r["Metric Name"]: float(r["Metric Value"].replace(",", "")) for r in
+            csv.DictReader(x for x in open(path) if x.startswith('"')) if r["Metric Value"][:1].isdigit()}
+
+
+def table_step08_ncu_tile(D):
+    """The split kernel's tile before and after it was trimmed, beside cuDNN's kernel, at one long stream: Nsight
+    Compute's details page (time, DRAM throughput) and its source counters (instructions, where the warps wait)."""
+    f = os.path.join(D.folder, NCU08)
+    rows = [("step 08 before (dd02286)", "details_before.csv", "stalls_before.csv"),
+            ("cuDNN, the same call", "details_cudnn_run1.csv", "stalls_cudnn_run1.csv"),
+            ("step 08 after (d115a3a)", "details_after.csv", "stalls_after.csv"),
+            ("cuDNN, the same call", "details_cudnn_run2.csv", "stalls_cudnn_run2.csv")]
+    out = [f"Nsight Compute (`tools/device/ncu_decode.sh` with DETAIL=1: the second launch, its own cache control; "
+           f"`{rel(f)}/`), B·H = 128, N_q = 1, 32k keys (2 GiB of K and V), bf16, d = 128, on "
+           f"{device07(D, 'device.txt', os.path.join(D.folder, NCU08))}; two calls of the script, each profiling step 08 "
+           f"and then cuDNN. Instructions: executed by a warp per 64 keys ({NCU08_WARPS} warps, {NCU08_TILES} tiles of "
+           f"64 keys a head: one each); the stalls: the share of the warps' samples (`tools/bench/ncu_stalls.py`) "
+           f"waiting on a long scoreboard (the tiles' copies), at the barrier (for the other warps), on a fixed "
+           f"latency (one instruction's result) and issuing.", "",
+           "| kernel | µs | DRAM, % of peak | instructions a warp per 64 keys | long scoreboard | barrier | "
+           "fixed latency | issuing |", "|---|---|---|---|---|---|---|---|"]
+    for name, det, st in rows:
+        d, s = details08(os.path.join(f, det)), stalls08(os.path.join(f, st))
+        share = lambda k: f"{100 * s[k] / s['samples']:.0f}%"
+        out.append(f"| {name} | {d['Duration']:.1f} | {d['DRAM Throughput']:.1f} | "
+                   f"{s['executed'] / NCU08_WARPS / NCU08_TILES:.0f} | {share('stall_long_sb')} | "
+                   f"{share('stall_barrier')} | {share('stall_wait')} | {share('stall_selected')} |")
+    return out
+
+
+def table_step08_diet(D):
+    """Production before the tile was trimmed (dd02286, "08" of the pairs run) and after (the decode run), each
+    against PyTorch's best backend in its own run: two runs on two machines of one session."""
+    f0 = os.path.join(D.folder, DIET08_BEFORE)
+    (r0, _), (r1, _) = decode08_ab(D, f0), decode08_ab(D)
+    keys = [k for k in sorted(r0, key=order08) if k in r1]
+    out = [f"µs of step 08 (× PyTorch's best backend in the same run), bf16, d = 128, B = 1, on "
+           f"{device07(D, 'device.txt', f0)}; two runs of `tools/bench/ab.py` in one session, on two machines: "
+           f"before (`{rel(f0)}/`, {rounds08(f0)} rounds) and after (`{rel(ab_folder(D))}/ab08*.csv`, "
+           f"{rounds08(ab_folder(D))} rounds) the tile was trimmed; the median. The machines differ, so compare the "
+           f"ratios in brackets, each against PyTorch in its own run.", "",
+           "| B·H | H_kv | N_q | N_kv | causal | before | after |", "|---|---|---|---|---|---|---|"]
+    before, after = [], []
+    for k in keys:
+        a, b = r0[k]["08"]["ms"], r1[k]["08"]["ms"]
+        x, y = best_peer(r0[k])[1] / a, best_peer(r1[k])[1] / b
+        before.append(x), after.append(y)
+        out.append(f"| {shape08(k)} | {a * 1e3:.1f} ({x:.3f}) | {b * 1e3:.1f} ({y:.3f}) |")
+    out += ["", f"Step 08 ÷ PyTorch's best (speed): before {min(before):.3f}–{max(before):.3f}, below 1.000 at "
+                f"{sum(1 for x in before if x < 1)} of {len(keys)} shapes; after {min(after):.3f}–{max(after):.3f}, "
+                f"below at {sum(1 for x in after if x < 1)}."]
+    return out
+
+
+def table_step08_pairs(D):
+    """Lesson rows p4 and p6 (the ring's tiles copied two at a time: four tiles, six) beside production: one ab.py run
+    (dd02286, production's tile before it was trimmed), every decoding shape."""
+    f = os.path.join(D.folder, DIET08_BEFORE)
+    rows, _ = decode08_ab(D, f)
+    keys = [k for k in sorted(rows, key=order08) if all(w in rows[k] for w in ("08", "08p4", "08p6"))]
+    out = [f"µs of step 08 (× PyTorch's best backend), bf16, d = 128, B = 1, on {device07(D, 'device.txt', f)}, "
+           f"measured in one process (`tools/bench/ab.py`, `{rel(f)}/ab08*.csv`: the three and PyTorch on the same "
+           f"tensors, taking turns, {rounds08(f)} rounds; the median).", "",
+           "| B·H | H_kv | N_q | N_kv | causal | one tile a copy (production) | two, four tiles (p4) | p4 ÷ production "
+           "| two, six tiles (p6) | p6 ÷ production |", "|---|---|---|---|---|---|---|---|---|---|"]
+    ratios = {"p4": [], "p6": []}
+    for k in keys:
+        t, best = rows[k]["08"]["ms"], best_peer(rows[k])[1]
+        cells = [f"{t * 1e3:.1f} ({best / t:.2f})"]
+        for w in ("p4", "p6"):
+            x = rows[k]["08" + w]["ms"]
+            ratios[w].append(x / t)
+            cells.append(f"{x * 1e3:.1f} ({best / x:.2f}) | {x / t:.3f}")
+        out.append(f"| {shape08(k)} | {' | '.join(cells)} |")
+    out.append("")
+    for w, r in ratios.items():
+        out.append(f"{w} ÷ production: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes; faster by more than 1% in "
+                   f"{sum(1 for x in r if x < 0.99)}, slower by more than 1% in {sum(1 for x in r if x > 1.01)}.")
+    return out
+
+
 TREE08 = "tries/step08_merge_tree"  # ab.py's runs of the merge's latency: run1 (statistics), run2 (weights)
 
 
@@ -2246,6 +2391,8 @@ TABLES = {
     "step08-lesson": table_step08_lesson, "step08-merge": table_step08_merge,
     "step08-early": table_step08_early, "step08-cluster": table_step08_cluster, "step08-tree": table_step08_tree, "test08": table_test08,
     "step08-ring": table_step08_ring, "step08-hint": table_step08_hint, "step08-hint-ncu": table_step08_hint_ncu,
+    "step08-ncu-launch": table_step08_ncu_launch, "step08-ncu-tile": table_step08_ncu_tile,
+    "step08-diet": table_step08_diet, "step08-pairs": table_step08_pairs,
     "ctest08": table_ctest08, "sm80-08": table_sm80_08,
     "sass08": table_sass08, "test09": table_test09, "step09-bench": table_step09_bench,
 }
