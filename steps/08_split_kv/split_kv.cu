@@ -159,10 +159,9 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const SplitPlan
   auto load_slot = [&](int tile) {  // tiles tile … tile + kSlotTiles − 1 of this head into their slot of the ring
     const int k0 = tile * kTileKeys, slot = (tile - t0) / kSlotTiles % kStages;
     auto copy = [&](auto hint) {
-      step06::copy_tile_async<kThreads, kD, kSlotKeys, true>(Ks + slot * kSlotKeys * kW, a.k + kv_head + std::size_t(k0) * kD,
-                                                       last_key - k0, hint);
-      step06::copy_tile_async<kThreads, kD, kSlotKeys, true>(Vs + slot * kSlotKeys * kW, a.v + kv_head + std::size_t(k0) * kD,
-                                                       last_key - k0, hint);
+      const std::size_t from = kv_head + std::size_t(k0) * kD;
+      step06::copy_tile_async<kThreads, kD, kSlotKeys, true>(Ks + slot * kSlotKeys * kW, a.k + from, last_key - k0, hint);
+      step06::copy_tile_async<kThreads, kD, kSlotKeys, true>(Vs + slot * kSlotKeys * kW, a.v + from, last_key - k0, hint);
     };
     a.kv == KvLines::evict_first ? copy(once) : copy(step06::NoL2Hint{});
   };
@@ -191,7 +190,7 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const SplitPlan
   for (int tile = t0; tile < t1; ++tile) {
     const int slot = (tile - t0) / kSlotTiles % kStages, sub = (tile - t0) % kSlotTiles;  // the tile in its slot
     if (sub == 0) {
-      cp_async_wait<kStages - 2>();  // this slot landed (Q and the slots before it: kStages − 2 groups later) ...
+      cp_async_wait<kStages - 2>();  // this slot landed (Q's group and the slots' before it) ...
       __syncthreads();               // ... everyone's, and every warp is done with the last slot
       const int next = tile + (kStages - 1) * kSlotTiles;
       if (next < t1) load_slot(next);  // into that slot
@@ -468,7 +467,8 @@ void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const
                           static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
                           static_cast<T*>(a.o), a.lse, part_o, part_lse};
   if (sp.cluster > 1) {  // the units' parts merged in their clusters: no second kernel
-    launch_clustered(sp.cluster, split_kernel<T, kD, kStages, kSlotTiles>, dim3(unsigned(sp.blocks)), dim3(kThreads), smem, st, args);
+    launch_clustered(sp.cluster, split_kernel<T, kD, kStages, kSlotTiles>, dim3(unsigned(sp.blocks)), dim3(kThreads),
+                     smem, st, args);
     return;
   }
   split_kernel<T, kD, kStages, kSlotTiles><<<unsigned(sp.blocks), kThreads, smem, st>>>(args);
@@ -627,7 +627,8 @@ const GpuForward kForwardUnitSplits = forward<kUnits>("w1: whole units' splits a
 const GpuForward kForwardShared = forward<kShared>("k1: the tiles shared by a wave of blocks at every shape");
 const GpuForward kForwardPlainReads = forward<kPlainReads>("l0: the K/V reads without an L2 hint at every shape");
 const GpuForward kForwardEvictFirst = forward<kEvictFirst>("l1: the K/V reads evict-first in the L2 at every shape");
-const GpuForward kForwardPairs4 = forward<kPairs4>("p4: the ring's four tiles copied two at a time (128 keys a copy)", kDeepRingD);
+const GpuForward kForwardPairs4 =
+    forward<kPairs4>("p4: the ring's four tiles copied two at a time (128 keys a copy)", kDeepRingD);
 const GpuForward kForwardPairs6 = forward<kPairs6>("p6: a ring of six tiles copied two at a time", kDeepRingD);
 static_assert(kFixedSplits[0] == 1 && kFixedSplits[1] == 2 && kFixedSplits[2] == 8 && kFixedSplits[3] == 32 &&
                   kFixedSplits[4] == 128,
