@@ -2208,7 +2208,14 @@ def table_step08_diet(D):
         out.append(f"| {shape08(k)} | {a * 1e3:.1f} ({x:.3f}) | {b * 1e3:.1f} ({y:.3f}) |")
     out += ["", f"Step 08 ÷ PyTorch's best (speed): before {min(before):.3f}–{max(before):.3f}, below 1.000 at "
                 f"{sum(1 for x in before if x < 1)} of {len(keys)} shapes; after {min(after):.3f}–{max(after):.3f}, "
-                f"below at {sum(1 for x in after if x < 1)}."]
+                f"below at {sum(1 for x in after if x < 1)}. The ratio's change, after − before, by group:"]
+    groups = (("B·H = 128, one K/V head a query head", lambda k: k[0] == 128 and k[1] == 128),
+              ("B·H = 32, 16 queries", lambda k: k[0] == 32 and k[1] == 32 and k[2] == 16),
+              ("B·H = 32, one query", lambda k: k[0] == 32 and k[1] == 32 and k[2] == 1),
+              ("grouped heads", lambda k: k[0] != k[1]))
+    for name, inside in groups:
+        dx = [y - x for k, x, y in zip(keys, before, after) if inside(k)]
+        out.append(f"- {name}: {min(dx):+.3f} to {max(dx):+.3f} ({len(dx)} shapes)")
     return out
 
 
