@@ -1916,23 +1916,33 @@ def rounds08(folder):
     return 1 + max(int(r["round"]) for path in glob.glob(os.path.join(folder, "ab08*.csv")) for r in csv.DictReader(open(path)))
 
 
-def step08_pair(D, folder, a, b, both, head_a, head_b, ratio_head):
-    """Two versions of step 08 in one ab.py run (`folder`), at every decoding shape both were timed at: the table's
-    caption and rows (µs, × PyTorch's best backend, time b ÷ a), and those ratios by shape."""
+def step08_versions(D, folder, a, versions, both, head_a):
+    """Versions of step 08 in one ab.py run (`folder`) beside version a, at every decoding shape all were timed at: the
+    table's caption and rows (µs, × PyTorch's best backend, and for each (b, head_b, ratio_head) of `versions` time
+    b ÷ a), and those ratios by version and shape."""
     rows, _ = decode08_ab(D, folder)
-    keys = [k for k in sorted(rows, key=order08) if a in rows[k] and b in rows[k]]
+    bs = [b for b, _, _ in versions]
+    keys = [k for k in sorted(rows, key=order08) if all(w in rows[k] for w in [a] + bs)]
+    heads = " | ".join(f"{head_b} | {ratio_head}" for _, head_b, ratio_head in versions)
     out = [f"µs of step 08 (× PyTorch's best backend), bf16, d = 128, B = 1, on "
            f"{device07(D, 'device.txt', folder)}, measured in one process (`tools/bench/ab.py`, "
            f"`{rel(folder)}/ab08*.csv`: {both} and PyTorch on the same tensors, taking turns, {rounds08(folder)} rounds; "
            "the median).",
-           "", f"| B·H | H_kv | N_q | N_kv | causal | {head_a} | {head_b} | {ratio_head} |",
-           "|---|---|---|---|---|---|---|---|"]
-    ratio = {k: rows[k][b]["ms"] / rows[k][a]["ms"] for k in keys}
+           "", f"| B·H | H_kv | N_q | N_kv | causal | {head_a} | {heads} |",
+           "|---|---|---|---|---|---|" + "---|---|" * len(versions)]
+    ratio = {b: {k: rows[k][b]["ms"] / rows[k][a]["ms"] for k in keys} for b in bs}
     for k in keys:
-        ta, tb, best = rows[k][a]["ms"], rows[k][b]["ms"], best_peer(rows[k])[1]
-        out.append(f"| {shape08(k)} | {ta * 1e3:.1f} ({best / ta:.2f}) | {tb * 1e3:.1f} ({best / tb:.2f}) | "
-                   f"{ratio[k]:.3f} |")
+        ta, best = rows[k][a]["ms"], best_peer(rows[k])[1]
+        cells = [f"{ta * 1e3:.1f} ({best / ta:.2f})"]
+        cells += [f"{rows[k][b]['ms'] * 1e3:.1f} ({best / rows[k][b]['ms']:.2f}) | {ratio[b][k]:.3f}" for b in bs]
+        out.append(f"| {shape08(k)} | {' | '.join(cells)} |")
     return out, ratio
+
+
+def step08_pair(D, folder, a, b, both, head_a, head_b, ratio_head):
+    """step08_versions with one version b beside a: the table, and time b ÷ a by shape."""
+    out, ratio = step08_versions(D, folder, a, [(b, head_b, ratio_head)], both, head_a)
+    return out, ratio[b]
 
 
 def table_step08_early(D):
@@ -2072,14 +2082,22 @@ HINT08_NCU_ROWS = ("08", "08s1", "08s2", "08s8", "08s32", "08s128", "08r2", "08m
 HINT08_NCU_SHAPES = ((128, 128, 1, 8192, 0), (128, 16, 1, 8192, 0))
 
 
+def ncu_rows08(path):
+    """{launch ID: {metric: (value, unit)}, 'kernel': name, …} of an ncu --csv file (metrics or a details page)."""
+    got = {}
+    for r in csv.DictReader(x for x in open(path) if x.startswith('"')):
+        if r["ID"] == "ID":
+            continue
+        c = got.setdefault((r["Process Name"], int(r["ID"])), {"kernel": r["Kernel Name"]})
+        c[r["Metric Name"]] = float(r["Metric Value"].replace(",", "")) if r["Metric Value"][:1].isdigit() else 0.0
+    return got
+
+
 def table_step08_hint_ncu(D):
     """What the split kernel moves to and from DRAM with and without the hint: Nsight Compute (cache control none, so
     that the L2 holds the timer's flush as it does in the timed runs) on fa_bench's timed call of l0 and l1."""
     path = os.path.join(D.folder, HINT08, "ncu_hint.csv")
-    lines = [x for x in open(path).read().splitlines() if x.startswith('"')]
-    got = {}
-    for r in csv.DictReader(lines):
-        got.setdefault(int(r["ID"]), {})[r["Metric Name"]] = float(r["Metric Value"].replace(",", ""))
+    got = {launch: m for (_, launch), m in ncu_rows08(path).items()}  # one process: its launches by ID
     per_row = 3 * len(HINT08_NCU_SHAPES)
     assert len(got) == per_row * len(HINT08_NCU_ROWS), "one split kernel launch per call"
     out = [f"The split kernel's timed call (Nsight Compute, `--cache-control none`, `{rel(path)}`), bf16, d = 128, "
@@ -2098,17 +2116,6 @@ NCU08 = "tries/step08_ncu_long"  # Nsight Compute at the long streams: launches,
 DIET08_BEFORE = "tries/step08_pairs"  # ab.py's run at dd02286 ("08": the split kernel before its tile was trimmed)
 NCU08_TILES = 32768 // 64  # the profiled shape's 64-key tiles a head (B·H = 128, N_q = 1, 32k keys)
 NCU08_WARPS = 128 * 4  # its warps: 128 blocks of four, step 08's and cuDNN's alike (the launches table)
-
-
-def ncu_rows08(path):
-    """{launch ID: {metric: (value, unit)}, 'kernel': name, …} of an ncu --csv file (metrics or a details page)."""
-    got = {}
-    for r in csv.DictReader(x for x in open(path) if x.startswith('"')):
-        if r["ID"] == "ID":
-            continue
-        c = got.setdefault((r["Process Name"], int(r["ID"])), {"kernel": r["Kernel Name"]})
-        c[r["Metric Name"]] = float(r["Metric Value"].replace(",", "")) if r["Metric Value"][:1].isdigit() else 0.0
-    return got
 
 
 def kernel08(name):
@@ -2158,8 +2165,8 @@ def stalls08(path):
 
 def details08(path):
     """{metric name: value} of an ncu details page (one launch)."""
-    return {r["Metric Name"]: float(r["Metric Value"].replace(",", "")) for r in
-            csv.DictReader(x for x in open(path) if x.startswith('"')) if r["Metric Value"][:1].isdigit()}
+    (launch,) = ncu_rows08(path).values()
+    return launch
 
 
 def table_step08_ncu_tile(D):
@@ -2222,27 +2229,15 @@ def table_step08_diet(D):
 def table_step08_pairs(D):
     """Lesson rows p4 and p6 (the ring's tiles copied two at a time: four tiles, six) beside production: one ab.py run
     (dd02286, production's tile before it was trimmed), every decoding shape."""
-    f = os.path.join(D.folder, DIET08_BEFORE)
-    rows, _ = decode08_ab(D, f)
-    keys = [k for k in sorted(rows, key=order08) if all(w in rows[k] for w in ("08", "08p4", "08p6"))]
-    out = [f"µs of step 08 (× PyTorch's best backend), bf16, d = 128, B = 1, on {device07(D, 'device.txt', f)}, "
-           f"measured in one process (`tools/bench/ab.py`, `{rel(f)}/ab08*.csv`: the three and PyTorch on the same "
-           f"tensors, taking turns, {rounds08(f)} rounds; the median).", "",
-           "| B·H | H_kv | N_q | N_kv | causal | one tile a copy (production) | two, four tiles (p4) | p4 ÷ production "
-           "| two, six tiles (p6) | p6 ÷ production |", "|---|---|---|---|---|---|---|---|---|---|"]
-    ratios = {"p4": [], "p6": []}
-    for k in keys:
-        t, best = rows[k]["08"]["ms"], best_peer(rows[k])[1]
-        cells = [f"{t * 1e3:.1f} ({best / t:.2f})"]
-        for w in ("p4", "p6"):
-            x = rows[k]["08" + w]["ms"]
-            ratios[w].append(x / t)
-            cells.append(f"{x * 1e3:.1f} ({best / x:.2f}) | {x / t:.3f}")
-        out.append(f"| {shape08(k)} | {' | '.join(cells)} |")
+    out, ratios = step08_versions(D, os.path.join(D.folder, DIET08_BEFORE), "08",
+                                  [("08p4", "two, four tiles (p4)", "p4 ÷ production"),
+                                   ("08p6", "two, six tiles (p6)", "p6 ÷ production")],
+                                  "the three", "one tile a copy (production)")
     out.append("")
-    for w, r in ratios.items():
-        out.append(f"{w} ÷ production: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes; faster by more than 1% in "
-                   f"{sum(1 for x in r if x < 0.99)}, slower by more than 1% in {sum(1 for x in r if x > 1.01)}.")
+    for w, by_shape in ratios.items():
+        r = list(by_shape.values())
+        out.append(f"{w[2:]} ÷ production: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes; faster by more than 1% "
+                   f"in {sum(1 for x in r if x < 0.99)}, slower by more than 1% in {sum(1 for x in r if x > 1.01)}.")
     return out
 
 
