@@ -47,7 +47,7 @@ def main():
                                   "LDGSTS.E.BYPASS.128), most first")
     a = ap.parse_args()
     launches = sections(a.source_csv)
-    out = []
+    out, ops = [], []  # ops: (kernel, opcode, times it ran), most first per kernel
     for pattern in a.kernels.split(","):
         found = [(n, rows) for n, rows in launches if pattern in n]
         if not found:
@@ -63,19 +63,17 @@ def main():
             if n >= a.min_share * total:
                 out.append({"kernel": pattern, "address": r["Address"][-5:], "sass": r["Source"].strip(), "samples": n,
                             "executed": count(r["Instructions Executed"]), **{k: count(r[k]) for k in reasons}})
+        by_op = {}
+        for r in rows:
+            words = [x for x in r["Source"].split() if not x.startswith("@")]  # the opcode, past a predicate
+            if words:
+                by_op[words[0]] = by_op.get(words[0], 0) + count(r["Instructions Executed"])
+        ops += [(pattern, op, n) for op, n in sorted(by_op.items(), key=lambda x: -x[1])]
     if a.ops:
         with open(a.ops, "w", newline="") as f:
             w = csv.writer(f)
             w.writerow(["kernel", "opcode", "executed"])
-            for pattern in a.kernels.split(","):
-                rows = next(rows for n, rows in launches if pattern in n)
-                ops = {}
-                for r in rows:
-                    words = [x for x in r["Source"].split() if not x.startswith("@")]
-                    if words:
-                        ops[words[0]] = ops.get(words[0], 0) + count(r["Instructions Executed"])
-                for op, n in sorted(ops.items(), key=lambda x: -x[1]):
-                    w.writerow([pattern, op, n])
+            w.writerows(ops)
     keys = list(dict.fromkeys(k for row in out for k in row))
     with open(a.out, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=keys, restval=0)

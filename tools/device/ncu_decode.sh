@@ -51,5 +51,6 @@ with sdpa_kernel(getattr(SDPBackend, {"cudnn": "CUDNN_ATTENTION", "flash": "FLAS
 torch.cuda.synchronize()
 EOF
   done
-  echo "ncu_decode $s: $(cat "$f"*.csv 2>/dev/null | grep -c gpu__time_duration) kernels timed"
+  if [ "$DETAIL" = 1 ]; then echo "ncu_decode $s: $(ls "$f"_*_details.csv 2>/dev/null | wc -l) launches exported"
+  else echo "ncu_decode $s: $(grep -c gpu__time_duration "$f.csv") kernel launches measured"; fi
 done
