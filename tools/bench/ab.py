@@ -7,6 +7,9 @@
       [--rounds 5] [--reps 10] [--pause-ms 0] [--hide-host-us 200] [--check-peers]
   python3 tools/bench/ab.py --decode --lib ... [--impls 08,06,torch-cudnn,torch-flash,torch-efficient]
       [--Nq 1,16] [--Nkv 8192,...] [--bh 32,128] [--group 1,8] [--d 128] [--causal 0,1]
+  … --alt base=OTHER/libfa_capi.so --impls 08,08@base,…: a step of another build (another
+      commit) beside this one's, in the same process: a change timed against what it changes
+      with no second machine or second session between them.
 
 Why a third harness. fa_bench (a step) and peers.py (PyTorch) time the two sides in two
 processes, one after the other, each with its own inputs: a ratio of their figures also
@@ -127,7 +130,7 @@ def relative_error(got, want):
 class Case:
     """One shape: its tensors, and a callable per implementation (or the reason it has none)."""
 
-    def __init__(self, a, steps, B, H, H_kv, N, N_kv, d, causal, seed):
+    def __init__(self, a, libs, B, H, H_kv, N, N_kv, d, causal, seed):
         self.B, self.H, self.H_kv, self.N, self.N_kv, self.d, self.causal = B, H, H_kv, N, N_kv, d, causal
         self.decode = N_kv != N or H_kv != H
         dt = DTYPES[a.dtype]
@@ -136,7 +139,7 @@ class Case:
         self.q, self.k, self.v = rand(B, H, N, d), rand(B, H_kv, N_kv, d), rand(B, H_kv, N_kv, d)
         self.do = rand(B, H, N, d) if a.dir == "bwd" else None
         self.shape = Shape(B, H, H_kv if H_kv != H else 0, N, N_kv if N_kv != N else 0, d, causal, CODE[a.dtype])
-        self.steps, self.dir, self.plans = steps, a.dir, []
+        self.libs, self.dir, self.plans = libs, a.dir, []  # libs: {"": --lib, name: --alt name=…}
 
     def torch_kwargs(self):
         kw = {}
@@ -193,12 +196,15 @@ class Case:
         with sdpa_kernel([BACKENDS[backend]]):
             return fn()
 
-    def step_fn(self, step):
-        """The step's call, and its outputs after one poisoned call (to check)."""
-        S, lib = self.steps, self.steps.lib
+    def step_fn(self, impl):
+        """The step's call (impl: a step of --lib, or STEP@NAME of --alt NAME=…), and its outputs after one poisoned
+        call (to check)."""
+        step, _, name = impl.partition("@")
+        S = self.libs[name]
+        lib = S.lib
         # A backward lesson row (07b4, 07b5, 07b6) has no forward of its own: its O and L are the step's.
         fplan, fws = S.plan(step if self.dir == "fwd" else step[:2], False, self.shape)
-        self.plans.append(fplan)
+        self.plans.append((S, fplan))
         o = torch.full_like(self.q, float("nan"))
         lse = torch.full((self.B, self.H, self.N), float("nan"), device="cuda")
         fwd = lambda: S.call(lib.fa_forward, fplan, self.q.data_ptr(), self.k.data_ptr(), self.v.data_ptr(),  # noqa: E731
@@ -208,7 +214,7 @@ class Case:
             torch.cuda.synchronize()
             return fwd, [o]
         bplan, bws = S.plan(step, True, self.shape)
-        self.plans.append(bplan)
+        self.plans.append((S, bplan))
         dq, dk, dv = (torch.full_like(t, float("nan")) for t in (self.q, self.k, self.v))
         bwd = lambda: S.call(lib.fa_backward, bplan, self.q.data_ptr(), self.k.data_ptr(), self.v.data_ptr(),  # noqa: E731
                              o.data_ptr(), lse.data_ptr(), self.do.data_ptr(), dq.data_ptr(), dk.data_ptr(),
@@ -218,8 +224,8 @@ class Case:
         return bwd, [dq, dk, dv]
 
     def free(self):
-        for p in self.plans:
-            self.steps.lib.fa_free_plan(p)
+        for S, p in self.plans:
+            S.lib.fa_free_plan(p)
 
 
 def time_block(fn, reps, flush, spin_cycles, nvml):
@@ -267,6 +273,8 @@ def shapes(a):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lib", required=True, help="libfa_capi.so of a CUDA build")
+    ap.add_argument("--alt", action="append", default=[], metavar="NAME=PATH",
+                    help="libfa_capi.so of another build, whose steps are STEP@NAME in --impls")
     ap.add_argument("--csv", default="ab.csv")
     ap.add_argument("--impls", default=None,
                     help="steps (07), versions of a step's note table (07s1) and torch-<backend>, comma-separated")
@@ -297,7 +305,16 @@ def main():
     for impl in a.impls:
         if impl.startswith("torch-") and impl[6:] not in BACKENDS:
             sys.exit(f"ab.py: unknown implementation {impl} (torch-" + ", torch-".join(BACKENDS) + ", or a step)")
-    steps, nvml, flush, dev = Steps(a.lib), Nvml(), l2_flush_buffer(), device_fields()
+    libs = {"": Steps(a.lib)}
+    for alt in a.alt:
+        name, _, path = alt.partition("=")
+        if not name or not path or "@" in name:
+            sys.exit(f"ab.py: --alt {alt}: expected NAME=PATH")
+        libs[name] = Steps(path)
+    for impl in a.impls:
+        if not impl.startswith("torch-") and impl.partition("@")[2] not in libs:
+            sys.exit(f"ab.py: {impl}: no --alt {impl.partition('@')[2]}=…")
+    nvml, flush, dev = Nvml(), l2_flush_buffer(), device_fields()
     spin = int(a.hide_host_us * 2000)  # cycles: at least --hide-host-us at clocks up to 2 GHz
     if not nvml.lib:
         print("ab.py: NVML not found: clocks, power and reasons are written as 0", file=sys.stderr)
@@ -311,7 +328,7 @@ def main():
               "host_us_max,reasons,status,gpu,cuda_driver_api,cuda_runtime\n")
     late = {}  # implementation: its longest enqueue that passed the spin, µs
     for n_case, (B, H, H_kv, N, N_kv, d, causal) in enumerate(shapes(a)):
-        case = Case(a, steps, B, H, H_kv, N, N_kv, d, causal, seed=N + N_kv + d + n_case)
+        case = Case(a, libs, B, H, H_kv, N, N_kv, d, causal, seed=N + N_kv + d + n_case)
         pairs = N * N_kv - (N * N / 2 if causal else 0)
         flops = 4.0 * B * H * pairs * d * (2.5 if a.dir == "bwd" else 1.0)
         floor = 2.0 * (2 * case.q.numel() + 2 * case.k.numel()) + 4.0 * B * H * N

@@ -5,6 +5,8 @@ ran them, for the steps and PyTorch's attention side by side.
   python3 tools/bench/timeline.py --lib BUILD/tools/bench/libfa_capi.so [--impls 07,torch-cudnn]
       [--dir bwd] [--d 128] [--N 1024,8192] [--causal 0,1] [--tokens 131072] [--reps 5]
       [--csv timeline.csv]
+  python3 tools/bench/timeline.py --decode --lib … [--impls 08,torch-cudnn] [--Nq 1] [--Nkv 8192,…]
+      [--bh 32,128] [--group 1,8]   (ab.py's decoding shapes, the forward)
 
 ab.py times a call between two events; this says what lies between them. Each repeat is
 prepared as ab.py prepares it (the L2 flushed, then a spin kernel that hides the host's
@@ -79,16 +81,22 @@ def main():
     ap.add_argument("--tokens", default="131072")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--hide-host-us", type=float, default=200.0)
+    ap.add_argument("--decode", action="store_true", help="ab.py's decoding shapes (the forward) instead of N = N_kv")
+    ap.add_argument("--Nq", default="1,16")
+    ap.add_argument("--Nkv", default="8192,16384,32768,65536,131072")
+    ap.add_argument("--bh", default="32,128")
+    ap.add_argument("--group", default="1")
     a = ap.parse_args()
-    a.decode = False
+    if a.decode:
+        a.dir = "fwd"  # (decoding shapes have no backward here)
     a.impls = a.impls.split(",")
     steps, flush = Steps(a.lib), l2_flush_buffer()
     spin = int(a.hide_host_us * 2000)
     out = open(a.csv, "w")
-    out.write("impl,dir,d,N,causal,B,H,part,name,at_us,us\n")
+    out.write("impl,dir,d,N,causal,B,H,H_kv,N_kv,part,name,at_us,us\n")
     for n_case, (B, H, H_kv, N, N_kv, d, causal) in enumerate(shapes(a)):
-        case = Case(a, steps, B, H, H_kv, N, N_kv, d, causal, seed=N + d + n_case)
-        print(f"{a.dir} B={B} H={H} N={N} d={d} causal={causal}:")
+        case = Case(a, {"": steps}, B, H, H_kv, N, N_kv, d, causal, seed=N + d + n_case)
+        print(f"{a.dir} B={B} H={H} H_kv={H_kv} N={N} N_kv={N_kv} d={d} causal={causal}:")
         for impl in a.impls:
             fn = case.torch_fn(impl[6:]) if impl.startswith("torch-") else case.step_fn(impl)[0]
             fn()
@@ -108,7 +116,7 @@ def main():
             if len(counts) != 1:
                 print(f"  {impl}: the repeats ran {sorted(counts)} activities; not summarised")
                 continue
-            row = f"{impl},{a.dir},{d},{N},{causal},{B},{H}"
+            row = f"{impl},{a.dir},{d},{N},{causal},{B},{H},{H_kv},{N_kv}"
             print(f"  {impl}:")
             parts = []  # (name, start, duration) of each activity, medians over the repeats
             for k in range(len(reps[0])):
