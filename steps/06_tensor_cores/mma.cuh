@@ -357,13 +357,29 @@ __device__ __forceinline__ void load_a_fragments(std::uint32_t (&a)[kD / 16][kMT
 }
 
 /// gemm_abt with A's fragments in registers (load_a_fragments) and B's at this lane's
-/// address b (b_fragments_at, taken once outside a loop).
+/// address b (b_fragments_at, taken once outside a loop), for a warp whose product is
+/// small (a decoding tile: 16 rows × 16 keys, two n-tiles): the k steps go to two
+/// accumulator chains, the even ones into acc and the odd ones into acc2, added at the
+/// end. Each mma waits for the one before it in its chain, and with kNT = 2 a single
+/// chain would be kD/16 mma long per n-tile; two halve it. (The sum's order is not
+/// gemm_abt's: these products agree with it to fp32 rounding, not bit for bit.)
 template <class T, int kD, int kMT, int kNT>
 __device__ __forceinline__ void gemm_abt_regs(float (&acc)[kMT][kNT][4], const std::uint32_t (&a)[kD / 16][kMT][4],
                                               std::uint32_t b) {
+  static_assert(kD % 32 == 0, "k steps in pairs");
   constexpr std::uint32_t kRow = 2 * smem_cols(kD);
+  float acc2[kMT][kNT][4] = {};  // [m-tile][n-tile][register]: the odd k steps
 #pragma unroll
-  for (int kk = 0; kk < kD / 16; ++kk) mma_abt_step<T>(acc, a[kk], b ^ (32u * kk), kRow);
+  for (int kk = 0; kk < kD / 16; kk += 2) {
+    mma_abt_step<T>(acc, a[kk], b ^ (32u * kk), kRow);
+    mma_abt_step<T>(acc2, a[kk + 1], b ^ (32u * (kk + 1)), kRow);
+  }
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) acc[mt][nt][x] += acc2[mt][nt][x];
 }
 
 /// acc[mt][dt] += P·V for a warp, with P already in registers as A fragments
