@@ -78,7 +78,7 @@ set -uo pipefail
 OUT=${OUT:-$PWD/gpu-logs}; BUILD=${1:-build-gpu}; R=${RESULTS:-$(mktemp -d)}; L=${LOGS:-$(mktemp -d)}; PHASE=${PHASE:-all}
 ROUNDS=${ROUNDS:-5}
 trap 'tar -czf "$OUT/logs.tgz" -C "$L" . 2>/dev/null; tar -czf "$OUT/results.tgz" -C "$R" . 2>/dev/null' EXIT
-mkdir -p "$OUT"
+mkdir -p "$OUT" "$R" "$L"  # (RESULTS and LOGS may name folders not made yet)
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvcc --version | tail -1
   python3 -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())" 2>&1
   echo "${FA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}"; } > "$R/device.txt"

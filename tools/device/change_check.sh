@@ -17,7 +17,7 @@ source "$(dirname "$0")/sanitize.sh"  # sanitize, sanitizer_lines, sass_counts
 OUT=${OUT:-$PWD/gpu-logs}; BUILD=${1:-build-gpu}; R=${RESULTS:-$(mktemp -d)}; L=${LOGS:-$(mktemp -d)}
 STEPS=${STEPS:-07 08}; LIMIT=${LIMIT:-270}; PHASE=${PHASE:-all}
 trap 'tar -czf "$OUT/logs.tgz" -C "$L" . 2>/dev/null; tar -czf "$OUT/results.tgz" -C "$R" . 2>/dev/null' EXIT
-mkdir -p "$OUT"
+mkdir -p "$OUT" "$R" "$L"  # (RESULTS and LOGS may name folders not made yet)
 [ -f "$R/device.txt" ] || { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
   nvcc --version | tail -1; echo "${FA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}"; } > "$R/device.txt"
 t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
