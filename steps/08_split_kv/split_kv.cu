@@ -6,7 +6,8 @@
 // consecutive in Q) and its keys; a piece streams its tiles through a ring of 64-key K/V
 // tiles by cp.async. Warp w takes keys 16w … 16w+15 of every tile:
 //   S = Q·K_wᵀ        16 rows × 16 keys, mma.sync over d, Q's fragments in registers for
-//                      the whole piece (step 06's gemm_abt_regs)
+//                      the whole piece, the k steps in two accumulator chains (step 06's
+//                      gemm_abt_regs)
 //   online softmax     on the accumulators, every tile (the exact update; O's rescale
 //                      skipped where no row of the warp has a new max: × 1 is exact)
 //   O_w += P·V_w       P from registers, V transposed by ldmatrix (step 06's gemm_pv)

@@ -27,8 +27,10 @@
 //              them first (read once), leaving the lines it holds — dirty ones, which
 //              would have to be written back first — alone.
 //   the tile   a memory-bound loop must still issue fast enough: Q's fragments are
-//              loaded once a piece and kept in registers, and O's rescale is skipped
-//              where no row of the warp has a new max (× 1: the same bits).
+//              loaded once a piece and kept in registers, S's k steps go to two
+//              accumulator chains (half as long a wait on the mma before), and O's
+//              rescale is skipped where no row of the warp has a new max (× 1: the same
+//              bits).
 // When every block is exactly one unit the first kernel writes O and L itself (no
 // partials, no second kernel).
 // Limits: d = 64 or 128, bf16 or fp16, N_kv ≥ 1 keys for N ≥ 1 queries (the queries the
