@@ -2051,7 +2051,7 @@ def table_step08_hint(D):
     (r1, _), (r2, _) = decode08_ab(D, f1), decode08_ab(D, f2)
     keys = [k for k in sorted(r1, key=order08) if k in r2 and "08l0" in r2[k]]
     out = [f"µs of step 08 (× PyTorch's best backend in the same run), bf16, d = 128, B = 1, on "
-           f"{device07(D, 'device.txt', f1)}; two runs of `tools/bench/ab.py` in one session: run 1 "
+           f"{device07(D, 'device.txt', f1)}; two runs of `tools/bench/ab.py`: run 1 "
            f"(`{rel(f1)}/`, {rounds08(f1)} rounds) the K/V reads as any load beside evict-first at every shape (l1); "
            f"run 2 (`{rel(f2)}/ab08*.csv`, {rounds08(f2)} rounds) production, evict-first where K and V are at most "
            f"three L2s ({HINT08_BOUND_MIB} MiB), beside no hint at every shape (l0); the median.", "",
@@ -2114,6 +2114,7 @@ def table_step08_hint_ncu(D):
 
 NCU08 = "tries/step08_ncu_long"  # Nsight Compute at the long streams: launches, and the split kernel before/after
 DIET08_BEFORE = "tries/step08_pairs"  # ab.py's run at dd02286 ("08": the split kernel before its tile was trimmed)
+DIET08_AFTER = "ab/trim"  # ab.py's decode run at d115a3a, the tile trimmed (ab/ before the two chains)
 NCU08_TILES = 32768 // 64  # the profiled shape's 64-key tiles a head (B·H = 128, N_q = 1, 32k keys)
 NCU08_WARPS = 128 * 4  # its warps: 128 blocks of four, step 08's and cuDNN's alike (the launches table)
 
@@ -2198,13 +2199,13 @@ def table_step08_ncu_tile(D):
 def table_step08_diet(D):
     """Production before the tile was trimmed (dd02286, "08" of the pairs run) and after (the decode run), each
     against PyTorch's best backend in its own run: two runs on two machines of one session."""
-    f0 = os.path.join(D.folder, DIET08_BEFORE)
-    (r0, _), (r1, _) = decode08_ab(D, f0), decode08_ab(D)
+    f0, f1 = os.path.join(D.folder, DIET08_BEFORE), os.path.join(D.folder, DIET08_AFTER)
+    (r0, _), (r1, _) = decode08_ab(D, f0), decode08_ab(D, f1)
     keys = [k for k in sorted(r0, key=order08) if k in r1]
     out = [f"µs of step 08 (× PyTorch's best backend in the same run), bf16, d = 128, B = 1, on "
            f"{device07(D, 'device.txt', f0)}; two runs of `tools/bench/ab.py` in one session, on two machines: "
-           f"before (`{rel(f0)}/`, {rounds08(f0)} rounds) and after (`{rel(ab_folder(D))}/ab08*.csv`, "
-           f"{rounds08(ab_folder(D))} rounds) the tile was trimmed; the median. The machines differ, so compare the "
+           f"before (`{rel(f0)}/`, {rounds08(f0)} rounds) and after (`{rel(f1)}/ab08*.csv`, "
+           f"{rounds08(f1)} rounds) the tile was trimmed; the median. The machines differ, so compare the "
            f"ratios in brackets, each against PyTorch in its own run.", "",
            "| B·H | H_kv | N_q | N_kv | causal | before | after |", "|---|---|---|---|---|---|---|"]
     before, after = [], []
@@ -2238,6 +2239,85 @@ def table_step08_pairs(D):
         r = list(by_shape.values())
         out.append(f"{w[2:]} ÷ production: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes; faster by more than 1% "
                    f"in {sum(1 for x in r if x < 0.99)}, slower by more than 1% in {sum(1 for x in r if x > 1.01)}.")
+    return out
+
+
+CHAINS08 = "ab/chains"  # ab.py's run at 5890d01: "08" (S in two accumulator chains) beside 192cc2e ("08@base", --alt)
+
+
+def table_step08_chains(D):
+    """S's k steps in two accumulator chains (5890d01, "08") beside one chain (192cc2e, "08@base": ab.py --alt, the
+    other build in the same process), every decoding shape."""
+    out, ratio = step08_pair(D, os.path.join(D.folder, CHAINS08), "08@base", "08", "both builds",
+                             "one chain (192cc2e)", "two chains (5890d01)", "time, two ÷ one")
+    r = list(ratio.values())
+    out += ["", f"Two chains ÷ one: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes, geometric mean "
+                f"{statistics.geometric_mean(r):.4f}; faster by more than 0.5% in {sum(1 for x in r if x < 0.995)}, "
+                f"slower by more than 0.5% in {sum(1 for x in r if x > 1.005)}."]
+    return out
+
+
+LOADS08 = "tries/step08_merge_loads_first/same_process"  # ab.py: 192cc2e beside it with the merge's O loads first
+
+
+def table_step08_loads_first(D):
+    """The merge kernel's O loads issued before the statistics (two a lane; "08@pf") beside 192cc2e ("08@base"), one
+    process: one line, the time ratio at the shapes the merge kernel runs and at the others."""
+    folder = os.path.join(D.folder, LOADS08)
+    rows, _ = decode08_ab(D, folder)
+    r = {k: c["08@pf"]["ms"] / c["08@base"]["ms"] for k, c in rows.items() if "08@pf" in c and "08@base" in c}
+    merged = [x for k, x in r.items() if k[0] == 32 or k[0] != k[1]]  # B·H = 32 and grouped heads: a merge kernel
+    alone = [x for k, x in r.items() if not (k[0] == 32 or k[0] != k[1])]
+    return [f"The O loads first ÷ 192cc2e, in one process (`{rel(folder)}/`, {rounds08(folder)} rounds, on "
+            f"{device07(D, 'device.txt', folder)}): {min(merged):.3f}–{max(merged):.3f} at the {len(merged)} shapes "
+            f"the merge kernel runs (geometric mean {statistics.geometric_mean(merged):.3f}), "
+            f"{min(alone):.3f}–{max(alone):.3f} at the {len(alone)} where it does not (the same kernels: the run's "
+            f"noise)."]
+
+
+RING3_08 = "tries/step08_ring3_two_blocks"  # ab.py: 5890d01 beside it with a ring of three tiles, two blocks an SM
+
+
+def table_step08_ring3(D):
+    """A ring of three tiles at d = 128, two blocks an SM and the plan for that occupancy ("08@x"), beside production
+    (5890d01, "08"): one process, the shapes without the mask."""
+    out, ratio = step08_pair(D, os.path.join(D.folder, RING3_08), "08", "08@x", "both builds",
+                             "four tiles, one block an SM (production)", "three tiles, two blocks an SM",
+                             "time, ÷ production")
+    r = list(ratio.values())
+    out += ["", f"Three tiles, two blocks ÷ production: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes; faster by "
+                f"more than 0.5% in {sum(1 for x in r if x < 0.995)}, slower by more than 0.5% in "
+                f"{sum(1 for x in r if x > 1.005)}."]
+    return out
+
+
+TIMELINE08 = "ab/timeline08"  # tools/bench/timeline.py --decode at 5890d01: step 08 and cuDNN
+
+
+def table_step08_timeline(D):
+    """One decoding call's kernels as the GPU ran them (timeline.py --decode, a CUPTI trace, medians of 7 calls):
+    for step 08 and cuDNN, the split kernel, what the call takes after it ends (the merge), and the whole call."""
+    folder = os.path.join(D.folder, TIMELINE08)
+    calls = {}
+    for name in ("timeline08.csv", "timeline08_gqa.csv"):
+        for r in load(folder, name):
+            key = tuple(int(r[k]) for k in ("H", "H_kv", "N", "N_kv", "causal"))
+            c = calls.setdefault(key, {}).setdefault(r["impl"], {})
+            if r["part"] == "kernel0":
+                c["split"] = float(r["us"])
+            elif r["part"] == "span":
+                c["span"] = float(r["us"])
+    out = [f"bf16, d = 128, B = 1, on {device07(D, 'device.txt', folder)}: one call's kernels as the GPU ran them "
+           f"(`tools/bench/timeline.py --decode`, a CUPTI trace; `{rel(folder)}/`), µs, the median of 7 calls, each "
+           "after the L2 flush as ab.py times it. \"After it\": from the split kernel's end to the call's last "
+           "kernel's end (the merge; step 08's merge kernel is launched early and waits, so it starts with the "
+           "split kernel).", "",
+           "| B·H | H_kv | N_q | N_kv | causal | step 08: split kernel | after it | call | cuDNN: split kernel | "
+           "after it | call | split kernel, step 08 ÷ cuDNN |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for k in sorted(calls, key=order08):
+        a, b = calls[k]["08"], calls[k]["torch-cudnn"]
+        out.append(f"| {shape08(k)} | {a['split']:.1f} | {a['span'] - a['split']:.1f} | {a['span']:.1f} | "
+                   f"{b['split']:.1f} | {b['span'] - b['split']:.1f} | {b['span']:.1f} | {a['split'] / b['split']:.3f} |")
     return out
 
 
@@ -2395,6 +2475,8 @@ TABLES = {
     "step08-ring": table_step08_ring, "step08-hint": table_step08_hint, "step08-hint-ncu": table_step08_hint_ncu,
     "step08-ncu-launch": table_step08_ncu_launch, "step08-ncu-tile": table_step08_ncu_tile,
     "step08-diet": table_step08_diet, "step08-pairs": table_step08_pairs,
+    "step08-chains": table_step08_chains, "step08-loads-first": table_step08_loads_first,
+    "step08-ring3": table_step08_ring3, "step08-timeline": table_step08_timeline,
     "ctest08": table_ctest08, "sm80-08": table_sm80_08,
     "sass08": table_sass08, "test09": table_test09, "step09-bench": table_step09_bench,
 }
