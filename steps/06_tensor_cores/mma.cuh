@@ -360,9 +360,10 @@ __device__ __forceinline__ void load_a_fragments(std::uint32_t (&a)[kD / 16][kMT
 /// address b (b_fragments_at, taken once outside a loop), for a warp whose product is
 /// small (a decoding tile: 16 rows × 16 keys, two n-tiles): the k steps go to two
 /// accumulator chains, the even ones into acc and the odd ones into acc2, added at the
-/// end. Each mma waits for the one before it in its chain, and with kNT = 2 a single
-/// chain would be kD/16 mma long per n-tile; two halve it. (The sum's order is not
-/// gemm_abt's: these products agree with it to fp32 rounding, not bit for bit.)
+/// end. An mma waits for the one before it into the same accumulator: in one chain that
+/// is kD/16 mma in a row per n-tile, and with two n-tiles there is little else to issue
+/// meanwhile; two chains halve the wait. (The sum's order is not gemm_abt's: these
+/// products agree with it to fp32 rounding, not bit for bit.)
 template <class T, int kD, int kMT, int kNT>
 __device__ __forceinline__ void gemm_abt_regs(float (&acc)[kMT][kNT][4], const std::uint32_t (&a)[kD / 16][kMT][4],
                                               std::uint32_t b) {
