@@ -18,10 +18,7 @@ int kv_tiles(const Problem& p) { return (p.keys() + kTileKeys - 1) / kTileKeys; 
 
 int stages(int d, const GpuShape& gpu) { return smem_bytes(d, 4) <= gpu.smem_per_block ? 4 : 2; }
 
-int blocks_per_sm(int d, const GpuShape& gpu) {
-  const std::size_t by_smem = gpu.smem_per_sm / (smem_bytes(d, stages(d, gpu)) + 1024);
-  return int(std::max<std::size_t>(1, std::min<std::size_t>(by_smem, 2048 / kThreads)));
-}
+int blocks_per_sm(int d, const GpuShape& gpu) { return blocks_fitting(gpu.smem_per_sm, d, stages(d, gpu)); }
 
 namespace {
 /// The problem's units and their tiles, shared by `blocks` blocks (at least one a unit).

@@ -360,12 +360,12 @@ __device__ __forceinline__ void merge_in_cluster(const SplitArgs<T>& a, unsigned
 #endif
 
 /// The most split-kernel blocks with a ring of kRingTiles tiles that an SM holds: what the
-/// largest shared memory of an SM we build for (an H200's, 228 KiB) leaves room for, as
-/// blocks_per_sm counts it — three with the small rings (d = 64, or two tiles at d = 128),
-/// one with four or more at d = 128. The launch bounds keep registers from allowing fewer,
-/// and leave the one-block kernels every register they can use.
+/// largest shared memory of an SM we build for (an H200's, 228 KiB) leaves room for
+/// (blocks_fitting, as the plan counts them) — three with the small rings (d = 64, or two
+/// tiles at d = 128), one with four or more at d = 128. The launch bounds keep registers
+/// from allowing fewer, and leave the one-block kernels every register they can use.
 template <int kD, int kRingTiles>
-constexpr int kMostBlocksPerSm = int(kH200.smem_per_sm / (smem_bytes(kD, kRingTiles) + 1024));
+constexpr int kMostBlocksPerSm = blocks_fitting(kH200.smem_per_sm, kD, kRingTiles);
 
 template <class T, int kD, int kStages, int kSlotTiles>
 __global__ void __launch_bounds__(kThreads, (kMostBlocksPerSm<kD, kStages * kSlotTiles>))

@@ -56,6 +56,13 @@ constexpr int kTileKeys = kWarps * kKeysPerWarp;  ///< keys per K/V tile (64)
 FA_HD constexpr std::size_t smem_bytes(int d, int stages) {
   return (std::size_t(kRows) + 2 * std::size_t(stages) * kTileKeys) * std::size_t(d) * 2;
 }
+/// Thread blocks with a ring of `stages` tiles that one multiprocessor of smem_per_sm bytes
+/// of shared memory holds at once: its shared memory (1 KiB of it reserved per block) and
+/// its 2048 threads; at least one.
+FA_HD constexpr int blocks_fitting(std::size_t smem_per_sm, int d, int stages) {
+  const std::size_t by_smem = smem_per_sm / (smem_bytes(d, stages) + 1024), by_threads = 2048 / kThreads;
+  return by_smem < 1 ? 1 : int(by_smem < by_threads ? by_smem : by_threads);
+}
 inline constexpr int kSupportedD[] = {64, 128, 0};
 constexpr int kMaxParts = 128;       ///< the most parts a row may have (the merge keeps a row's L's on chip)
 constexpr int kCombineThreads = 256; ///< the merge kernel's block: one row
@@ -130,8 +137,8 @@ struct SplitPlan {
 /// The most parts a unit of s has (the partials' first dimension): S when blocks = S·units,
 /// else what the shortest chunk allows.
 int most_parts(const SplitPlan& s);
-/// Thread blocks that fit on one multiprocessor at once (shared memory, 1 KiB of it
-/// reserved per block, and 2048 threads).
+/// Thread blocks that fit on one of gpu's multiprocessors at once, with the ring
+/// stages(d, gpu) (blocks_fitting).
 int blocks_per_sm(int d, const GpuShape& gpu);
 /// The split (note 08): units = B·H_kv·⌈G·N/16⌉. Whole units' splits (unit_plan: one block
 /// a unit when the units fill a wave, sms · blocks_per_sm, else ⌊wave/units⌋ chunks a
