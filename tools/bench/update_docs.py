@@ -1916,6 +1916,13 @@ def rounds08(folder):
     return 1 + max(int(r["round"]) for path in glob.glob(os.path.join(folder, "ab08*.csv")) for r in csv.DictReader(open(path)))
 
 
+def faster_slower08(r, pct=1):
+    """How many of the time ratios r (a version ÷ the one it is set beside) are faster and slower by more than pct%,
+    as the last lines of note 08's tables say it."""
+    return (f"faster by more than {pct:g}% in {sum(1 for x in r if x < 1 - pct / 100)}, slower by more than {pct:g}% "
+            f"in {sum(1 for x in r if x > 1 + pct / 100)}")
+
+
 def step08_versions(D, folder, a, versions, both, head_a):
     """Versions of step 08 in one ab.py run (`folder`) beside version a, at every decoding shape all were timed at: the
     table's caption and rows (µs, × PyTorch's best backend, and for each (b, head_b, ratio_head) of `versions` time
@@ -1985,8 +1992,7 @@ def table_step08_cluster(D):
         out.append(f"| {shape08(k)} | {' | '.join(cells)} |")
     out.append("")
     for name, r in zip(("Clusters wherever they fit", "Production"), ratios):
-        out.append(f"{name} ÷ m2: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes; faster by more than 1% in "
-                   f"{sum(1 for x in r if x < 0.99)}, slower by more than 1% in {sum(1 for x in r if x > 1.01)}.")
+        out.append(f"{name} ÷ m2: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes; {faster_slower08(r)}.")
     return out
 
 
@@ -2005,8 +2011,7 @@ def step08_vs_w1(D, folder, head, ratio_head, summary):
 def table_step08_shared(D):
     """The tiles shared by a wave of blocks at every shape (k1: production at dd6fe6f, "08" in that run) beside w1."""
     return step08_vs_w1(D, SHARED08, "shared at every shape (k1)", "time, k1 ÷ w1", lambda r: (
-        f"k1 ÷ w1: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes; faster by more than 1% in "
-        f"{sum(1 for x in r if x < 0.99)}, slower by more than 1% in {sum(1 for x in r if x > 1.01)}."))
+        f"k1 ÷ w1: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes; {faster_slower08(r)}."))
 
 
 def table_step08_stream(D):
@@ -2028,8 +2033,7 @@ def table_step08_ring(D):
     r = list(ratio.values())
     g = [x for k, x in ratio.items() if k[0] != k[1]]
     out += ["", f"Six ÷ four: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes ({min(g):.3f}–{max(g):.3f} with "
-                f"grouped heads); faster by more than 1% in {sum(1 for x in r if x < 0.99)}, slower by more than 1% in "
-                f"{sum(1 for x in r if x > 1.01)}."]
+                f"grouped heads); {faster_slower08(r)}."]
     return out
 
 
@@ -2237,8 +2241,7 @@ def table_step08_pairs(D):
     out.append("")
     for w, by_shape in ratios.items():
         r = list(by_shape.values())
-        out.append(f"{w[2:]} ÷ production: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes; faster by more than 1% "
-                   f"in {sum(1 for x in r if x < 0.99)}, slower by more than 1% in {sum(1 for x in r if x > 1.01)}.")
+        out.append(f"{w[2:]} ÷ production: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes; {faster_slower08(r)}.")
     return out
 
 
@@ -2252,8 +2255,7 @@ def table_step08_chains(D):
                              "one chain (192cc2e)", "two chains (5890d01)", "time, two ÷ one")
     r = list(ratio.values())
     out += ["", f"Two chains ÷ one: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes, geometric mean "
-                f"{statistics.geometric_mean(r):.4f}; faster by more than 0.5% in {sum(1 for x in r if x < 0.995)}, "
-                f"slower by more than 0.5% in {sum(1 for x in r if x > 1.005)}."]
+                f"{statistics.geometric_mean(r):.4f}; {faster_slower08(r, 0.5)}."]
     return out
 
 
@@ -2285,9 +2287,8 @@ def table_step08_ring3(D):
                              "four tiles, one block an SM (production)", "three tiles, two blocks an SM",
                              "time, ÷ production")
     r = list(ratio.values())
-    out += ["", f"Three tiles, two blocks ÷ production: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes; faster by "
-                f"more than 0.5% in {sum(1 for x in r if x < 0.995)}, slower by more than 0.5% in "
-                f"{sum(1 for x in r if x > 1.005)}."]
+    out += ["", f"Three tiles, two blocks ÷ production: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes; "
+                f"{faster_slower08(r, 0.5)}."]
     return out
 
 
