@@ -156,9 +156,10 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const SplitPlan
   const int last_key = Nk < t1 * kTileKeys ? Nk : t1 * kTileKeys;  // keys past the piece are not read
   const float mul = a.scale * step06::kLog2e;  // exp(scale·(s − m)) = 2^(s·mul − m·mul)
 
+  auto slot_of = [&](int tile) { return (tile - t0) / kSlotTiles % kStages; };  // the ring's slot holding `tile`
   const step06::L2Hint once = step06::l2_evict_first();  // (used where a.kv asks for it)
   auto load_slot = [&](int tile) {  // tiles tile … tile + kSlotTiles − 1 of this head into their slot of the ring
-    const int k0 = tile * kTileKeys, slot = (tile - t0) / kSlotTiles % kStages;
+    const int k0 = tile * kTileKeys, slot = slot_of(tile);
     auto copy = [&](auto hint) {
       const std::size_t from = kv_head + std::size_t(k0) * kD;
       step06::copy_tile_async<kThreads, kD, kSlotKeys, true>(Ks + slot * kSlotKeys * kW, a.k + from, last_key - k0, hint);
@@ -189,7 +190,7 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const SplitPlan
 
   // Main loop over the chunk's tiles.
   for (int tile = t0; tile < t1; ++tile) {
-    const int slot = (tile - t0) / kSlotTiles % kStages, sub = (tile - t0) % kSlotTiles;  // the tile in its slot
+    const int slot = slot_of(tile), sub = (tile - t0) % kSlotTiles;  // the tile in its slot
     if (sub == 0) {
       cp_async_wait<kStages - 2>();  // this slot landed (Q's group and the slots' before it) ...
       __syncthreads();               // ... everyone's, and every warp is done with the last slot
