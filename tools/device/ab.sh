@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The steps beside PyTorch's attention in one process, on the same tensors, in alternation
 # (tools/bench/ab.py over libfa_capi.so), on the H200 in one call.
-#   [PHASE=fwd|bwd|bwdmain|bwdpeers|host|decode|ring|pairs|stream|cluster|pause|gemm|short|h9|order|last|call|b9|b10|b11|b12|b16|det|all, or several: PHASE=short,decode] [ROUNDS=5]
+#   [PHASE=fwd|bwd|bwdmain|bwdpeers|host|decode|floor|ring|pairs|stream|cluster|pause|gemm|short|h9|order|last|call|b9|b10|b11|b12|b16|det|all, or several: PHASE=short,decode] [ROUNDS=5]
 #       bash tools/device/ab.sh [build-dir]
 # gemm:   the bf16 matrix-product rate, timed the same way (also in fwd);
 # fwd:    step 07's forward, step 06, cuDNN and FlashAttention-2, d = 64, 128, 256,
@@ -28,6 +28,8 @@
 #         shapes where the H200 merges in clusters (B·H = 15, 30, 39, 66; 15 K/V heads of 8);
 # hint:   step 08 with its K/V reads without the L2 hint (08l0) and evict-first (08l1) at every
 #         shape, beside production, cuDNN and FlashAttention-2, on note 08's decoding shapes;
+# floor:  K and V read once with step 08's copy and nothing computed (tools/bench/read_floor.cu),
+#         at the K/V sizes of note 08's decoding shapes, static cuts and chunks from a counter;
 # pairs:  step 08 with its ring's tiles copied two at a time (08p4: four tiles, production's
 #         shared memory; 08p6: six) beside production, cuDNN and FlashAttention-2, on note 08's
 #         decoding shapes;
@@ -84,7 +86,7 @@ mkdir -p "$OUT" "$R" "$L"  # (RESULTS and LOGS may name folders not made yet)
   echo "${FA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}"; } > "$R/device.txt"
 t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null || exit 1
-cmake --build "$BUILD" -j16 --target fa_capi >"$L/build.log" 2>&1 ||
+cmake --build "$BUILD" -j16 --target fa_capi fa_read_floor >"$L/build.log" 2>&1 ||
   { grep -B2 -A8 -E "error|FAILED" "$L/build.log" | head -60; exit 1; }
 stamp built
 ab() { python3 tools/bench/ab.py --lib "$BUILD/tools/bench/libfa_capi.so" --rounds "$ROUNDS" --check-peers "$@"; }
@@ -117,6 +119,11 @@ decode_runs() {
 # 08m2: step 08 with the merge kernel wherever it splits (no cluster's merge), launched early;
 # 08m1: launched after the splits, as any kernel; 08l0: K/V reads without the L2 hint at every shape
 want decode && decode_runs ab08 --impls=08,08m2,08m1,08l0,06,torch-cudnn,torch-flash,torch-efficient
+# The floor under them: K and V read once by step 08's copy, nothing computed, at the K/V
+# sizes of those shapes (B·H_kv = 4, 16, 32, 128), in static cuts and in chunks from a counter
+if want floor; then
+  "$BUILD/tools/bench/fa_read_floor" > "$R/floor.csv" 2> "$L/floor.log"; stamp "floor (rc $?)"
+fi
 # 08w1: whole units' splits at every shape, where production shares the tiles in some
 want stream && decode_runs ab08_stream --impls=08,08w1,torch-cudnn,torch-flash
 # 08m2: the merge kernel wherever step 08 splits; production merges in clusters where every

@@ -1,0 +1,264 @@
+// fa_read_floor: the floor under step 08's decoding kernel, measured. A kernel that reads
+// K and V once and computes nothing, with step 08's own copy (step 06's copy_tile_async:
+// 64-key tiles at d = 128, bf16, 16-byte cp.async into swizzled shared memory, 128 threads
+// a block, a ring of tiles, one block an SM), timed as tools/bench/ab.py times a call (the
+// L2 flushed by zeroing 128 MiB, a 200 µs spin to hide the launch, CUDA events, the median
+// of the repeats). Note 08, "The floor, measured", compares step 08 and cuDNN with it.
+//
+// The cuts of the tiles among blocks (K and V laid head after head, so a cut is a range
+// of tiles):
+//   static  block b reads tiles [b·T/B, (b+1)·T/B): one contiguous run a block, as step
+//           08's plan cuts them (B = 128 at its decoding shapes; or one block an SM);
+//   flow    blocks, one an SM, take chunks of C tiles from a counter (atomicAdd) until
+//           none is left, the ring flowing across chunks (the next chunk's id fetched a
+//           chunk ahead): every block busy to the end.
+// Each block's first and last instant (%globaltimer) are kept, so the spread of the
+// blocks' ends is printed beside the time.
+//
+//   fa_read_floor [--bh-kv 4,16,32,128] [--n-kv 8192,...] [--reps 15] > floor.csv
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "steps/06_tensor_cores/mma.cuh"
+
+namespace {
+
+constexpr int kD = 128, kTileKeys = 64, kThreads = 128;
+constexpr int kW = fa::step06::smem_cols(kD);
+using T = __nv_bfloat16;
+
+void check(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return;
+  std::fprintf(stderr, "fa_read_floor: %s: %s\n", what, cudaGetErrorString(e));
+  std::exit(1);
+}
+
+struct BlockTimes {
+  unsigned long long start, end;  // %globaltimer, ns
+  long long tiles;                // tiles this block read
+};
+
+__device__ __forceinline__ unsigned long long global_ns() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+/// Tile `tile` of K and of V (tile t of the flattened heads: keys 64t … of head t / tiles)
+/// into slot `slot` of the ring, as step 08's split kernel copies a tile.
+template <int kStages>
+__device__ __forceinline__ void load_tile(T* ring, const T* k, const T* v, long long tile, int slot) {
+#if FA_STEP06_ARCH_OK
+  const std::size_t from = std::size_t(tile) * kTileKeys * kD;
+  T* ks = ring + slot * kTileKeys * kW;
+  fa::step06::copy_tile_async<kThreads, kD, kTileKeys, true>(ks, k + from, kTileKeys);
+  fa::step06::copy_tile_async<kThreads, kD, kTileKeys, true>(ks + kStages * kTileKeys * kW, v + from, kTileKeys);
+#endif
+}
+
+/// static: block b streams tiles [b·T/B, (b+1)·T/B) through a ring of kStages tiles.
+template <int kStages>
+__global__ void __launch_bounds__(kThreads) read_static(const T* k, const T* v, long long tiles, BlockTimes* times) {
+#if FA_STEP06_ARCH_OK
+  extern __shared__ __align__(1024) unsigned char smem[];
+  T* ring = reinterpret_cast<T*>(smem);
+  const unsigned long long start = global_ns();
+  const long long t0 = blockIdx.x * tiles / gridDim.x, t1 = (blockIdx.x + 1) * tiles / gridDim.x;
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (t0 + s < t1) load_tile<kStages>(ring, k, v, t0 + s, s);
+    fa::step06::cp_async_commit();
+  }
+  for (long long t = t0; t < t1; ++t) {  // step 08's loop without the math
+    fa::step06::cp_async_wait<kStages - 2>();
+    __syncthreads();
+    const long long next = t + kStages - 1;
+    if (next < t1) load_tile<kStages>(ring, k, v, next, int((next - t0) % kStages));
+    fa::step06::cp_async_commit();
+  }
+  fa::step06::cp_async_wait<0>();
+  if (threadIdx.x == 0) times[blockIdx.x] = {start, global_ns(), t1 - t0};
+#endif
+}
+
+/// flow: chunks of `chunk` tiles handed out by `counter`; position j of this block's
+/// stream is tile j mod chunk of the block's (j / chunk)-th chunk, whose id thread 0
+/// fetched a chunk ahead into `ids` (a ring of 16: the loader runs at most
+/// (kStages − 1)/chunk + 2 chunks ahead of the consumer).
+template <int kStages>
+__global__ void __launch_bounds__(kThreads)
+    read_flow(const T* k, const T* v, long long tiles, int chunk, unsigned* counter, BlockTimes* times) {
+#if FA_STEP06_ARCH_OK
+  extern __shared__ __align__(1024) unsigned char smem[];
+  __shared__ long long ids[16];
+  T* ring = reinterpret_cast<T*>(smem);
+  const unsigned long long start = global_ns();
+  const long long chunks = (tiles + chunk - 1) / chunk;
+  const int ahead = (kStages - 1 + chunk - 1) / chunk;  // the loader's first chunk boundary in the loop
+  if (threadIdx.x == 0)
+    for (int q = 0; q <= ahead; ++q) ids[q] = atomicAdd(counter, 1u);
+  __syncthreads();
+  // -1: no chunk left (the stream ends); -2: past the last tile inside the last chunk.
+  auto tile_at = [&](long long j) -> long long {
+    const long long c = ids[(j / chunk) % 16], t = c * chunk + j % chunk;
+    return c >= chunks ? -1 : t < tiles ? t : -2;
+  };
+  for (int s = 0; s < kStages - 1; ++s) {
+    const long long t = tile_at(s);
+    if (t >= 0) load_tile<kStages>(ring, k, v, t, s);
+    fa::step06::cp_async_commit();
+  }
+  long long done = 0;
+  for (long long j = 0;; ++j) {
+    fa::step06::cp_async_wait<kStages - 2>();
+    __syncthreads();
+    const long long at = j + kStages - 1;  // the loader's position
+    if (threadIdx.x == 0 && at % chunk == 0) ids[(at / chunk + 1) % 16] = atomicAdd(counter, 1u);
+    const long long t = tile_at(at);
+    if (t >= 0) load_tile<kStages>(ring, k, v, t, int(at % kStages));
+    fa::step06::cp_async_commit();
+    const long long mine = tile_at(j);
+    if (mine == -1) break;
+    done += mine >= 0;
+  }
+  fa::step06::cp_async_wait<0>();
+  if (threadIdx.x == 0) times[blockIdx.x] = {start, global_ns(), done};
+#endif
+}
+
+/// The GPU busy for `ns` nanoseconds: the host's launch work hides behind it, as ab.py's spin.
+__global__ void spin(unsigned long long ns) {
+  const unsigned long long t0 = global_ns();
+  while (global_ns() - t0 < ns) {
+  }
+}
+
+std::vector<long long> parse_list(const char* s) {
+  std::vector<long long> out;
+  std::stringstream in(s);
+  for (std::string x; std::getline(in, x, ',');) out.push_back(std::stoll(x));
+  return out;
+}
+
+struct Cut {
+  const char* name;  // static or flow
+  int stages;        // tiles in the ring
+  int blocks;        // 0: one an SM
+  int chunk;         // flow: tiles a chunk
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<long long> heads = {4, 16, 32, 128}, keys = {8192, 16384, 32768, 65536, 131072};
+  int reps = 15;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--bh-kv") heads = parse_list(argv[i + 1]);
+    else if (a == "--n-kv") keys = parse_list(argv[i + 1]);
+    else if (a == "--reps") reps = std::atoi(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "fa_read_floor: unknown option %s\n", a.c_str());
+      return 2;
+    }
+  }
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::fprintf(stderr, "fa_read_floor: no CUDA GPU\n");
+    return 1;
+  }
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "device properties");
+  if (prop.major < 8) {
+    std::fprintf(stderr, "fa_read_floor: step 08's copy needs sm_80 or newer; this GPU is sm_%d%d\n", prop.major,
+                 prop.minor);
+    return 1;
+  }
+  const int sms = prop.multiProcessorCount;
+  const Cut cuts[] = {{"static", 4, 128, 0}, {"static", 4, 0, 0}, {"static", 6, 128, 0}, {"flow", 4, 0, 4},
+                      {"flow", 4, 0, 16}};
+  const std::size_t smem4 = 2 * 4 * std::size_t(kTileKeys) * kW * sizeof(T), smem6 = smem4 * 6 / 4;
+  if (smem6 > prop.sharedMemPerBlockOptin) {
+    std::fprintf(stderr, "fa_read_floor: a ring of six tiles takes %zu KiB of shared memory; this GPU gives %zu\n",
+                 smem6 / 1024, std::size_t(prop.sharedMemPerBlockOptin) / 1024);
+    return 1;
+  }
+  check(cudaFuncSetAttribute(read_static<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem4)), "smem");
+  check(cudaFuncSetAttribute(read_static<6>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem6)), "smem");
+  check(cudaFuncSetAttribute(read_flow<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem4)), "smem");
+
+  std::size_t most = 0;
+  for (long long h : heads)
+    for (long long n : keys) most = std::max(most, std::size_t(h * n * kD * sizeof(T)));
+  T *k = nullptr, *v = nullptr;
+  void* flush = nullptr;
+  unsigned* counter = nullptr;
+  BlockTimes* times = nullptr;
+  check(cudaMalloc(&k, most), "K");
+  check(cudaMalloc(&v, most), "V");
+  check(cudaMalloc(&flush, std::size_t(128) << 20), "the L2 flush buffer");
+  check(cudaMalloc(&counter, sizeof(unsigned)), "counter");
+  check(cudaMalloc(&times, std::size_t(2 * sms + 256) * sizeof(BlockTimes)), "times");
+  check(cudaMemset(k, 0x3c, most), "K");  // (the values do not matter: nothing is computed)
+  check(cudaMemset(v, 0x3c, most), "V");
+  cudaEvent_t e0, e1;
+  check(cudaEventCreate(&e0), "event");
+  check(cudaEventCreate(&e1), "event");
+
+  std::printf("gpu,bh_kv,n_kv,d,bytes,cut,ring,blocks,chunk_tiles,ms,gbps,first_end_us,median_end_us,last_end_us\n");
+  for (long long h : heads)
+    for (long long n : keys) {
+      const long long tiles = h * ((n + kTileKeys - 1) / kTileKeys);
+      const double bytes = 2.0 * double(h) * double(n) * kD * sizeof(T);
+      for (const Cut& c : cuts) {
+        const int blocks = c.blocks ? c.blocks : sms;
+        auto launch = [&] {
+          check(cudaMemsetAsync(counter, 0, sizeof(unsigned)), "counter");
+          if (c.chunk) read_flow<4><<<blocks, kThreads, smem4>>>(k, v, tiles, c.chunk, counter, times);
+          else if (c.stages == 4) read_static<4><<<blocks, kThreads, smem4>>>(k, v, tiles, times);
+          else read_static<6><<<blocks, kThreads, smem6>>>(k, v, tiles, times);
+        };
+        launch();  // a warm-up
+        check(cudaDeviceSynchronize(), "warm-up");
+        std::vector<float> ms;
+        for (int r = 0; r < reps; ++r) {
+          check(cudaMemsetAsync(flush, 0, std::size_t(128) << 20), "flush");
+          check(cudaMemsetAsync(counter, 0, sizeof(unsigned)), "counter");
+          spin<<<1, 1>>>(200000);
+          check(cudaEventRecord(e0), "event");
+          if (c.chunk) read_flow<4><<<blocks, kThreads, smem4>>>(k, v, tiles, c.chunk, counter, times);
+          else if (c.stages == 4) read_static<4><<<blocks, kThreads, smem4>>>(k, v, tiles, times);
+          else read_static<6><<<blocks, kThreads, smem6>>>(k, v, tiles, times);
+          check(cudaEventRecord(e1), "event");
+          check(cudaEventSynchronize(e1), "the timed kernel");
+          float x = 0;
+          check(cudaEventElapsedTime(&x, e0, e1), "elapsed");
+          ms.push_back(x);
+        }
+        std::sort(ms.begin(), ms.end());
+        std::vector<BlockTimes> bt(blocks);
+        check(cudaMemcpy(bt.data(), times, blocks * sizeof(BlockTimes), cudaMemcpyDeviceToHost), "times");
+        unsigned long long first = ~0ull;
+        long long read = 0;
+        for (const BlockTimes& b : bt) first = std::min(first, b.start), read += b.tiles;
+        if (read != tiles) {
+          std::fprintf(stderr, "fa_read_floor: %s read %lld tiles of %lld\n", c.name, read, tiles);
+          return 1;
+        }
+        std::vector<double> ends;
+        for (const BlockTimes& b : bt) ends.push_back((b.end - first) / 1e3);
+        std::sort(ends.begin(), ends.end());
+        const double med = ms[ms.size() / 2];
+        std::printf("%s,%lld,%lld,%d,%.0f,%s,%d,%d,%d,%.5f,%.1f,%.1f,%.1f,%.1f\n", prop.name, h, n, kD, bytes, c.name,
+                    c.stages, blocks, c.chunk, med, bytes / med / 1e6, ends.front(), ends[ends.size() / 2],
+                    ends.back());
+      }
+    }
+  return 0;
+}
