@@ -544,6 +544,13 @@ def bold(x):
 AB = "ab"  # notes/results/h200/ab: ab.py's runs (tools/device/ab.sh)
 
 
+def bold3(x):
+    """A ratio to three places, in bold below 1.000 (where two places would round 0.995 up to 1.00)."""
+    if x >= 1:
+        return f"{x:.3f}"
+    return f"**{x:.4f}**" if round(x, 3) >= 1 else f"**{x:.3f}**"  # (0.9997: not "1.000" in bold)
+
+
 def ab_folder(D):
     return os.path.join(D.folder, AB)
 
@@ -2292,6 +2299,120 @@ def table_step08_ring3(D):
     return out
 
 
+FLOOR08 = "ab/floor"  # ab.sh PHASE=decode,floor in one call: step 08 and PyTorch (ab08*.csv), the floor (floor.csv)
+
+
+def floor08(folder):
+    """{(B·H_kv, N_kv): {(cut, ring, blocks, chunk_tiles): row}} of fa_read_floor's CSV in `folder`."""
+    out = {}
+    for r in load(folder, "floor.csv"):
+        cut = (r["cut"], int(r["ring"]), int(r["blocks"]), int(r["chunk_tiles"]))
+        out.setdefault((int(r["bh_kv"]), int(r["n_kv"])), {})[cut] = r
+    return out
+
+
+FLOOR_CUT08 = ("static", 4, 128, 0)  # step 08's copy, ring and cut at its decoding shapes: the floor of the table
+
+
+def table_step08_floor(D):
+    """Step 08 and PyTorch's best backend against the floor (K and V read once by step 08's copy, nothing computed,
+    static cut of 128 blocks), every decoding shape, all three from one device call."""
+    folder = os.path.join(D.folder, FLOOR08)
+    rows, _ = decode08_ab(D, folder)
+    floor = floor08(folder)
+    out = [f"µs, bf16, d = 128, B = 1, on {device07(D, 'device.txt', folder)}, in one device call (`{rel(folder)}/`): "
+           f"step 08 and PyTorch's backends timed by `tools/bench/ab.py` in one process ({rounds08(folder)} rounds, the "
+           f"median), then the floor, `fa_read_floor` (K and V read once by step 08's copy, a ring of four tiles, "
+           f"128 blocks each streaming one contiguous run, nothing computed; the L2 flushed, a spin and events as ab.py "
+           f"does it; the median of 15). Bold: below 1.000.", "",
+           "| B·H | H_kv | N_q | N_kv | causal | K + V MiB | floor µs (GB/s) | step 08 µs (÷ floor) | "
+           "PyTorch best µs (÷ floor) | step 08 × PyTorch |", "|---|---|---|---|---|---|---|---|---|---|"]
+    over08, over_best, ratios = [], [], []
+    for key in sorted(rows, key=order08):
+        c = rows[key]
+        H, Hkv, _, Nk, _ = key
+        f = floor.get((Hkv, Nk), {}).get(FLOOR_CUT08)
+        if "08" not in c or f is None:
+            continue
+        fl, ms = float(f["ms"]), c["08"]["ms"]
+        who, best = best_peer(c)
+        over08.append(ms / fl), over_best.append(best / fl), ratios.append(best / ms)
+        out.append(f"| {shape08(key)} | {kv_mib08(key):.0f} | {fl * 1e3:.1f} ({float(f['gbps']):.0f}) | "
+                   f"{ms * 1e3:.1f} ({ms / fl:.3f}) | {best * 1e3:.1f} ({who}, {best / fl:.3f}) | {bold3(best / ms)} |")
+    out += ["", f"Step 08 ÷ floor: {min(over08):.3f}–{max(over08):.3f}; PyTorch's best ÷ floor: "
+                f"{min(over_best):.3f}–{max(over_best):.3f}; step 08 below PyTorch's best at "
+                f"{sum(1 for r in ratios if r < 1)} of {len(ratios)} shapes in this run (step 08 × PyTorch: {min(ratios):.3f}–"
+                f"{max(ratios):.3f})."]
+    return out
+
+
+def table_step08_floor_summary(D):
+    """table_step08_floor by group of shapes (the README's): time over the floor, step 08 and PyTorch's best."""
+    folder = os.path.join(D.folder, FLOOR08)
+    rows, _ = decode08_ab(D, folder)
+    floor = floor08(folder)
+    out = [f"bf16, d = 128, N_kv = 8k–128k, on {device07(D, 'device.txt', folder)}; time ÷ the floor (K and V read "
+           f"once, nothing computed: `fa_read_floor`), all three in one device call (note 08, \"The floor, measured\").",
+           "", "| B·H | H_kv | N_q | step 08 ÷ floor | PyTorch's best ÷ floor | step 08 × PyTorch's best |",
+           "|---|---|---|---|---|---|"]
+    groups = sorted({k[:3] for k in rows}, key=lambda g: (g[0] != g[1], g[0], g[2]))
+    for g in groups:
+        a, b, r = [], [], []
+        for k, c in rows.items():
+            f = floor.get((k[1], k[3]), {}).get(FLOOR_CUT08)
+            if k[:3] != g or "08" not in c or f is None:
+                continue
+            fl, ms, best = float(f["ms"]), c["08"]["ms"], best_peer(c)[1]
+            a.append(ms / fl), b.append(best / fl), r.append(best / ms)
+        out.append(f"| {g[0]} | {g[1] if g[1] != g[0] else '—'} | {g[2]} | {min(a):.3f}–{max(a):.3f} | "
+                   f"{min(b):.3f}–{max(b):.3f} | {bold3(min(r))}–{max(r):.3f} |")
+    return out
+
+
+def table_step08_floor_cuts(D):
+    """The floor's cuts: static runs (128 blocks, one an SM, a ring of six) beside chunks from a counter, with the
+    spread of the blocks' ends."""
+    folder = os.path.join(D.folder, FLOOR08)
+    floor = floor08(folder)
+    sms = next(c[2] for rs in floor.values() for c in rs if c[0] == "flow")  # (one block an SM)
+    cuts = [(("static", 4, 128, 0), "static, 128 blocks"), (("static", 4, sms, 0), "static, one an SM"),
+            (("static", 6, 128, 0), "static, ring of six"), (("flow", 4, sms, 4), "counter, 4-tile chunks"),
+            (("flow", 4, sms, 16), "counter, 16-tile chunks")]
+    out = [f"µs of `fa_read_floor` (`{rel(folder)}/floor.csv`, {device07(D, 'device.txt', folder)}; the median of 15), "
+           f"and in brackets the first and the last block's end in the last repeat, µs after the first block's start "
+           f"(`%globaltimer`). K and V of B·H_kv heads of N_kv keys, d = 128, bf16; a ring of four tiles unless named; "
+           f"\"one an SM\": {sms} blocks; the counter's runs take {sms} blocks.", "",
+           "| B·H_kv | N_kv | K + V MiB | " + " | ".join(h for _, h in cuts) + " |", "|---|---|---|" + "---|" * len(cuts)]
+    best = {h: [] for _, h in cuts}
+    for (h, nk), rs in sorted(floor.items()):
+        base = float(rs[FLOOR_CUT08]["ms"])
+        cells = []
+        for c, head in cuts:
+            r = rs[c]
+            cells.append(f"{float(r['ms']) * 1e3:.1f} ({float(r['first_end_us']):.0f}–{float(r['last_end_us']):.0f})")
+            best[head].append(float(r["ms"]) / base)
+        out.append(f"| {h} | {nk // 1024}k | {2 * h * nk * 128 * 2 / 2**20:.0f} | " + " | ".join(cells) + " |")
+    out += [""] + ["Time ÷ static, 128 blocks: " + "; ".join(f"{head} {min(best[head]):.3f}–{max(best[head]):.3f}"
+                                                             for _, head in cuts[1:]) + "."]
+    return out
+
+
+EIGHT08 = "tries/step08_eight_warps"  # ab.py: 6f030c0 with lesson row w8 (eight warps) and p6 beside production
+
+
+def table_step08_eight(D):
+    """Eight warps a block (w8: two groups of four computing a ring slot's two tiles at once, six tiles) beside p6
+    (the same ring, four warps) and production, in one ab.py run."""
+    folder = os.path.join(D.folder, EIGHT08)
+    out, ratio = step08_versions(D, folder, "08", [("08w8", "eight warps (w8)", "w8 ÷ production"),
+                                                   ("08p6", "four warps, the same ring (p6)", "p6 ÷ production")],
+                                 "the three", "production")
+    for b, name in (("08w8", "Eight warps"), ("08p6", "p6")):
+        r = list(ratio[b].values())
+        out += ["", f"{name} ÷ production: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes; {faster_slower08(r, 0.5)}."]
+    return out
+
+
 TIMELINE08 = "ab/timeline08"  # tools/bench/timeline.py --decode at 5890d01: step 08 and cuDNN
 
 
@@ -2478,6 +2599,7 @@ TABLES = {
     "step08-diet": table_step08_diet, "step08-pairs": table_step08_pairs,
     "step08-chains": table_step08_chains, "step08-loads-first": table_step08_loads_first,
     "step08-ring3": table_step08_ring3, "step08-timeline": table_step08_timeline,
+    "step08-floor": table_step08_floor, "step08-floor-summary": table_step08_floor_summary, "step08-floor-cuts": table_step08_floor_cuts, "step08-eight": table_step08_eight,
     "ctest08": table_ctest08, "sm80-08": table_sm80_08,
     "sass08": table_sass08, "test09": table_test09, "step09-bench": table_step09_bench,
 }
