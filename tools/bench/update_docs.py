@@ -11,6 +11,7 @@ NAME is one of the functions in TABLES below. Files without markers are untouche
 import collections
 import csv
 import glob
+import math
 import os
 import re
 import statistics
@@ -2413,6 +2414,26 @@ def table_step08_eight(D):
     return out
 
 
+RELEASE08 = "tries/step08_release_first"  # ab.py --alt: the slot released before the wait, beside 6f030c0
+
+
+def table_step08_release_first(D):
+    """The ring's slot released before the wait (a barrier, the copy into the freed slot, then the wait for this
+    tile): one line from ab.py's logs of the run (each line the median of 3 rounds, both builds in one process)."""
+    folder = os.path.join(D.folder, RELEASE08)
+    r = []
+    for path in sorted(glob.glob(os.path.join(folder, "ab08*.log"))):
+        for line in open(path):
+            m = re.match(r"B=1 H=\d+ H_kv=\d+ N=\d+ N_kv=\d+ d=128 causal=\d: (.*)", line.strip())
+            if m:
+                t = dict((k, float(v)) for k, v in re.findall(r"(\S+) ([\d.]+) ms", m.group(1)))
+                r.append(t["08"] / t["08@base"])
+    mean = math.exp(sum(math.log(x) for x in r) / len(r))
+    return [f"The slot released first ÷ 6f030c0, in one process (`{rel(folder)}/`, ab.py's lines: the median of 3 "
+            f"rounds, on {device07(D, 'device.txt', folder)}): {min(r):.3f}–{max(r):.3f} over "
+            f"the {len(r)} decoding shapes, geometric mean {mean:.4f}; {faster_slower08(r, 0.5)}."]
+
+
 TIMELINE08 = "ab/timeline08"  # tools/bench/timeline.py --decode at 5890d01: step 08 and cuDNN
 
 
@@ -2599,7 +2620,7 @@ TABLES = {
     "step08-diet": table_step08_diet, "step08-pairs": table_step08_pairs,
     "step08-chains": table_step08_chains, "step08-loads-first": table_step08_loads_first,
     "step08-ring3": table_step08_ring3, "step08-timeline": table_step08_timeline,
-    "step08-floor": table_step08_floor, "step08-floor-summary": table_step08_floor_summary, "step08-floor-cuts": table_step08_floor_cuts, "step08-eight": table_step08_eight,
+    "step08-floor": table_step08_floor, "step08-floor-summary": table_step08_floor_summary, "step08-floor-cuts": table_step08_floor_cuts, "step08-eight": table_step08_eight, "step08-release-first": table_step08_release_first,
     "ctest08": table_ctest08, "sm80-08": table_sm80_08,
     "sass08": table_sass08, "test09": table_test09, "step09-bench": table_step09_bench,
 }
