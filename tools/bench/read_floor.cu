@@ -27,10 +27,13 @@
 #include <vector>
 
 #include "steps/06_tensor_cores/mma.cuh"
+#include "steps/08_split_kv/step08.hpp"
 
 namespace {
 
-constexpr int kD = 128, kTileKeys = 64, kThreads = 128;
+using fa::step08::kThreads;   // step 08's block: 128 threads
+using fa::step08::kTileKeys;  // and its K/V tile: 64 keys
+constexpr int kD = 128;
 constexpr int kW = fa::step06::smem_cols(kD);
 using T = __nv_bfloat16;
 
@@ -51,8 +54,9 @@ __device__ __forceinline__ unsigned long long global_ns() {
   return t;
 }
 
-/// Tile `tile` of K and of V (tile t of the flattened heads: keys 64t … of head t / tiles)
-/// into slot `slot` of the ring, as step 08's split kernel copies a tile.
+/// Tile `tile` of K and of V into slot `slot` of the ring, as step 08's split kernel copies
+/// a tile. The heads lie end to end (N_kv a multiple of 64 here), so tile t is the 64 keys
+/// at key row 64t of the whole K (and V), whichever head they belong to.
 template <int kStages>
 __device__ __forceinline__ void load_tile(T* ring, const T* k, const T* v, long long tile, int slot) {
 #if FA_STEP06_ARCH_OK
@@ -139,10 +143,18 @@ __global__ void spin(unsigned long long ns) {
   }
 }
 
-std::vector<long long> parse_list(const char* s) {
+/// "4,16,32": the numbers, or exit with a message naming the option.
+std::vector<long long> parse_list(const std::string& option, const char* s) {
   std::vector<long long> out;
   std::stringstream in(s);
-  for (std::string x; std::getline(in, x, ',');) out.push_back(std::stoll(x));
+  for (std::string x; std::getline(in, x, ',');) {
+    char* end = nullptr;
+    out.push_back(std::strtoll(x.c_str(), &end, 10));
+    if (x.empty() || *end != '\0') {
+      std::fprintf(stderr, "fa_read_floor: %s %s: a list of whole numbers, such as 4,16\n", option.c_str(), s);
+      std::exit(2);
+    }
+  }
   return out;
 }
 
@@ -160,14 +172,32 @@ int main(int argc, char** argv) {
   int reps = 15;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--bh-kv") heads = parse_list(argv[i + 1]);
-    else if (a == "--n-kv") keys = parse_list(argv[i + 1]);
-    else if (a == "--reps") reps = std::atoi(argv[i + 1]);
+    if (a == "--bh-kv") heads = parse_list(a, argv[i + 1]);
+    else if (a == "--n-kv") keys = parse_list(a, argv[i + 1]);
+    else if (a == "--reps") reps = int(parse_list(a, argv[i + 1]).at(0));
     else {
       std::fprintf(stderr, "fa_read_floor: unknown option %s\n", a.c_str());
       return 2;
     }
   }
+  if (argc % 2 == 0) {
+    std::fprintf(stderr, "fa_read_floor: %s: a value expected after it\n", argv[argc - 1]);
+    return 2;
+  }
+  if (reps < 1) {
+    std::fprintf(stderr, "fa_read_floor: --reps %d: at least one repeat\n", reps);
+    return 2;
+  }
+  for (long long n : keys)
+    if (n <= 0 || n % kTileKeys != 0) {
+      std::fprintf(stderr, "fa_read_floor: --n-kv %lld: a positive multiple of %d keys (whole tiles)\n", n, kTileKeys);
+      return 2;
+    }
+  for (long long h : heads)
+    if (h <= 0) {
+      std::fprintf(stderr, "fa_read_floor: --bh-kv %lld: at least one head\n", h);
+      return 2;
+    }
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
     std::fprintf(stderr, "fa_read_floor: no CUDA GPU\n");
@@ -214,16 +244,16 @@ int main(int argc, char** argv) {
   std::printf("gpu,bh_kv,n_kv,d,bytes,cut,ring,blocks,chunk_tiles,ms,gbps,first_end_us,median_end_us,last_end_us\n");
   for (long long h : heads)
     for (long long n : keys) {
-      const long long tiles = h * ((n + kTileKeys - 1) / kTileKeys);
+      const long long tiles = h * n / kTileKeys;
       const double bytes = 2.0 * double(h) * double(n) * kD * sizeof(T);
       for (const Cut& c : cuts) {
         const int blocks = c.blocks ? c.blocks : sms;
-        auto launch = [&] {
-          check(cudaMemsetAsync(counter, 0, sizeof(unsigned)), "counter");
+        auto launch = [&] {  // (the counter zeroed before)
           if (c.chunk) read_flow<4><<<blocks, kThreads, smem4>>>(k, v, tiles, c.chunk, counter, times);
           else if (c.stages == 4) read_static<4><<<blocks, kThreads, smem4>>>(k, v, tiles, times);
           else read_static<6><<<blocks, kThreads, smem6>>>(k, v, tiles, times);
         };
+        check(cudaMemsetAsync(counter, 0, sizeof(unsigned)), "counter");
         launch();  // a warm-up
         check(cudaDeviceSynchronize(), "warm-up");
         std::vector<float> ms;
@@ -232,9 +262,7 @@ int main(int argc, char** argv) {
           check(cudaMemsetAsync(counter, 0, sizeof(unsigned)), "counter");
           spin<<<1, 1>>>(200000);
           check(cudaEventRecord(e0), "event");
-          if (c.chunk) read_flow<4><<<blocks, kThreads, smem4>>>(k, v, tiles, c.chunk, counter, times);
-          else if (c.stages == 4) read_static<4><<<blocks, kThreads, smem4>>>(k, v, tiles, times);
-          else read_static<6><<<blocks, kThreads, smem6>>>(k, v, tiles, times);
+          launch();
           check(cudaEventRecord(e1), "event");
           check(cudaEventSynchronize(e1), "the timed kernel");
           float x = 0;

@@ -2315,12 +2315,24 @@ def floor08(folder):
 FLOOR_CUT08 = ("static", 4, 128, 0)  # step 08's copy, ring and cut at its decoding shapes: the floor of the table
 
 
+def over_floor08(D):
+    """The floor run's decoding shapes in the tables' order: (shape, floor's row, floor ms, step 08 ms, PyTorch's
+    best backend, its ms), where both step 08 and the floor were timed."""
+    folder = os.path.join(D.folder, FLOOR08)
+    rows, _ = decode08_ab(D, folder)
+    floor = floor08(folder)
+    out = []
+    for key in sorted(rows, key=order08):
+        f = floor.get((key[1], key[3]), {}).get(FLOOR_CUT08)
+        if "08" in rows[key] and f is not None:
+            out.append((key, f, float(f["ms"]), rows[key]["08"]["ms"]) + best_peer(rows[key]))
+    return out
+
+
 def table_step08_floor(D):
     """Step 08 and PyTorch's best backend against the floor (K and V read once by step 08's copy, nothing computed,
     static cut of 128 blocks), every decoding shape, all three from one device call."""
     folder = os.path.join(D.folder, FLOOR08)
-    rows, _ = decode08_ab(D, folder)
-    floor = floor08(folder)
     out = [f"µs, bf16, d = 128, B = 1, on {device07(D, 'device.txt', folder)}, in one device call (`{rel(folder)}/`): "
            f"step 08 and PyTorch's backends timed by `tools/bench/ab.py` in one process ({rounds08(folder)} rounds, the "
            f"median), then the floor, `fa_read_floor` (K and V read once by step 08's copy, a ring of four tiles, "
@@ -2329,14 +2341,7 @@ def table_step08_floor(D):
            "| B·H | H_kv | N_q | N_kv | causal | K + V MiB | floor µs (GB/s) | step 08 µs (÷ floor) | "
            "PyTorch best µs (÷ floor) | step 08 × PyTorch |", "|---|---|---|---|---|---|---|---|---|---|"]
     over08, over_best, ratios = [], [], []
-    for key in sorted(rows, key=order08):
-        c = rows[key]
-        H, Hkv, _, Nk, _ = key
-        f = floor.get((Hkv, Nk), {}).get(FLOOR_CUT08)
-        if "08" not in c or f is None:
-            continue
-        fl, ms = float(f["ms"]), c["08"]["ms"]
-        who, best = best_peer(c)
+    for key, f, fl, ms, who, best in over_floor08(D):
         over08.append(ms / fl), over_best.append(best / fl), ratios.append(best / ms)
         out.append(f"| {shape08(key)} | {kv_mib08(key):.0f} | {fl * 1e3:.1f} ({float(f['gbps']):.0f}) | "
                    f"{ms * 1e3:.1f} ({ms / fl:.3f}) | {best * 1e3:.1f} ({who}, {best / fl:.3f}) | {bold3(best / ms)} |")
@@ -2350,21 +2355,17 @@ def table_step08_floor(D):
 def table_step08_floor_summary(D):
     """table_step08_floor by group of shapes (the README's): time over the floor, step 08 and PyTorch's best."""
     folder = os.path.join(D.folder, FLOOR08)
-    rows, _ = decode08_ab(D, folder)
-    floor = floor08(folder)
+    shapes = over_floor08(D)
     out = [f"bf16, d = 128, N_kv = 8k–128k, on {device07(D, 'device.txt', folder)}; time ÷ the floor (K and V read "
            f"once, nothing computed: `fa_read_floor`), all three in one device call (note 08, \"The floor, measured\").",
            "", "| B·H | H_kv | N_q | step 08 ÷ floor | PyTorch's best ÷ floor | step 08 × PyTorch's best |",
            "|---|---|---|---|---|---|"]
-    groups = sorted({k[:3] for k in rows}, key=lambda g: (g[0] != g[1], g[0], g[2]))
+    groups = sorted({k[:3] for k, *_ in shapes}, key=lambda g: (g[0] != g[1], g[0], g[2]))
     for g in groups:
         a, b, r = [], [], []
-        for k, c in rows.items():
-            f = floor.get((k[1], k[3]), {}).get(FLOOR_CUT08)
-            if k[:3] != g or "08" not in c or f is None:
-                continue
-            fl, ms, best = float(f["ms"]), c["08"]["ms"], best_peer(c)[1]
-            a.append(ms / fl), b.append(best / fl), r.append(best / ms)
+        for k, _, fl, ms, _, best in shapes:
+            if k[:3] == g:
+                a.append(ms / fl), b.append(best / fl), r.append(best / ms)
         out.append(f"| {g[0]} | {g[1] if g[1] != g[0] else '—'} | {g[2]} | {min(a):.3f}–{max(a):.3f} | "
                    f"{min(b):.3f}–{max(b):.3f} | {bold3(min(r))}–{max(r):.3f} |")
     return out
