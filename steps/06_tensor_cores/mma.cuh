@@ -344,12 +344,12 @@ __device__ __forceinline__ void gemm_abt(float (&acc)[kMT][kNT][4], std::uint32_
 }
 
 /// A's fragments for gemm_abt_regs: kMT·16 rows of a swizzled shared tile from row a0,
-/// all kD columns (a[kk][mt]: k step kk, rows 16·mt..), read once where A stays the same
-/// for many products (Q in a decoding kernel).
+/// all kD columns (a[kk][mt]: k step kk, rows 16·mt..), as lane `lane` holds them, read
+/// once where A stays the same for many products (Q in a decoding kernel).
 template <int kD, int kMT>
-__device__ __forceinline__ void load_a_fragments(std::uint32_t (&a)[kD / 16][kMT][4], std::uint32_t A, int a0) {
+__device__ __forceinline__ void load_a_fragments(std::uint32_t (&a)[kD / 16][kMT][4], std::uint32_t A, int a0, int lane) {
   constexpr std::uint32_t kRow = 2 * smem_cols(kD);
-  const std::uint32_t at = a_fragment_at<kD>(A, a0, threadIdx.x % 32);
+  const std::uint32_t at = a_fragment_at<kD>(A, a0, lane);
 #pragma unroll
   for (int kk = 0; kk < kD / 16; ++kk)
 #pragma unroll

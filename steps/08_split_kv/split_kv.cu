@@ -183,7 +183,7 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const SplitPlan
   cp_async_wait<kStages - 1>();  // Q landed (this thread's copies) ...
   __syncthreads();               // ... everyone's
   std::uint32_t qa[kD / 16][1][4];  // [16-column k step][m-tile][register]
-  step06::load_a_fragments<kD, 1>(qa, smem_u32(Qs), 0);
+  step06::load_a_fragments<kD, 1>(qa, smem_u32(Qs), 0, lane);
   // This lane's ldmatrix address of its warp's 16 keys in slot 0's first tile; a tile
   // further on is a whole number of tiles (16 KiB at d = 128) further.
   const std::uint32_t k_at = step06::b_fragments_at<kD>(smem_u32(Ks), kKeysPerWarp * warp, lane);
