@@ -234,7 +234,10 @@ int main(int argc, char** argv) {
   check(cudaMalloc(&v, most), "V");
   check(cudaMalloc(&flush, std::size_t(128) << 20), "the L2 flush buffer");
   check(cudaMalloc(&counter, sizeof(unsigned)), "counter");
-  check(cudaMalloc(&times, std::size_t(2 * sms + 256) * sizeof(BlockTimes)), "times");
+  auto blocks_of = [&](const Cut& c) { return c.blocks ? c.blocks : sms; };
+  int most_blocks = 0;  // of any cut: one BlockTimes a block
+  for (const Cut& c : cuts) most_blocks = std::max(most_blocks, blocks_of(c));
+  check(cudaMalloc(&times, std::size_t(most_blocks) * sizeof(BlockTimes)), "times");
   check(cudaMemset(k, 0x3c, most), "K");  // (the values do not matter: nothing is computed)
   check(cudaMemset(v, 0x3c, most), "V");
   cudaEvent_t e0, e1;
@@ -247,7 +250,7 @@ int main(int argc, char** argv) {
       const long long tiles = h * n / kTileKeys;
       const double bytes = 2.0 * double(h) * double(n) * kD * sizeof(T);
       for (const Cut& c : cuts) {
-        const int blocks = c.blocks ? c.blocks : sms;
+        const int blocks = blocks_of(c);
         auto launch = [&] {  // (the counter zeroed before)
           if (c.chunk) read_flow<4><<<blocks, kThreads, smem4>>>(k, v, tiles, c.chunk, counter, times);
           else if (c.stages == 4) read_static<4><<<blocks, kThreads, smem4>>>(k, v, tiles, times);
