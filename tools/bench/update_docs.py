@@ -11,7 +11,6 @@ NAME is one of the functions in TABLES below. Files without markers are untouche
 import collections
 import csv
 import glob
-import math
 import os
 import re
 import statistics
@@ -2429,7 +2428,7 @@ def table_step08_release_first(D):
             if m:
                 t = dict((k, float(v)) for k, v in re.findall(r"(\S+) ([\d.]+) ms", m.group(1)))
                 r.append(t["08"] / t["08@base"])
-    mean = math.exp(sum(math.log(x) for x in r) / len(r))
+    mean = statistics.geometric_mean(r)
     return [f"The slot released first ÷ 6f030c0, in one process (`{rel(folder)}/`, ab.py's lines: the median of 3 "
             f"rounds, on {device07(D, 'device.txt', folder)}): {min(r):.3f}–{max(r):.3f} over "
             f"the {len(r)} decoding shapes, geometric mean {mean:.4f}; {faster_slower08(r, 0.5)}."]
