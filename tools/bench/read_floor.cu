@@ -11,12 +11,21 @@
 //           08's plan cuts them (B = 128 at its decoding shapes; or one block an SM);
 //   flow    blocks, one an SM, take chunks of C tiles from a counter (atomicAdd) until
 //           none is left, the ring flowing across chunks (the next chunk's id fetched a
-//           chunk ahead): every block busy to the end.
+//           chunk ahead): every block busy to the end;
+//   bulk    (Hopper) the static cut with each tile of K and of V one bulk copy (the TMA's
+//           one-dimensional cp.async.bulk, completing on an mbarrier) issued by one thread.
+// The static cut is also read by fewer blocks with deeper rings (64 or 96 blocks, six
+// tiles), by two blocks an SM (a ring of three), and (Hopper) launched in thread block
+// clusters of 2 to 16, as a plan that merges its units' parts in clusters would launch it:
+// how many SMs, placed how, read at the floor's rate. The clusters the GPU holds at once
+// are printed to stderr for each clustered cut.
 // Each block's first and last instant (%globaltimer) are kept, so the spread of the
 // blocks' ends is printed beside the time.
 //
 //   fa_read_floor [--bh-kv 4,16,32,128] [--n-kv 8192,...] [--reps 15] > floor.csv
 #include <cuda_runtime.h>
+
+#include <cuda/ptx>
 
 #include <algorithm>
 #include <cstdint>
@@ -26,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cuda_check.cuh"
 #include "steps/06_tensor_cores/mma.cuh"
 #include "steps/08_split_kv/step08.hpp"
 
@@ -136,6 +146,47 @@ __global__ void __launch_bounds__(kThreads)
 #endif
 }
 
+/// bulk (Hopper): the static cut, each tile of K and of V copied by one bulk copy
+/// (cp.async.bulk, the TMA's one-dimensional form: a 64-key tile of a head is 16 KiB
+/// contiguous) that completes on the slot's mbarrier, issued by thread 0; the block waits
+/// on the barrier where step 08 waits on its cp.async group. Unswizzled: nothing reads it.
+template <int kStages>
+__global__ void __launch_bounds__(kThreads) read_bulk(const T* k, const T* v, long long tiles, BlockTimes* times) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(1024) unsigned char smem[];
+  __shared__ std::uint64_t full[kStages];
+  T* ring = reinterpret_cast<T*>(smem);
+  constexpr std::uint32_t kTileBytes = kTileKeys * kD * sizeof(T);
+  const unsigned long long start = global_ns();
+  const long long t0 = blockIdx.x * tiles / gridDim.x, t1 = (blockIdx.x + 1) * tiles / gridDim.x;
+  auto issue = [&](long long t, int slot) {
+    const std::size_t from = std::size_t(t) * kTileKeys * kD;
+    T* ks = ring + slot * kTileKeys * kD;
+    (void)cuda::ptx::mbarrier_arrive_expect_tx(cuda::ptx::sem_release, cuda::ptx::scope_cta, cuda::ptx::space_shared,
+                                               &full[slot], 2 * kTileBytes);
+    cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, ks, k + from, kTileBytes, &full[slot]);
+    cuda::ptx::cp_async_bulk(cuda::ptx::space_cluster, cuda::ptx::space_global, ks + kStages * kTileKeys * kD, v + from,
+                             kTileBytes, &full[slot]);
+  };
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) cuda::ptx::mbarrier_init(&full[s], 1);
+    cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);
+    for (int s = 0; s < kStages - 1; ++s)
+      if (t0 + s < t1) issue(t0 + s, s);
+  }
+  __syncthreads();
+  for (long long t = t0; t < t1; ++t) {
+    const long long j = t - t0;
+    while (!cuda::ptx::mbarrier_try_wait_parity(&full[j % kStages], std::uint32_t(j / kStages) & 1u)) {
+    }
+    __syncthreads();  // every thread past tile t - 1: its slot is free
+    const long long next = t + kStages - 1;
+    if (threadIdx.x == 0 && next < t1) issue(next, int((next - t0) % kStages));
+  }
+  if (threadIdx.x == 0) times[blockIdx.x] = {start, global_ns(), t1 - t0};
+#endif
+}
+
 /// The GPU busy for `ns` nanoseconds: the host's launch work hides behind it, as ab.py's spin.
 __global__ void spin(unsigned long long ns) {
   const unsigned long long t0 = global_ns();
@@ -159,15 +210,16 @@ std::vector<long long> parse_list(const std::string& option, const char* s) {
 }
 
 struct Cut {
-  const char* name;  // static or flow
+  const char* name;  // static, flow or bulk
   int stages;        // tiles in the ring
   int blocks;        // 0: one an SM
   int chunk;         // flow: tiles a chunk
+  int cluster = 1;   // static: blocks a thread block cluster (Hopper), as step 08 merges a unit's parts
 };
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int floor_main(int argc, char** argv) {
   std::vector<long long> heads = {4, 16, 32, 128}, keys = {8192, 16384, 32768, 65536, 131072};
   int reps = 15;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -211,8 +263,24 @@ int main(int argc, char** argv) {
     return 1;
   }
   const int sms = prop.multiProcessorCount;
-  const Cut cuts[] = {{"static", 4, 128, 0}, {"static", 4, 0, 0}, {"static", 6, 128, 0}, {"flow", 4, 0, 4},
-                      {"flow", 4, 0, 16}};
+  std::vector<Cut> cuts = {{"static", 4, 128, 0}, {"static", 4, 0, 0}, {"static", 6, 128, 0}, {"flow", 4, 0, 4},
+                           {"flow", 4, 0, 16}};
+  // Two blocks an SM (cuDNN's split kernel), and fewer blocks with deeper rings: how few SMs
+  // read K and V at the floor's rate (a plan that merges every unit's parts in a cluster
+  // makes fewer blocks: 32 units of 2, 16 of 4 or 6).
+  cuts.insert(cuts.end(), {{"static", 3, 2 * sms, 0}, {"static", 4, 64, 0}, {"static", 6, 64, 0}, {"static", 6, 96, 0}});
+  if (prop.major >= 9)  // Hopper: the bulk copy, and the same cuts launched in clusters
+    cuts.insert(cuts.end(), {{"bulk", 4, 128, 0},
+                             {"bulk", 4, 0, 0},
+                             {"bulk", 6, 128, 0},
+                             {"static", 4, 128, 0, 4},
+                             {"static", 6, 64, 0, 2},
+                             {"static", 6, 64, 0, 4},
+                             {"static", 6, 96, 0, 6},
+                             {"static", 4, 128, 0, 16},  // (16: beyond the portable 8)
+                             {"static", 3, 256, 0, 8},
+                             {"static", 3, 128, 0, 8},
+                             {"static", 3, 128, 0, 4}});
   const std::size_t smem4 = 2 * 4 * std::size_t(kTileKeys) * kW * sizeof(T), smem6 = smem4 * 6 / 4;
   if (smem6 > prop.sharedMemPerBlockOptin) {
     std::fprintf(stderr, "fa_read_floor: a ring of six tiles takes %zu KiB of shared memory; this GPU gives %zu\n",
@@ -222,7 +290,21 @@ int main(int argc, char** argv) {
   check(cudaFuncSetAttribute(read_static<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem4)), "smem");
   check(cudaFuncSetAttribute(read_static<6>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem6)), "smem");
   check(cudaFuncSetAttribute(read_flow<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem4)), "smem");
+  check(cudaFuncSetAttribute(read_static<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem4 * 3 / 4)), "smem");
+  check(cudaFuncSetAttribute(read_bulk<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem4)), "smem");
+  check(cudaFuncSetAttribute(read_bulk<6>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem6)), "smem");
 
+  if (prop.major >= 9) {
+    check(cudaFuncSetAttribute(read_static<4>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1), "cluster of 16");
+    check(cudaFuncSetAttribute(read_static<6>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1), "cluster of 16");
+  }
+  for (const Cut& c : cuts)  // a cluster cut is the floor of a plan only if all its clusters run at once
+    if (c.cluster > 1)
+      std::fprintf(stderr, "fa_read_floor: %d blocks in clusters of %d (ring %d): %d clusters at once\n", c.blocks,
+                   c.cluster, c.stages,
+                   c.stages == 3   ? fa::max_active_clusters(read_static<3>, c.cluster, kThreads, smem4 * 3 / 4)
+                   : c.stages == 4 ? fa::max_active_clusters(read_static<4>, c.cluster, kThreads, smem4)
+                                   : fa::max_active_clusters(read_static<6>, c.cluster, kThreads, smem6));
   std::size_t most = 0;
   for (long long h : heads)
     for (long long n : keys) most = std::max(most, std::size_t(h * n * kD * sizeof(T)));
@@ -244,7 +326,7 @@ int main(int argc, char** argv) {
   check(cudaEventCreate(&e0), "event");
   check(cudaEventCreate(&e1), "event");
 
-  std::printf("gpu,bh_kv,n_kv,d,bytes,cut,ring,blocks,chunk_tiles,ms,gbps,first_end_us,median_end_us,last_end_us\n");
+  std::printf("gpu,bh_kv,n_kv,d,bytes,cut,ring,blocks,chunk_tiles,cluster,ms,gbps,first_end_us,median_end_us,last_end_us\n");
   for (long long h : heads)
     for (long long n : keys) {
       const long long tiles = h * n / kTileKeys;
@@ -253,6 +335,14 @@ int main(int argc, char** argv) {
         const int blocks = blocks_of(c);
         auto launch = [&] {  // (the counter zeroed before)
           if (c.chunk) read_flow<4><<<blocks, kThreads, smem4>>>(k, v, tiles, c.chunk, counter, times);
+          else if (c.name == std::string("bulk"))
+            c.stages == 4 ? read_bulk<4><<<blocks, kThreads, smem4>>>(k, v, tiles, times)
+                          : read_bulk<6><<<blocks, kThreads, smem6>>>(k, v, tiles, times);
+          else if (c.cluster > 1)
+            c.stages == 3   ? fa::launch_clustered(c.cluster, read_static<3>, blocks, kThreads, smem4 * 3 / 4, 0, k, v, tiles, times)
+            : c.stages == 4 ? fa::launch_clustered(c.cluster, read_static<4>, blocks, kThreads, smem4, 0, k, v, tiles, times)
+                            : fa::launch_clustered(c.cluster, read_static<6>, blocks, kThreads, smem6, 0, k, v, tiles, times);
+          else if (c.stages == 3) read_static<3><<<blocks, kThreads, smem4 * 3 / 4>>>(k, v, tiles, times);
           else if (c.stages == 4) read_static<4><<<blocks, kThreads, smem4>>>(k, v, tiles, times);
           else read_static<6><<<blocks, kThreads, smem6>>>(k, v, tiles, times);
         };
@@ -286,10 +376,19 @@ int main(int argc, char** argv) {
         for (const BlockTimes& b : bt) ends.push_back((b.end - first) / 1e3);
         std::sort(ends.begin(), ends.end());
         const double med = ms[ms.size() / 2];
-        std::printf("%s,%lld,%lld,%d,%.0f,%s,%d,%d,%d,%.5f,%.1f,%.1f,%.1f,%.1f\n", prop.name, h, n, kD, bytes, c.name,
-                    c.stages, blocks, c.chunk, med, bytes / med / 1e6, ends.front(), ends[ends.size() / 2],
+        std::printf("%s,%lld,%lld,%d,%.0f,%s,%d,%d,%d,%d,%.5f,%.1f,%.1f,%.1f,%.1f\n", prop.name, h, n, kD, bytes, c.name,
+                    c.stages, blocks, c.chunk, c.cluster, med, bytes / med / 1e6, ends.front(), ends[ends.size() / 2],
                     ends.back());
       }
     }
   return 0;
+}
+
+int main(int argc, char** argv) {
+  try {
+    return floor_main(argc, argv);
+  } catch (const fa::Error& e) {  // (a cluster launch or count, checked by FA_CUDA_CHECK)
+    std::fprintf(stderr, "fa_read_floor: %s\n", e.what());
+    return 1;
+  }
 }
