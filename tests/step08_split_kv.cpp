@@ -165,6 +165,23 @@ TEST_CASE("step08 split plan: one wave of blocks sharing the tiles, no chunk und
   CHECK(step08::stages(128, rtx4090) == 2);
   CHECK(step08::blocks_per_sm(64, h200) == 3);
   CHECK(step08::blocks_per_sm(128, h200) == 1);
+  // Six tiles where every chunk streams at least 16 (d = 128, a block of 196 KiB at one an
+  // SM): B·H = 128 (a head a block) and B·H = 32 (four chunks of a head) from 8k keys; 4
+  // K/V heads are 33 chunks a unit: 3 or 4 tiles each at 8k keys, 15 or 16 at 32k, 31 or 32
+  // at 64k. Four at d = 64, on
+  // an A100 (163 KiB a block), and where a chunk is shorter; two on an RTX 4090.
+  const auto ring = [](const Problem& p, const step08::GpuShape& g) {
+    return step08::ring_tiles(p, step08::plan(p, g), g);
+  };
+  CHECK(ring(decode(1, 128, 1, 8192, 1, 128, false), h200) == step08::kDeepRing);
+  CHECK(ring(decode(1, 32, 1, 8192, 1, 128, false), h200) == step08::kDeepRing);
+  CHECK(ring(decode(1, 32, 1, 8192, 8, 128, false), h200) == 4);
+  CHECK(ring(decode(1, 32, 1, 32768, 8, 128, false), h200) == 4);
+  CHECK(ring(decode(1, 32, 1, 65536, 8, 128, false), h200) == step08::kDeepRing);
+  CHECK(ring(decode(1, 32, 1, 1000, 1, 128, false), h200) == 4);  // 16 tiles a head: 4 a chunk
+  CHECK(ring(decode(1, 128, 1, 8192, 1, 64, false), h200) == 4);
+  CHECK(ring(decode(1, 128, 1, 8192, 1, 128, false), step08::GpuShape{108, 164 * 1024, 163 * 1024}) == 4);
+  CHECK(ring(decode(1, 128, 1, 8192, 1, 128, false), rtx4090) == 2);
   // The issue's decode shapes (d = 128, one block an SM on the H200): B·H = 32 makes 32
   // units, 4 splits each fill 128 of the 132 SMs; shared by 132 blocks the tiles are 31 a
   // block at 8k keys, too few to pay for the sharing, and 496 at 128k. B·H = 128 is one
@@ -460,16 +477,18 @@ TEST_CASE("step08 merge in a cluster and by the merge kernel (m2): the same bits
   if (step08::device_shape().clusters[2] > 0) CHECK(clustered > 0);
 }
 
-TEST_CASE("step08 kernel with a ring of six tiles (r6) at d = 128: production's bits", "[gpu]") {
+TEST_CASE("step08 kernel with a ring of six tiles (r6) and of four (r4) at d = 128: production's bits", "[gpu]") {
   // The ring's depth changes when a tile is loaded, not what is computed: the same plan, the
-  // same sums. Chunks of 1 to 5 tiles (fewer than the ring), of many, causal and grouped.
+  // same sums. Chunks of 1 to 5 tiles (fewer than the ring), of many, causal and grouped;
+  // production takes six tiles at some (on an H200), four at others.
   for (const Problem& p : {decode(1, 32, 1, 20000, 4, 128, false), decode(2, 8, 16, 3000, 8, 128, true),
                            decode(1, 4, 1, 200, 4, 128, false), decode(1, 128, 1, 8192, 1, 128, false)}) {
-    INFO(p.str() << ": " << cut(step08::device_plan(p)));
+    const step08::SplitPlan s = step08::device_plan(p);
+    INFO(p.str() << ": " << cut(s) << ", a ring of " << step08::ring_tiles(p, s, step08::device_shape()));
     const Qkv in = inputs(p, 86);
-    const ForwardOut deep = gpu::forward(step08::kForwardDeepRing, p, in, true);
     const ForwardOut prod = gpu::forward(step08::kForward, p, in, true);
-    check_same_bits(p, deep, prod, "six tiles vs production");
+    check_same_bits(p, gpu::forward(step08::kForwardDeepRing, p, in, true), prod, "six tiles vs production");
+    check_same_bits(p, gpu::forward(step08::kForwardRing4, p, in, true), prod, "four tiles vs production");
   }
 }
 

@@ -73,6 +73,13 @@ SplitPlan plan(const Problem& p, const GpuShape& gpu) {
   // end exercise
 }
 
+int ring_tiles(const Problem& p, const SplitPlan& s, const GpuShape& gpu) {
+  const int base = stages(p.d, gpu);
+  const bool fits = p.d == 128 && smem_bytes(p.d, kDeepRing) <= gpu.smem_per_block &&
+                    blocks_fitting(gpu.smem_per_sm, p.d, kDeepRing) == blocks_fitting(gpu.smem_per_sm, p.d, base);
+  return fits && s.total() / s.blocks >= kDeepRingMinTiles ? kDeepRing : base;
+}
+
 bool reads_evict_first(const Problem& p, const GpuShape& gpu) {
   const double kv_bytes = 2.0 * double(p.kv_elems()) * 2;  // K and V, 16-bit
   return kv_bytes <= double(kEvictFirstL2s) * double(gpu.l2_bytes);

@@ -103,7 +103,7 @@ struct Variant {
   int splits = 0;                 ///< the split count; 0: the plan's
   bool small_blocks = false;      ///< the GPU as one that gives a block 99 KiB sees it (small_blocks)
   Merge merge = Merge::cluster;   ///< where the parts are merged
-  int ring = 0;                   ///< K/V tiles in the ring at d = 128; 0: stages() for the GPU
+  int ring = 0;                   ///< K/V tiles in the ring at d = 128; 0: ring_tiles() for the plan and GPU
   Cut cut = Cut::plan;            ///< the plan's choice, or one of its two at every shape
   KvLines kv = KvLines::by_size;  ///< how the K/V reads ask the L2 to keep their lines
   int slot_tiles = 1;             ///< K/V tiles a slot of the ring holds, copied together (2: 128 keys a copy)
@@ -520,7 +520,7 @@ GpuShape small_blocks(GpuShape g) {
   return g;
 }
 
-/// ring: the tiles of the ring at d = 128 (stages(128, g), or a lesson row's).
+/// ring: the tiles of the ring at d = 128 (ring_tiles(p, sp, g), or a lesson row's).
 template <class T>
 void run_t(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const SplitPlan& sp, int ring,
            const Variant& v) {
@@ -550,7 +550,7 @@ template <const Variant& kV>
 void run(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st) {
   const GpuShape g = shape_here<kV.small_blocks>();
   const SplitPlan sp = plan_for(p, g, kV);
-  const int ring = kV.ring ? kV.ring : stages(128, g);
+  const int ring = kV.ring ? kV.ring : ring_tiles(p, sp, g);
   if (p.d == 128 && smem_bytes(128, ring) > g.smem_per_block)  // a lesson row's ring on a GPU that has no room for it
     throw Error("step08: a ring of " + std::to_string(ring) + " K/V tiles at d = 128 takes " +
                 std::to_string(smem_bytes(128, ring) / 1024) + " KiB of shared memory a block; this GPU gives " +
@@ -596,12 +596,12 @@ constexpr GpuForward forward(const char* name, const int* only_d = kSupportedD) 
 constexpr Variant kPlan{}, kSplits1{1}, kSplits2{2}, kSplits8{8}, kSplits32{32}, kSplits128{128};
 constexpr Variant kSmall{0, /*small_blocks=*/true}, kLate{0, false, Merge::kernel_late};
 constexpr Variant kKernel{0, false, Merge::kernel_early};
-constexpr Variant deep_ring() {
+constexpr Variant ring_of(int tiles) {
   Variant v;
-  v.ring = kDeepRing;
+  v.ring = tiles;
   return v;
 }
-constexpr Variant kDeep = deep_ring();
+constexpr Variant kDeep = ring_of(kDeepRing), kRing4 = ring_of(4);
 constexpr Variant cut_by(Cut c) {
   Variant v;
   v.cut = c;
@@ -629,7 +629,8 @@ const GpuForward kForwardFixed[kFixedSplitCount] = {
 const GpuForward kForwardSmallBlocks = forward<kSmall>("r2: the RTX 30xx/40xx ring");
 const GpuForward kForwardLateMerge = forward<kLate>("m1: the merge kernel launched after the splits");
 const GpuForward kForwardMergeKernel = forward<kKernel>("m2: the merge kernel wherever it splits, no cluster's merge");
-const GpuForward kForwardDeepRing = forward<kDeep>("r6: a ring of six K/V tiles at d = 128", kDeepRingD);
+const GpuForward kForwardDeepRing = forward<kDeep>("r6: a ring of six K/V tiles at every shape at d = 128", kDeepRingD);
+const GpuForward kForwardRing4 = forward<kRing4>("r4: a ring of four K/V tiles at every shape at d = 128", kDeepRingD);
 const GpuForward kForwardUnitSplits = forward<kUnits>("w1: whole units' splits at every shape");
 const GpuForward kForwardShared = forward<kShared>("k1: the tiles shared by a wave of blocks at every shape");
 const GpuForward kForwardPlainReads = forward<kPlainReads>("l0: the K/V reads without an L2 hint at every shape");

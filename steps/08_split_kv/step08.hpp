@@ -26,6 +26,9 @@
 //   L2 hint    where K and V are at most three L2s, their reads ask the L2 to evict
 //              them first (read once), leaving the lines it holds — dirty ones, which
 //              would have to be written back first — alone.
+//   ring       a block streams its chunk through a ring of K/V tiles, four (three in flight
+//              while one is computed), six where every chunk streams long and the GPU gives
+//              a block room for them (an H100/H200 at d = 128);
 //   the tile   a memory-bound loop must still issue fast enough: Q's fragments are
 //              loaded once a piece and kept in registers, S's k steps go to two
 //              accumulator chains (half as long a wait on the mma before), and O's
@@ -93,6 +96,13 @@ constexpr GpuShape kH200{132, 228 * 1024, 227 * 1024, 60u << 20, {0, 0, 66, 39, 
 /// flight while one is computed) where one block may hold them — every GPU at d = 64, an
 /// A100 or H100/H200 at d = 128 —, else 2 (an RTX 30xx/40xx gives a block 99 KiB).
 int stages(int d, const GpuShape& gpu);
+/// The deep ring: six K/V tiles at d = 128 (196 KiB a block: five tiles in flight while one
+/// is computed, against three).
+constexpr int kDeepRing = 6;
+/// The shortest chunk, in tiles, that streams through the deep ring: measured on the H200
+/// (note 08, "The ring"), six tiles took 0.990–0.998 of four's time where every chunk had
+/// 16 tiles or more, and up to 1.008 at 4-tile chunks.
+constexpr int kDeepRingMinTiles = 16;
 
 /// How the work is cut among thread blocks (note 08, "The split"). The units — row block
 /// rb of K/V head h is unit u = h·row_blocks + rb — each count `tiles` 64-key tiles (all
@@ -147,6 +157,11 @@ int blocks_per_sm(int d, const GpuShape& gpu);
 /// short that a row has more than kMaxParts parts) gives every block at least 384 tiles
 /// (24k keys): the idle SMs' share of the time must pay for a block's second piece.
 SplitPlan plan(const Problem& p, const GpuShape& gpu);
+/// K/V tiles in the ring of plan s's blocks: kDeepRing where d = 128, the GPU gives a block
+/// the deep ring at as many blocks an SM as stages() (an H100/H200; an A100's 163 KiB a
+/// block do not hold it) and every chunk of s has at least kDeepRingMinTiles tiles; else
+/// stages(d, gpu).
+int ring_tiles(const Problem& p, const SplitPlan& s, const GpuShape& gpu);
 /// Every unit cut into `splits` chunks of its own (splits clamped to 1 … min(kMaxParts, tiles)).
 SplitPlan fixed_plan(const Problem& p, int splits);
 /// Every unit cut into ⌊wave/units⌋ chunks of its own (no chunk under 4 tiles), or one
@@ -252,12 +267,12 @@ extern const GpuForward kForwardLateMerge;
 /// The forward with the merge kernel, launched early, wherever it splits: never a
 /// cluster's merge. What the merge in distributed shared memory buys (note 08).
 extern const GpuForward kForwardMergeKernel;
-/// A ring of six K/V tiles at d = 128 (196 KiB: an A100's or an H100/H200's block; the
-/// plan is production's, one block an SM either way), where production's holds four:
-/// five tiles in flight while one is computed, against three.
-constexpr int kDeepRing = 6;
+/// A ring of six K/V tiles at every shape at d = 128, and of four (the plan is production's,
+/// one block an SM either way): what production's choice between them (ring_tiles) is
+/// measured against.
 inline constexpr int kDeepRingD[] = {128, 0};
 extern const GpuForward kForwardDeepRing;
+extern const GpuForward kForwardRing4;
 /// Whole units' splits at every shape (unit_plan), for note 08's table and tests.
 extern const GpuForward kForwardUnitSplits;
 /// The tiles shared by a wave of blocks at every shape (shared_plan), for note 08's table and tests.

@@ -137,6 +137,7 @@ std::vector<StepEntry> make_table() {
   t.back().forward_versions.push_back(&step08::kForwardLateMerge);
   t.back().forward_versions.push_back(&step08::kForwardMergeKernel);
   t.back().forward_versions.push_back(&step08::kForwardDeepRing);
+  t.back().forward_versions.push_back(&step08::kForwardRing4);
   t.back().forward_versions.push_back(&step08::kForwardUnitSplits);
   t.back().forward_versions.push_back(&step08::kForwardShared);
   t.back().forward_versions.push_back(&step08::kForwardPlainReads);
