@@ -13,6 +13,7 @@
 #include "tests/lowp.hpp"
 #ifdef FA_HAVE_CUDA
 #include "common/gpu.hpp"
+#include "common/gpu16.cuh"
 #endif
 
 using namespace fa;
@@ -426,6 +427,49 @@ TEST_CASE("step08 merge kernel launched early (m2) or after the splits (m1): the
       const ForwardOut late = gpu::forward(step08::kForwardLateMerge, p, in, true);
       check_same_bits(p, early, late, "early vs late");
     }
+}
+
+TEST_CASE("step08 merge kernel's rows wait for their parts' tags, or for the whole split kernel (g1): the same bits",
+          "[gpu]") {
+  // Waiting for a row's own parts (their tags, released after the partials and acquired
+  // before they are read) or for the whole split kernel changes when a row is merged, not
+  // what is read: the same bits as g1, call after call in one workspace (each call's tag is
+  // new). Whole units' splits, chunks across units (50 units), grouped and causal heads;
+  // on an H200 B·H = 32 with 16 queries merges some rows in clusters at 5000 keys (no tags).
+  for (int d : kAllD)
+    for (const Problem& p : {decode(1, 32, 1, 20000, 4, d, false), decode(2, 8, 16, 3000, 8, d, true),
+                             decode(1, 32, 1, 20000, 1, d, false), decode(1, 128, 1, 9001, 8, d, false),
+                             decode(1, 50, 1, 65000, 1, d, false), decode(1, 32, 16, 5000, 1, d, true)}) {
+      if (test::quick() && p.N_kv > 3000) continue;
+      INFO(p.str() << ": " << cut(step08::device_plan(p)));
+      const Qkv in = inputs(p, 96);
+      const ForwardOut g1 = gpu::forward(step08::kForwardGridWait, p, in, true);
+      check_budget(p, in, g1, "kernel");
+      check_same_bits(p, gpu::forward(step08::kForwardMergeKernel, p, in, true), g1, "m2 (tags) vs g1");
+      check_same_bits(p, gpu::forward(step08::kForward, p, in, true), g1, "production vs g1");
+    }
+}
+
+TEST_CASE("step08 merge kernel's tags: a second call in the same workspace waits for its own parts", "[gpu]") {
+  // The tags an earlier call left in the workspace are not this call's: a second call on
+  // other inputs in the same buffers must merge its own partials, not wait on (or pass
+  // through) the first call's tags. Each call's output against a call in a fresh,
+  // poisoned workspace.
+  const Problem p = decode(1, 32, 1, 20000, 4, 128, false);
+  REQUIRE(step08::device_plan(p).merge_kernel());
+  DeviceBuffer<char> ws(step08::kForward.workspace_bytes(p));
+  DeviceBuffer<std::uint16_t> o(p.elems());
+  DeviceBuffer<float> lse(p.rows());
+  for (std::uint64_t seed : {97, 98, 99}) {
+    const Qkv in = inputs(p, seed);
+    const DeviceBuffer<std::uint16_t> q = gpu::upload16(p.dtype, in.q), k = gpu::upload16(p.dtype, in.k),
+                                      v = gpu::upload16(p.dtype, in.v);
+    step08::kForward.run_native(p, NativeFwdArgs{q.get(), k.get(), v.get(), o.get(), lse.get()}, ws.get(), nullptr);
+    FA_CUDA_CHECK(cudaDeviceSynchronize());
+    INFO("seed " << seed);
+    check_same_bits(p, {gpu::download16(p.dtype, o), lse.download()}, gpu::forward(step08::kForward, p, in, true),
+                    "a call in a used workspace vs a fresh one");
+  }
 }
 
 TEST_CASE("step08 K/V reads evict-first in the L2 (l1) or not (l0): the same bits", "[gpu]") {

@@ -93,7 +93,9 @@ SplitPlan with_clusters(SplitPlan s, const GpuShape& gpu) {
 }
 
 std::size_t workspace_bytes(const Problem& p, const SplitPlan& s) {
-  return s.merge_kernel() ? std::size_t(most_parts(s)) * p.rows() * std::size_t(p.d + 1) * sizeof(float) : 0;
+  if (!s.merge_kernel()) return 0;
+  const std::size_t parts = std::size_t(most_parts(s));
+  return parts * p.rows() * std::size_t(p.d + 1) * sizeof(float) + 8 + parts * std::size_t(s.units) * 8;
 }
 
 namespace {

@@ -23,12 +23,17 @@
 // The K/V reads ask the L2 to evict their lines first where K and V are at most a few L2s
 // (reads_evict_first; step06::l2_evict_first).
 // combine_kernel — elsewhere, one thread block a row, launched early on Hopper
-// (programmatic dependent launch): the row's parts merged by the merge rule for many parts
-// at once (statistics first, then every part weighted), O rounded to 16 bits, L written.
+// (programmatic dependent launch): the row waits for its own parts' tags (each part's
+// block releases a tag once its partials are written), then its parts are merged by the
+// merge rule for many parts at once (statistics first, then every part weighted), O
+// rounded to 16 bits, L written.
 #include <cooperative_groups.h>
+#include <cuda/atomic>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <random>
 #include <string>
 
 #include "common/cuda_check.cuh"
@@ -107,6 +112,7 @@ struct Variant {
   Cut cut = Cut::plan;            ///< the plan's choice, or one of its two at every shape
   KvLines kv = KvLines::by_size;  ///< how the K/V reads ask the L2 to keep their lines
   int slot_tiles = 1;             ///< K/V tiles a slot of the ring holds, copied together (2: 128 keys a copy)
+  bool grid_wait = false;         ///< g1: the merge kernel waits for the whole split kernel, not its rows' tags
 };
 
 template <class T>
@@ -122,6 +128,13 @@ struct SplitArgs {
   T* o;                  // [B·H·N][d], written when plan.direct()
   float* lse;            // [B·H·N]
   float *part_o, *part_lse;  // [parts][B·H·N][d] and [parts][B·H·N] for the merge kernel
+  // The partials' tags, where the merge kernel merges: part s of unit u, once written,
+  // writes this call's `tag` to done[u·most_parts + s] (a release), and the merge kernel's
+  // rows wait for their own parts' tags (an acquire) — not for the whole split kernel.
+  // nullptr (lesson row g1): the merge kernel waits for the whole split kernel.
+  unsigned long long* done;
+  unsigned long long tag;
+  int most_parts;
 };
 
 /// Where the ring's tiles start: after Q's 16 rows.
@@ -311,6 +324,13 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const SplitPlan
       if (c == 0) a.part_lse[at] = pl;
     }
   }
+  if (a.done != nullptr && a.plan.merge_kernel()) {  // this part's partials written: announced
+    __threadfence();  // (each thread's stores before its barrier, and so before the tag)
+    __syncthreads();
+    if (threadIdx.x == 0)
+      cuda::atomic_ref<unsigned long long, cuda::thread_scope_device>(a.done[pc.unit * a.most_parts + part])
+          .store(a.tag, cuda::memory_order_release);
+  }
 #endif
 }
 
@@ -409,7 +429,7 @@ __global__ void __launch_bounds__(kCombineThreads)
     combine_kernel(const SplitArgs<T> a) {
 #if FA_STEP06_ARCH_OK
 #if __CUDA_ARCH__ >= 900
-  cudaGridDependencySynchronize();  // the split kernel done, its partials visible (launched early, see launch)
+  if (a.done == nullptr) cudaGridDependencySynchronize();  // g1: the whole split kernel done, its partials visible
 #endif
   const std::size_t rows = a.rows, row = blockIdx.x;
   const float *part_o = a.part_o, *part_lse = a.part_lse;
@@ -432,6 +452,12 @@ __global__ void __launch_bounds__(kCombineThreads)
     // wait each on the last, in a tree 5 levels do. Then each part's weight, once.
     float m = -INFINITY, l = 0.0f;
     for (int s = threadIdx.x; s < parts; s += 32) {
+      if (a.done != nullptr) {  // part s announced: its block's writes are visible to this thread from here on
+        const cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> flag(
+            a.done[static_cast<long long>(kvh) * a.row_blocks * a.most_parts +
+                   static_cast<long long>(packed / kRows) * a.most_parts + s]);
+        while (flag.load(cuda::memory_order_acquire) != a.tag) __nanosleep(200);
+      }
       const float L = part_lse[std::size_t(s) * rows + row];
       ws[s] = L;
       merge_part_stats(m, l, L);
@@ -470,9 +496,16 @@ void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const
   set_smem_limit(split_kernel<T, kD, kStages, kSlotTiles>, smem);
   float* part_o = static_cast<float*>(ws);
   float* part_lse = part_o ? part_o + std::size_t(most_parts(sp)) * p.elems() : nullptr;
+  // The tags after the partials (8-byte aligned). Each call's tag is new — a random 64-bit
+  // start, then one more a call —, so that a tag left in the workspace by an earlier call
+  // never reads as this call's, and one that the memory held before is this call's with a
+  // chance of 2^-64.
+  static std::atomic<unsigned long long> calls{(std::uint64_t(std::random_device{}()) << 32) | std::random_device{}()};
+  const std::uintptr_t tags = (reinterpret_cast<std::uintptr_t>(part_lse + most_parts(sp) * p.rows()) + 7) & ~std::uintptr_t(7);
+  unsigned long long* done = !v.grid_wait && sp.merge_kernel() ? reinterpret_cast<unsigned long long*>(tags) : nullptr;
   const SplitArgs<T> args{p.N, p.keys(), p.H, p.group(), row_blocks(p), p.rows(), p.causal, p.softmax_scale(), v.kv, sp,
                           static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
-                          static_cast<T*>(a.o), a.lse, part_o, part_lse};
+                          static_cast<T*>(a.o), a.lse, part_o, part_lse, done, ++calls, most_parts(sp)};
   if (sp.cluster > 1) {  // the units' parts merged in their clusters: no second kernel
     launch_clustered(sp.cluster, split_kernel<T, kD, kStages, kSlotTiles>, dim3(unsigned(sp.blocks)), dim3(kThreads),
                      smem, st, args);
@@ -482,10 +515,11 @@ void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const
   FA_CHECK_LAUNCH();
   if (sp.direct()) return;
   // The merge kernel, launched while the split kernel still runs where the code that runs
-  // here waits for it (sm_90 and up: compiled from PTX of 9.0 or later; a PTX build of
-  // 8.0 JIT-compiled for this GPU has no wait, so it is launched after the splits, as
-  // any kernel). What this hides is the second launch's latency, a large part of the
-  // shortest decoding shapes (note 08).
+  // here was compiled for sm_90 or later (from PTX of 9.0 or later; a PTX build of 8.0
+  // JIT-compiled for this GPU, which has no grid-wide wait for g1, is launched after the
+  // splits, as any kernel). Its rows wait for their own parts' tags: the second launch's
+  // latency, a large part of the shortest decoding shapes, and the merges of the rows
+  // whose parts end early hide under the split kernel's tail (note 08).
   static const bool kCanWait = [] {
     cudaFuncAttributes f{};
     FA_CUDA_CHECK(cudaFuncGetAttributes(&f, combine_kernel<T, kD>));
@@ -621,6 +655,13 @@ constexpr Variant pairs(int ring) {
   return v;
 }
 constexpr Variant kPairs4 = pairs(4), kPairs6 = pairs(kDeepRing);
+constexpr Variant grid_wait() {
+  Variant v;
+  v.merge = Merge::kernel_early;
+  v.grid_wait = true;
+  return v;
+}
+constexpr Variant kGridWait = grid_wait();
 const GpuForward kForward = forward<kPlan>("step08 forward");
 const GpuForward kForwardFixed[kFixedSplitCount] = {
     forward<kSplits1>("s1: one split"),    forward<kSplits2>("s2: 2 splits"),         forward<kSplits8>("s8: 8 splits"),
@@ -638,6 +679,8 @@ const GpuForward kForwardEvictFirst = forward<kEvictFirst>("l1: the K/V reads ev
 const GpuForward kForwardPairs4 =
     forward<kPairs4>("p4: the ring's four tiles copied two at a time (128 keys a copy)", kDeepRingD);
 const GpuForward kForwardPairs6 = forward<kPairs6>("p6: a ring of six tiles copied two at a time", kDeepRingD);
+const GpuForward kForwardGridWait =
+    forward<kGridWait>("g1: m2 with the merge kernel waiting for the whole split kernel, not its rows' parts");
 static_assert(kFixedSplits[0] == 1 && kFixedSplits[1] == 2 && kFixedSplits[2] == 8 && kFixedSplits[3] == 32 &&
                   kFixedSplits[4] == 128,
               "kForwardFixed follows kFixedSplits");

@@ -14,10 +14,11 @@
 //              and go on in the next;
 //   warps      the four warps of a block take 16 keys each of every tile: four partial
 //              states per row, merged through shared memory at the end of a unit;
-//   merge      each block writes its rows' (O/ℓ, L) in fp32, for every unit it meets; a
-//              second kernel merges a row's parts by the course's merge rule
-//              (online_softmax.hpp), taken for all of them at once: the common max
-//              first, then every part's weight;
+//   merge      each block writes its rows' (O/ℓ, L) in fp32, for every unit it meets,
+//              then a tag (released) that says so; a second kernel, launched while the
+//              first runs, merges each row as soon as its parts' tags are there
+//              (acquired), by the course's merge rule (online_softmax.hpp) taken for all
+//              of them at once: the common max first, then every part's weight;
 //   cluster    on Hopper, where every unit is S ≤ 8 chunks of its own of at most 64
 //              tiles and all the units' clusters fit at once, the S blocks of a unit
 //              run as one thread block cluster: each keeps its part in shared memory,
@@ -226,8 +227,8 @@ FA_HD int unit_rows(int G, int N, int rbs, long long u) {
 FA_HD void merge_part_stats(float& m, float& l, float L) {
   online::merge(m, l, nullptr, L, L == -INFINITY ? 0.0f : 1.0f, nullptr, 0);
 }
-/// The partials' scratch: most_parts · B·H·N rows of d + 1 floats (O/ℓ and L); none when
-/// direct or merged in clusters.
+/// The partials' scratch: most_parts · B·H·N rows of d + 1 floats (O/ℓ and L), then (8-byte
+/// aligned) a tag per unit and part, 8 bytes each; none when direct or merged in clusters.
 std::size_t workspace_bytes(const Problem& p, const SplitPlan& s);
 
 /// Throws fa::Error unless p is bf16 or fp16 with d = 64 or 128.
@@ -267,6 +268,10 @@ extern const GpuForward kForwardLateMerge;
 /// The forward with the merge kernel, launched early, wherever it splits: never a
 /// cluster's merge. What the merge in distributed shared memory buys (note 08).
 extern const GpuForward kForwardMergeKernel;
+/// m2 with the merge kernel waiting for the whole split kernel to end
+/// (cudaGridDependencySynchronize) instead of each row for its own parts' tags: what the
+/// tags buy (note 08, "Waiting for the parts, not the kernel").
+extern const GpuForward kForwardGridWait;
 /// A ring of six K/V tiles at every shape at d = 128, and of four (the plan is production's,
 /// one block an SM either way): what production's choice between them (ring_tiles) is
 /// measured against.

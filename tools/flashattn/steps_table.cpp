@@ -144,6 +144,7 @@ std::vector<StepEntry> make_table() {
   t.back().forward_versions.push_back(&step08::kForwardEvictFirst);
   t.back().forward_versions.push_back(&step08::kForwardPairs4);
   t.back().forward_versions.push_back(&step08::kForwardPairs6);
+  t.back().forward_versions.push_back(&step08::kForwardGridWait);
 #endif
   return t;
 }
