@@ -95,7 +95,7 @@ SplitPlan with_clusters(SplitPlan s, const GpuShape& gpu) {
 std::size_t workspace_bytes(const Problem& p, const SplitPlan& s) {
   if (!s.merge_kernel()) return 0;
   const std::size_t parts = std::size_t(most_parts(s));
-  return parts * p.rows() * std::size_t(p.d + 1) * sizeof(float) + 8 + parts * std::size_t(s.units) * 8;
+  return parts * p.rows() * (std::size_t(p.d + 1) * sizeof(float) + 8) + 8;  // (+ 8: the tags 8-byte aligned)
 }
 
 namespace {

@@ -128,13 +128,18 @@ struct SplitArgs {
   T* o;                  // [B·H·N][d], written when plan.direct()
   float* lse;            // [B·H·N]
   float *part_o, *part_lse;  // [parts][B·H·N][d] and [parts][B·H·N] for the merge kernel
-  // The partials' tags, where the merge kernel merges: part s of unit u, once written,
-  // writes this call's `tag` to done[u·most_parts + s] (a release), and the merge kernel's
-  // rows wait for their own parts' tags (an acquire) — not for the whole split kernel.
-  // nullptr (lesson row g1): the merge kernel waits for the whole split kernel.
-  unsigned long long* done;
+};
+
+/// The partials' tags, where the merge kernel is launched early: [parts][B·H·N], after the
+/// partials. Once a block has written its part of a unit's rows, it writes this call's `tag`
+/// for each of them (a release), and the merge kernel's rows wait for their own parts' tags
+/// (an acquire) — not for the whole split kernel. at = nullptr: none (the merge kernel
+/// launched after the split kernel, or lesson row g1, whose merge waits for all of it).
+/// (A kernel parameter of its own: in SplitArgs, 16 bytes more made ptxas spill the
+/// two-tile ring's registers at sm_80–89.)
+struct Tags {
+  unsigned long long* at;
   unsigned long long tag;
-  int most_parts;
 };
 
 /// Where the ring's tiles start: after Q's 16 rows.
@@ -147,7 +152,7 @@ __device__ __forceinline__ unsigned char* after_q(unsigned char* smem) {
 /// causal mask's end), its rows' part `part`. The ring: kStages slots of kSlotTiles
 /// consecutive tiles each, a slot's tiles copied together.
 template <class T, int kD, int kStages, int kSlotTiles>
-__device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const SplitPlan::Piece pc, int part) {
+__device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const SplitPlan::Piece pc, int part, const Tags& tags) {
 #if FA_STEP06_ARCH_OK
   constexpr int kW = smem_cols(kD), kSlotKeys = kSlotTiles * kTileKeys;
   static_assert(EpilogueSmem<kD>::kFloats * sizeof(float) <= 2 * kStages * kSlotKeys * kW * sizeof(T),
@@ -324,13 +329,16 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const SplitPlan
       if (c == 0) a.part_lse[at] = pl;
     }
   }
-  if (a.done != nullptr && a.plan.merge_kernel()) {  // this part's partials written: announced
-    __threadfence();  // (each thread's stores before its barrier, and so before the tag)
+#if __CUDA_ARCH__ >= 900  // (the merge kernel is launched early, and so waits for tags, on Hopper only)
+  if (tags.at != nullptr) {  // this part of the unit's rows written: announced, row by row
+    __threadfence();        // (this thread's partials before the barrier, and so before the tags)
     __syncthreads();
-    if (threadIdx.x == 0)
-      cuda::atomic_ref<unsigned long long, cuda::thread_scope_device>(a.done[pc.unit * a.most_parts + part])
-          .store(a.tag, cuda::memory_order_release);
+    if (int(threadIdx.x) < rows)
+      cuda::atomic_ref<unsigned long long, cuda::thread_scope_device>(
+          tags.at[std::size_t(part) * a.rows + base + threadIdx.x])
+          .store(tags.tag, cuda::memory_order_release);
   }
+#endif
 #endif
 }
 
@@ -390,7 +398,7 @@ constexpr int kMostBlocksPerSm = blocks_fitting(kH200.smem_per_sm, kD, kRingTile
 
 template <class T, int kD, int kStages, int kSlotTiles>
 __global__ void __launch_bounds__(kThreads, (kMostBlocksPerSm<kD, kStages * kSlotTiles>))
-    split_kernel(const SplitArgs<T> a) {
+    split_kernel(const SplitArgs<T> a, const Tags tags) {
 #if FA_STEP06_ARCH_OK  // compiled out before sm_80 (step 06's mma.cuh)
 #if __CUDA_ARCH__ >= 900
   // Programmatic dependent launch (CUDA C++ Programming Guide, "Programmatic Dependent
@@ -404,7 +412,7 @@ __global__ void __launch_bounds__(kThreads, (kMostBlocksPerSm<kD, kStages * kSlo
   for (long long from = a.plan.begin(b); from < a.plan.end(b);) {
     const SplitPlan::Piece pc = a.plan.piece(from, a.plan.end(b));
     from += pc.t1 - pc.t0;
-    run_piece<T, kD, kStages, kSlotTiles>(a, pc, b - a.plan.first(pc.unit));
+    run_piece<T, kD, kStages, kSlotTiles>(a, pc, b - a.plan.first(pc.unit), tags);
     __syncthreads();  // the epilogue's reads of shared memory done before the next piece's copies
   }
 #if __CUDA_ARCH__ >= 900
@@ -426,10 +434,12 @@ __global__ void __launch_bounds__(kThreads, (kMostBlocksPerSm<kD, kStages * kSlo
 /// the O's would make each wait for the last.
 template <class T, int kD>
 __global__ void __launch_bounds__(kCombineThreads)
-    combine_kernel(const SplitArgs<T> a) {
+    combine_kernel(const SplitArgs<T> a, const Tags tags) {
 #if FA_STEP06_ARCH_OK
 #if __CUDA_ARCH__ >= 900
-  if (a.done == nullptr) cudaGridDependencySynchronize();  // g1: the whole split kernel done, its partials visible
+  // Launched early: each row waits for its own parts' tags (below) or, in g1, for the whole
+  // split kernel to be done and its partials visible. (Launched after it, neither is needed.)
+  if (tags.at == nullptr) cudaGridDependencySynchronize();
 #endif
   const std::size_t rows = a.rows, row = blockIdx.x;
   const float *part_o = a.part_o, *part_lse = a.part_lse;
@@ -452,12 +462,12 @@ __global__ void __launch_bounds__(kCombineThreads)
     // wait each on the last, in a tree 5 levels do. Then each part's weight, once.
     float m = -INFINITY, l = 0.0f;
     for (int s = threadIdx.x; s < parts; s += 32) {
-      if (a.done != nullptr) {  // part s announced: its block's writes are visible to this thread from here on
-        const cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> flag(
-            a.done[static_cast<long long>(kvh) * a.row_blocks * a.most_parts +
-                   static_cast<long long>(packed / kRows) * a.most_parts + s]);
-        while (flag.load(cuda::memory_order_acquire) != a.tag) __nanosleep(200);
+#if __CUDA_ARCH__ >= 900
+      if (tags.at != nullptr) {  // part s announced: its block's writes are visible to this thread from here on
+        const cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> tag(tags.at[std::size_t(s) * rows + row]);
+        while (tag.load(cuda::memory_order_acquire) != tags.tag) __nanosleep(200);
       }
+#endif
       const float L = part_lse[std::size_t(s) * rows + row];
       ws[s] = L;
       merge_part_stats(m, l, L);
@@ -489,6 +499,28 @@ __global__ void __launch_bounds__(kCombineThreads)
 #endif
 }
 
+/// Whether the code that runs here for the merge kernel was compiled for sm_90 or later
+/// (from PTX of 9.0 or later): only then is it launched early, its rows waiting for their
+/// parts' tags (or, g1, for the whole split kernel). A PTX build of 8.0 JIT-compiled for
+/// Hopper has neither wait, and is launched after the splits, as on every older GPU.
+template <class T, int kD>
+bool merge_waits() {
+  static const bool kWaits = [] {
+    cudaFuncAttributes f{};
+    FA_CUDA_CHECK(cudaFuncGetAttributes(&f, combine_kernel<T, kD>));
+    return f.ptxVersion >= 90;
+  }();
+  return kWaits;
+}
+
+/// This call's tag: new at every call — a random 64-bit start, then one more a call —, so
+/// that a tag an earlier call left in the workspace never reads as this call's, and one
+/// that the memory held before reads as this call's with a chance of 2^-64 a tag.
+unsigned long long next_tag() {
+  static std::atomic<unsigned long long> calls{(std::uint64_t(std::random_device{}()) << 32) | std::random_device{}()};
+  return ++calls;
+}
+
 /// The split kernel with a ring of kStages slots of kSlotTiles tiles (and the merge kernel where the plan needs it).
 template <class T, int kD, int kStages, int kSlotTiles = 1>
 void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const SplitPlan& sp, const Variant& v) {
@@ -496,37 +528,28 @@ void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const
   set_smem_limit(split_kernel<T, kD, kStages, kSlotTiles>, smem);
   float* part_o = static_cast<float*>(ws);
   float* part_lse = part_o ? part_o + std::size_t(most_parts(sp)) * p.elems() : nullptr;
-  // The tags after the partials (8-byte aligned). Each call's tag is new — a random 64-bit
-  // start, then one more a call —, so that a tag left in the workspace by an earlier call
-  // never reads as this call's, and one that the memory held before is this call's with a
-  // chance of 2^-64.
-  static std::atomic<unsigned long long> calls{(std::uint64_t(std::random_device{}()) << 32) | std::random_device{}()};
-  const std::uintptr_t tags = (reinterpret_cast<std::uintptr_t>(part_lse + most_parts(sp) * p.rows()) + 7) & ~std::uintptr_t(7);
-  unsigned long long* done = !v.grid_wait && sp.merge_kernel() ? reinterpret_cast<unsigned long long*>(tags) : nullptr;
+  // The tags after the partials (8-byte aligned), where the merge kernel is launched early
+  // and waits for them (not in g1; not launched late).
+  const std::uintptr_t at = (reinterpret_cast<std::uintptr_t>(part_lse + most_parts(sp) * p.rows()) + 7) & ~std::uintptr_t(7);
+  const bool early = v.merge != Merge::kernel_late && merge_waits<T, kD>();
+  const Tags tags{early && !v.grid_wait && sp.merge_kernel() ? reinterpret_cast<unsigned long long*>(at) : nullptr,
+                  next_tag()};
   const SplitArgs<T> args{p.N, p.keys(), p.H, p.group(), row_blocks(p), p.rows(), p.causal, p.softmax_scale(), v.kv, sp,
                           static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
-                          static_cast<T*>(a.o), a.lse, part_o, part_lse, done, ++calls, most_parts(sp)};
+                          static_cast<T*>(a.o), a.lse, part_o, part_lse};
   if (sp.cluster > 1) {  // the units' parts merged in their clusters: no second kernel
     launch_clustered(sp.cluster, split_kernel<T, kD, kStages, kSlotTiles>, dim3(unsigned(sp.blocks)), dim3(kThreads),
-                     smem, st, args);
+                     smem, st, args, tags);
     return;
   }
-  split_kernel<T, kD, kStages, kSlotTiles><<<unsigned(sp.blocks), kThreads, smem, st>>>(args);
+  split_kernel<T, kD, kStages, kSlotTiles><<<unsigned(sp.blocks), kThreads, smem, st>>>(args, tags);
   FA_CHECK_LAUNCH();
   if (sp.direct()) return;
-  // The merge kernel, launched while the split kernel still runs where the code that runs
-  // here was compiled for sm_90 or later (from PTX of 9.0 or later; a PTX build of 8.0
-  // JIT-compiled for this GPU, which has no grid-wide wait for g1, is launched after the
-  // splits, as any kernel). Its rows wait for their own parts' tags: the second launch's
-  // latency, a large part of the shortest decoding shapes, and the merges of the rows
-  // whose parts end early hide under the split kernel's tail (note 08).
-  static const bool kCanWait = [] {
-    cudaFuncAttributes f{};
-    FA_CUDA_CHECK(cudaFuncGetAttributes(&f, combine_kernel<T, kD>));
-    return f.ptxVersion >= 90;
-  }();
-  launch_early(v.merge != Merge::kernel_late && kCanWait, combine_kernel<T, kD>, dim3(unsigned(p.rows())),
-               dim3(kCombineThreads), 0, st, args);
+  // The merge kernel, launched while the split kernel still runs where it can wait
+  // (merge_waits), its rows waiting for their own parts' tags: the second launch's latency,
+  // a large part of the shortest decoding shapes, and the merges of the rows whose parts
+  // end early hide under the split kernel's tail (note 08).
+  launch_early(early, combine_kernel<T, kD>, dim3(unsigned(p.rows())), dim3(kCombineThreads), 0, st, args, tags);
 }
 
 /// This GPU: its SMs, shared memory and clusters (where the code that runs was compiled

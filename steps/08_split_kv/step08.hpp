@@ -228,7 +228,7 @@ FA_HD void merge_part_stats(float& m, float& l, float L) {
   online::merge(m, l, nullptr, L, L == -INFINITY ? 0.0f : 1.0f, nullptr, 0);
 }
 /// The partials' scratch: most_parts · B·H·N rows of d + 1 floats (O/ℓ and L), then (8-byte
-/// aligned) a tag per unit and part, 8 bytes each; none when direct or merged in clusters.
+/// aligned) as many 8-byte tags (a row's part written); none when direct or merged in clusters.
 std::size_t workspace_bytes(const Problem& p, const SplitPlan& s);
 
 /// Throws fa::Error unless p is bf16 or fp16 with d = 64 or 128.
