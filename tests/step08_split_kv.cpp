@@ -417,8 +417,8 @@ TEST_CASE("step08 kernel where chunks end inside units (k1, and production where
 }
 
 TEST_CASE("step08 merge kernel launched early (m2) or after the splits (m1): the same bits", "[gpu]") {
-  // The early launch changes when the merge kernel starts, not what it reads: it must wait
-  // for every split (cudaGridDependencySynchronize), so the output is the late launch's.
+  // The early launch changes when the merge kernel starts, not what it reads: each row must
+  // wait for its own parts (their tags), so the output is the late launch's.
   for (int d : kAllD)
     for (const Problem& p : {decode(1, 32, 1, 20000, 4, d, false), decode(2, 8, 16, 3000, 8, d, true)}) {
       INFO(p.str() << ": " << cut(step08::device_plan(p)));

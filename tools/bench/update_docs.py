@@ -1960,10 +1960,10 @@ def step08_pair(D, folder, a, b, both, head_a, head_b, ratio_head):
 
 
 def table_step08_early(D):
-    """The merge kernel launched early (programmatic dependent launch; 08m2, production's merge where it does not
-    merge in clusters) against launched after the splits (08m1): both in one ab.py run, at every decoding shape."""
-    out, ratio = step08_pair(D, ab_folder(D), "08m1", "08m2", "both launches", "merge launched after the splits (m1)",
-                             "launched early (m2)", "time, early ÷ after")
+    """The merge kernel launched early (programmatic dependent launch; 08g1, waiting for the whole split kernel)
+    against launched after the splits (08m1): both in one ab.py run, at every decoding shape."""
+    out, ratio = step08_pair(D, ab_folder(D), "08m1", "08g1", "both launches", "merge launched after the splits (m1)",
+                             "launched early (g1)", "time, early ÷ after")
     r = list(ratio.values())
     g = [x for k, x in ratio.items() if k[0] != k[1]]
     out += ["", f"Early ÷ after: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes; {min(g):.3f}–{max(g):.3f} with "
@@ -2303,15 +2303,16 @@ FLOOR08 = "ab/floor"  # ab.sh PHASE=decode,floor in one call: step 08 and PyTorc
 
 
 def floor08(folder):
-    """{(B·H_kv, N_kv): {(cut, ring, blocks, chunk_tiles): row}} of fa_read_floor's CSV in `folder`."""
+    """{(B·H_kv, N_kv): {(cut, ring, blocks, chunk_tiles, cluster): row}} of fa_read_floor's CSV in `folder` (cluster
+    1 where the CSV has no such column: runs before the clustered cuts)."""
     out = {}
     for r in load(folder, "floor.csv"):
-        cut = (r["cut"], int(r["ring"]), int(r["blocks"]), int(r["chunk_tiles"]))
+        cut = (r["cut"], int(r["ring"]), int(r["blocks"]), int(r["chunk_tiles"]), int(r.get("cluster", 1)))
         out.setdefault((int(r["bh_kv"]), int(r["n_kv"])), {})[cut] = r
     return out
 
 
-FLOOR_CUT08 = ("static", 4, 128, 0)  # step 08's copy, ring and cut at its decoding shapes: the floor of the table
+FLOOR_CUT08 = ("static", 4, 128, 0, 1)  # step 08's copy, ring and cut at its decoding shapes: the floor of the table
 
 
 def over_floor08(D):
@@ -2376,9 +2377,9 @@ def table_step08_floor_cuts(D):
     folder = os.path.join(D.folder, FLOOR08)
     floor = floor08(folder)
     sms = next(c[2] for rs in floor.values() for c in rs if c[0] == "flow")  # (one block an SM)
-    cuts = [(("static", 4, 128, 0), "static, 128 blocks"), (("static", 4, sms, 0), "static, one an SM"),
-            (("static", 6, 128, 0), "static, ring of six"), (("flow", 4, sms, 4), "counter, 4-tile chunks"),
-            (("flow", 4, sms, 16), "counter, 16-tile chunks")]
+    cuts = [(FLOOR_CUT08, "static, 128 blocks"), (("static", 4, sms, 0, 1), "static, one an SM"),
+            (("static", 6, 128, 0, 1), "static, ring of six"), (("flow", 4, sms, 4, 1), "counter, 4-tile chunks"),
+            (("flow", 4, sms, 16, 1), "counter, 16-tile chunks")]
     out = [f"µs of `fa_read_floor` (`{rel(folder)}/floor.csv`, {device07(D, 'device.txt', folder)}; the median of 15), "
            f"and in brackets the first and the last block's end in the last repeat, µs after the first block's start "
            f"(`%globaltimer`). K and V of B·H_kv heads of N_kv keys, d = 128, bf16; a ring of four tiles unless named; "
@@ -2395,6 +2396,87 @@ def table_step08_floor_cuts(D):
         out.append(f"| {h} | {nk // 1024}k | {2 * h * nk * 128 * 2 / 2**20:.0f} | " + " | ".join(cells) + " |")
     out += [""] + ["Time ÷ static, 128 blocks: " + "; ".join(f"{head} {min(best[head]):.3f}–{max(best[head]):.3f}"
                                                              for _, head in cuts[1:]) + "."]
+    return out
+
+
+def table_step08_floor_more(D):
+    """The floor read otherwise: by bulk copies (TMA), by fewer blocks with deeper rings, two an SM, and in thread
+    block clusters; each ÷ the static cut of 128 blocks (step 08's), at every K/V size of the floor run."""
+    folder = os.path.join(D.folder, FLOOR08)
+    floor = floor08(folder)
+    sms = next(c[2] for rs in floor.values() for c in rs if c[0] == "flow")
+    cuts = [(("bulk", 4, 128, 0, 1), "bulk copies (TMA), 128 blocks"), (("bulk", 6, 128, 0, 1), "bulk, ring of six"),
+            (("static", 3, 2 * sms, 0, 1), f"two an SM ({2 * sms}), ring of three"),
+            (("static", 4, 64, 0, 1), "64 blocks"), (("static", 6, 64, 0, 1), "64, ring of six"),
+            (("static", 6, 64, 0, 2), "64 in clusters of 2"), (("static", 6, 64, 0, 4), "64 in clusters of 4"),
+            (("static", 6, 96, 0, 1), "96, ring of six"), (("static", 6, 96, 0, 6), "96 in clusters of 6"),
+            (("static", 4, 128, 0, 4), "128 in clusters of 4"), (("static", 4, 128, 0, 16), "128 in clusters of 16"),
+            (("static", 3, 256, 0, 8), "256 in clusters of 8, ring of three")]
+    held = {}
+    for line in open(os.path.join(folder, "clusters.txt")):
+        m = re.match(r"fa_read_floor: (\d+) blocks in clusters of (\d+) \(ring (\d+)\): (\d+) clusters at once", line)
+        if m:
+            held[(int(m.group(3)), int(m.group(1)), int(m.group(2)))] = int(m.group(4))
+    out = [f"Time of `fa_read_floor` ÷ its static cut of 128 blocks (a ring of four tiles, step 08's copy: the floor of "
+           f"the table above), the same run (`{rel(folder)}/floor.csv`, {device07(D, 'device.txt', folder)}; the median "
+           f"of 15 each). K and V of B·H_kv heads of N_kv keys, d = 128, bf16; a ring of four tiles and one block a "
+           f"static run unless named. Bulk: each tile of K and of V one `cp.async.bulk` (the TMA's one-dimensional "
+           f"copy) on an mbarrier, issued by one thread. Clusters: the same kernel launched with a cluster dimension; "
+           f"the GPU held at once " + ", ".join(f"{n} clusters of {c} ({b} blocks, ring {r})"
+                                                for (r, b, c), n in sorted(held.items(), key=lambda x: (x[0][2], x[0][1])))
+           + ".", "",
+           "| B·H_kv | N_kv | K + V MiB | floor µs | " + " | ".join(h for _, h in cuts) + " |",
+           "|---|---|---|---|" + "---|" * len(cuts)]
+    ratios = {h: [] for _, h in cuts}
+    for (h, nk), rs in sorted(floor.items()):
+        base = float(rs[FLOOR_CUT08]["ms"])
+        cells = []
+        for c, head in cuts:
+            x = float(rs[c]["ms"]) / base
+            ratios[head].append(x)
+            cells.append(f"{x:.3f}")
+        out.append(f"| {h} | {nk // 1024}k | {2 * h * nk * 128 * 2 / 2**20:.0f} | {base * 1e3:.1f} | " + " | ".join(cells) + " |")
+    out += ["", "Over the sizes: " + "; ".join(f"{head} {min(r):.3f}–{max(r):.3f}" for head, r in ratios.items()) + "."]
+    return out
+
+
+
+
+def table_step08_ring_long(D):
+    """Production's ring (six tiles where every chunk streams at least 16, else four) beside lesson row r4 (four at
+    every shape), in the run of the main tables."""
+    out, ratio = step08_pair(D, ab_folder(D), "08r4", "08", "both", "four tiles at every shape (r4)",
+                             "production: six where chunks are long", "time, production ÷ r4")
+    r = list(ratio.values())
+    out += ["", f"Production ÷ r4: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes; {faster_slower08(r, 0.5)}."]
+    return out
+
+
+def table_step08_tags(D):
+    """The merge kernel's rows waiting for their own parts' tags (m2) beside waiting for the whole split kernel (g1),
+    both launched early, the merge kernel wherever the plan splits; the run of the main tables."""
+    out, ratio = step08_pair(D, ab_folder(D), "08g1", "08m2", "both", "the whole split kernel awaited (g1)",
+                             "each row's parts awaited (m2)", "time, m2 ÷ g1")
+    merged = {k: x for k, x in ratio.items() if not (k[0] == 128 and k[1] == 128)}  # (B·H = 128: no merge at all)
+    r = list(merged.values())
+    out += ["", f"m2 ÷ g1 at the {len(r)} shapes that merge: {min(r):.3f}–{max(r):.3f}; {faster_slower08(r, 0.5)}; "
+                f"geometric mean {statistics.geometric_mean(r):.4f}."]
+    return out
+
+
+WIDE08 = "tries/step08_wide_clusters"  # ab.py: wide clusters (c4, c6) beside production, d00ec07's step 08 + patch
+
+
+def table_step08_wide(D):
+    """Tried and not kept: every unit in 2 or 4 chunks, 64 blocks in clusters of 4 that merge them (c4: a ring of
+    four, c6: six), beside production."""
+    folder = os.path.join(D.folder, WIDE08)
+    out, ratio = step08_versions(D, folder, "08", [("08c4", "wide clusters, ring of four (c4)", "c4 ÷ production"),
+                                                   ("08c6", "ring of six (c6)", "c6 ÷ production")],
+                                 "the three", "production")
+    for b, name in (("08c4", "c4"), ("08c6", "c6")):
+        r = list(ratio[b].values())
+        out += ["", f"{name} ÷ production: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes; {faster_slower08(r, 0.5)}."]
     return out
 
 
@@ -2620,7 +2702,8 @@ TABLES = {
     "step08-diet": table_step08_diet, "step08-pairs": table_step08_pairs,
     "step08-chains": table_step08_chains, "step08-loads-first": table_step08_loads_first,
     "step08-ring3": table_step08_ring3, "step08-timeline": table_step08_timeline,
-    "step08-floor": table_step08_floor, "step08-floor-summary": table_step08_floor_summary, "step08-floor-cuts": table_step08_floor_cuts, "step08-eight": table_step08_eight, "step08-release-first": table_step08_release_first,
+    "step08-floor": table_step08_floor, "step08-floor-summary": table_step08_floor_summary, "step08-floor-cuts": table_step08_floor_cuts, "step08-floor-more": table_step08_floor_more,
+    "step08-ring-long": table_step08_ring_long, "step08-tags": table_step08_tags, "step08-wide": table_step08_wide, "step08-eight": table_step08_eight, "step08-release-first": table_step08_release_first,
     "ctest08": table_ctest08, "sm80-08": table_sm80_08,
     "sass08": table_sass08, "test09": table_test09, "step09-bench": table_step09_bench,
 }

@@ -14,9 +14,10 @@
 # host:   step 07 and cuDNN's backward behind a spin of 200 µs and of 2000 µs, one after the
 #         other (PyTorch's backward enqueues for longer than 200: ab.py's host_us_max; a
 #         longer spin is also a longer rest for the GPU between repeats);
-# decode: step 08 (and 08m2, the merge kernel wherever it splits, 08m1, that kernel
-#         launched late, and 08l0, no L2 hint on the K/V reads), step 06 and PyTorch's
-#         backends on note 08's decoding shapes;
+# decode: step 08 (and 08r4, a ring of four tiles at every shape, 08g1, the merge kernel
+#         waiting for the whole split kernel, 08m2, the merge kernel wherever it splits,
+#         08m1, that kernel launched late, and 08l0, no L2 hint on the K/V reads), step 06
+#         and PyTorch's backends on note 08's decoding shapes;
 # ring:   step 08 with a ring of six K/V tiles (08r6) beside production's four and PyTorch's
 #         backends, on note 08's decoding shapes;
 # stream: step 08 (the tiles shared by a wave of blocks where whole units' splits leave SMs
@@ -29,7 +30,9 @@
 # hint:   step 08 with its K/V reads without the L2 hint (08l0) and evict-first (08l1) at every
 #         shape, beside production, cuDNN and FlashAttention-2, on note 08's decoding shapes;
 # floor:  K and V read once with step 08's copy and nothing computed (tools/bench/read_floor.cu),
-#         at the K/V sizes of note 08's decoding shapes, static cuts and chunks from a counter;
+#         at the K/V sizes of note 08's decoding shapes: static cuts, chunks from a counter,
+#         bulk copies (Hopper), fewer blocks, two an SM, and clusters (the clusters held at once
+#         into clusters.txt);
 # pairs:  step 08 with its ring's tiles copied two at a time (08p4: four tiles, production's
 #         shared memory; 08p6: six) beside production, cuDNN and FlashAttention-2, on note 08's
 #         decoding shapes;
@@ -116,13 +119,15 @@ decode_runs() {
   run "$1_causal" --decode --causal 1 --Nq 16 "$2"
   run "$1_gqa" --decode --causal 0 --Nq 1 --bh 32,128 --group 8 "$2"
 }
-# 08m2: step 08 with the merge kernel wherever it splits (no cluster's merge), launched early;
-# 08m1: launched after the splits, as any kernel; 08l0: K/V reads without the L2 hint at every shape
-want decode && decode_runs ab08 --impls=08,08m2,08m1,08l0,06,torch-cudnn,torch-flash,torch-efficient
+# 08r4: a ring of four tiles at every shape; 08g1: the merge kernel (wherever it splits) waiting
+# for the whole split kernel; 08m2: the merge kernel wherever it splits (no cluster's merge),
+# launched early, its rows waiting for their parts; 08m1: launched after the splits, as any
+# kernel; 08l0: K/V reads without the L2 hint at every shape
+want decode && decode_runs ab08 --impls=08,08r4,08g1,08m2,08m1,08l0,06,torch-cudnn,torch-flash,torch-efficient
 # The floor under them: K and V read once by step 08's copy, nothing computed, at the K/V
 # sizes of those shapes (B·H_kv = 4, 16, 32, 128), in static cuts and in chunks from a counter
 if want floor; then
-  "$BUILD/tools/bench/fa_read_floor" > "$R/floor.csv" 2> "$L/floor.log"; stamp "floor (rc $?)"
+  "$BUILD/tools/bench/fa_read_floor" > "$R/floor.csv" 2> "$R/clusters.txt"; stamp "floor (rc $?)"
 fi
 # 08w1: whole units' splits at every shape, where production shares the tiles in some
 want stream && decode_runs ab08_stream --impls=08,08w1,torch-cudnn,torch-flash
