@@ -2467,17 +2467,22 @@ def table_step08_tags(D):
 WIDE08 = "tries/step08_wide_clusters"  # ab.py: wide clusters (c4, c6) beside production, d00ec07's step 08 + patch
 
 
-def table_step08_wide(D):
-    """Tried and not kept: every unit in 2 or 4 chunks, 64 blocks in clusters of 4 that merge them (c4: a ring of
-    four, c6: six), beside production."""
-    folder = os.path.join(D.folder, WIDE08)
-    out, ratio = step08_versions(D, folder, "08", [("08c4", "wide clusters, ring of four (c4)", "c4 ÷ production"),
-                                                   ("08c6", "ring of six (c6)", "c6 ÷ production")],
-                                 "the three", "production")
-    for b, name in (("08c4", "c4"), ("08c6", "c6")):
+def step08_tries(D, folder, tries):
+    """Two tried versions beside production in one ab.py run (`folder`): step08_versions' table, then for each
+    (version, its column, its ratio's column, its name) a line of its time ÷ production's range."""
+    out, ratio = step08_versions(D, os.path.join(D.folder, folder), "08", [t[:3] for t in tries], "the three",
+                                 "production")
+    for b, _, _, name in tries:
         r = list(ratio[b].values())
         out += ["", f"{name} ÷ production: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes; {faster_slower08(r, 0.5)}."]
     return out
+
+
+def table_step08_wide(D):
+    """Tried and not kept: every unit in 2 or 4 chunks, 64 blocks in clusters of 4 that merge them (c4: a ring of
+    four, c6: six), beside production."""
+    return step08_tries(D, WIDE08, [("08c4", "wide clusters, ring of four (c4)", "c4 ÷ production", "c4"),
+                                    ("08c6", "ring of six (c6)", "c6 ÷ production", "c6")])
 
 
 EIGHT08 = "tries/step08_eight_warps"  # ab.py: 6f030c0 with lesson row w8 (eight warps) and p6 beside production
@@ -2486,14 +2491,8 @@ EIGHT08 = "tries/step08_eight_warps"  # ab.py: 6f030c0 with lesson row w8 (eight
 def table_step08_eight(D):
     """Eight warps a block (w8: two groups of four computing a ring slot's two tiles at once, six tiles) beside p6
     (the same ring, four warps) and production, in one ab.py run."""
-    folder = os.path.join(D.folder, EIGHT08)
-    out, ratio = step08_versions(D, folder, "08", [("08w8", "eight warps (w8)", "w8 ÷ production"),
-                                                   ("08p6", "four warps, the same ring (p6)", "p6 ÷ production")],
-                                 "the three", "production")
-    for b, name in (("08w8", "Eight warps"), ("08p6", "p6")):
-        r = list(ratio[b].values())
-        out += ["", f"{name} ÷ production: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes; {faster_slower08(r, 0.5)}."]
-    return out
+    return step08_tries(D, EIGHT08, [("08w8", "eight warps (w8)", "w8 ÷ production", "Eight warps"),
+                                     ("08p6", "four warps, the same ring (p6)", "p6 ÷ production", "p6")])
 
 
 RELEASE08 = "tries/step08_release_first"  # ab.py --alt: the slot released before the wait, beside 6f030c0
