@@ -101,8 +101,9 @@ int stages(int d, const GpuShape& gpu);
 /// is computed, against three).
 constexpr int kDeepRing = 6;
 /// The shortest chunk, in tiles, that streams through the deep ring: measured on the H200
-/// (note 08, "The ring"), six tiles took 0.990–0.998 of four's time where every chunk had
-/// 16 tiles or more, and up to 1.008 at 4-tile chunks.
+/// (note 08, "The ring"), six tiles took 0.990–1.003 of four's time where every chunk had
+/// 16 tiles or more (less at 21 of 27 shapes, and at all five of B·H = 128 with one
+/// query), and 1.008 at 4-tile chunks.
 constexpr int kDeepRingMinTiles = 16;
 
 /// How the work is cut among thread blocks (note 08, "The split"). The units — row block
