@@ -217,6 +217,17 @@ struct Cut {
   int cluster = 1;   // static: blocks a thread block cluster (Hopper), as step 08 merges a unit's parts
 };
 
+/// Shared memory of a ring of `stages` tiles of K and of V.
+std::size_t ring_bytes(int stages) { return 2 * std::size_t(stages) * kTileKeys * kW * sizeof(T); }
+
+/// A static or bulk cut's kernel, by its ring (3, 4 or 6 tiles; bulk: 4 or 6): the one place
+/// a cut's ring picks its template instance.
+using ReadKernel = void (*)(const T*, const T*, long long, BlockTimes*);
+ReadKernel read_kernel(const Cut& c) {
+  if (c.name == std::string("bulk")) return c.stages == 4 ? read_bulk<4> : read_bulk<6>;
+  return c.stages == 3 ? read_static<3> : c.stages == 4 ? read_static<4> : read_static<6>;
+}
+
 }  // namespace
 
 int floor_main(int argc, char** argv) {
@@ -281,30 +292,25 @@ int floor_main(int argc, char** argv) {
                              {"static", 3, 256, 0, 8},
                              {"static", 3, 128, 0, 8},
                              {"static", 3, 128, 0, 4}});
-  const std::size_t smem4 = 2 * 4 * std::size_t(kTileKeys) * kW * sizeof(T), smem6 = smem4 * 6 / 4;
+  const std::size_t smem6 = ring_bytes(6);
   if (smem6 > prop.sharedMemPerBlockOptin) {
     std::fprintf(stderr, "fa_read_floor: a ring of six tiles takes %zu KiB of shared memory; this GPU gives %zu\n",
                  smem6 / 1024, std::size_t(prop.sharedMemPerBlockOptin) / 1024);
     return 1;
   }
-  check(cudaFuncSetAttribute(read_static<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem4)), "smem");
-  check(cudaFuncSetAttribute(read_static<6>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem6)), "smem");
-  check(cudaFuncSetAttribute(read_flow<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem4)), "smem");
-  check(cudaFuncSetAttribute(read_static<3>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem4 * 3 / 4)), "smem");
-  check(cudaFuncSetAttribute(read_bulk<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem4)), "smem");
-  check(cudaFuncSetAttribute(read_bulk<6>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem6)), "smem");
-
-  if (prop.major >= 9) {
-    check(cudaFuncSetAttribute(read_static<4>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1), "cluster of 16");
-    check(cudaFuncSetAttribute(read_static<6>, cudaFuncAttributeNonPortableClusterSizeAllowed, 1), "cluster of 16");
+  check(cudaFuncSetAttribute(read_flow<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ring_bytes(4))), "smem");
+  for (const Cut& c : cuts) {
+    if (c.chunk) continue;  // (flow: above)
+    check(cudaFuncSetAttribute(read_kernel(c), cudaFuncAttributeMaxDynamicSharedMemorySize, int(ring_bytes(c.stages))),
+          "smem");
+    if (c.cluster > fa::step08::kMaxCluster)  // (16: beyond the portable 8)
+      check(cudaFuncSetAttribute(read_kernel(c), cudaFuncAttributeNonPortableClusterSizeAllowed, 1), "cluster of 16");
   }
   for (const Cut& c : cuts)  // a cluster cut is the floor of a plan only if all its clusters run at once
     if (c.cluster > 1)
       std::fprintf(stderr, "fa_read_floor: %d blocks in clusters of %d (ring %d): %d clusters at once\n", c.blocks,
                    c.cluster, c.stages,
-                   c.stages == 3   ? fa::max_active_clusters(read_static<3>, c.cluster, kThreads, smem4 * 3 / 4)
-                   : c.stages == 4 ? fa::max_active_clusters(read_static<4>, c.cluster, kThreads, smem4)
-                                   : fa::max_active_clusters(read_static<6>, c.cluster, kThreads, smem6));
+                   fa::max_active_clusters(read_kernel(c), c.cluster, kThreads, ring_bytes(c.stages)));
   std::size_t most = 0;
   for (long long h : heads)
     for (long long n : keys) most = std::max(most, std::size_t(h * n * kD * sizeof(T)));
@@ -334,17 +340,10 @@ int floor_main(int argc, char** argv) {
       for (const Cut& c : cuts) {
         const int blocks = blocks_of(c);
         auto launch = [&] {  // (the counter zeroed before)
-          if (c.chunk) read_flow<4><<<blocks, kThreads, smem4>>>(k, v, tiles, c.chunk, counter, times);
-          else if (c.name == std::string("bulk"))
-            c.stages == 4 ? read_bulk<4><<<blocks, kThreads, smem4>>>(k, v, tiles, times)
-                          : read_bulk<6><<<blocks, kThreads, smem6>>>(k, v, tiles, times);
-          else if (c.cluster > 1)
-            c.stages == 3   ? fa::launch_clustered(c.cluster, read_static<3>, blocks, kThreads, smem4 * 3 / 4, 0, k, v, tiles, times)
-            : c.stages == 4 ? fa::launch_clustered(c.cluster, read_static<4>, blocks, kThreads, smem4, 0, k, v, tiles, times)
-                            : fa::launch_clustered(c.cluster, read_static<6>, blocks, kThreads, smem6, 0, k, v, tiles, times);
-          else if (c.stages == 3) read_static<3><<<blocks, kThreads, smem4 * 3 / 4>>>(k, v, tiles, times);
-          else if (c.stages == 4) read_static<4><<<blocks, kThreads, smem4>>>(k, v, tiles, times);
-          else read_static<6><<<blocks, kThreads, smem6>>>(k, v, tiles, times);
+          const std::size_t smem = ring_bytes(c.stages);
+          if (c.chunk) read_flow<4><<<blocks, kThreads, smem>>>(k, v, tiles, c.chunk, counter, times);
+          else if (c.cluster > 1) fa::launch_clustered(c.cluster, read_kernel(c), blocks, kThreads, smem, 0, k, v, tiles, times);
+          else read_kernel(c)<<<blocks, kThreads, smem>>>(k, v, tiles, times);
         };
         check(cudaMemsetAsync(counter, 0, sizeof(unsigned)), "counter");
         launch();  // a warm-up
