@@ -529,11 +529,13 @@ void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const
   float* part_o = static_cast<float*>(ws);
   float* part_lse = part_o ? part_o + std::size_t(most_parts(sp)) * p.elems() : nullptr;
   // The tags after the partials (8-byte aligned), where the merge kernel is launched early
-  // and waits for them (not in g1; not launched late).
-  const std::uintptr_t at = (reinterpret_cast<std::uintptr_t>(part_lse + most_parts(sp) * p.rows()) + 7) & ~std::uintptr_t(7);
+  // and waits for them (not in g1; not launched late; no workspace where nothing merges).
   const bool early = v.merge != Merge::kernel_late && merge_waits<T, kD>();
-  const Tags tags{early && !v.grid_wait && sp.merge_kernel() ? reinterpret_cast<unsigned long long*>(at) : nullptr,
-                  next_tag()};
+  Tags tags{nullptr, next_tag()};
+  if (early && !v.grid_wait && sp.merge_kernel()) {
+    const std::uintptr_t end = reinterpret_cast<std::uintptr_t>(part_lse + most_parts(sp) * p.rows());
+    tags.at = reinterpret_cast<unsigned long long*>((end + 7) & ~std::uintptr_t(7));
+  }
   const SplitArgs<T> args{p.N, p.keys(), p.H, p.group(), row_blocks(p), p.rows(), p.causal, p.softmax_scale(), v.kv, sp,
                           static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
                           static_cast<T*>(a.o), a.lse, part_o, part_lse};
