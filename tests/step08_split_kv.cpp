@@ -169,8 +169,8 @@ TEST_CASE("step08 split plan: one wave of blocks sharing the tiles, no chunk und
   // Six tiles where every chunk streams at least 16 (d = 128, a block of 196 KiB at one an
   // SM): B·H = 128 (a head a block) and B·H = 32 (four chunks of a head) from 8k keys; 4
   // K/V heads are 33 chunks a unit: 3 or 4 tiles each at 8k keys, 15 or 16 at 32k, 31 or 32
-  // at 64k. Four at d = 64, on
-  // an A100 (163 KiB a block), and where a chunk is shorter; two on an RTX 4090.
+  // at 64k. Four at d = 64, on an A100 (163 KiB a block), and where a chunk is shorter; two
+  // on an RTX 4090.
   const auto ring = [](const Problem& p, const step08::GpuShape& g) {
     return step08::ring_tiles(p, step08::plan(p, g), g);
   };

@@ -2440,8 +2440,6 @@ def table_step08_floor_more(D):
     return out
 
 
-
-
 def table_step08_ring_long(D):
     """Production's ring (six tiles where every chunk streams at least 16, else four) beside lesson row r4 (four at
     every shape), in the run of the main tables."""
