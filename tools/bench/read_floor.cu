@@ -21,8 +21,12 @@
 // are printed to stderr for each clustered cut.
 // Each block's first and last instant (%globaltimer) are kept, so the spread of the
 // blocks' ends is printed beside the time.
+// --work-ns W stands in for step 08's math: after each tile's barrier every thread of
+// the block spins W ns (by its SM's clock) before it waits for the next, so a block
+// consumes at most a tile every W ns, however much of the HBM it is given. Does the cut
+// still read at the floor's rate when its blocks cannot catch up fast?
 //
-//   fa_read_floor [--bh-kv 4,16,32,128] [--n-kv 8192,...] [--reps 15] > floor.csv
+//   fa_read_floor [--bh-kv 4,16,32,128] [--n-kv 8192,...] [--reps 15] [--work-ns 0,600] > floor.csv
 #include <cuda_runtime.h>
 
 #include <cuda/ptx>
@@ -64,6 +68,14 @@ __device__ __forceinline__ unsigned long long global_ns() {
   return t;
 }
 
+/// The block's stand-in for a tile's math: every thread spins `cycles` clocks of its SM.
+__device__ __forceinline__ void work(long long cycles) {
+  if (cycles == 0) return;
+  const long long c0 = clock64();
+  while (clock64() - c0 < cycles) {
+  }
+}
+
 /// Tile `tile` of K and of V into slot `slot` of the ring, as step 08's split kernel copies
 /// a tile. The heads lie end to end (N_kv a multiple of 64 here), so tile t is the 64 keys
 /// at key row 64t of the whole K (and V), whichever head they belong to.
@@ -79,7 +91,8 @@ __device__ __forceinline__ void load_tile(T* ring, const T* k, const T* v, long 
 
 /// static: block b streams tiles [b·T/B, (b+1)·T/B) through a ring of kStages tiles.
 template <int kStages>
-__global__ void __launch_bounds__(kThreads) read_static(const T* k, const T* v, long long tiles, BlockTimes* times) {
+__global__ void __launch_bounds__(kThreads)
+    read_static(const T* k, const T* v, long long tiles, long long cycles, BlockTimes* times) {
 #if FA_STEP06_ARCH_OK
   extern __shared__ __align__(1024) unsigned char smem[];
   T* ring = reinterpret_cast<T*>(smem);
@@ -95,6 +108,7 @@ __global__ void __launch_bounds__(kThreads) read_static(const T* k, const T* v, 
     const long long next = t + kStages - 1;
     if (next < t1) load_tile<kStages>(ring, k, v, next, int((next - t0) % kStages));
     fa::step06::cp_async_commit();
+    work(cycles);
   }
   fa::step06::cp_async_wait<0>();
   if (threadIdx.x == 0) times[blockIdx.x] = {start, global_ns(), t1 - t0};
@@ -103,11 +117,13 @@ __global__ void __launch_bounds__(kThreads) read_static(const T* k, const T* v, 
 
 /// flow: chunks of `chunk` tiles handed out by `counter`; position j of this block's
 /// stream is tile j mod chunk of the block's (j / chunk)-th chunk, whose id thread 0
-/// fetched a chunk ahead into `ids` (a ring of 16: the loader runs at most
-/// (kStages − 1)/chunk + 2 chunks ahead of the consumer).
+/// fetched two chunks ahead into `ids` (a ring of 16: the loader runs at most
+/// (kStages − 1)/chunk + 3 chunks ahead of the consumer). The atomic's answer is kept in
+/// a register until the next boundary, so thread 0 never waits for it.
 template <int kStages>
 __global__ void __launch_bounds__(kThreads)
-    read_flow(const T* k, const T* v, long long tiles, int chunk, unsigned* counter, BlockTimes* times) {
+    read_flow(const T* k, const T* v, long long tiles, int chunk, long long cycles, unsigned* counter,
+              BlockTimes* times) {
 #if FA_STEP06_ARCH_OK
   extern __shared__ __align__(1024) unsigned char smem[];
   __shared__ long long ids[16];
@@ -115,8 +131,11 @@ __global__ void __launch_bounds__(kThreads)
   const unsigned long long start = global_ns();
   const long long chunks = (tiles + chunk - 1) / chunk;
   const int ahead = (kStages - 1 + chunk - 1) / chunk;  // the loader's first chunk boundary in the loop
-  if (threadIdx.x == 0)
-    for (int q = 0; q <= ahead; ++q) ids[q] = atomicAdd(counter, 1u);
+  unsigned pending = 0;  // (thread 0) the id of chunk c + 2 at the loader's boundary c
+  if (threadIdx.x == 0) {
+    for (int q = 0; q <= ahead + 1; ++q) ids[q] = atomicAdd(counter, 1u);
+    pending = atomicAdd(counter, 1u);
+  }
   __syncthreads();
   // -1: no chunk left (the stream ends); -2: past the last tile inside the last chunk.
   auto tile_at = [&](long long j) -> long long {
@@ -133,13 +152,14 @@ __global__ void __launch_bounds__(kThreads)
     fa::step06::cp_async_wait<kStages - 2>();
     __syncthreads();
     const long long at = j + kStages - 1;  // the loader's position
-    if (threadIdx.x == 0 && at % chunk == 0) ids[(at / chunk + 1) % 16] = atomicAdd(counter, 1u);
+    if (threadIdx.x == 0 && at % chunk == 0) ids[(at / chunk + 2) % 16] = pending, pending = atomicAdd(counter, 1u);
     const long long t = tile_at(at);
     if (t >= 0) load_tile<kStages>(ring, k, v, t, int(at % kStages));
     fa::step06::cp_async_commit();
     const long long mine = tile_at(j);
     if (mine == -1) break;
     done += mine >= 0;
+    if (mine >= 0) work(cycles);
   }
   fa::step06::cp_async_wait<0>();
   if (threadIdx.x == 0) times[blockIdx.x] = {start, global_ns(), done};
@@ -151,7 +171,8 @@ __global__ void __launch_bounds__(kThreads)
 /// contiguous) that completes on the slot's mbarrier, issued by thread 0; the block waits
 /// on the barrier where step 08 waits on its cp.async group. Unswizzled: nothing reads it.
 template <int kStages>
-__global__ void __launch_bounds__(kThreads) read_bulk(const T* k, const T* v, long long tiles, BlockTimes* times) {
+__global__ void __launch_bounds__(kThreads)
+    read_bulk(const T* k, const T* v, long long tiles, long long cycles, BlockTimes* times) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ __align__(1024) unsigned char smem[];
   __shared__ std::uint64_t full[kStages];
@@ -182,6 +203,7 @@ __global__ void __launch_bounds__(kThreads) read_bulk(const T* k, const T* v, lo
     __syncthreads();  // every thread past tile t - 1: its slot is free
     const long long next = t + kStages - 1;
     if (threadIdx.x == 0 && next < t1) issue(next, int((next - t0) % kStages));
+    work(cycles);
   }
   if (threadIdx.x == 0) times[blockIdx.x] = {start, global_ns(), t1 - t0};
 #endif
@@ -222,7 +244,7 @@ std::size_t ring_bytes(int stages) { return 2 * std::size_t(stages) * kTileKeys 
 
 /// A static or bulk cut's kernel, by its ring (3, 4 or 6 tiles; bulk: 4 or 6): the one place
 /// a cut's ring picks its template instance.
-using ReadKernel = void (*)(const T*, const T*, long long, BlockTimes*);
+using ReadKernel = void (*)(const T*, const T*, long long, long long, BlockTimes*);
 ReadKernel read_kernel(const Cut& c) {
   if (c.name == std::string("bulk")) return c.stages == 4 ? read_bulk<4> : read_bulk<6>;
   return c.stages == 3 ? read_static<3> : c.stages == 4 ? read_static<4> : read_static<6>;
@@ -232,12 +254,14 @@ ReadKernel read_kernel(const Cut& c) {
 
 int floor_main(int argc, char** argv) {
   std::vector<long long> heads = {4, 16, 32, 128}, keys = {8192, 16384, 32768, 65536, 131072};
+  std::vector<long long> work_ns = {0};
   int reps = 15;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
     if (a == "--bh-kv") heads = parse_list(a, argv[i + 1]);
     else if (a == "--n-kv") keys = parse_list(a, argv[i + 1]);
     else if (a == "--reps") reps = int(parse_list(a, argv[i + 1]).at(0));
+    else if (a == "--work-ns") work_ns = parse_list(a, argv[i + 1]);
     else {
       std::fprintf(stderr, "fa_read_floor: unknown option %s\n", a.c_str());
       return 2;
@@ -254,6 +278,11 @@ int floor_main(int argc, char** argv) {
   for (long long n : keys)
     if (n <= 0 || n % kTileKeys != 0) {
       std::fprintf(stderr, "fa_read_floor: --n-kv %lld: a positive multiple of %d keys (whole tiles)\n", n, kTileKeys);
+      return 2;
+    }
+  for (long long w : work_ns)
+    if (w < 0 || w > 100000) {
+      std::fprintf(stderr, "fa_read_floor: --work-ns %lld: 0 to 100000 ns a tile\n", w);
       return 2;
     }
   for (long long h : heads)
@@ -274,6 +303,8 @@ int floor_main(int argc, char** argv) {
     return 1;
   }
   const int sms = prop.multiProcessorCount;
+  int clock_khz = 0;  // the SM's clock, for --work-ns
+  check(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0), "clock rate");
   std::vector<Cut> cuts = {{"static", 4, 128, 0}, {"static", 4, 0, 0}, {"static", 6, 128, 0}, {"flow", 4, 0, 4},
                            {"flow", 4, 0, 16}};
   // Two blocks an SM (cuDNN's split kernel), and fewer blocks with deeper rings: how few SMs
@@ -332,54 +363,58 @@ int floor_main(int argc, char** argv) {
   check(cudaEventCreate(&e0), "event");
   check(cudaEventCreate(&e1), "event");
 
-  std::printf("gpu,bh_kv,n_kv,d,bytes,cut,ring,blocks,chunk_tiles,cluster,ms,gbps,first_end_us,median_end_us,last_end_us\n");
-  for (long long h : heads)
-    for (long long n : keys) {
-      const long long tiles = h * n / kTileKeys;
-      const double bytes = 2.0 * double(h) * double(n) * kD * sizeof(T);
-      for (const Cut& c : cuts) {
-        const int blocks = blocks_of(c);
-        auto launch = [&] {  // (the counter zeroed before)
-          const std::size_t smem = ring_bytes(c.stages);
-          if (c.chunk) read_flow<4><<<blocks, kThreads, smem>>>(k, v, tiles, c.chunk, counter, times);
-          else if (c.cluster > 1) fa::launch_clustered(c.cluster, read_kernel(c), blocks, kThreads, smem, 0, k, v, tiles, times);
-          else read_kernel(c)<<<blocks, kThreads, smem>>>(k, v, tiles, times);
-        };
-        check(cudaMemsetAsync(counter, 0, sizeof(unsigned)), "counter");
-        launch();  // a warm-up
-        check(cudaDeviceSynchronize(), "warm-up");
-        std::vector<float> ms;
-        for (int r = 0; r < reps; ++r) {
-          check(cudaMemsetAsync(flush, 0, std::size_t(128) << 20), "flush");
+  std::printf("gpu,bh_kv,n_kv,d,bytes,cut,ring,blocks,chunk_tiles,cluster,ms,gbps,first_end_us,median_end_us,"
+              "last_end_us,work_ns\n");
+  for (long long w : work_ns)
+    for (long long h : heads)
+      for (long long n : keys) {
+        const long long cycles = w * clock_khz / 1000000;
+        const long long tiles = h * n / kTileKeys;
+        const double bytes = 2.0 * double(h) * double(n) * kD * sizeof(T);
+        for (const Cut& c : cuts) {
+          const int blocks = blocks_of(c);
+          auto launch = [&] {  // (the counter zeroed before)
+            const std::size_t smem = ring_bytes(c.stages);
+            if (c.chunk) read_flow<4><<<blocks, kThreads, smem>>>(k, v, tiles, c.chunk, cycles, counter, times);
+            else if (c.cluster > 1)
+              fa::launch_clustered(c.cluster, read_kernel(c), blocks, kThreads, smem, 0, k, v, tiles, cycles, times);
+            else read_kernel(c)<<<blocks, kThreads, smem>>>(k, v, tiles, cycles, times);
+          };
           check(cudaMemsetAsync(counter, 0, sizeof(unsigned)), "counter");
-          spin<<<1, 1>>>(200000);
-          check(cudaEventRecord(e0), "event");
-          launch();
-          check(cudaEventRecord(e1), "event");
-          check(cudaEventSynchronize(e1), "the timed kernel");
-          float x = 0;
-          check(cudaEventElapsedTime(&x, e0, e1), "elapsed");
-          ms.push_back(x);
+          launch();  // a warm-up
+          check(cudaDeviceSynchronize(), "warm-up");
+          std::vector<float> ms;
+          for (int r = 0; r < reps; ++r) {
+            check(cudaMemsetAsync(flush, 0, std::size_t(128) << 20), "flush");
+            check(cudaMemsetAsync(counter, 0, sizeof(unsigned)), "counter");
+            spin<<<1, 1>>>(200000);
+            check(cudaEventRecord(e0), "event");
+            launch();
+            check(cudaEventRecord(e1), "event");
+            check(cudaEventSynchronize(e1), "the timed kernel");
+            float x = 0;
+            check(cudaEventElapsedTime(&x, e0, e1), "elapsed");
+            ms.push_back(x);
+          }
+          std::sort(ms.begin(), ms.end());
+          std::vector<BlockTimes> bt(blocks);
+          check(cudaMemcpy(bt.data(), times, blocks * sizeof(BlockTimes), cudaMemcpyDeviceToHost), "times");
+          unsigned long long first = ~0ull;
+          long long read = 0;
+          for (const BlockTimes& b : bt) first = std::min(first, b.start), read += b.tiles;
+          if (read != tiles) {
+            std::fprintf(stderr, "fa_read_floor: %s read %lld tiles of %lld\n", c.name, read, tiles);
+            return 1;
+          }
+          std::vector<double> ends;
+          for (const BlockTimes& b : bt) ends.push_back((b.end - first) / 1e3);
+          std::sort(ends.begin(), ends.end());
+          const double med = ms[ms.size() / 2];
+          std::printf("%s,%lld,%lld,%d,%.0f,%s,%d,%d,%d,%d,%.5f,%.1f,%.1f,%.1f,%.1f,%lld\n", prop.name, h, n, kD, bytes,
+                      c.name, c.stages, blocks, c.chunk, c.cluster, med, bytes / med / 1e6, ends.front(),
+                      ends[ends.size() / 2], ends.back(), w);
         }
-        std::sort(ms.begin(), ms.end());
-        std::vector<BlockTimes> bt(blocks);
-        check(cudaMemcpy(bt.data(), times, blocks * sizeof(BlockTimes), cudaMemcpyDeviceToHost), "times");
-        unsigned long long first = ~0ull;
-        long long read = 0;
-        for (const BlockTimes& b : bt) first = std::min(first, b.start), read += b.tiles;
-        if (read != tiles) {
-          std::fprintf(stderr, "fa_read_floor: %s read %lld tiles of %lld\n", c.name, read, tiles);
-          return 1;
-        }
-        std::vector<double> ends;
-        for (const BlockTimes& b : bt) ends.push_back((b.end - first) / 1e3);
-        std::sort(ends.begin(), ends.end());
-        const double med = ms[ms.size() / 2];
-        std::printf("%s,%lld,%lld,%d,%.0f,%s,%d,%d,%d,%d,%.5f,%.1f,%.1f,%.1f,%.1f\n", prop.name, h, n, kD, bytes, c.name,
-                    c.stages, blocks, c.chunk, c.cluster, med, bytes / med / 1e6, ends.front(), ends[ends.size() / 2],
-                    ends.back());
       }
-    }
   return 0;
 }
 

@@ -2302,11 +2302,14 @@ def table_step08_ring3(D):
 FLOOR08 = "ab/floor"  # ab.sh PHASE=decode,floor in one call: step 08 and PyTorch (ab08*.csv), the floor (floor.csv)
 
 
-def floor08(folder):
+def floor08(folder, work_ns=0):
     """{(B·H_kv, N_kv): {(cut, ring, blocks, chunk_tiles, cluster): row}} of fa_read_floor's CSV in `folder` (cluster
-    1 where the CSV has no such column: runs before the clustered cuts)."""
+    1 where the CSV has no such column: runs before the clustered cuts), its rows read with `work_ns` of stand-in math
+    a tile (0 where the CSV has no such column: runs before --work-ns)."""
     out = {}
     for r in load(folder, "floor.csv"):
+        if int(r.get("work_ns", 0)) != work_ns:
+            continue
         cut = (r["cut"], int(r["ring"]), int(r["blocks"]), int(r["chunk_tiles"]), int(r.get("cluster", 1)))
         out.setdefault((int(r["bh_kv"]), int(r["n_kv"])), {})[cut] = r
     return out
