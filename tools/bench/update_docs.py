@@ -36,7 +36,7 @@ class Data:
         self.maxn = load(folder, "maxn.csv")
         self.traffic = load(folder, "traffic.csv")
         dev = open(os.path.join(folder, "device.txt")).read().splitlines()
-        name, driver, _mem = [x.strip() for x in dev[0].split(",")]
+        name, driver = [x.strip() for x in dev[0].split(",")][:2]  # (then memory, and in some runs the SM's top clock)
         cuda = re.search(r"cuda_(\d+\.\d+)", dev[1])
         torch = dev[2] if len(dev) > 2 else ""
         self.device = (f"{name}, driver {driver}, CUDA {cuda.group(1) if cuda else '?'}"
@@ -518,7 +518,7 @@ def device07(D, name="device07.txt", folder=None):
     if not os.path.exists(path):
         return D.device
     dev = open(path).read().splitlines()
-    name, driver, _mem = [x.strip() for x in dev[0].split(",")]
+    name, driver = [x.strip() for x in dev[0].split(",")][:2]  # (then memory, and in some runs the SM's top clock)
     cuda = re.search(r"cuda_(\d+\.\d+)", dev[1]) if len(dev) > 1 else None
     torch = re.search(r"torch (\S+) cudnn (\d+)", dev[2]) if len(dev) > 2 else None
     cudnn = ""
@@ -2516,6 +2516,89 @@ def table_step08_release_first(D):
             f"the {len(r)} decoding shapes, geometric mean {mean:.4f}; {faster_slower08(r, 0.5)}."]
 
 
+FLOOR_WORK08 = "ab/floor_work"  # one call at df7b5c0: fa_read_floor --work-ns, and step 08 and cuDNN at those K, V
+FLOOR_WORK08_FIRST = "tries/step08_floor_work_first"  # the first such run (cf9f920 + the option; flow then waited)
+
+
+def table_step08_floor_work(D):
+    """The floor with a stand-in for the math (--work-ns W: every thread spins W ns after each tile's barrier), by
+    cut, at the K/V sizes of the decoding shapes that cut every head, beside step 08 and cuDNN in the same call."""
+    folder = os.path.join(D.folder, FLOOR_WORK08)
+    rows = list(load(folder, "floor.csv"))
+    works = sorted({int(r["work_ns"]) for r in rows})
+    sms = next(int(r["blocks"]) for r in rows if r["cut"] == "flow")
+    cuts = [(("static", 4, 128, 0, 1), "static, 128 blocks (step 08's)"), (("static", 6, 128, 0, 1), "ring of six"),
+            (("static", 4, sms, 0, 1), f"{sms} blocks"), (("static", 3, 2 * sms, 0, 1), f"two an SM ({2 * sms}, ring 3)"),
+            (("bulk", 4, 128, 0, 1), "bulk (TMA)"), (("flow", 4, sms, 4, 1), "counter, 4-tile chunks"),
+            (("flow", 4, sms, 16, 1), "counter, 16-tile chunks")]
+    cell = {}
+    for r in rows:
+        key = (r["cut"], int(r["ring"]), int(r["blocks"]), int(r["chunk_tiles"]), int(r["cluster"]))
+        cell[(int(r["bh_kv"]), int(r["n_kv"]), key, int(r["work_ns"]))] = r
+    sizes = sorted({(int(r["bh_kv"]), int(r["n_kv"])) for r in rows})
+    dec, _ = decode08_ab(D, folder)
+    out = [f"µs of `fa_read_floor --work-ns W` (`{rel(folder)}/floor.csv`, {device07(D, 'device.txt', folder)}; the "
+           "median of 15): after each tile's barrier every thread of a block spins W ns, a stand-in for step 08's "
+           "math, so that a block consumes at most a tile every W ns; in brackets, the time ÷ the same cut's at W = 0, "
+           "and at the largest W the first, median and last block's end (µs after the first block's start). K and V "
+           "of B·H_kv heads of N_kv keys, d = 128, bf16; a ring of four tiles unless named.", "",
+           "| B·H_kv | N_kv | cut | " + " | ".join(f"W = {w} ns" for w in works) + " |",
+           "|---|---|---|" + "---|" * len(works)]
+    for h, nk in sizes:
+        for c, head in cuts:
+            if (h, nk, c, 0) not in cell:
+                continue
+            base = float(cell[(h, nk, c, 0)]["ms"])
+            cells = []
+            for w in works:
+                r = cell[(h, nk, c, w)]
+                x = f"{float(r['ms']) * 1e3:.1f}" + ("" if w == 0 else f" ({float(r['ms']) / base:.3f})")
+                if w == works[-1]:
+                    x += f" [{float(r['first_end_us']):.0f}/{float(r['median_end_us']):.0f}/{float(r['last_end_us']):.0f}]"
+                cells.append(x)
+            out.append(f"| {h} | {nk // 1024}k | {head} | " + " | ".join(cells) + " |")
+    out += ["", "The same call's step 08 and cuDNN (`tools/bench/ab.py`, one process, 3 rounds, the median) at the "
+                "decoding shapes that read those K and V: "
+            + "; ".join(f"{shape08(k).replace(' | ', ', ')}: step 08 {c['08']['ms'] * 1e3:.1f} µs, cuDNN "
+                        f"{c['cudnn']['ms'] * 1e3:.1f} µs" for k, c in sorted(dec.items(), key=lambda kc: order08(kc[0]))
+                        if "08" in c and "cudnn" in c) + "."]
+    return out
+
+
+TWO08 = "tries/step08_two_an_sm"  # ab.py: cf9f920 + two_an_sm.patch (lesson rows n2, u2) beside production and k1
+
+
+def table_step08_two(D):
+    """Tried and not kept: two blocks an SM (a ring of three tiles), the tiles shared by that wave (n2) or whole units'
+    chunks (u2), beside production and k1 (the tiles shared by one block an SM), in one ab.py run."""
+    out = step08_tries(D, TWO08, [("08n2", "two an SM, shared (n2)", "n2 ÷ production", "n2"),
+                                  ("08u2", "two an SM, whole units (u2)", "u2 ÷ production", "u2"),
+                                  ("08k1", "one an SM, shared (k1)", "k1 ÷ production", "k1")])
+    folder = os.path.join(D.folder, TWO08, "o2")  # a second run: o2 (u2 with twice the blocks) beside u2, production
+    rows, _ = decode08_ab(D, folder)
+    r = {b: [c[b]["ms"] / c["08"]["ms"] for c in rows.values() if b in c and "08" in c] for b in ("08o2", "08u2")}
+    out += ["", f"A second run (`{rel(folder)}/`, {rounds08(folder)} rounds, on {device07(D, 'device.txt', folder)}), "
+                f"B·H = 32 with one query and the grouped shapes: o2 (u2 with twice the blocks, so that an SM starts "
+                f"its next block as one of its two ends) ÷ production {min(r['08o2']):.3f}–{max(r['08o2']):.3f} over "
+                f"the {len(r['08o2'])} shapes, {faster_slower08(r['08o2'], 0.5)}; u2 ÷ production "
+                f"{min(r['08u2']):.3f}–{max(r['08u2']):.3f}."]
+    return out
+
+
+LAZY08 = "tries/step08_lazy_rescale"  # ab.py --alt: cf9f920 + lazy.patch ("08@lazy") beside cf9f920 ("08")
+
+
+def table_step08_lazy(D):
+    """The running max kept unless a tile's passes it by more than a factor 2^8 (lazy.patch): one line, its time ÷
+    the build without it, in one process."""
+    folder = os.path.join(D.folder, LAZY08)
+    rows, _ = decode08_ab(D, folder)
+    r = [c["08@lazy"]["ms"] / c["08"]["ms"] for c in rows.values() if "08@lazy" in c and "08" in c]
+    return [f"The max kept within 2^8 ÷ cf9f920, in one process (`{rel(folder)}/`, {rounds08(folder)} rounds, on "
+            f"{device07(D, 'device.txt', folder)}): {min(r):.3f}–{max(r):.3f} over {len(r)} decoding shapes, "
+            f"geometric mean {statistics.geometric_mean(r):.4f}; {faster_slower08(r, 0.5)}."]
+
+
 TIMELINE08 = "ab/timeline08"  # tools/bench/timeline.py --decode at 5890d01: step 08 and cuDNN
 
 
@@ -2702,6 +2785,7 @@ TABLES = {
     "step08-diet": table_step08_diet, "step08-pairs": table_step08_pairs,
     "step08-chains": table_step08_chains, "step08-loads-first": table_step08_loads_first,
     "step08-ring3": table_step08_ring3, "step08-timeline": table_step08_timeline,
+    "step08-floor-work": table_step08_floor_work, "step08-two": table_step08_two, "step08-lazy": table_step08_lazy,
     "step08-floor": table_step08_floor, "step08-floor-summary": table_step08_floor_summary, "step08-floor-cuts": table_step08_floor_cuts, "step08-floor-more": table_step08_floor_more,
     "step08-ring-long": table_step08_ring_long, "step08-tags": table_step08_tags, "step08-wide": table_step08_wide, "step08-eight": table_step08_eight, "step08-release-first": table_step08_release_first,
     "ctest08": table_ctest08, "sm80-08": table_sm80_08,
