@@ -2302,13 +2302,13 @@ def table_step08_ring3(D):
 FLOOR08 = "ab/floor"  # ab.sh PHASE=decode,floor in one call: step 08 and PyTorch (ab08*.csv), the floor (floor.csv)
 
 
-def floor08(folder, work_ns=0):
+def floor08(folder):
     """{(B·H_kv, N_kv): {(cut, ring, blocks, chunk_tiles, cluster): row}} of fa_read_floor's CSV in `folder` (cluster
-    1 where the CSV has no such column: runs before the clustered cuts), its rows read with `work_ns` of stand-in math
-    a tile (0 where the CSV has no such column: runs before --work-ns)."""
+    1 where the CSV has no such column: runs before the clustered cuts): the rows read without a stand-in for the math
+    (--work-ns 0, or no such column: runs before it)."""
     out = {}
     for r in load(folder, "floor.csv"):
-        if int(r.get("work_ns", 0)) != work_ns:
+        if int(r.get("work_ns", 0)) != 0:
             continue
         cut = (r["cut"], int(r["ring"]), int(r["blocks"]), int(r["chunk_tiles"]), int(r.get("cluster", 1)))
         out.setdefault((int(r["bh_kv"]), int(r["n_kv"])), {})[cut] = r
@@ -2516,8 +2516,7 @@ def table_step08_release_first(D):
             f"the {len(r)} decoding shapes, geometric mean {mean:.4f}; {faster_slower08(r, 0.5)}."]
 
 
-FLOOR_WORK08 = "ab/floor_work"  # one call at df7b5c0: fa_read_floor --work-ns, and step 08 and cuDNN at those K, V
-FLOOR_WORK08_FIRST = "tries/step08_floor_work_first"  # the first such run (cf9f920 + the option; flow then waited)
+FLOOR_WORK08 = "ab/floor_work"  # one call at 8c57ade: fa_read_floor --work-ns, and step 08 and cuDNN at those K, V
 
 
 def table_step08_floor_work(D):
