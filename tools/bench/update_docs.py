@@ -2471,8 +2471,8 @@ WIDE08 = "tries/step08_wide_clusters"  # ab.py: wide clusters (c4, c6) beside pr
 def step08_tries(D, folder, tries):
     """Two tried versions beside production in one ab.py run (`folder`): step08_versions' table, then for each
     (version, its column, its ratio's column, its name) a line of its time ÷ production's range."""
-    out, ratio = step08_versions(D, os.path.join(D.folder, folder), "08", [t[:3] for t in tries], "the three",
-                                 "production")
+    out, ratio = step08_versions(D, os.path.join(D.folder, folder), "08", [t[:3] for t in tries],
+                                 {2: "the two", 3: "the three", 4: "the four"}[len(tries) + 1], "production")
     for b, _, _, name in tries:
         r = list(ratio[b].values())
         out += ["", f"{name} ÷ production: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes; {faster_slower08(r, 0.5)}."]
