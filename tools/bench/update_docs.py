@@ -2302,13 +2302,13 @@ def table_step08_ring3(D):
 FLOOR08 = "ab/floor"  # ab.sh PHASE=decode,floor in one call: step 08 and PyTorch (ab08*.csv), the floor (floor.csv)
 
 
-def floor08(folder):
+def floor08(folder, work_ns=0):
     """{(B·H_kv, N_kv): {(cut, ring, blocks, chunk_tiles, cluster): row}} of fa_read_floor's CSV in `folder` (cluster
-    1 where the CSV has no such column: runs before the clustered cuts): the rows read without a stand-in for the math
-    (--work-ns 0, or no such column: runs before it)."""
+    1 where the CSV has no such column: runs before the clustered cuts): the rows read with `work_ns` of stand-in math
+    a tile (--work-ns; 0 where the CSV has no such column: runs before it)."""
     out = {}
     for r in load(folder, "floor.csv"):
-        if int(r.get("work_ns", 0)) != 0:
+        if int(r.get("work_ns", 0)) != work_ns:
             continue
         cut = (r["cut"], int(r["ring"]), int(r["blocks"]), int(r["chunk_tiles"]), int(r.get("cluster", 1)))
         out.setdefault((int(r["bh_kv"]), int(r["n_kv"])), {})[cut] = r
@@ -2523,18 +2523,13 @@ def table_step08_floor_work(D):
     """The floor with a stand-in for the math (--work-ns W: every thread spins W ns after each tile's barrier), by
     cut, at the K/V sizes of the decoding shapes that cut every head, beside step 08 and cuDNN in the same call."""
     folder = os.path.join(D.folder, FLOOR_WORK08)
-    rows = list(load(folder, "floor.csv"))
-    works = sorted({int(r["work_ns"]) for r in rows})
-    sms = next(int(r["blocks"]) for r in rows if r["cut"] == "flow")
+    works = sorted({int(r["work_ns"]) for r in load(folder, "floor.csv")})
+    floor = {w: floor08(folder, w) for w in works}  # by W, then as floor08 keys it
+    sms = next(c[2] for rs in floor[0].values() for c in rs if c[0] == "flow")  # (one block an SM)
     cuts = [(("static", 4, 128, 0, 1), "static, 128 blocks (step 08's)"), (("static", 6, 128, 0, 1), "ring of six"),
             (("static", 4, sms, 0, 1), f"{sms} blocks"), (("static", 3, 2 * sms, 0, 1), f"two an SM ({2 * sms}, ring 3)"),
             (("bulk", 4, 128, 0, 1), "bulk (TMA)"), (("flow", 4, sms, 4, 1), "counter, 4-tile chunks"),
             (("flow", 4, sms, 16, 1), "counter, 16-tile chunks")]
-    cell = {}
-    for r in rows:
-        key = (r["cut"], int(r["ring"]), int(r["blocks"]), int(r["chunk_tiles"]), int(r["cluster"]))
-        cell[(int(r["bh_kv"]), int(r["n_kv"]), key, int(r["work_ns"]))] = r
-    sizes = sorted({(int(r["bh_kv"]), int(r["n_kv"])) for r in rows})
     dec, _ = decode08_ab(D, folder)
     out = [f"µs of `fa_read_floor --work-ns W` (`{rel(folder)}/floor.csv`, {device07(D, 'device.txt', folder)}; the "
            "median of 15): after each tile's barrier every thread of a block spins W ns, a stand-in for step 08's "
@@ -2543,19 +2538,19 @@ def table_step08_floor_work(D):
            "of B·H_kv heads of N_kv keys, d = 128, bf16; a ring of four tiles unless named.", "",
            "| B·H_kv | N_kv | cut | " + " | ".join(f"W = {w} ns" for w in works) + " |",
            "|---|---|---|" + "---|" * len(works)]
-    for h, nk in sizes:
+    for size in sorted(floor[0]):
         for c, head in cuts:
-            if (h, nk, c, 0) not in cell:
+            if c not in floor[0][size]:
                 continue
-            base = float(cell[(h, nk, c, 0)]["ms"])
+            base = float(floor[0][size][c]["ms"])
             cells = []
             for w in works:
-                r = cell[(h, nk, c, w)]
+                r = floor[w][size][c]
                 x = f"{float(r['ms']) * 1e3:.1f}" + ("" if w == 0 else f" ({float(r['ms']) / base:.3f})")
                 if w == works[-1]:
                     x += f" [{float(r['first_end_us']):.0f}/{float(r['median_end_us']):.0f}/{float(r['last_end_us']):.0f}]"
                 cells.append(x)
-            out.append(f"| {h} | {nk // 1024}k | {head} | " + " | ".join(cells) + " |")
+            out.append(f"| {size[0]} | {size[1] // 1024}k | {head} | " + " | ".join(cells) + " |")
     out += ["", "The same call's step 08 and cuDNN (`tools/bench/ab.py`, one process, 3 rounds, the median) at the "
                 "decoding shapes that read those K and V: "
             + "; ".join(f"{shape08(k).replace(' | ', ', ')}: step 08 {c['08']['ms'] * 1e3:.1f} µs, cuDNN "
