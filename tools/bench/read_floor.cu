@@ -10,8 +10,10 @@
 //   static  block b reads tiles [b·T/B, (b+1)·T/B): one contiguous run a block, as step
 //           08's plan cuts them (B = 128 at its decoding shapes; or one block an SM);
 //   flow    blocks, one an SM, take chunks of C tiles from a counter (atomicAdd) until
-//           none is left, the ring flowing across chunks (the next chunk's id fetched a
-//           chunk ahead): every block busy to the end;
+//           none is left, the ring flowing across chunks (a chunk's id asked for two
+//           chunks ahead): every block busy to the end;
+//   tail    the static cut's first 75–95% of each block's share, then the rest as flow
+//           hands it out: a block that fell behind takes less of the tail;
 //   bulk    (Hopper) the static cut with each tile of K and of V one bulk copy (the TMA's
 //           one-dimensional cp.async.bulk, completing on an mbarrier) issued by one thread.
 // The static cut is also read by fewer blocks with deeper rings (64 or 96 blocks, six
@@ -115,47 +117,61 @@ __global__ void __launch_bounds__(kThreads)
 #endif
 }
 
-/// flow: chunks of `chunk` tiles handed out by `counter`; position j of this block's
-/// stream is tile j mod chunk of the block's (j / chunk)-th chunk, whose id thread 0
-/// fetched two chunks ahead into `ids` (a ring of 16: the loader runs at most
-/// (kStages − 1)/chunk + 3 chunks ahead of the consumer). The atomic's answer is kept in
-/// a register until the next boundary, so thread 0 never waits for it.
-template <int kStages>
+/// flow and tail: block b first streams `lead` tiles of its own, [b·lead, (b+1)·lead)
+/// (flow: none), then takes chunks of kChunk of the tiles after all blocks' leads from
+/// `counter` until none is left, the ring flowing from one chunk into the next. Thread 0
+/// asks for a chunk's id two chunks before the loader reaches it and keeps the answer in
+/// a register for a chunk, then stores it in `ids` (a ring of 16 ids), so no thread
+/// waits on the atomic. Positions, chunks and slots are counted as they go, a chunk's
+/// size a constant: no division in the loop.
+template <int kStages, int kChunk>
 __global__ void __launch_bounds__(kThreads)
-    read_flow(const T* k, const T* v, long long tiles, int chunk, long long cycles, unsigned* counter,
+    read_flow(const T* k, const T* v, long long tiles, int lead, long long cycles, unsigned* counter,
               BlockTimes* times) {
 #if FA_STEP06_ARCH_OK
   extern __shared__ __align__(1024) unsigned char smem[];
   __shared__ long long ids[16];
   T* ring = reinterpret_cast<T*>(smem);
   const unsigned long long start = global_ns();
-  const long long chunks = (tiles + chunk - 1) / chunk;
-  const int ahead = (kStages - 1 + chunk - 1) / chunk;  // the loader's first chunk boundary in the loop
-  unsigned pending = 0;  // (thread 0) the id of chunk c + 2 at the loader's boundary c
-  if (threadIdx.x == 0) {
-    for (int q = 0; q <= ahead + 1; ++q) ids[q] = atomicAdd(counter, 1u);
+  // Block b's own tiles from `first`; the pool handed out in chunks from `pool` on.
+  const long long first = static_cast<long long>(blockIdx.x) * lead, pool = static_cast<long long>(gridDim.x) * lead;
+  const long long chunks = (tiles - pool + kChunk - 1) / kChunk;
+  unsigned pending = 0;  // (thread 0) the id asked for at the last event
+  // At the loader's position `at`, two chunks before chunk c's first tile: ask for chunk
+  // c's id, and store chunk c − 1's (asked for a chunk ago).
+  auto events = [&](int at) {
+    const int x = at - lead + 2 * kChunk;
+    if (x < 0 || unsigned(x) % kChunk != 0) return;
+    if (x >= kChunk) ids[(unsigned(x) / kChunk - 1) % 16] = pending;
     pending = atomicAdd(counter, 1u);
-  }
-  __syncthreads();
-  // -1: no chunk left (the stream ends); -2: past the last tile inside the last chunk.
-  auto tile_at = [&](long long j) -> long long {
-    const long long c = ids[(j / chunk) % 16], t = c * chunk + j % chunk;
+  };
+  // The tile at position j of this block's stream; -1: no chunk left (the stream ends);
+  // -2: past the last tile inside the last chunk.
+  auto tile_at = [&](int j) -> long long {
+    if (j < lead) return first + j;
+    const unsigned x = unsigned(j - lead);
+    const long long c = ids[(x / kChunk) % 16], t = pool + c * kChunk + x % kChunk;
     return c >= chunks ? -1 : t < tiles ? t : -2;
   };
+  if (threadIdx.x == 0)  // the events before the loop's first position (and before position 0)
+    for (int at = lead - 2 * kChunk < 0 ? lead - 2 * kChunk : 0; at < kStages - 1; ++at) events(at);
+  __syncthreads();
   for (int s = 0; s < kStages - 1; ++s) {
     const long long t = tile_at(s);
     if (t >= 0) load_tile<kStages>(ring, k, v, t, s);
     fa::step06::cp_async_commit();
   }
   long long done = 0;
-  for (long long j = 0;; ++j) {
+  int next_slot = kStages - 1;  // the loader's slot
+  for (int j = 0;; ++j) {
     fa::step06::cp_async_wait<kStages - 2>();
     __syncthreads();
-    const long long at = j + kStages - 1;  // the loader's position
-    if (threadIdx.x == 0 && at % chunk == 0) ids[(at / chunk + 2) % 16] = pending, pending = atomicAdd(counter, 1u);
+    const int at = j + kStages - 1;  // the loader's position
+    if (threadIdx.x == 0) events(at);
     const long long t = tile_at(at);
-    if (t >= 0) load_tile<kStages>(ring, k, v, t, int(at % kStages));
+    if (t >= 0) load_tile<kStages>(ring, k, v, t, next_slot);
     fa::step06::cp_async_commit();
+    next_slot = next_slot + 1 == kStages ? 0 : next_slot + 1;
     const long long mine = tile_at(j);
     if (mine == -1) break;
     done += mine >= 0;
@@ -232,11 +248,12 @@ std::vector<long long> parse_list(const std::string& option, const char* s) {
 }
 
 struct Cut {
-  const char* name;  // static, flow or bulk
+  const char* name;  // static, flow, tail or bulk
   int stages;        // tiles in the ring
   int blocks;        // 0: one an SM
-  int chunk;         // flow: tiles a chunk
+  int chunk;         // flow, tail: tiles a chunk
   int cluster = 1;   // static: blocks a thread block cluster (Hopper), as step 08 merges a unit's parts
+  int lead_pct = 0;  // tail: the percent of an even share of the tiles each block streams first
 };
 
 /// Shared memory of a ring of `stages` tiles of K and of V.
@@ -249,6 +266,9 @@ ReadKernel read_kernel(const Cut& c) {
   if (c.name == std::string("bulk")) return c.stages == 4 ? read_bulk<4> : read_bulk<6>;
   return c.stages == 3 ? read_static<3> : c.stages == 4 ? read_static<4> : read_static<6>;
 }
+/// A flow or tail cut's kernel, by its chunk (4 or 16 tiles; a ring of four).
+using FlowKernel = void (*)(const T*, const T*, long long, int, long long, unsigned*, BlockTimes*);
+FlowKernel flow_kernel(const Cut& c) { return c.chunk == 4 ? read_flow<4, 4> : read_flow<4, 16>; }
 
 }  // namespace
 
@@ -305,8 +325,11 @@ int floor_main(int argc, char** argv) {
   const int sms = prop.multiProcessorCount;
   int clock_khz = 0;  // the SM's clock, for --work-ns
   check(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0), "clock rate");
-  std::vector<Cut> cuts = {{"static", 4, 128, 0}, {"static", 4, 0, 0}, {"static", 6, 128, 0}, {"flow", 4, 0, 4},
-                           {"flow", 4, 0, 16}};
+  // (tail: the static cut's first 75, 90 or 95% of every block's share, the rest from the
+  // counter, so that a block that fell behind takes less of the tail)
+  std::vector<Cut> cuts = {{"static", 4, 128, 0},      {"static", 4, 0, 0},         {"static", 6, 128, 0},
+                           {"flow", 4, 0, 4},          {"flow", 4, 0, 16},          {"tail", 4, 0, 16, 1, 75},
+                           {"tail", 4, 0, 16, 1, 90}, {"tail", 4, 0, 4, 1, 95}};
   // Two blocks an SM (cuDNN's split kernel), and fewer blocks with deeper rings: how few SMs
   // read K and V at the floor's rate (a plan that merges every unit's parts in a cluster
   // makes fewer blocks: 32 units of 2, 16 of 4 or 6).
@@ -329,9 +352,12 @@ int floor_main(int argc, char** argv) {
                  smem6 / 1024, std::size_t(prop.sharedMemPerBlockOptin) / 1024);
     return 1;
   }
-  check(cudaFuncSetAttribute(read_flow<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(ring_bytes(4))), "smem");
   for (const Cut& c : cuts) {
-    if (c.chunk) continue;  // (flow: above)
+    if (c.chunk) {
+      check(cudaFuncSetAttribute(flow_kernel(c), cudaFuncAttributeMaxDynamicSharedMemorySize, int(ring_bytes(4))),
+            "smem");
+      continue;
+    }
     check(cudaFuncSetAttribute(read_kernel(c), cudaFuncAttributeMaxDynamicSharedMemorySize, int(ring_bytes(c.stages))),
           "smem");
     if (c.cluster > fa::step08::kMaxCluster)  // (16: beyond the portable 8)
@@ -364,7 +390,7 @@ int floor_main(int argc, char** argv) {
   check(cudaEventCreate(&e1), "event");
 
   std::printf("gpu,bh_kv,n_kv,d,bytes,cut,ring,blocks,chunk_tiles,cluster,ms,gbps,first_end_us,median_end_us,"
-              "last_end_us,work_ns\n");
+              "last_end_us,work_ns,lead_pct\n");
   for (long long w : work_ns)
     for (long long h : heads)
       for (long long n : keys) {
@@ -375,7 +401,9 @@ int floor_main(int argc, char** argv) {
           const int blocks = blocks_of(c);
           auto launch = [&] {  // (the counter zeroed before)
             const std::size_t smem = ring_bytes(c.stages);
-            if (c.chunk) read_flow<4><<<blocks, kThreads, smem>>>(k, v, tiles, c.chunk, cycles, counter, times);
+            if (c.chunk)
+              flow_kernel(c)<<<blocks, kThreads, smem>>>(k, v, tiles, int(tiles / blocks * c.lead_pct / 100), cycles,
+                                                         counter, times);
             else if (c.cluster > 1)
               fa::launch_clustered(c.cluster, read_kernel(c), blocks, kThreads, smem, 0, k, v, tiles, cycles, times);
             else read_kernel(c)<<<blocks, kThreads, smem>>>(k, v, tiles, cycles, times);
@@ -410,9 +438,9 @@ int floor_main(int argc, char** argv) {
           for (const BlockTimes& b : bt) ends.push_back((b.end - first) / 1e3);
           std::sort(ends.begin(), ends.end());
           const double med = ms[ms.size() / 2];
-          std::printf("%s,%lld,%lld,%d,%.0f,%s,%d,%d,%d,%d,%.5f,%.1f,%.1f,%.1f,%.1f,%lld\n", prop.name, h, n, kD, bytes,
-                      c.name, c.stages, blocks, c.chunk, c.cluster, med, bytes / med / 1e6, ends.front(),
-                      ends[ends.size() / 2], ends.back(), w);
+          std::printf("%s,%lld,%lld,%d,%.0f,%s,%d,%d,%d,%d,%.5f,%.1f,%.1f,%.1f,%.1f,%lld,%d\n", prop.name, h, n, kD,
+                      bytes, c.name, c.stages, blocks, c.chunk, c.cluster, med, bytes / med / 1e6, ends.front(),
+                      ends[ends.size() / 2], ends.back(), w, c.lead_pct);
         }
       }
   return 0;
