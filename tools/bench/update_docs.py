@@ -2303,19 +2303,20 @@ FLOOR08 = "ab/floor"  # ab.sh PHASE=decode,floor in one call: step 08 and PyTorc
 
 
 def floor08(folder, work_ns=0):
-    """{(B·H_kv, N_kv): {(cut, ring, blocks, chunk_tiles, cluster): row}} of fa_read_floor's CSV in `folder` (cluster
-    1 where the CSV has no such column: runs before the clustered cuts): the rows read with `work_ns` of stand-in math
-    a tile (--work-ns; 0 where the CSV has no such column: runs before it)."""
+    """{(B·H_kv, N_kv): {(cut, ring, blocks, chunk_tiles, cluster, lead_pct): row}} of fa_read_floor's CSV in `folder`
+    (cluster 1 and lead_pct 0 where the CSV has no such column: runs before the clustered and the tail cuts): the rows
+    read with `work_ns` of stand-in math a tile (--work-ns; 0 where the CSV has no such column: runs before it)."""
     out = {}
     for r in load(folder, "floor.csv"):
         if int(r.get("work_ns", 0)) != work_ns:
             continue
-        cut = (r["cut"], int(r["ring"]), int(r["blocks"]), int(r["chunk_tiles"]), int(r.get("cluster", 1)))
+        cut = (r["cut"], int(r["ring"]), int(r["blocks"]), int(r["chunk_tiles"]), int(r.get("cluster", 1)),
+               int(r.get("lead_pct", 0)))
         out.setdefault((int(r["bh_kv"]), int(r["n_kv"])), {})[cut] = r
     return out
 
 
-FLOOR_CUT08 = ("static", 4, 128, 0, 1)  # step 08's copy, ring and cut at its decoding shapes: the floor of the table
+FLOOR_CUT08 = ("static", 4, 128, 0, 1, 0)  # step 08's copy, ring and cut at its decoding shapes: the floor of the table
 
 
 def over_floor08(D):
@@ -2380,9 +2381,9 @@ def table_step08_floor_cuts(D):
     folder = os.path.join(D.folder, FLOOR08)
     floor = floor08(folder)
     sms = next(c[2] for rs in floor.values() for c in rs if c[0] == "flow")  # (one block an SM)
-    cuts = [(FLOOR_CUT08, "static, 128 blocks"), (("static", 4, sms, 0, 1), "static, one an SM"),
-            (("static", 6, 128, 0, 1), "static, ring of six"), (("flow", 4, sms, 4, 1), "counter, 4-tile chunks"),
-            (("flow", 4, sms, 16, 1), "counter, 16-tile chunks")]
+    cuts = [(FLOOR_CUT08, "static, 128 blocks"), (("static", 4, sms, 0, 1, 0), "static, one an SM"),
+            (("static", 6, 128, 0, 1, 0), "static, ring of six"), (("flow", 4, sms, 4, 1, 0), "counter, 4-tile chunks"),
+            (("flow", 4, sms, 16, 1, 0), "counter, 16-tile chunks")]
     out = [f"µs of `fa_read_floor` (`{rel(folder)}/floor.csv`, {device07(D, 'device.txt', folder)}; the median of 15), "
            f"and in brackets the first and the last block's end in the last repeat, µs after the first block's start "
            f"(`%globaltimer`). K and V of B·H_kv heads of N_kv keys, d = 128, bf16; a ring of four tiles unless named; "
@@ -2408,13 +2409,15 @@ def table_step08_floor_more(D):
     folder = os.path.join(D.folder, FLOOR08)
     floor = floor08(folder)
     sms = next(c[2] for rs in floor.values() for c in rs if c[0] == "flow")
-    cuts = [(("bulk", 4, 128, 0, 1), "bulk copies (TMA), 128 blocks"), (("bulk", 6, 128, 0, 1), "bulk, ring of six"),
-            (("static", 3, 2 * sms, 0, 1), f"two an SM ({2 * sms}), ring of three"),
-            (("static", 4, 64, 0, 1), "64 blocks"), (("static", 6, 64, 0, 1), "64, ring of six"),
-            (("static", 6, 64, 0, 2), "64 in clusters of 2"), (("static", 6, 64, 0, 4), "64 in clusters of 4"),
-            (("static", 6, 96, 0, 1), "96, ring of six"), (("static", 6, 96, 0, 6), "96 in clusters of 6"),
-            (("static", 4, 128, 0, 4), "128 in clusters of 4"), (("static", 4, 128, 0, 16), "128 in clusters of 16"),
-            (("static", 3, 256, 0, 8), "256 in clusters of 8, ring of three")]
+    cuts = [(("bulk", 4, 128, 0, 1, 0), "bulk copies (TMA), 128 blocks"),
+            (("bulk", 6, 128, 0, 1, 0), "bulk, ring of six"),
+            (("static", 3, 2 * sms, 0, 1, 0), f"two an SM ({2 * sms}), ring of three"),
+            (("static", 4, 64, 0, 1, 0), "64 blocks"), (("static", 6, 64, 0, 1, 0), "64, ring of six"),
+            (("static", 6, 64, 0, 2, 0), "64 in clusters of 2"), (("static", 6, 64, 0, 4, 0), "64 in clusters of 4"),
+            (("static", 6, 96, 0, 1, 0), "96, ring of six"), (("static", 6, 96, 0, 6, 0), "96 in clusters of 6"),
+            (("static", 4, 128, 0, 4, 0), "128 in clusters of 4"),
+            (("static", 4, 128, 0, 16, 0), "128 in clusters of 16"),
+            (("static", 3, 256, 0, 8, 0), "256 in clusters of 8, ring of three")]
     held = {}
     for line in open(os.path.join(folder, "clusters.txt")):
         m = re.match(r"fa_read_floor: (\d+) blocks in clusters of (\d+) \(ring (\d+)\): (\d+) clusters at once", line)
@@ -2519,26 +2522,15 @@ def table_step08_release_first(D):
 FLOOR_WORK08 = "ab/floor_work"  # one call at 8c57ade: fa_read_floor --work-ns, and step 08 and cuDNN at those K, V
 
 
-def table_step08_floor_work(D):
-    """The floor with a stand-in for the math (--work-ns W: every thread spins W ns after each tile's barrier), by
-    cut, at the K/V sizes of the decoding shapes that cut every head, beside step 08 and cuDNN in the same call."""
-    folder = os.path.join(D.folder, FLOOR_WORK08)
+def floor_work_table(folder, cuts, sizes=None):
+    """fa_read_floor --work-ns W's rows in `folder` (the CSV's every W) as a table: for each K/V size (`sizes`, or all
+    of the run's) and each of `cuts` ((floor08's key, its name)) the run has, the time at each W, in brackets ÷ the
+    same cut's at W = 0, and at the largest W the first, median and last block's end."""
     works = sorted({int(r["work_ns"]) for r in load(folder, "floor.csv")})
     floor = {w: floor08(folder, w) for w in works}  # by W, then as floor08 keys it
-    sms = next(c[2] for rs in floor[0].values() for c in rs if c[0] == "flow")  # (one block an SM)
-    cuts = [(("static", 4, 128, 0, 1), "static, 128 blocks (step 08's)"), (("static", 6, 128, 0, 1), "ring of six"),
-            (("static", 4, sms, 0, 1), f"{sms} blocks"), (("static", 3, 2 * sms, 0, 1), f"two an SM ({2 * sms}, ring 3)"),
-            (("bulk", 4, 128, 0, 1), "bulk (TMA)"), (("flow", 4, sms, 4, 1), "counter, 4-tile chunks"),
-            (("flow", 4, sms, 16, 1), "counter, 16-tile chunks")]
-    dec, _ = decode08_ab(D, folder)
-    out = [f"µs of `fa_read_floor --work-ns W` (`{rel(folder)}/floor.csv`, {device07(D, 'device.txt', folder)}; the "
-           "median of 15): after each tile's barrier every thread of a block spins W ns, a stand-in for step 08's "
-           "math, so that a block consumes at most a tile every W ns; in brackets, the time ÷ the same cut's at W = 0, "
-           "and at the largest W the first, median and last block's end (µs after the first block's start). K and V "
-           "of B·H_kv heads of N_kv keys, d = 128, bf16; a ring of four tiles unless named.", "",
-           "| B·H_kv | N_kv | cut | " + " | ".join(f"W = {w} ns" for w in works) + " |",
+    out = ["| B·H_kv | N_kv | cut | " + " | ".join(f"W = {w} ns" for w in works) + " |",
            "|---|---|---|" + "---|" * len(works)]
-    for size in sorted(floor[0]):
+    for size in sorted(floor[0]) if sizes is None else sizes:
         for c, head in cuts:
             if c not in floor[0][size]:
                 continue
@@ -2551,12 +2543,59 @@ def table_step08_floor_work(D):
                     x += f" [{float(r['first_end_us']):.0f}/{float(r['median_end_us']):.0f}/{float(r['last_end_us']):.0f}]"
                 cells.append(x)
             out.append(f"| {size[0]} | {size[1] // 1024}k | {head} | " + " | ".join(cells) + " |")
+    return out
+
+
+def floor_sms(folder):
+    """The SMs of the GPU of a floor run (its counter cut runs one block an SM)."""
+    return next(int(r["blocks"]) for r in load(folder, "floor.csv") if r["cut"] == "flow")
+
+
+def table_step08_floor_work(D):
+    """The floor with a stand-in for the math (--work-ns W: every thread spins W ns after each tile's barrier), by
+    cut, at the K/V sizes of the decoding shapes that cut every head, beside step 08 and cuDNN in the same call."""
+    folder = os.path.join(D.folder, FLOOR_WORK08)
+    sms = floor_sms(folder)
+    cuts = [(("static", 4, 128, 0, 1, 0), "static, 128 blocks (step 08's)"),
+            (("static", 6, 128, 0, 1, 0), "ring of six"), (("static", 4, sms, 0, 1, 0), f"{sms} blocks"),
+            (("static", 3, 2 * sms, 0, 1, 0), f"two an SM ({2 * sms}, ring 3)"),
+            (("bulk", 4, 128, 0, 1, 0), "bulk (TMA)"), (("flow", 4, sms, 4, 1, 0), "counter, 4-tile chunks"),
+            (("flow", 4, sms, 16, 1, 0), "counter, 16-tile chunks")]
+    dec, _ = decode08_ab(D, folder)
+    out = [f"µs of `fa_read_floor --work-ns W` (`{rel(folder)}/floor.csv`, {device07(D, 'device.txt', folder)}; the "
+           "median of 15): after each tile's barrier every thread of a block spins W ns, a stand-in for step 08's "
+           "math, so that a block consumes at most a tile every W ns; in brackets, the time ÷ the same cut's at W = 0, "
+           "and at the largest W the first, median and last block's end (µs after the first block's start). K and V "
+           "of B·H_kv heads of N_kv keys, d = 128, bf16; a ring of four tiles unless named.", ""]
+    out += floor_work_table(folder, cuts)
     out += ["", "The same call's step 08 and cuDNN (`tools/bench/ab.py`, one process, 3 rounds, the median) at the "
                 "decoding shapes that read those K and V: "
             + "; ".join(f"{shape08(k).replace(' | ', ', ')}: step 08 {c['08']['ms'] * 1e3:.1f} µs, cuDNN "
                         f"{c['cudnn']['ms'] * 1e3:.1f} µs" for k, c in sorted(dec.items(), key=lambda kc: order08(kc[0]))
                         if "08" in c and "cudnn" in c) + "."]
     return out
+
+
+FLOOR_FLOW08 = "ab/floor_flow"  # one call at be86710: fa_read_floor --work-ns 0,600,750, the counter without divisions
+
+
+def table_step08_floor_flow(D):
+    """The counter's cut again, its loop without divisions, and the tail cuts (a static lead, the rest from the
+    counter), beside the static cuts and two blocks an SM, under the stand-in math."""
+    folder = os.path.join(D.folder, FLOOR_FLOW08)
+    sms = floor_sms(folder)
+    cuts = [(("static", 4, 128, 0, 1, 0), "static, 128 blocks (step 08's)"),
+            (("static", 4, sms, 0, 1, 0), f"{sms} blocks"),
+            (("static", 3, 2 * sms, 0, 1, 0), f"two an SM ({2 * sms}, ring 3)"),
+            (("flow", 4, sms, 4, 1, 0), "counter, 4-tile chunks"), (("flow", 4, sms, 16, 1, 0), "counter, 16-tile chunks"),
+            (("tail", 4, sms, 16, 1, 75), "75% static, then 16-tile chunks"),
+            (("tail", 4, sms, 16, 1, 90), "90% static, then 16-tile chunks"),
+            (("tail", 4, sms, 4, 1, 95), "95% static, then 4-tile chunks")]
+    return [f"µs of `fa_read_floor --work-ns W` (`{rel(folder)}/floor.csv`, {device07(D, 'device.txt', folder)}; the "
+            "median of 15), as above; the counter's loop now finds a tile's place without a division, and a tail cut "
+            "streams the given share of an even cut first, as the static cut does, then takes chunks from the "
+            "counter. The run has every cut at 4–128 K/V heads and 8k–128k keys; here the sizes of the table above.",
+            ""] + floor_work_table(folder, cuts, [(16, 32768), (16, 131072), (32, 32768), (32, 131072)])
 
 
 TWO08 = "tries/step08_two_an_sm"  # ab.py: cf9f920 + two_an_sm.patch (lesson rows n2, u2) beside production and k1
@@ -2591,6 +2630,25 @@ def table_step08_lazy(D):
     return [f"The max kept within 2^8 ÷ cf9f920, in one process (`{rel(folder)}/`, {rounds08(folder)} rounds, on "
             f"{device07(D, 'device.txt', folder)}): {min(r):.3f}–{max(r):.3f} over {len(r)} decoding shapes, "
             f"geometric mean {statistics.geometric_mean(r):.4f}; {faster_slower08(r, 0.5)}."]
+
+
+WARP08 = "tries/step08_warp_rings"  # ab.py --alt: be86710 + warp_rings.patch ("08@warp") beside be86710 ("08")
+
+
+def table_step08_warp_rings(D):
+    """Each warp copying its own 16 rows of every tile and waiting only for them (no block barrier in the loop), in two
+    versions (each copy instruction a scattered 64 bytes of 8 rows, or two whole rows): a line each, time ÷ the build
+    without it, in one process."""
+    out = []
+    for sub, what in (("scattered", "a copy instruction takes 64 bytes of each of 8 rows"),
+                      ("rows", "a copy instruction takes two whole rows, 512 contiguous bytes, as the block's copy")):
+        folder = os.path.join(D.folder, WARP08, sub)
+        rows, _ = decode08_ab(D, folder)
+        r = [c["08@warp"]["ms"] / c["08"]["ms"] for c in rows.values() if "08@warp" in c and "08" in c]
+        out.append(f"- {what} (`{rel(folder)}/`, {rounds08(folder)} rounds, on {device07(D, 'device.txt', folder)}): "
+                   f"÷ be86710 {min(r):.3f}–{max(r):.3f} over {len(r)} decoding shapes, geometric mean "
+                   f"{statistics.geometric_mean(r):.4f}; {faster_slower08(r, 0.5)}.")
+    return out
 
 
 TIMELINE08 = "ab/timeline08"  # tools/bench/timeline.py --decode at 5890d01: step 08 and cuDNN
@@ -2779,7 +2837,8 @@ TABLES = {
     "step08-diet": table_step08_diet, "step08-pairs": table_step08_pairs,
     "step08-chains": table_step08_chains, "step08-loads-first": table_step08_loads_first,
     "step08-ring3": table_step08_ring3, "step08-timeline": table_step08_timeline,
-    "step08-floor-work": table_step08_floor_work, "step08-two": table_step08_two, "step08-lazy": table_step08_lazy,
+    "step08-floor-work": table_step08_floor_work, "step08-floor-flow": table_step08_floor_flow, "step08-two": table_step08_two, "step08-lazy": table_step08_lazy,
+    "step08-warp-rings": table_step08_warp_rings,
     "step08-floor": table_step08_floor, "step08-floor-summary": table_step08_floor_summary, "step08-floor-cuts": table_step08_floor_cuts, "step08-floor-more": table_step08_floor_more,
     "step08-ring-long": table_step08_ring_long, "step08-tags": table_step08_tags, "step08-wide": table_step08_wide, "step08-eight": table_step08_eight, "step08-release-first": table_step08_release_first,
     "ctest08": table_ctest08, "sm80-08": table_sm80_08,
