@@ -2651,6 +2651,15 @@ def table_step08_warp_rings(D):
     return out
 
 
+WGMMA08 = "tries/step08_wgmma"  # ab.py --alt: 7afa4af + wgmma.patch built for sm_90a ("08@wg") beside 7afa4af ("08")
+
+
+def table_step08_wgmma(D):
+    """Tried and not kept: the split kernel's tile by wgmma (Sᵀ = K·Qᵀ, one max a row across the warps, P through
+    shared memory, Oᵀ += Vᵀ·Pᵀ), beside production in one ab.py run."""
+    return step08_tries(D, WGMMA08, [("08@wg", "wgmma (wg)", "wg ÷ production", "wg")])
+
+
 TIMELINE08 = "ab/timeline08"  # tools/bench/timeline.py --decode at 5890d01: step 08 and cuDNN
 
 
@@ -2838,7 +2847,7 @@ TABLES = {
     "step08-chains": table_step08_chains, "step08-loads-first": table_step08_loads_first,
     "step08-ring3": table_step08_ring3, "step08-timeline": table_step08_timeline,
     "step08-floor-work": table_step08_floor_work, "step08-floor-flow": table_step08_floor_flow, "step08-two": table_step08_two, "step08-lazy": table_step08_lazy,
-    "step08-warp-rings": table_step08_warp_rings,
+    "step08-warp-rings": table_step08_warp_rings, "step08-wgmma": table_step08_wgmma,
     "step08-floor": table_step08_floor, "step08-floor-summary": table_step08_floor_summary, "step08-floor-cuts": table_step08_floor_cuts, "step08-floor-more": table_step08_floor_more,
     "step08-ring-long": table_step08_ring_long, "step08-tags": table_step08_tags, "step08-wide": table_step08_wide, "step08-eight": table_step08_eight, "step08-release-first": table_step08_release_first,
     "ctest08": table_ctest08, "sm80-08": table_sm80_08,
