@@ -2424,7 +2424,7 @@ def table_step08_floor_more(D):
         if m:
             held[(int(m.group(3)), int(m.group(1)), int(m.group(2)))] = int(m.group(4))
     out = [f"Time of `fa_read_floor` ÷ its static cut of 128 blocks (a ring of four tiles, step 08's copy: the floor of "
-           f"the table above), the same run (`{rel(folder)}/floor.csv`, {device07(D, 'device.txt', folder)}; the median "
+           f"note 08's table in \"The floor, measured\"), the same run (`{rel(folder)}/floor.csv`, {device07(D, 'device.txt', folder)}; the median "
            f"of 15 each). K and V of B·H_kv heads of N_kv keys, d = 128, bf16; a ring of four tiles and one block a "
            f"static run unless named. Bulk: each tile of K and of V one `cp.async.bulk` (the TMA's one-dimensional "
            f"copy) on an mbarrier, issued by one thread. Clusters: the same kernel launched with a cluster dimension; "
