@@ -2660,6 +2660,15 @@ def table_step08_wgmma(D):
     return step08_tries(D, WGMMA08, [("08@wg", "wgmma (wg)", "wg ÷ production", "wg")])
 
 
+K3208 = "tries/step08_k32"  # ab.py --alt: 25ed9de + k32.patch (128-key tiles, 32 keys a warp) as "08@k32", beside 25ed9de
+
+
+def table_step08_k32(D):
+    """Tried and not kept: cuDNN's tile, 16 rows × 128 keys, each warp 32 keys of it (one softmax step per 128 keys,
+    four n-tiles a warp), beside production in one ab.py run."""
+    return step08_tries(D, K3208, [("08@k32", "128-key tiles (k32)", "k32 ÷ production", "k32")])
+
+
 TIMELINE08 = "ab/timeline08"  # tools/bench/timeline.py --decode at 5890d01: step 08 and cuDNN
 
 
@@ -2847,7 +2856,7 @@ TABLES = {
     "step08-chains": table_step08_chains, "step08-loads-first": table_step08_loads_first,
     "step08-ring3": table_step08_ring3, "step08-timeline": table_step08_timeline,
     "step08-floor-work": table_step08_floor_work, "step08-floor-flow": table_step08_floor_flow, "step08-two": table_step08_two, "step08-lazy": table_step08_lazy,
-    "step08-warp-rings": table_step08_warp_rings, "step08-wgmma": table_step08_wgmma,
+    "step08-warp-rings": table_step08_warp_rings, "step08-wgmma": table_step08_wgmma, "step08-k32": table_step08_k32,
     "step08-floor": table_step08_floor, "step08-floor-summary": table_step08_floor_summary, "step08-floor-cuts": table_step08_floor_cuts, "step08-floor-more": table_step08_floor_more,
     "step08-ring-long": table_step08_ring_long, "step08-tags": table_step08_tags, "step08-wide": table_step08_wide, "step08-eight": table_step08_eight, "step08-release-first": table_step08_release_first,
     "ctest08": table_ctest08, "sm80-08": table_sm80_08,
