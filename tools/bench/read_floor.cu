@@ -122,8 +122,8 @@ __global__ void __launch_bounds__(kThreads)
 /// `counter` until none is left, the ring flowing from one chunk into the next. Thread 0
 /// asks for a chunk's id two chunks before the loader reaches it and keeps the answer in
 /// a register for a chunk, then stores it in `ids` (a ring of 16 ids), so no thread
-/// waits on the atomic. Positions, chunks and slots are counted as they go, a chunk's
-/// size a constant: no division in the loop.
+/// waits on the atomic. The ring's slots are counted as they go and a chunk's size is a
+/// power of two known at compile time, so the loop divides by shifts, not `div`.
 template <int kStages, int kChunk>
 __global__ void __launch_bounds__(kThreads)
     read_flow(const T* k, const T* v, long long tiles, int lead, long long cycles, unsigned* counter,

@@ -2316,6 +2316,11 @@ def floor08(folder, work_ns=0):
     return out
 
 
+def floor_sms(folder):
+    """The SMs of the GPU of a floor run (its counter cut runs one block an SM)."""
+    return next(int(r["blocks"]) for r in load(folder, "floor.csv") if r["cut"] == "flow")
+
+
 FLOOR_CUT08 = ("static", 4, 128, 0, 1, 0)  # step 08's copy, ring and cut at its decoding shapes: the floor of the table
 
 
@@ -2380,7 +2385,7 @@ def table_step08_floor_cuts(D):
     spread of the blocks' ends."""
     folder = os.path.join(D.folder, FLOOR08)
     floor = floor08(folder)
-    sms = next(c[2] for rs in floor.values() for c in rs if c[0] == "flow")  # (one block an SM)
+    sms = floor_sms(folder)
     cuts = [(FLOOR_CUT08, "static, 128 blocks"), (("static", 4, sms, 0, 1, 0), "static, one an SM"),
             (("static", 6, 128, 0, 1, 0), "static, ring of six"), (("flow", 4, sms, 4, 1, 0), "counter, 4-tile chunks"),
             (("flow", 4, sms, 16, 1, 0), "counter, 16-tile chunks")]
@@ -2408,7 +2413,7 @@ def table_step08_floor_more(D):
     block clusters; each ÷ the static cut of 128 blocks (step 08's), at every K/V size of the floor run."""
     folder = os.path.join(D.folder, FLOOR08)
     floor = floor08(folder)
-    sms = next(c[2] for rs in floor.values() for c in rs if c[0] == "flow")
+    sms = floor_sms(folder)
     cuts = [(("bulk", 4, 128, 0, 1, 0), "bulk copies (TMA), 128 blocks"),
             (("bulk", 6, 128, 0, 1, 0), "bulk, ring of six"),
             (("static", 3, 2 * sms, 0, 1, 0), f"two an SM ({2 * sms}), ring of three"),
@@ -2424,7 +2429,8 @@ def table_step08_floor_more(D):
         if m:
             held[(int(m.group(3)), int(m.group(1)), int(m.group(2)))] = int(m.group(4))
     out = [f"Time of `fa_read_floor` ÷ its static cut of 128 blocks (a ring of four tiles, step 08's copy: the floor of "
-           f"note 08's table in \"The floor, measured\"), the same run (`{rel(folder)}/floor.csv`, {device07(D, 'device.txt', folder)}; the median "
+           f"note 08's table in \"The floor, measured\"), the same run (`{rel(folder)}/floor.csv`, "
+           f"{device07(D, 'device.txt', folder)}; the median "
            f"of 15 each). K and V of B·H_kv heads of N_kv keys, d = 128, bf16; a ring of four tiles and one block a "
            f"static run unless named. Bulk: each tile of K and of V one `cp.async.bulk` (the TMA's one-dimensional "
            f"copy) on an mbarrier, issued by one thread. Clusters: the same kernel launched with a cluster dimension; "
@@ -2546,11 +2552,6 @@ def floor_work_table(folder, cuts, sizes=None):
     return out
 
 
-def floor_sms(folder):
-    """The SMs of the GPU of a floor run (its counter cut runs one block an SM)."""
-    return next(int(r["blocks"]) for r in load(folder, "floor.csv") if r["cut"] == "flow")
-
-
 def table_step08_floor_work(D):
     """The floor with a stand-in for the math (--work-ns W: every thread spins W ns after each tile's barrier), by
     cut, at the K/V sizes of the decoding shapes that cut every head, beside step 08 and cuDNN in the same call."""
@@ -2587,7 +2588,8 @@ def table_step08_floor_flow(D):
     cuts = [(("static", 4, 128, 0, 1, 0), "static, 128 blocks (step 08's)"),
             (("static", 4, sms, 0, 1, 0), f"{sms} blocks"),
             (("static", 3, 2 * sms, 0, 1, 0), f"two an SM ({2 * sms}, ring 3)"),
-            (("flow", 4, sms, 4, 1, 0), "counter, 4-tile chunks"), (("flow", 4, sms, 16, 1, 0), "counter, 16-tile chunks"),
+            (("flow", 4, sms, 4, 1, 0), "counter, 4-tile chunks"),
+            (("flow", 4, sms, 16, 1, 0), "counter, 16-tile chunks"),
             (("tail", 4, sms, 16, 1, 75), "75% static, then 16-tile chunks"),
             (("tail", 4, sms, 16, 1, 90), "90% static, then 16-tile chunks"),
             (("tail", 4, sms, 4, 1, 95), "95% static, then 4-tile chunks")]
@@ -2621,15 +2623,22 @@ def table_step08_two(D):
 LAZY08 = "tries/step08_lazy_rescale"  # ab.py --alt: cf9f920 + lazy.patch ("08@lazy") beside cf9f920 ("08")
 
 
+def alt_line08(D, folder, alt):
+    """An ab.py --alt run in `folder`, the other build's step 08 as `alt` beside this one's `08`: where (the folder,
+    its rounds and GPU) and its time ÷ 08's over the shapes (range, geometric mean, how many faster and slower), as one
+    line's words."""
+    rows, _ = decode08_ab(D, folder)
+    r = [c[alt]["ms"] / c["08"]["ms"] for c in rows.values() if alt in c and "08" in c]
+    return (f"(`{rel(folder)}/`, {rounds08(folder)} rounds, on {device07(D, 'device.txt', folder)}): "
+            f"{min(r):.3f}–{max(r):.3f} over {len(r)} decoding shapes, geometric mean "
+            f"{statistics.geometric_mean(r):.4f}; {faster_slower08(r, 0.5)}.")
+
+
 def table_step08_lazy(D):
     """The running max kept unless a tile's passes it by more than a factor 2^8 (lazy.patch): one line, its time ÷
     the build without it, in one process."""
-    folder = os.path.join(D.folder, LAZY08)
-    rows, _ = decode08_ab(D, folder)
-    r = [c["08@lazy"]["ms"] / c["08"]["ms"] for c in rows.values() if "08@lazy" in c and "08" in c]
-    return [f"The max kept within 2^8 ÷ cf9f920, in one process (`{rel(folder)}/`, {rounds08(folder)} rounds, on "
-            f"{device07(D, 'device.txt', folder)}): {min(r):.3f}–{max(r):.3f} over {len(r)} decoding shapes, "
-            f"geometric mean {statistics.geometric_mean(r):.4f}; {faster_slower08(r, 0.5)}."]
+    return ["The max kept within 2^8 ÷ cf9f920, in one process "
+            + alt_line08(D, os.path.join(D.folder, LAZY08), "08@lazy")]
 
 
 WARP08 = "tries/step08_warp_rings"  # ab.py --alt: be86710 + warp_rings.patch ("08@warp") beside be86710 ("08")
@@ -2639,16 +2648,10 @@ def table_step08_warp_rings(D):
     """Each warp copying its own 16 rows of every tile and waiting only for them (no block barrier in the loop), in two
     versions (each copy instruction a scattered 64 bytes of 8 rows, or two whole rows): a line each, time ÷ the build
     without it, in one process."""
-    out = []
-    for sub, what in (("scattered", "a copy instruction takes 64 bytes of each of 8 rows"),
-                      ("rows", "a copy instruction takes two whole rows, 512 contiguous bytes, as the block's copy")):
-        folder = os.path.join(D.folder, WARP08, sub)
-        rows, _ = decode08_ab(D, folder)
-        r = [c["08@warp"]["ms"] / c["08"]["ms"] for c in rows.values() if "08@warp" in c and "08" in c]
-        out.append(f"- {what} (`{rel(folder)}/`, {rounds08(folder)} rounds, on {device07(D, 'device.txt', folder)}): "
-                   f"÷ be86710 {min(r):.3f}–{max(r):.3f} over {len(r)} decoding shapes, geometric mean "
-                   f"{statistics.geometric_mean(r):.4f}; {faster_slower08(r, 0.5)}.")
-    return out
+    return [f"- {what}, ÷ be86710 " + alt_line08(D, os.path.join(D.folder, WARP08, sub), "08@warp")
+            for sub, what in (("scattered", "a copy instruction takes 64 bytes of each of 8 rows"),
+                              ("rows", "a copy instruction takes two whole rows, 512 contiguous bytes, as the "
+                                       "block's copy"))]
 
 
 WGMMA08 = "tries/step08_wgmma"  # ab.py --alt: 7afa4af + wgmma.patch built for sm_90a ("08@wg") beside 7afa4af ("08")
@@ -2660,7 +2663,7 @@ def table_step08_wgmma(D):
     return step08_tries(D, WGMMA08, [("08@wg", "wgmma (wg)", "wg ÷ production", "wg")])
 
 
-K3208 = "tries/step08_k32"  # ab.py --alt: 25ed9de + k32.patch (128-key tiles, 32 keys a warp) as "08@k32", beside 25ed9de
+K3208 = "tries/step08_k32"  # ab.py --alt: 25ed9de + k32.patch (128-key tiles, 32 keys a warp: "08@k32") beside it
 
 
 def table_step08_k32(D):
@@ -2855,7 +2858,8 @@ TABLES = {
     "step08-diet": table_step08_diet, "step08-pairs": table_step08_pairs,
     "step08-chains": table_step08_chains, "step08-loads-first": table_step08_loads_first,
     "step08-ring3": table_step08_ring3, "step08-timeline": table_step08_timeline,
-    "step08-floor-work": table_step08_floor_work, "step08-floor-flow": table_step08_floor_flow, "step08-two": table_step08_two, "step08-lazy": table_step08_lazy,
+    "step08-floor-work": table_step08_floor_work, "step08-floor-flow": table_step08_floor_flow,
+    "step08-two": table_step08_two, "step08-lazy": table_step08_lazy,
     "step08-warp-rings": table_step08_warp_rings, "step08-wgmma": table_step08_wgmma, "step08-k32": table_step08_k32,
     "step08-floor": table_step08_floor, "step08-floor-summary": table_step08_floor_summary, "step08-floor-cuts": table_step08_floor_cuts, "step08-floor-more": table_step08_floor_more,
     "step08-ring-long": table_step08_ring_long, "step08-tags": table_step08_tags, "step08-wide": table_step08_wide, "step08-eight": table_step08_eight, "step08-release-first": table_step08_release_first,
