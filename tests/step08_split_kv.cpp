@@ -536,25 +536,6 @@ TEST_CASE("step08 kernel with a ring of six tiles (r6) and of four (r4) at d = 1
   }
 }
 
-TEST_CASE("step08 ring copied two tiles at a time (p4, p6) at d = 128: production's bits", "[gpu]") {
-  // A slot of two tiles changes when and in what runs the keys are copied, not what a warp
-  // computes: production's bits. Pieces of an odd number of tiles (a slot's second tile past
-  // the piece: not read), of one tile, chunks that end inside a unit, causal grouped heads,
-  // keys that end inside a tile, a plan that merges in clusters (on Hopper), one that writes O.
-  for (const Problem& p : {decode(1, 32, 1, 20000, 4, 128, false), decode(2, 8, 16, 3000, 8, 128, true),
-                           decode(1, 4, 1, 200, 4, 128, false), decode(1, 1, 1, 65, 1, 128, false),
-                           decode(1, 128, 1, 8192, 1, 128, false), decode(1, 15, 1, 2100, 1, 128, false),
-                           decode(1, 12, 1, 40001, 1, 128, false), decode(1, 2, 1, 150000, 1, 128, false)}) {
-    if (test::quick() && p.N_kv > 3000) continue;
-    INFO(p.str() << ": " << cut(step08::device_plan(p)));
-    const Qkv in = inputs(p, 94);
-    const ForwardOut prod = gpu::forward(step08::kForward, p, in, true);
-    check_budget(p, in, prod, "kernel");
-    check_same_bits(p, gpu::forward(step08::kForwardPairs4, p, in, true), prod, "four tiles in pairs vs production");
-    check_same_bits(p, gpu::forward(step08::kForwardPairs6, p, in, true), prod, "six tiles in pairs vs production");
-  }
-}
-
 TEST_CASE("step08 kernel on self-attention, huge logits and many row blocks", "[gpu]") {
   // Self-attention (N_kv = N): every row block of the causal mask stops at its own tile.
   for (const Problem& p : {lowp(make(1, 2, 300, 128, true), DType::bf16), lowp(make(2, 1, 1000, 64, false), DType::fp16),

@@ -111,7 +111,6 @@ struct Variant {
   int ring = 0;                   ///< K/V tiles in the ring at d = 128; 0: ring_tiles() for the plan and GPU
   Cut cut = Cut::plan;            ///< the plan's choice, or one of its two at every shape
   KvLines kv = KvLines::by_size;  ///< how the K/V reads ask the L2 to keep their lines
-  int slot_tiles = 1;             ///< K/V tiles a slot of the ring holds, copied together (2: 128 keys a copy)
   bool grid_wait = false;         ///< g1: the merge kernel waits for the whole split kernel, not its rows' tags
 };
 
@@ -149,18 +148,17 @@ __device__ __forceinline__ unsigned char* after_q(unsigned char* smem) {
 }
 
 /// One piece of a block's chunk: tiles [pc.t0, pc.t1) of unit pc.unit (fewer past the
-/// causal mask's end), its rows' part `part`. The ring: kStages slots of kSlotTiles
-/// consecutive tiles each, a slot's tiles copied together.
-template <class T, int kD, int kStages, int kSlotTiles>
+/// causal mask's end), its rows' part `part`, through a ring of kStages tiles.
+template <class T, int kD, int kStages>
 __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const SplitPlan::Piece pc, int part, const Tags& tags) {
 #if FA_STEP06_ARCH_OK
-  constexpr int kW = smem_cols(kD), kSlotKeys = kSlotTiles * kTileKeys;
-  static_assert(EpilogueSmem<kD>::kFloats * sizeof(float) <= 2 * kStages * kSlotKeys * kW * sizeof(T),
+  constexpr int kW = smem_cols(kD);
+  static_assert(EpilogueSmem<kD>::kFloats * sizeof(float) <= 2 * kStages * kTileKeys * kW * sizeof(T),
                 "the epilogue's per-warp states and the cluster's part fit in the ring they reuse");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* Qs = reinterpret_cast<T*>(smem_raw);  // [kRows][kW], swizzled
-  T* Ks = Qs + kRows * kW;                 // [kStages][kSlotKeys][kW]: the ring
-  T* Vs = Ks + kStages * kSlotKeys * kW;   // [kStages][kSlotKeys][kW]
+  T* Ks = Qs + kRows * kW;                 // [kStages][kTileKeys][kW]: the ring
+  T* Vs = Ks + kStages * kTileKeys * kW;   // [kStages][kTileKeys][kW]
 
   step06::require_aligned_smem(smem_raw);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -174,14 +172,14 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const SplitPlan
   const int last_key = Nk < t1 * kTileKeys ? Nk : t1 * kTileKeys;  // keys past the piece are not read
   const float mul = a.scale * step06::kLog2e;  // exp(scale·(s − m)) = 2^(s·mul − m·mul)
 
-  auto slot_of = [&](int tile) { return (tile - t0) / kSlotTiles % kStages; };  // the ring's slot holding `tile`
+  auto slot_of = [&](int tile) { return (tile - t0) % kStages; };  // the ring's slot holding `tile`
   const step06::L2Hint once = step06::l2_evict_first();  // (used where a.kv asks for it)
-  auto load_slot = [&](int tile) {  // tiles tile … tile + kSlotTiles − 1 of this head into their slot of the ring
+  auto load_tile = [&](int tile) {  // tile `tile` of this head into its slot of the ring
     const int k0 = tile * kTileKeys, slot = slot_of(tile);
     auto copy = [&](auto hint) {
       const std::size_t from = kv_head + std::size_t(k0) * kD;
-      step06::copy_tile_async<kThreads, kD, kSlotKeys, true>(Ks + slot * kSlotKeys * kW, a.k + from, last_key - k0, hint);
-      step06::copy_tile_async<kThreads, kD, kSlotKeys, true>(Vs + slot * kSlotKeys * kW, a.v + from, last_key - k0, hint);
+      step06::copy_tile_async<kThreads, kD, kTileKeys, true>(Ks + slot * kTileKeys * kW, a.k + from, last_key - k0, hint);
+      step06::copy_tile_async<kThreads, kD, kTileKeys, true>(Vs + slot * kTileKeys * kW, a.v + from, last_key - k0, hint);
     };
     a.kv == KvLines::evict_first ? copy(once) : copy(step06::NoL2Hint{});
   };
@@ -189,12 +187,12 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const SplitPlan
   float acc[1][kD / 8][4] = {};  // O_w: [m-tile][8-column n-tile][register] (rows g, g+8 × columns 2t, 2t+1)
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g, g+8: max (units of s), this lane's part of ℓ
 
-  // Prologue: Q, then the first kStages − 1 slots, one commit group each.
+  // Prologue: Q, then the first kStages − 1 tiles, one commit group each.
   if (t0 < t1) step06::copy_tile_async<kThreads, kD, kRows>(Qs, a.q + base * kD, rows);
   cp_async_commit();
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) {
-    if (t0 + st * kSlotTiles < t1) load_slot(t0 + st * kSlotTiles);
+    if (t0 + st < t1) load_tile(t0 + st);
     cp_async_commit();  // (an empty group past the chunk's end keeps the count uniform)
   }
   // Q into registers once, as the A fragments of every tile's S (while the tiles land).
@@ -208,16 +206,14 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const SplitPlan
 
   // Main loop over the chunk's tiles.
   for (int tile = t0; tile < t1; ++tile) {
-    const int slot = slot_of(tile), sub = (tile - t0) % kSlotTiles;  // the tile in its slot
-    if (sub == 0) {
-      cp_async_wait<kStages - 2>();  // this slot landed (Q's group and the slots' before it) ...
-      __syncthreads();               // ... everyone's, and every warp is done with the last slot
-      const int next = tile + (kStages - 1) * kSlotTiles;
-      if (next < t1) load_slot(next);  // into that slot
-      cp_async_commit();
-    }
+    const int slot = slot_of(tile);
+    cp_async_wait<kStages - 2>();  // this tile landed (Q's group and the tiles' before it) ...
+    __syncthreads();               // ... everyone's, and every warp is done with the last tile
+    const int next = tile + kStages - 1;
+    if (next < t1) load_tile(next);  // into the last tile's slot
+    cp_async_commit();
     const int k0 = tile * kTileKeys + kKeysPerWarp * warp;
-    const int at = slot * kSlotKeys + sub * kTileKeys;  // the tile's first row in the ring
+    const int at = slot * kTileKeys;  // the tile's first row in the ring
     const T* Vt = Vs + (at + kKeysPerWarp * warp) * kW;  // this warp's 16 rows of V
 
     // S = Q·K_wᵀ: 16 rows × this warp's 16 keys.
@@ -396,8 +392,8 @@ __device__ __forceinline__ void merge_in_cluster(const SplitArgs<T>& a, unsigned
 template <int kD, int kRingTiles>
 constexpr int kMostBlocksPerSm = blocks_fitting(kH200.smem_per_sm, kD, kRingTiles);
 
-template <class T, int kD, int kStages, int kSlotTiles>
-__global__ void __launch_bounds__(kThreads, (kMostBlocksPerSm<kD, kStages * kSlotTiles>))
+template <class T, int kD, int kStages>
+__global__ void __launch_bounds__(kThreads, (kMostBlocksPerSm<kD, kStages>))
     split_kernel(const SplitArgs<T> a, const Tags tags) {
 #if FA_STEP06_ARCH_OK  // compiled out before sm_80 (step 06's mma.cuh)
 #if __CUDA_ARCH__ >= 900
@@ -412,7 +408,7 @@ __global__ void __launch_bounds__(kThreads, (kMostBlocksPerSm<kD, kStages * kSlo
   for (long long from = a.plan.begin(b); from < a.plan.end(b);) {
     const SplitPlan::Piece pc = a.plan.piece(from, a.plan.end(b));
     from += pc.t1 - pc.t0;
-    run_piece<T, kD, kStages, kSlotTiles>(a, pc, b - a.plan.first(pc.unit), tags);
+    run_piece<T, kD, kStages>(a, pc, b - a.plan.first(pc.unit), tags);
     __syncthreads();  // the epilogue's reads of shared memory done before the next piece's copies
   }
 #if __CUDA_ARCH__ >= 900
@@ -521,11 +517,11 @@ unsigned long long next_tag() {
   return ++calls;
 }
 
-/// The split kernel with a ring of kStages slots of kSlotTiles tiles (and the merge kernel where the plan needs it).
-template <class T, int kD, int kStages, int kSlotTiles = 1>
+/// The split kernel with a ring of kStages tiles (and the merge kernel where the plan needs it).
+template <class T, int kD, int kStages>
 void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const SplitPlan& sp, const Variant& v) {
-  const std::size_t smem = smem_bytes(kD, kStages * kSlotTiles);
-  set_smem_limit(split_kernel<T, kD, kStages, kSlotTiles>, smem);
+  const std::size_t smem = smem_bytes(kD, kStages);
+  set_smem_limit(split_kernel<T, kD, kStages>, smem);
   float* part_o = static_cast<float*>(ws);
   float* part_lse = part_o ? part_o + std::size_t(most_parts(sp)) * p.elems() : nullptr;
   // The tags after the partials (8-byte aligned), where the merge kernel is launched early
@@ -540,11 +536,11 @@ void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const
                           static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
                           static_cast<T*>(a.o), a.lse, part_o, part_lse};
   if (sp.cluster > 1) {  // the units' parts merged in their clusters: no second kernel
-    launch_clustered(sp.cluster, split_kernel<T, kD, kStages, kSlotTiles>, dim3(unsigned(sp.blocks)), dim3(kThreads),
+    launch_clustered(sp.cluster, split_kernel<T, kD, kStages>, dim3(unsigned(sp.blocks)), dim3(kThreads),
                      smem, st, args, tags);
     return;
   }
-  split_kernel<T, kD, kStages, kSlotTiles><<<unsigned(sp.blocks), kThreads, smem, st>>>(args, tags);
+  split_kernel<T, kD, kStages><<<unsigned(sp.blocks), kThreads, smem, st>>>(args, tags);
   FA_CHECK_LAUNCH();
   if (sp.direct()) return;
   // The merge kernel, launched while the split kernel still runs where it can wait
@@ -562,7 +558,7 @@ GpuShape this_gpu() {
   static const GpuShape kHere = [] {
     GpuShape g{gpu::sm_count(), gpu::smem_per_sm(), gpu::smem_per_block(), gpu::l2_bytes()};
     if (gpu::compute_capability() < 90 || gpu::device_code_arch() < 90) return g;
-    auto* kernel = split_kernel<__nv_bfloat16, 128, 4, 1>;
+    auto* kernel = split_kernel<__nv_bfloat16, 128, 4>;
     const std::size_t smem = smem_bytes(128, 4);
     if (smem > g.smem_per_block) return g;
     set_smem_limit(kernel, smem);
@@ -584,9 +580,6 @@ template <class T>
 void run_t(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const SplitPlan& sp, int ring,
            const Variant& v) {
   if (p.d == 64) return launch<T, 64, 4>(p, a, ws, st, sp, v);  // stages(64, ·) = 4 on every GPU
-  if (v.slot_tiles == 2)  // the ring's tiles copied two at a time: slots of 128 keys
-    return ring == kDeepRing ? launch<T, 128, kDeepRing / 2, 2>(p, a, ws, st, sp, v)
-                             : launch<T, 128, 2, 2>(p, a, ws, st, sp, v);
   if (ring == kDeepRing) return launch<T, 128, kDeepRing>(p, a, ws, st, sp, v);
   ring == 4 ? launch<T, 128, 4>(p, a, ws, st, sp, v) : launch<T, 128, 2>(p, a, ws, st, sp, v);
 }
@@ -634,8 +627,8 @@ namespace {
 template <int kD, int kStages>
 int occupancy() {
   int n = 0;
-  set_smem_limit(split_kernel<__nv_bfloat16, kD, kStages, 1>, smem_bytes(kD, kStages));
-  FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, split_kernel<__nv_bfloat16, kD, kStages, 1>, kThreads,
+  set_smem_limit(split_kernel<__nv_bfloat16, kD, kStages>, smem_bytes(kD, kStages));
+  FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, split_kernel<__nv_bfloat16, kD, kStages>, kThreads,
                                                               smem_bytes(kD, kStages)));
   return n;
 }
@@ -673,13 +666,6 @@ constexpr Variant reads(KvLines kv) {
   return v;
 }
 constexpr Variant kPlainReads = reads(KvLines::normal), kEvictFirst = reads(KvLines::evict_first);
-constexpr Variant pairs(int ring) {
-  Variant v;
-  v.ring = ring;
-  v.slot_tiles = 2;
-  return v;
-}
-constexpr Variant kPairs4 = pairs(4), kPairs6 = pairs(kDeepRing);
 constexpr Variant grid_wait() {
   Variant v;
   v.merge = Merge::kernel_early;
@@ -701,9 +687,6 @@ const GpuForward kForwardUnitSplits = forward<kUnits>("w1: whole units' splits a
 const GpuForward kForwardShared = forward<kShared>("k1: the tiles shared by a wave of blocks at every shape");
 const GpuForward kForwardPlainReads = forward<kPlainReads>("l0: the K/V reads without an L2 hint at every shape");
 const GpuForward kForwardEvictFirst = forward<kEvictFirst>("l1: the K/V reads evict-first in the L2 at every shape");
-const GpuForward kForwardPairs4 =
-    forward<kPairs4>("p4: the ring's four tiles copied two at a time (128 keys a copy)", kDeepRingD);
-const GpuForward kForwardPairs6 = forward<kPairs6>("p6: a ring of six tiles copied two at a time", kDeepRingD);
 const GpuForward kForwardGridWait =
     forward<kGridWait>("g1: m2 with the merge kernel waiting for the whole split kernel, not its rows' parts");
 static_assert(kFixedSplits[0] == 1 && kFixedSplits[1] == 2 && kFixedSplits[2] == 8 && kFixedSplits[3] == 32 &&

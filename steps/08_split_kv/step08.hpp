@@ -287,10 +287,5 @@ extern const GpuForward kForwardShared;
 /// (l1), where production asks for it by reads_evict_first.
 extern const GpuForward kForwardPlainReads;
 extern const GpuForward kForwardEvictFirst;
-/// The ring's tiles copied two at a time (slots of 128 keys: each copy reads 32 KiB of K
-/// and of V in one run), at d = 128: four tiles (p4, production's shared memory) and six
-/// (p6, r6's). What each warp computes, and in what order, is production's.
-extern const GpuForward kForwardPairs4;
-extern const GpuForward kForwardPairs6;
 
 }  // namespace fa::step08

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The steps beside PyTorch's attention in one process, on the same tensors, in alternation
 # (tools/bench/ab.py over libfa_capi.so), on the H200 in one call.
-#   [PHASE=fwd|bwd|bwdmain|bwdpeers|host|decode|floor|ring|pairs|stream|cluster|pause|gemm|short|h9|order|last|call|b9|b10|b11|b12|b16|det|all, or several: PHASE=short,decode] [ROUNDS=5]
+#   [PHASE=fwd|bwd|bwdmain|bwdpeers|host|decode|floor|ring|stream|cluster|pause|gemm|short|h9|order|last|call|b9|b10|b11|b12|b16|det|all, or several: PHASE=short,decode] [ROUNDS=5]
 #       bash tools/device/ab.sh [build-dir]
 # gemm:   the bf16 matrix-product rate, timed the same way (also in fwd);
 # fwd:    step 07's forward, step 06, cuDNN and FlashAttention-2, d = 64, 128, 256,
@@ -33,9 +33,6 @@
 #         at the K/V sizes of note 08's decoding shapes: static cuts, chunks from a counter,
 #         bulk copies (Hopper), fewer blocks, two an SM, and clusters (the clusters held at once
 #         into clusters.txt);
-# pairs:  step 08 with its ring's tiles copied two at a time (08p4: four tiles, production's
-#         shared memory; 08p6: six) beside production, cuDNN and FlashAttention-2, on note 08's
-#         decoding shapes;
 # order:  production's causal tiles heaviest first across heads (measured at h10 and b14; since
 #         h11, b15 the last section's order where a head has few tiles: PHASE=last) beside the
 #         same kernels head after head — forward: h1 (d = 64's short
@@ -141,8 +138,6 @@ if want cluster; then
 fi
 # 08l0, 08l1: step 08 with its K/V reads without the L2 hint, and evict-first, at every shape
 want hint && decode_runs ab08_hint --impls=08,08l0,08l1,torch-cudnn,torch-flash
-# 08p4, 08p6: the ring's tiles copied two at a time (128 keys a copy), four tiles and six
-want pairs && decode_runs ab08_pairs --impls=08,08p4,08p6,torch-cudnn,torch-flash
 if want ring; then
   impls=--impls=08,08r6,torch-cudnn,torch-flash,torch-efficient
   run ab08_ring --decode --causal 0 $impls

@@ -142,8 +142,6 @@ std::vector<StepEntry> make_table() {
   t.back().forward_versions.push_back(&step08::kForwardShared);
   t.back().forward_versions.push_back(&step08::kForwardPlainReads);
   t.back().forward_versions.push_back(&step08::kForwardEvictFirst);
-  t.back().forward_versions.push_back(&step08::kForwardPairs4);
-  t.back().forward_versions.push_back(&step08::kForwardPairs6);
   t.back().forward_versions.push_back(&step08::kForwardGridWait);
 #endif
   return t;
