@@ -2600,6 +2600,11 @@ def table_step08_floor_flow(D):
             ""] + floor_work_table(folder, cuts, [(16, 32768), (16, 131072), (32, 32768), (32, 131072)])
 
 
+def ratios08(rows, b, a="08"):
+    """decode08_ab's rows: b's time ÷ a's at every shape that timed both."""
+    return [c[b]["ms"] / c[a]["ms"] for c in rows.values() if b in c and a in c]
+
+
 TWO08 = "tries/step08_two_an_sm"  # ab.py: cf9f920 + two_an_sm.patch (lesson rows n2, u2) beside production and k1
 
 
@@ -2611,7 +2616,7 @@ def table_step08_two(D):
                                   ("08k1", "one an SM, shared (k1)", "k1 ÷ production", "k1")])
     folder = os.path.join(D.folder, TWO08, "o2")  # a second run: o2 (u2 with twice the blocks) beside u2, production
     rows, _ = decode08_ab(D, folder)
-    r = {b: [c[b]["ms"] / c["08"]["ms"] for c in rows.values() if b in c and "08" in c] for b in ("08o2", "08u2")}
+    r = {b: ratios08(rows, b) for b in ("08o2", "08u2")}
     out += ["", f"A second run (`{rel(folder)}/`, {rounds08(folder)} rounds, on {device07(D, 'device.txt', folder)}), "
                 f"B·H = 32 with one query and the grouped shapes: o2 (u2 with twice the blocks, so that an SM starts "
                 f"its next block as one of its two ends) ÷ production {min(r['08o2']):.3f}–{max(r['08o2']):.3f} over "
@@ -2628,7 +2633,7 @@ def alt_line08(D, folder, alt):
     its rounds and GPU) and its time ÷ 08's over the shapes (range, geometric mean, how many faster and slower), as one
     line's words."""
     rows, _ = decode08_ab(D, folder)
-    r = [c[alt]["ms"] / c["08"]["ms"] for c in rows.values() if alt in c and "08" in c]
+    r = ratios08(rows, alt)
     return (f"(`{rel(folder)}/`, {rounds08(folder)} rounds, on {device07(D, 'device.txt', folder)}): "
             f"{min(r):.3f}–{max(r):.3f} over {len(r)} decoding shapes, geometric mean "
             f"{statistics.geometric_mean(r):.4f}; {faster_slower08(r, 0.5)}.")
