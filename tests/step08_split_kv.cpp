@@ -536,6 +536,28 @@ TEST_CASE("step08 kernel with a ring of six tiles (r6) and of four (r4) at d = 1
   }
 }
 
+TEST_CASE("step08 production at d = 128 on the plan's edge cases: the error budget and its model", "[gpu]") {
+  // The shapes where the plan cuts oddly: a head of one tile and a piece (65 keys), chunks of
+  // an odd number of tiles (2100), keys that end inside a tile after a long chunk (40001),
+  // two heads cut into long shared chunks (150000), chunks that end inside units (20000 ×
+  // 32 heads in groups of 4), causal grouped heads, pieces shorter than the ring (200), a
+  // plan that merges in clusters on Hopper (8192 × 128 heads).
+  for (const Problem& p : {decode(1, 32, 1, 20000, 4, 128, false), decode(2, 8, 16, 3000, 8, 128, true),
+                           decode(1, 4, 1, 200, 4, 128, false), decode(1, 1, 1, 65, 1, 128, false),
+                           decode(1, 128, 1, 8192, 1, 128, false), decode(1, 15, 1, 2100, 1, 128, false),
+                           decode(1, 12, 1, 40001, 1, 128, false), decode(1, 2, 1, 150000, 1, 128, false)}) {
+    if (test::quick() && p.N_kv > 3000) continue;
+    const step08::SplitPlan s = step08::device_plan(p);
+    INFO(p.str() << ": " << cut(s));
+    const Qkv in = inputs(p, 94);
+    const ForwardOut out = gpu::forward(step08::kForward, p, in, true);
+    check_budget(p, in, out, "kernel");
+    const ForwardOut m = step08::model_forward(p, in, s).out;
+    FA_CHECK_CLOSE("O vs model", out.o, m.o, reorder(p.dtype), test::shape_o(p));
+    FA_CHECK_CLOSE("L vs model", out.lse, m.lse, tol::kFp32Forward, test::shape_l(p));
+  }
+}
+
 TEST_CASE("step08 kernel on self-attention, huge logits and many row blocks", "[gpu]") {
   // Self-attention (N_kv = N): every row block of the causal mask stops at its own tile.
   for (const Problem& p : {lowp(make(1, 2, 300, 128, true), DType::bf16), lowp(make(2, 1, 1000, 64, false), DType::fp16),
