@@ -317,6 +317,31 @@ TEST_CASE("step08 K/V reads evict-first where K and V are at most three L2s", "[
   CHECK_FALSE(step08::reads_evict_first(decode(1, 1, 1, 64, 1, 128, false), {108, 164 * 1024, 163 * 1024}));
 }
 
+TEST_CASE("step08 ring filled by TMA where every chunk has 128 tiles or more, on Hopper at d = 128", "[cpu]") {
+  const step08::GpuShape h200 = step08::kH200;
+  auto tma = [&](const Problem& p) { return step08::ring_by_tma(p, step08::plan(p, h200), h200); };
+  // Chunks of 128 tiles: 128 heads of 8k keys (a block a head), 32 of 32k (four blocks a
+  // head), 16 K/V heads of 64k (eight a head); and longer.
+  CHECK(tma(decode(1, 128, 1, 8192, 1, 128, false)));
+  CHECK(tma(decode(1, 32, 1, 32768, 1, 128, false)));
+  CHECK(tma(decode(1, 128, 1, 65536, 8, 128, false)));
+  CHECK(tma(decode(1, 128, 16, 131072, 1, 128, true)));
+  // Chunks of 64 tiles or fewer: cp.async.
+  CHECK_FALSE(tma(decode(1, 128, 1, 4096, 1, 128, false)));
+  CHECK_FALSE(tma(decode(1, 32, 1, 16384, 1, 128, false)));
+  CHECK_FALSE(tma(decode(1, 32, 1, 131072, 8, 128, false)));  // 4 K/V heads: 32 chunks a head of 64 tiles
+  // Not at d = 64, not without TMA (an A100; the RTX ring), not where a cluster merges.
+  CHECK_FALSE(tma(decode(1, 128, 1, 16384, 1, 64, false)));
+  const Problem p = decode(1, 128, 1, 16384, 1, 128, false);
+  step08::GpuShape a100 = h200;
+  a100.tma = false;
+  CHECK_FALSE(step08::ring_by_tma(p, step08::plan(p, a100), a100));
+  step08::SplitPlan clustered = step08::fixed_plan(p, 2);
+  clustered.cluster = 2;
+  CHECK(step08::ring_by_tma(p, step08::fixed_plan(p, 2), h200));
+  CHECK_FALSE(step08::ring_by_tma(p, clustered, h200));
+}
+
 TEST_CASE("step08 refuses fp32, other head dimensions and groups that do not divide", "[cpu]") {
   const Problem f = decode(1, 1, 1, 40, 1, 64, false, DType::fp32);
   CHECK(test::contains(test::error_of([&] { step08::model_forward(f, random_qkv(f, 1), {}); }), "bf16 or fp16"));
@@ -555,6 +580,28 @@ TEST_CASE("step08 production at d = 128 on the plan's edge cases: the error budg
     const ForwardOut m = step08::model_forward(p, in, s).out;
     FA_CHECK_CLOSE("O vs model", out.o, m.o, reorder(p.dtype), test::shape_o(p));
     FA_CHECK_CLOSE("L vs model", out.lse, m.lse, tol::kFp32Forward, test::shape_l(p));
+  }
+}
+
+TEST_CASE("step08 ring filled by TMA (t1) or by cp.async (c1) at d = 128: production's bits", "[gpu]") {
+  // Who fills the ring changes when a tile lands and in which layout, not what the warps
+  // compute from it, nor in what order: TMA copies the same keys (those past N_kv read as
+  // zeros, as cp.async zero-fills them). Production takes TMA on Hopper where chunks are
+  // long (8192 keys × 128 heads: 128 tiles), cp.async elsewhere; t1 takes TMA wherever it
+  // can (pieces of one tile, chunks that end inside units, causal grouped heads, a head's
+  // last tile cut short), c1 never.
+  for (const Problem& p : {decode(1, 32, 1, 20000, 4, 128, false), decode(2, 8, 16, 3000, 8, 128, true),
+                           decode(1, 4, 1, 200, 4, 128, false), decode(1, 1, 1, 65, 1, 128, false),
+                           decode(1, 128, 1, 8192, 1, 128, false), decode(1, 15, 1, 2100, 1, 128, false),
+                           decode(1, 12, 1, 40001, 1, 128, false), decode(1, 2, 1, 150000, 1, 128, false),
+                           decode(2, 8, 16, 3000, 8, 128, true, DType::fp16)}) {
+    if (test::quick() && p.N_kv > 3000) continue;
+    const step08::SplitPlan s = step08::device_plan(p);
+    INFO(p.str() << ": " << cut(s) << (step08::ring_by_tma(p, s, step08::device_shape()) ? ", by TMA" : ""));
+    const Qkv in = inputs(p, 95);
+    const ForwardOut prod = gpu::forward(step08::kForward, p, in, true);
+    check_same_bits(p, gpu::forward(step08::kForwardTma, p, in, true), prod, "TMA vs production");
+    check_same_bits(p, gpu::forward(step08::kForwardCpAsync, p, in, true), prod, "cp.async vs production");
   }
 }
 

@@ -357,23 +357,23 @@ __device__ __forceinline__ void load_a_fragments(std::uint32_t (&a)[kD / 16][kMT
 }
 
 /// gemm_abt with A's fragments in registers (load_a_fragments) and B's at this lane's
-/// address b (b_fragments_at, taken once outside a loop), for a warp whose product is
-/// small (a decoding tile: 16 rows × 16 keys, two n-tiles): the k steps go to two
-/// accumulator chains, the even ones into acc and the odd ones into acc2, added at the
+/// address b_at(kk) of k step kk (its 8-row steps row_bytes apart), for a warp whose
+/// product is small (a decoding tile: 16 rows × 16 keys, two n-tiles): the k steps go to
+/// two accumulator chains, the even ones into acc and the odd ones into acc2, added at the
 /// end. An mma waits for the one before it into the same accumulator: in one chain that
 /// is kD/16 mma in a row per n-tile, and with two n-tiles there is little else to issue
 /// meanwhile; two chains halve the wait. (The sum's order is not gemm_abt's: these
-/// products agree with it to fp32 rounding, not bit for bit.)
-template <class T, int kD, int kMT, int kNT>
-__device__ __forceinline__ void gemm_abt_regs(float (&acc)[kMT][kNT][4], const std::uint32_t (&a)[kD / 16][kMT][4],
-                                              std::uint32_t b) {
+/// products agree with it to fp32 rounding, not bit for bit.) b_at lets a caller read B
+/// in another layout (step 08's TMA ring: 64-column panels).
+template <class T, int kD, int kMT, int kNT, class BAt>
+__device__ __forceinline__ void gemm_abt_regs_at(float (&acc)[kMT][kNT][4], const std::uint32_t (&a)[kD / 16][kMT][4],
+                                                 BAt b_at, std::uint32_t row_bytes) {
   static_assert(kD % 32 == 0, "k steps in pairs");
-  constexpr std::uint32_t kRow = 2 * smem_cols(kD);
   float acc2[kMT][kNT][4] = {};  // [m-tile][n-tile][register]: the odd k steps
 #pragma unroll
   for (int kk = 0; kk < kD / 16; kk += 2) {
-    mma_abt_step<T>(acc, a[kk], b ^ (32u * kk), kRow);
-    mma_abt_step<T>(acc2, a[kk + 1], b ^ (32u * (kk + 1)), kRow);
+    mma_abt_step<T>(acc, a[kk], b_at(kk), row_bytes);
+    mma_abt_step<T>(acc2, a[kk + 1], b_at(kk + 1), row_bytes);
   }
 #pragma unroll
   for (int mt = 0; mt < kMT; ++mt)
@@ -381,6 +381,34 @@ __device__ __forceinline__ void gemm_abt_regs(float (&acc)[kMT][kNT][4], const s
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
       for (int x = 0; x < 4; ++x) acc[mt][nt][x] += acc2[mt][nt][x];
+}
+/// The same with B a swizzled tile of smem_cols(kD) columns, at this lane's address b
+/// (b_fragments_at, taken once outside a loop): the k-th step is b XOR 32·k.
+template <class T, int kD, int kMT, int kNT>
+__device__ __forceinline__ void gemm_abt_regs(float (&acc)[kMT][kNT][4], const std::uint32_t (&a)[kD / 16][kMT][4],
+                                              std::uint32_t b) {
+  gemm_abt_regs_at<T, kD, kMT, kNT>(acc, a, [b](int kk) { return b ^ (32u * kk); }, 2 * smem_cols(kD));
+}
+
+/// gemm_pv's loop: acc[mt][dt] += P·V with P in registers (pa[mt][c]: rows 16·mt.., k
+/// chunk c of 16) and this lane's ldmatrix address of V's k chunk c and n-tiles dt, dt+1
+/// given by v_at(c, dt), V read transposed.
+template <class T, int kMT, int kK, int kN, class VAt>
+__device__ __forceinline__ void gemm_pv_at(float (&acc)[kMT][kN / 8][4], const std::uint32_t (&pa)[kMT][kK / 16][4],
+                                           VAt v_at) {
+  static_assert(kN % 16 == 0, "pairs of n-tiles");
+#pragma unroll
+  for (int c = 0; c < kK / 16; ++c)
+#pragma unroll
+    for (int dt = 0; dt < kN / 8; dt += 2) {
+      std::uint32_t bf[4];
+      ldmatrix_x4<true>(bf, v_at(c, dt));
+#pragma unroll
+      for (int mt = 0; mt < kMT; ++mt) {
+        Mma<T>::run(acc[mt][dt], pa[mt][c], bf[0], bf[1]);
+        Mma<T>::run(acc[mt][dt + 1], pa[mt][c], bf[2], bf[3]);
+      }
+    }
 }
 
 /// acc[mt][dt] += P·V for a warp, with P already in registers as A fragments
@@ -392,7 +420,6 @@ __device__ __forceinline__ void gemm_abt_regs(float (&acc)[kMT][kNT][4], const s
 template <class T, int kD, int kMT, int kK, int kN = kD>
 __device__ __forceinline__ void gemm_pv(float (&acc)[kMT][kN / 8][4], const std::uint32_t (&pa)[kMT][kK / 16][4],
                                         std::uint32_t V, int n0 = 0) {
-  static_assert(kN % 16 == 0, "pairs of n-tiles");
   using L = Swizzled<smem_cols(kD)>;
   constexpr std::uint32_t kRow = 2 * smem_cols(kD);
   constexpr bool kXor = kN == kD || (kN & (kN - 1)) == 0;  // see below
@@ -402,23 +429,16 @@ __device__ __forceinline__ void gemm_pv(float (&acc)[kMT][kN / 8][4], const std:
   // have no bit in common and one XOR moves the address. Otherwise (a 48-column slice
   // at d = 96) each pair's address comes from the layout, once, before the loop.
   const int r = lane % 8 + 8 * ((lane / 8) % 2), c8 = 8 * (lane / 16);
-  std::uint32_t v = V + L::bytes(r, c8), vd[kXor ? 1 : kN / 16];
-  if constexpr (kXor && kN < kD) v ^= 2u * n0;
-  if constexpr (!kXor)
+  if constexpr (kXor) {
+    std::uint32_t v = V + L::bytes(r, c8);
+    if constexpr (kN < kD) v ^= 2u * n0;
+    gemm_pv_at<T, kMT, kK, kN>(acc, pa, [v](int c, int dt) { return (v ^ (16u * dt)) + 16 * kRow * c; });
+  } else {
+    std::uint32_t vd[kN / 16];
 #pragma unroll
     for (int dt = 0; dt < kN / 8; dt += 2) vd[dt / 2] = V + L::bytes(r, n0 + 8 * dt + c8);
-#pragma unroll
-  for (int c = 0; c < kK / 16; ++c)
-#pragma unroll
-    for (int dt = 0; dt < kN / 8; dt += 2) {
-      std::uint32_t bf[4];
-      ldmatrix_x4<true>(bf, (kXor ? v ^ (16u * dt) : vd[dt / 2]) + 16 * kRow * c);
-#pragma unroll
-      for (int mt = 0; mt < kMT; ++mt) {
-        Mma<T>::run(acc[mt][dt], pa[mt][c], bf[0], bf[1]);
-        Mma<T>::run(acc[mt][dt + 1], pa[mt][c], bf[2], bf[3]);
-      }
-    }
+    gemm_pv_at<T, kMT, kK, kN>(acc, pa, [&vd](int c, int dt) { return vd[dt / 2] + 16 * kRow * c; });
+  }
 }
 
 }  // namespace fa::step06

@@ -27,7 +27,8 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
 
 }  // namespace
 
-CUtensorMap make_tile_map(const void* base, DType t, int N, std::size_t heads, int d, int box_rows) {
+CUtensorMap make_tile_map(const void* base, DType t, int N, std::size_t heads, int d, int box_rows,
+                          CUtensorMapL2promotion promotion) {
   // Dimensions, innermost first: 64 columns of a panel, N rows, d/64 panels, the heads.
   const cuuint64_t dims[4] = {cuuint64_t(kPanel), cuuint64_t(N), cuuint64_t(d / kPanel), cuuint64_t(heads)};
   // Byte strides of dimensions 1..3 (dimension 0 is contiguous): a row, a panel, a head.
@@ -38,7 +39,7 @@ CUtensorMap make_tile_map(const void* base, DType t, int N, std::size_t heads, i
   const CUresult r = encode_tiled()(
       &map, t == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
       const_cast<void*>(base), dims, strides, box, unit, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);  // out of bounds: zeros
+      promotion, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);  // out of bounds: zeros
   if (r != CUDA_SUCCESS)
     throw Error("step07: cuTensorMapEncodeTiled failed (CUresult " + std::to_string(int(r)) + ") for N = " +
                 std::to_string(N) + ", d = " + std::to_string(d) + ", " + std::to_string(box_rows) + "-row boxes");

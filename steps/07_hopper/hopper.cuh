@@ -49,7 +49,8 @@ using step06::smem_u32;
 /// the 128-byte swizzle. Rows past N read as zeros and are not written.
 /// Made through the driver's cuTensorMapEncodeTiled, reached by
 /// cudaGetDriverEntryPointByVersion: nothing links libcuda by hand.
-CUtensorMap make_tile_map(const void* base, DType t, int N, std::size_t heads, int d, int box_rows);
+CUtensorMap make_tile_map(const void* base, DType t, int N, std::size_t heads, int d, int box_rows,
+                          CUtensorMapL2promotion promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B);
 
 // ---------------------------------------------------------------------------------
 // mbarriers (cuda::ptx) and TMA copies.

@@ -80,6 +80,10 @@ int ring_tiles(const Problem& p, const SplitPlan& s, const GpuShape& gpu) {
   return fits && s.total() / s.blocks >= kDeepRingMinTiles ? kDeepRing : base;
 }
 
+bool ring_by_tma(const Problem& p, const SplitPlan& s, const GpuShape& gpu) {
+  return p.d == 128 && gpu.tma && s.cluster <= 1 && s.total() / s.blocks >= kTmaMinTiles;
+}
+
 bool reads_evict_first(const Problem& p, const GpuShape& gpu) {
   const double kv_bytes = 2.0 * double(p.kv_elems()) * 2;  // K and V, 16-bit
   return kv_bytes <= double(kEvictFirstL2s) * double(gpu.l2_bytes);

@@ -4,7 +4,7 @@
 // units' tiles laid end to end, in one or more pieces, each a run of one unit's tiles. A
 // unit is 16 packed rows (of the G = H/H_kv query heads of one K/V head, N queries each,
 // consecutive in Q) and its keys; a piece streams its tiles through a ring of 64-key K/V
-// tiles by cp.async. Warp w takes keys 16w … 16w+15 of every tile:
+// tiles by cp.async, which every thread issues. Warp w takes keys 16w … 16w+15 of every tile:
 //   S = Q·K_wᵀ        16 rows × 16 keys, mma.sync over d, Q's fragments in registers for
 //                      the whole piece, the k steps in two accumulator chains (step 06's
 //                      gemm_abt_regs)
@@ -22,6 +22,11 @@
 // write O and L.
 // The K/V reads ask the L2 to evict their lines first where K and V are at most a few L2s
 // (reads_evict_first; step06::l2_evict_first).
+// split_kernel_tma — on Hopper, where every block streams a long chunk (ring_by_tma): the
+// same blocks, pieces and warps' work, and one warp more, a producer, whose lane 0 fills
+// the ring by TMA (one tensor copy a tile of K or V, completing on the slot's mbarrier).
+// The compute warps wait on the slot's mbarrier and release it on another: no copy to
+// issue and no block barrier in their loop.
 // combine_kernel — elsewhere, one thread block a row, launched early on Hopper
 // (programmatic dependent launch): the row waits for its own parts' tags (each part's
 // block releases a tag once its partials are written), then its parts are merged by the
@@ -42,6 +47,7 @@
 #include "steps/03_online_softmax/online_softmax.hpp"
 #include "steps/06_tensor_cores/mma.cuh"
 #include "steps/06_tensor_cores/step06.hpp"
+#include "steps/07_hopper/hopper.cuh"
 #include "steps/08_split_kv/step08.hpp"
 
 namespace fa::step08 {
@@ -103,6 +109,11 @@ enum class KvLines { by_size, normal, evict_first };
 /// by the merge kernel, launched early or after the splits.
 enum class Merge { cluster, kernel_early, kernel_late };
 
+/// How the ring is filled: by TMA from a producer warp where the plan's chunks are long
+/// (ring_by_tma), or at every shape where it can be (Hopper, d = 128, no cluster's merge),
+/// or by the compute warps' cp.async at every shape. The kernel is told one of the last two.
+enum class Fill { by_plan, tma, cp_async };
+
 /// What a row of the step's tables changes against the production forward (Variant{}).
 struct Variant {
   int splits = 0;                 ///< the split count; 0: the plan's
@@ -112,6 +123,7 @@ struct Variant {
   Cut cut = Cut::plan;            ///< the plan's choice, or one of its two at every shape
   KvLines kv = KvLines::by_size;  ///< how the K/V reads ask the L2 to keep their lines
   bool grid_wait = false;         ///< g1: the merge kernel waits for the whole split kernel, not its rows' tags
+  Fill fill = Fill::by_plan;      ///< who fills the ring: a producer warp by TMA, or the compute warps by cp.async
 };
 
 template <class T>
@@ -145,6 +157,139 @@ struct Tags {
 template <class T, int kD>
 __device__ __forceinline__ unsigned char* after_q(unsigned char* smem) {
   return smem + kRows * smem_cols(kD) * sizeof(T);
+}
+
+/// One tile's softmax for a warp, on S's accumulators (16 rows × its 16 keys from key k0):
+/// the mask where it can bite, the online update of (m, ℓ) and O's rescale, and P as the
+/// A fragments of P·V.
+template <class T, int kD>
+__device__ __forceinline__ void online_step(const SplitArgs<T>& a, float (&s)[1][kKeysPerWarp / 8][4],
+                                            float (&acc)[1][kD / 8][4], float (&m)[2], float (&l)[2],
+                                            std::uint32_t (&pa)[1][1][4], int k0, int r0, int g, int t, float mul) {
+  const int N = a.N, Nk = a.Nk;
+  // The mask, where it can bite: keys past N_kv, or (causal) keys past the earliest
+  // query position, Nk − N.
+  if (k0 + kKeysPerWarp > Nk || (a.causal && k0 + kKeysPerWarp - 1 > Nk - N)) {
+#pragma unroll
+    for (int nt = 0; nt < kKeysPerWarp / 8; ++nt)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) {  // x = 2h + e: row g + 8h, key 8nt + 2t + e
+        const int pos = Nk - N + (r0 + g + 8 * (x / 2)) % N;
+        if (tiles::masked(pos, k0 + 8 * nt + 2 * t + x % 2, Nk, a.causal)) s[0][nt][x] = -INFINITY;
+      }
+  }
+
+  // Online softmax (lecture p21): the row's max over the quad, then rescale and add.
+  float alpha[2];             // rows g, g+8: e^(m_old − m_new)
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = m[h];
+#pragma unroll
+    for (int nt = 0; nt < kKeysPerWarp / 8; ++nt) mx = fmaxf(mx, fmaxf(s[0][nt][2 * h], s[0][nt][2 * h + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    // Until the row meets an unmasked key m = −∞: ms = 0 keeps −∞ − (−∞) out, and
+    // alpha = 2^(−∞) = 0 clears nothing that is not zero already.
+    const float ms = mx == -INFINITY ? 0.0f : mx * mul;
+    alpha[h] = exp2_approx(m[h] * mul - ms);  // exactly 1 where the max did not move
+    float sum = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < kKeysPerWarp / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        float& x = s[0][nt][2 * h + e];
+        x = exp2_approx(fmaf(x, mul, -ms));
+        sum += x;
+      }
+    l[h] = alpha[h] * l[h] + sum;
+    m[h] = mx;
+  }
+  // O rescaled, unless no row of the warp has a new max: × 1 changes no bit, and past
+  // the first tiles a row's max seldom moves, so most tiles skip the kD/2 multiplies.
+  if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f))
+#pragma unroll
+    for (int dt = 0; dt < kD / 8; ++dt)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) acc[0][dt][x] *= alpha[x / 2];
+  step06::to_a<T>(pa[0][0], s[0][0], s[0][1]);
+}
+
+/// A piece's epilogue, after its main loop: the four warps' states (acc, m, l) merged and the
+/// rows' O/ℓ and L (or the block's part of them) written. `computes`: false for a thread
+/// that only joins the block's barriers (the TMA kernel's producer warp).
+template <class T, int kD>
+__device__ __forceinline__ void finish_piece(const SplitArgs<T>& a, const SplitPlan::Piece pc, int part,
+                                             const Tags& tags, const float (&acc)[1][kD / 8][4], const float (&m)[2],
+                                             float (&l)[2], bool computes) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int rows = unit_rows(a.group, a.N, a.row_blocks, pc.unit);
+  const std::size_t base = first_row(a.H, a.group, a.N, a.row_blocks, pc.unit);
+  // Epilogue: the four warps' states merged through shared memory (the ring is free once
+  // every copy has landed and every warp has left the loop), by the merge rule for many
+  // parts at once, as the merge kernel does it: per row the statistics (M, ℓ: the merge
+  // folded over the warps' m and ℓ) and each warp's weight e^(m_w − M), then every element
+  // of O the weighted sum. Then O/ℓ and L written.
+  cp_async_wait<0>();
+  __syncthreads();
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const EpilogueSmem<kD> ep(after_q<T, kD>(smem_raw));
+  float *Ow = ep.Ow, *Mw = ep.Mw, *Lw = ep.Lw, *Ww = ep.Ww, *Ms = ep.Ms, *Ls = ep.Ls;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);  // the quad's four parts of ℓ
+    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
+    const int r = g + 8 * h;
+    if (!computes) break;
+    if (t == 0) Mw[warp * kRows + r] = m[h] * a.scale, Lw[warp * kRows + r] = l[h];
+#pragma unroll
+    for (int dt = 0; dt < kD / 8; ++dt)
+      *reinterpret_cast<float2*>(&Ow[(warp * kRows + r) * kD + 8 * dt + 2 * t]) =
+          make_float2(acc[0][dt][2 * h], acc[0][dt][2 * h + 1]);
+  }
+  __syncthreads();
+  if (threadIdx.x < kRows) {  // row r's statistics and weights, once (not once per element)
+    const int r = threadIdx.x;
+    float mm = Mw[r], ll = Lw[r];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) online::merge(mm, ll, nullptr, Mw[w * kRows + r], Lw[w * kRows + r], nullptr, 0);
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) Ww[w * kRows + r] = online::rescale(Mw[w * kRows + r], mm);
+    Ms[r] = mm, Ls[r] = ll;
+  }
+  __syncthreads();
+  for (int e = computes ? int(threadIdx.x) : rows * kD; e < rows * kD; e += kThreads) {  // element (r, c): c fastest, stores coalesce
+    const int r = e / kD, c = e % kD;
+    const float mm = Ms[r], ll = Ls[r];
+    float o = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) o += Ww[w * kRows + r] * Ow[(w * kRows + r) * kD + c];
+    const std::size_t row = base + r;
+    if (a.plan.direct()) {
+      a.o[row * kD + c] = T(o / ll);
+      if (c == 0) a.lse[row] = online::lse(mm, ll);
+      continue;
+    }
+    // A part: (O/ℓ, L), and an empty one (no key for this row) (0, −∞): weight 0 in the merge.
+    const float po = ll > 0.0f ? o / ll : 0.0f, pl = ll > 0.0f ? online::lse(mm, ll) : -INFINITY;
+    if (a.plan.cluster > 1) {  // kept here for the cluster's merge
+      ep.Po[r * kD + c] = po;
+      if (c == 0) ep.Pl[r] = pl;
+    } else {  // to HBM for the merge kernel
+      const std::size_t at = std::size_t(part) * a.rows + row;
+      a.part_o[at * kD + c] = po;
+      if (c == 0) a.part_lse[at] = pl;
+    }
+  }
+#if __CUDA_ARCH__ >= 900  // (the merge kernel is launched early, and so waits for tags, on Hopper only)
+  if (tags.at != nullptr) {  // this part of the unit's rows written: announced, row by row
+    __threadfence();        // (this thread's partials before the barrier, and so before the tags)
+    __syncthreads();
+    if (int(threadIdx.x) < rows)
+      cuda::atomic_ref<unsigned long long, cuda::thread_scope_device>(
+          tags.at[std::size_t(part) * a.rows + base + threadIdx.x])
+          .store(tags.tag, cuda::memory_order_release);
+  }
+#endif
 }
 
 /// One piece of a block's chunk: tiles [pc.t0, pc.t1) of unit pc.unit (fewer past the
@@ -220,121 +365,14 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const SplitPlan
     float s[1][kKeysPerWarp / 8][4] = {};  // [m-tile][8-key n-tile][register]
     step06::gemm_abt_regs<T, kD, 1, kKeysPerWarp / 8>(s, qa, k_at + at * kW * sizeof(T));
 
-    // The mask, where it can bite: keys past N_kv, or (causal) keys past the earliest
-    // query position, Nk − N.
-    if (k0 + kKeysPerWarp > Nk || (a.causal && k0 + kKeysPerWarp - 1 > Nk - N)) {
-#pragma unroll
-      for (int nt = 0; nt < kKeysPerWarp / 8; ++nt)
-#pragma unroll
-        for (int x = 0; x < 4; ++x) {  // x = 2h + e: row g + 8h, key 8nt + 2t + e
-          const int pos = Nk - N + (r0 + g + 8 * (x / 2)) % N;
-          if (tiles::masked(pos, k0 + 8 * nt + 2 * t + x % 2, Nk, a.causal)) s[0][nt][x] = -INFINITY;
-        }
-    }
-
-    // Online softmax (lecture p21): the row's max over the quad, then rescale and add.
     std::uint32_t pa[1][1][4];  // [m-tile][16-key k-chunk][register]: P as the A operand of P·V
-    float alpha[2];             // rows g, g+8: e^(m_old − m_new)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float mx = m[h];
-#pragma unroll
-      for (int nt = 0; nt < kKeysPerWarp / 8; ++nt) mx = fmaxf(mx, fmaxf(s[0][nt][2 * h], s[0][nt][2 * h + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      // Until the row meets an unmasked key m = −∞: ms = 0 keeps −∞ − (−∞) out, and
-      // alpha = 2^(−∞) = 0 clears nothing that is not zero already.
-      const float ms = mx == -INFINITY ? 0.0f : mx * mul;
-      alpha[h] = exp2_approx(m[h] * mul - ms);  // exactly 1 where the max did not move
-      float sum = 0.0f;
-#pragma unroll
-      for (int nt = 0; nt < kKeysPerWarp / 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          float& x = s[0][nt][2 * h + e];
-          x = exp2_approx(fmaf(x, mul, -ms));
-          sum += x;
-        }
-      l[h] = alpha[h] * l[h] + sum;
-      m[h] = mx;
-    }
-    // O rescaled, unless no row of the warp has a new max: × 1 changes no bit, and past
-    // the first tiles a row's max seldom moves, so most tiles skip the kD/2 multiplies.
-    if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f))
-#pragma unroll
-      for (int dt = 0; dt < kD / 8; ++dt)
-#pragma unroll
-        for (int x = 0; x < 4; ++x) acc[0][dt][x] *= alpha[x / 2];
-    step06::to_a<T>(pa[0][0], s[0][0], s[0][1]);
+    online_step<T, kD>(a, s, acc, m, l, pa, k0, r0, g, t, mul);
 
     // O_w += P·V_w, P rounded to 16 bits (the one rounding inside the algorithm).
     step06::gemm_pv<T, kD, 1, kKeysPerWarp>(acc, pa, smem_u32(Vt));
   }
 
-  // Epilogue: the four warps' states merged through shared memory (the ring is free once
-  // every copy has landed and every warp has left the loop), by the merge rule for many
-  // parts at once, as the merge kernel does it: per row the statistics (M, ℓ: the merge
-  // folded over the warps' m and ℓ) and each warp's weight e^(m_w − M), then every element
-  // of O the weighted sum. Then O/ℓ and L written.
-  cp_async_wait<0>();
-  __syncthreads();
-  const EpilogueSmem<kD> ep(after_q<T, kD>(smem_raw));
-  float *Ow = ep.Ow, *Mw = ep.Mw, *Lw = ep.Lw, *Ww = ep.Ww, *Ms = ep.Ms, *Ls = ep.Ls;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 1);  // the quad's four parts of ℓ
-    l[h] += __shfl_xor_sync(0xffffffffu, l[h], 2);
-    const int r = g + 8 * h;
-    if (t == 0) Mw[warp * kRows + r] = m[h] * a.scale, Lw[warp * kRows + r] = l[h];
-#pragma unroll
-    for (int dt = 0; dt < kD / 8; ++dt)
-      *reinterpret_cast<float2*>(&Ow[(warp * kRows + r) * kD + 8 * dt + 2 * t]) =
-          make_float2(acc[0][dt][2 * h], acc[0][dt][2 * h + 1]);
-  }
-  __syncthreads();
-  if (threadIdx.x < kRows) {  // row r's statistics and weights, once (not once per element)
-    const int r = threadIdx.x;
-    float mm = Mw[r], ll = Lw[r];
-#pragma unroll
-    for (int w = 1; w < kWarps; ++w) online::merge(mm, ll, nullptr, Mw[w * kRows + r], Lw[w * kRows + r], nullptr, 0);
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) Ww[w * kRows + r] = online::rescale(Mw[w * kRows + r], mm);
-    Ms[r] = mm, Ls[r] = ll;
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e < rows * kD; e += kThreads) {  // element (r, c): c fastest, stores coalesce
-    const int r = e / kD, c = e % kD;
-    const float mm = Ms[r], ll = Ls[r];
-    float o = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) o += Ww[w * kRows + r] * Ow[(w * kRows + r) * kD + c];
-    const std::size_t row = base + r;
-    if (a.plan.direct()) {
-      a.o[row * kD + c] = T(o / ll);
-      if (c == 0) a.lse[row] = online::lse(mm, ll);
-      continue;
-    }
-    // A part: (O/ℓ, L), and an empty one (no key for this row) (0, −∞): weight 0 in the merge.
-    const float po = ll > 0.0f ? o / ll : 0.0f, pl = ll > 0.0f ? online::lse(mm, ll) : -INFINITY;
-    if (a.plan.cluster > 1) {  // kept here for the cluster's merge
-      ep.Po[r * kD + c] = po;
-      if (c == 0) ep.Pl[r] = pl;
-    } else {  // to HBM for the merge kernel
-      const std::size_t at = std::size_t(part) * a.rows + row;
-      a.part_o[at * kD + c] = po;
-      if (c == 0) a.part_lse[at] = pl;
-    }
-  }
-#if __CUDA_ARCH__ >= 900  // (the merge kernel is launched early, and so waits for tags, on Hopper only)
-  if (tags.at != nullptr) {  // this part of the unit's rows written: announced, row by row
-    __threadfence();        // (this thread's partials before the barrier, and so before the tags)
-    __syncthreads();
-    if (int(threadIdx.x) < rows)
-      cuda::atomic_ref<unsigned long long, cuda::thread_scope_device>(
-          tags.at[std::size_t(part) * a.rows + base + threadIdx.x])
-          .store(tags.tag, cuda::memory_order_release);
-  }
-#endif
+  finish_piece<T, kD>(a, pc, part, tags, acc, m, l, true);
 #endif
 }
 
@@ -417,6 +455,164 @@ __global__ void __launch_bounds__(kThreads, (kMostBlocksPerSm<kD, kStages>))
     merge_in_cluster<T, kD>(a, smem_raw);
   }
 #endif
+#endif
+}
+
+// ---------------------------------------------------------------------------------
+// Hopper: the ring filled by TMA from a producer warp (split_kernel_tma).
+//
+// The producer's lane 0 copies each tile of K and of V with one TMA tensor copy (step 07's
+// tile maps: a 64-key tile lands as two 64-column panels with the 128-byte swizzle), both
+// completing on the slot's `full` mbarrier, which it arms with the tile's bytes. Each
+// compute warp waits on `full` for its tile and, done with it, arrives on the slot's
+// `empty` mbarrier; the producer waits on `empty` (all four warps) before it refills the
+// slot. A slot's n-th fill is phase n of both barriers, so a wait's parity is n mod 2.
+// What the compute warps lose: the 16 cp.async a thread issued a tile, and the block
+// barrier that made every thread's copies visible and freed the slot.
+
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900  // (unused, and so not compiled, before Hopper)
+/// A tile's panel (step07::swizzled): 64 keys × 64 columns, 128 bytes a key, 8 KiB.
+constexpr std::uint32_t kPanelBytes = kTileKeys * 128;
+
+/// A TMA tensor copy of tile (key row `row`, K/V head `head`) of `map` into dst, completing
+/// on bar, its L2 lines evict-first (PTX ISA, "cp.async.bulk.tensor", the .L2::cache_hint
+/// qualifier, which libcu++'s cuda::ptx lacks) or as any load (step07::load_tile).
+__device__ __forceinline__ void load_tile_tma(const CUtensorMap* map, void* dst, std::uint64_t* bar, int row, int head,
+                                              step06::NoL2Hint) {
+  step07::load_tile(map, dst, bar, row, head);
+}
+__device__ __forceinline__ void load_tile_tma(const CUtensorMap* map, void* dst, std::uint64_t* bar, int row, int head,
+                                              step06::L2Hint h) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(0), "r"(row), "r"(0), "r"(head), "r"(smem_u32(bar)),
+      "l"(h.policy)
+      : "memory");
+}
+
+/// One piece, as run_piece, with the ring filled by the producer warp. `filled`: the
+/// ring's fills before this piece (the slots' phases go on from there). Returns the fills
+/// of this piece: its tiles before the causal mask's end.
+template <class T, int kD, int kStages>
+__device__ __forceinline__ int run_piece_tma(const SplitArgs<T>& a, const SplitPlan::Piece pc, int part,
+                                              const Tags& tags, const CUtensorMap* kmap, const CUtensorMap* vmap,
+                                              int filled) {
+  static_assert(kD == 128, "two 64-column panels a tile");
+  constexpr std::uint32_t kTileBytes = kTileKeys * kD * sizeof(T);
+  static_assert(EpilogueSmem<kD>::kFloats * sizeof(float) <= 2 * kStages * kTileBytes,
+                "the epilogue's per-warp states fit in the ring they reuse");
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  T* Qs = reinterpret_cast<T*>(smem_raw);       // [kRows][kD], step 06's swizzle
+  unsigned char* Ks = after_q<T, kD>(smem_raw);  // [kStages] tiles in panels
+  unsigned char* Vs = Ks + kStages * kTileBytes;
+  std::uint64_t* full = reinterpret_cast<std::uint64_t*>(Vs + kStages * kTileBytes);  // [kStages]
+  std::uint64_t* empty = full + kStages;                                                // [kStages]
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int kvh = int(pc.unit / a.row_blocks), rb = int(pc.unit % a.row_blocks);
+  const int r0 = rb * kRows, rows = unit_rows(a.group, a.N, a.row_blocks, pc.unit);
+  const std::size_t base = first_row(a.H, a.group, a.N, a.row_blocks, pc.unit);
+  const int end = tile_end(a.N, a.Nk, a.group, a.causal, rb);
+  const int t0 = pc.t0, t1 = pc.t1 < end ? pc.t1 : end;
+  const float mul = a.scale * step06::kLog2e;
+
+  float acc[1][kD / 8][4] = {};  // O_w: [m-tile][8-column n-tile][register]
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  if (warp == kWarps) {  // the producer: one lane issues every copy of the piece
+    if (lane == 0) {
+      auto fill = [&](auto hint) {
+        for (int tile = t0; tile < t1; ++tile) {
+          const int n = filled + tile - t0, slot = n % kStages;
+          if (n >= kStages) step07::wait(&empty[slot], (n / kStages - 1) & 1);  // its last tile consumed
+          step07::arrive_expecting(&full[slot], 2 * kTileBytes);
+          load_tile_tma(kmap, Ks + slot * kTileBytes, &full[slot], tile * kTileKeys, kvh, hint);
+          load_tile_tma(vmap, Vs + slot * kTileBytes, &full[slot], tile * kTileKeys, kvh, hint);
+        }
+      };
+      a.kv == KvLines::evict_first ? fill(step06::l2_evict_first()) : fill(step06::NoL2Hint{});
+    }
+  } else {
+    // Prologue: Q by the compute warps (cp.async), into registers once.
+    if (t0 < t1) step06::copy_tile_async<kThreads, kD, kRows>(Qs, a.q + base * kD, rows);
+    cp_async_commit();
+    cp_async_wait<0>();
+    step07::named_sync(1, kThreads);  // the compute warps' copies of Q (the producer is not waited for)
+    std::uint32_t qa[kD / 16][1][4];  // [16-column k step][m-tile][register]
+    step06::load_a_fragments<kD, 1>(qa, smem_u32(Qs), 0, lane);
+    // This lane's ldmatrix rows in slot 0: K's B fragments (keys 16w + lane%8 + 8·(lane/16),
+    // 8-column chunk (lane/8)%2 of a k step) and V's transposed ones (keys 16w + lane%8 +
+    // 8·((lane/8)%2), chunk lane/16 of a 16-column step). The k step kk (n step dt) is the
+    // chunk XOR 2·(kk%4) (dt%8) in panel kk/4 (dt/8).
+    const int kr = kKeysPerWarp * warp + lane % 8 + 8 * (lane / 16), vr = kKeysPerWarp * warp + lane % 16;
+    const std::uint32_t k_at = smem_u32(Ks) + kr * 128 + ((((lane / 8) % 2) ^ (kr % 8)) * 16);
+    const std::uint32_t v_at = smem_u32(Vs) + vr * 128 + (((lane / 16) ^ (vr % 8)) * 16);
+
+    // Main loop over the piece's tiles.
+    for (int tile = t0; tile < t1; ++tile) {
+      const int n = filled + tile - t0, slot = n % kStages;
+      step07::wait(&full[slot], (n / kStages) & 1);  // the tile landed
+      const std::uint32_t kt = k_at + slot * kTileBytes, vt = v_at + slot * kTileBytes;
+      const int k0 = tile * kTileKeys + kKeysPerWarp * warp;
+
+      // S = Q·K_wᵀ: 16 rows × this warp's 16 keys, the k steps in two chains.
+      float s[1][kKeysPerWarp / 8][4] = {};  // [m-tile][8-key n-tile][register]
+      step06::gemm_abt_regs_at<T, kD, 1, kKeysPerWarp / 8>(
+          s, qa, [kt](int kk) { return (kt ^ (32u * (kk % 4))) + (kk / 4) * kPanelBytes; }, 128);
+
+      std::uint32_t pa[1][1][4];  // [m-tile][16-key k-chunk][register]: P as the A operand of P·V
+      online_step<T, kD>(a, s, acc, m, l, pa, k0, r0, g, t, mul);
+
+      // O_w += P·V_w, P rounded to 16 bits, V read transposed.
+      step06::gemm_pv_at<T, 1, kKeysPerWarp, kD>(
+          acc, pa, [vt](int, int dt) { return (vt ^ (16u * (dt % 8))) + (dt / 8) * kPanelBytes; });
+      __syncwarp();
+      if (lane == 0) step07::arrive(&empty[slot]);  // this warp is done with the slot
+    }
+  }
+  finish_piece<T, kD>(a, pc, part, tags, acc, m, l, warp < kWarps);
+  // The epilogue wrote the ring's bytes (generic proxy); the next piece's TMA copies
+  // (async proxy) may overwrite them: the proxy fence (PTX ISA, "membar/fence").
+  cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+  return t1 > t0 ? t1 - t0 : 0;
+}
+
+#endif
+
+/// split_kernel with the ring filled by TMA from a producer warp (Hopper: sm_90 code only).
+/// kmap, vmap: K and V as [B·H_kv, N_kv, d] in 64-key boxes; keys past N_kv read as zeros.
+template <class T, int kD, int kStages>
+__global__ void __launch_bounds__(kThreadsTma, 1)
+    split_kernel_tma(const SplitArgs<T> a, const Tags tags, const __grid_constant__ CUtensorMap kmap,
+                     const __grid_constant__ CUtensorMap vmap) {
+#if __CUDA_ARCH__ >= 900
+  cudaTriggerProgrammaticLaunchCompletion();  // (as split_kernel)
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  step06::require_aligned_smem(smem_raw);
+  std::uint64_t* full = reinterpret_cast<std::uint64_t*>(smem_raw + smem_bytes(kD, kStages));  // [kStages]
+  std::uint64_t* empty = full + kStages;                                                      // [kStages]
+  if (threadIdx.x == kThreads) {  // the producer's lane 0
+    // The tensor maps' descriptors fetched ahead of the first copies (PTX ISA, "prefetch,
+    // prefetchu": .tensormap, which libcu++'s cuda::ptx lacks).
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(&kmap)) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<std::uint64_t>(&vmap)) : "memory");
+    for (int i = 0; i < kStages; ++i) {
+      cuda::ptx::mbarrier_init(&full[i], 1);        // the producer's arrival (and the tile's bytes)
+      cuda::ptx::mbarrier_init(&empty[i], kWarps);  // one arrival a compute warp
+    }
+    cuda::ptx::fence_mbarrier_init(cuda::ptx::sem_release, cuda::ptx::scope_cluster);  // visible to TMA
+  }
+  __syncthreads();
+  // This block's chunk, piece by piece; `filled` counts the ring's fills so far.
+  const int b = blockIdx.x;
+  int filled = 0;
+  for (long long from = a.plan.begin(b); from < a.plan.end(b);) {
+    const SplitPlan::Piece pc = a.plan.piece(from, a.plan.end(b));
+    from += pc.t1 - pc.t0;
+    filled += run_piece_tma<T, kD, kStages>(a, pc, b - a.plan.first(pc.unit), tags, &kmap, &vmap, filled);
+    __syncthreads();  // the epilogue's reads of shared memory done before the next piece's copies
+  }
 #endif
 }
 
@@ -517,6 +713,20 @@ unsigned long long next_tag() {
   return ++calls;
 }
 
+/// The TMA kernel's launch: K and V as [B·H_kv, N_kv, d] in 64-key boxes (step 07's tile
+/// maps), without the 256-byte L2 promotion, which doubled the L2's traffic here (note 08,
+/// "The ring by TMA").
+template <class T, int kD, int kStages>
+void launch_tma(const Problem& p, const NativeFwdArgs& a, const SplitArgs<T>& args, const Tags& tags, Stream st) {
+  const std::size_t heads = std::size_t(p.B) * p.kv_heads_per_batch(), smem = smem_bytes_tma(kD, kStages);
+  const CUtensorMap kmap =
+      step07::make_tile_map(a.k, p.dtype, p.keys(), heads, kD, kTileKeys, CU_TENSOR_MAP_L2_PROMOTION_NONE);
+  const CUtensorMap vmap =
+      step07::make_tile_map(a.v, p.dtype, p.keys(), heads, kD, kTileKeys, CU_TENSOR_MAP_L2_PROMOTION_NONE);
+  set_smem_limit(split_kernel_tma<T, kD, kStages>, smem);
+  split_kernel_tma<T, kD, kStages><<<unsigned(args.plan.blocks), kThreadsTma, smem, st>>>(args, tags, kmap, vmap);
+}
+
 /// The split kernel with a ring of kStages tiles (and the merge kernel where the plan needs it).
 template <class T, int kD, int kStages>
 void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const SplitPlan& sp, const Variant& v) {
@@ -540,7 +750,11 @@ void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const
                      smem, st, args, tags);
     return;
   }
-  split_kernel<T, kD, kStages><<<unsigned(sp.blocks), kThreads, smem, st>>>(args, tags);
+  if (v.fill == Fill::tma) {  // (d = 128, Hopper, no cluster's merge: run() decided)
+    if constexpr (kD == 128) launch_tma<T, kD, kStages>(p, a, args, tags, st);
+  } else {
+    split_kernel<T, kD, kStages><<<unsigned(sp.blocks), kThreads, smem, st>>>(args, tags);
+  }
   FA_CHECK_LAUNCH();
   if (sp.direct()) return;
   // The merge kernel, launched while the split kernel still runs where it can wait
@@ -558,6 +772,7 @@ GpuShape this_gpu() {
   static const GpuShape kHere = [] {
     GpuShape g{gpu::sm_count(), gpu::smem_per_sm(), gpu::smem_per_block(), gpu::l2_bytes()};
     if (gpu::compute_capability() < 90 || gpu::device_code_arch() < 90) return g;
+    g.tma = true;
     auto* kernel = split_kernel<__nv_bfloat16, 128, 4>;
     const std::size_t smem = smem_bytes(128, 4);
     if (smem > g.smem_per_block) return g;
@@ -572,6 +787,7 @@ GpuShape this_gpu() {
 GpuShape small_blocks(GpuShape g) {
   g.smem_per_block = std::min<std::size_t>(g.smem_per_block, 99 * 1024);
   std::fill(std::begin(g.clusters), std::end(g.clusters), 0);
+  g.tma = false;
   return g;
 }
 
@@ -609,6 +825,9 @@ void run(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st) {
                 std::to_string(g.smem_per_block / 1024));
   Variant v = kV;  // the row, its K/V reads' hint decided for this problem
   if (v.kv == KvLines::by_size) v.kv = reads_evict_first(p, g) ? KvLines::evict_first : KvLines::normal;
+  const bool tma_here = p.d == 128 && g.tma && sp.cluster <= 1;  // (t1 elsewhere: cp.async)
+  if (v.fill == Fill::by_plan) v.fill = ring_by_tma(p, sp, g) ? Fill::tma : Fill::cp_async;
+  if (v.fill == Fill::tma && !tma_here) v.fill = Fill::cp_async;
   p.dtype == DType::bf16 ? run_t<__nv_bfloat16>(p, a, ws, st, sp, ring, v) : run_t<__half>(p, a, ws, st, sp, ring, v);
 }
 
@@ -673,6 +892,12 @@ constexpr Variant grid_wait() {
   return v;
 }
 constexpr Variant kGridWait = grid_wait();
+constexpr Variant filled_by(Fill f) {
+  Variant v;
+  v.fill = f;
+  return v;
+}
+constexpr Variant kTma = filled_by(Fill::tma), kCpAsync = filled_by(Fill::cp_async);
 const GpuForward kForward = forward<kPlan>("step08 forward");
 const GpuForward kForwardFixed[kFixedSplitCount] = {
     forward<kSplits1>("s1: one split"),    forward<kSplits2>("s2: 2 splits"),         forward<kSplits8>("s8: 8 splits"),
@@ -689,6 +914,9 @@ const GpuForward kForwardPlainReads = forward<kPlainReads>("l0: the K/V reads wi
 const GpuForward kForwardEvictFirst = forward<kEvictFirst>("l1: the K/V reads evict-first in the L2 at every shape");
 const GpuForward kForwardGridWait =
     forward<kGridWait>("g1: m2 with the merge kernel waiting for the whole split kernel, not its rows' parts");
+const GpuForward kForwardTma =
+    forward<kTma>("t1: the ring filled by TMA from a producer warp wherever it can be (Hopper, d = 128)", kDeepRingD);
+const GpuForward kForwardCpAsync = forward<kCpAsync>("c1: the ring filled by the warps' cp.async at every shape");
 static_assert(kFixedSplits[0] == 1 && kFixedSplits[1] == 2 && kFixedSplits[2] == 8 && kFixedSplits[3] == 32 &&
                   kFixedSplits[4] == 128,
               "kForwardFixed follows kFixedSplits");

@@ -60,6 +60,10 @@ constexpr int kTileKeys = kWarps * kKeysPerWarp;  ///< keys per K/V tile (64)
 FA_HD constexpr std::size_t smem_bytes(int d, int stages) {
   return (std::size_t(kRows) + 2 * std::size_t(stages) * kTileKeys) * std::size_t(d) * 2;
 }
+/// The TMA kernel's block (split_kernel_tma, Hopper): the four compute warps and a producer warp.
+constexpr int kThreadsTma = kThreads + 32;
+/// Its shared memory: smem_bytes and the ring's mbarriers, two a slot (full, empty: 8 bytes each).
+FA_HD constexpr std::size_t smem_bytes_tma(int d, int stages) { return smem_bytes(d, stages) + 2 * stages * 8; }
 /// Thread blocks with a ring of `stages` tiles that one multiprocessor of smem_per_sm bytes
 /// of shared memory holds at once: its shared memory (1 KiB of it reserved per block) and
 /// its 2048 threads; at least one.
@@ -88,11 +92,14 @@ struct GpuShape {
   /// no clusters (before Hopper) or S is not a cluster size here. A cluster's SMs are in
   /// one GPC, so this is not ⌊sms/S⌋ (cudaOccupancyMaxActiveClusters).
   int clusters[kMaxCluster + 1] = {};
+  /// TMA tensor copies and mbarriers (Hopper, where the code that runs was compiled for
+  /// sm_90 or later): what a producer warp fills the ring with (ring_by_tma).
+  bool tma = false;
 };
 /// The course's GPU, for the CPU model and the tour: an H200's 60 MiB of L2, and its
 /// clusters as cudaOccupancyMaxActiveClusters gave them for the split kernel (note 08, "The
 /// merge in a cluster"): clusters of 4 or 8 cover 120 of its 132 SMs, of 2 all of them.
-constexpr GpuShape kH200{132, 228 * 1024, 227 * 1024, 60u << 20, {0, 0, 66, 39, 30, 22, 17, 15, 15}};
+constexpr GpuShape kH200{132, 228 * 1024, 227 * 1024, 60u << 20, {0, 0, 66, 39, 30, 22, 17, 15, 15}, true};
 /// K/V tiles in a block's ring: 4 (64 KiB at d = 64, 128 KiB at d = 128: three tiles in
 /// flight while one is computed) where one block may hold them — every GPU at d = 64, an
 /// A100 or H100/H200 at d = 128 —, else 2 (an RTX 30xx/40xx gives a block 99 KiB).
@@ -195,6 +202,15 @@ constexpr int kEvictFirstL2s = 3;
 /// V together are at most kEvictFirstL2s times the GPU's L2 (never where its size is unknown).
 bool reads_evict_first(const Problem& p, const GpuShape& gpu);
 
+/// The shortest chunk, in tiles, whose ring a producer warp fills by TMA (note 08, "The
+/// ring by TMA"): timed on the H200 beside the compute warps' cp.async, TMA took
+/// 0.990–0.999 of its time at every decoding shape whose chunks had 128 tiles or more, and
+/// up to 2.5% longer where they were shorter (its first tiles land later).
+constexpr int kTmaMinTiles = 128;
+/// Whether plan s's ring is filled by TMA from a producer warp (split_kernel_tma): d = 128,
+/// a GPU with TMA, no cluster's merge, and chunks of at least kTmaMinTiles tiles.
+bool ring_by_tma(const Problem& p, const SplitPlan& s, const GpuShape& gpu);
+
 /// Thread blocks along the packed rows of one K/V head: ⌈G·N/16⌉.
 int row_blocks(const Problem& p);
 /// K/V tiles of a head: ⌈N_kv/64⌉.
@@ -273,6 +289,11 @@ extern const GpuForward kForwardMergeKernel;
 /// (cudaGridDependencySynchronize) instead of each row for its own parts' tags: what the
 /// tags buy (note 08, "Waiting for the parts, not the kernel").
 extern const GpuForward kForwardGridWait;
+/// The ring filled by TMA from a producer warp wherever the GPU and the plan allow it
+/// (Hopper, d = 128, no cluster's merge: t1), and by the compute warps' cp.async at every
+/// shape (c1): what production's choice between them (ring_by_tma) is measured against.
+extern const GpuForward kForwardTma;
+extern const GpuForward kForwardCpAsync;
 /// A ring of six K/V tiles at every shape at d = 128, and of four (the plan is production's,
 /// one block an SM either way): what production's choice between them (ring_tiles) is
 /// measured against.

@@ -143,6 +143,8 @@ std::vector<StepEntry> make_table() {
   t.back().forward_versions.push_back(&step08::kForwardPlainReads);
   t.back().forward_versions.push_back(&step08::kForwardEvictFirst);
   t.back().forward_versions.push_back(&step08::kForwardGridWait);
+  t.back().forward_versions.push_back(&step08::kForwardTma);
+  t.back().forward_versions.push_back(&step08::kForwardCpAsync);
 #endif
   return t;
 }
