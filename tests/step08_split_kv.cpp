@@ -329,7 +329,7 @@ TEST_CASE("step08 ring filled by TMA where every chunk has 128 tiles or more, on
   // Chunks of 64 tiles or fewer: cp.async.
   CHECK_FALSE(tma(decode(1, 128, 1, 4096, 1, 128, false)));
   CHECK_FALSE(tma(decode(1, 32, 1, 16384, 1, 128, false)));
-  CHECK_FALSE(tma(decode(1, 32, 1, 131072, 8, 128, false)));  // 4 K/V heads: 32 chunks a head of 64 tiles
+  CHECK_FALSE(tma(decode(1, 32, 1, 131072, 8, 128, false)));  // 4 K/V heads: 33 chunks a head of 62 tiles
   // Not at d = 64, not without TMA (an A100; the RTX ring), not where a cluster merges.
   CHECK_FALSE(tma(decode(1, 128, 1, 16384, 1, 64, false)));
   const Problem p = decode(1, 128, 1, 16384, 1, 128, false);

@@ -2677,6 +2677,45 @@ def table_step08_k32(D):
     return step08_tries(D, K3208, [("08@k32", "128-key tiles (k32)", "k32 ÷ production", "k32")])
 
 
+TMA08 = "ab/tma08"  # ab.py at b0acd58: production, t1 (TMA wherever it can), c1 (cp.async) and d059ac8 (--alt base)
+TMA08_PROMOTION = "tries/step08_tma_promotion"  # ab.py at d059ac8 + tma.patch: its t1 (256-byte promotion), t2 (none)
+
+
+def table_step08_tma(D):
+    """The ring filled by TMA from a producer warp: production (TMA where every chunk has 128 tiles or more, else the
+    warps' cp.async), t1 (TMA wherever it can run) and c1 (cp.async at every shape) beside the build before it
+    (d059ac8, ab.py --alt), in one process; and t1 ÷ c1, the two fills in one build."""
+    folder = os.path.join(D.folder, TMA08)
+    out, ratio = step08_versions(D, folder, "08@base", [("08", "production", "÷ before"),
+                                                        ("08t1", "t1: TMA wherever it can", "÷ before"),
+                                                        ("08c1", "c1: cp.async everywhere", "÷ before")],
+                                 "the build before (d059ac8, loaded beside this one) and this one's three rows",
+                                 "before (d059ac8)")
+    fill = {k: ratio["08t1"][k] / ratio["08c1"][k] for k in ratio["08"]}
+    out[2] += " t1 ÷ c1 |"
+    out[3] += "---|"
+    for i, k in enumerate(fill):
+        out[4 + i] += f" {fill[k]:.3f} |"
+    rows, _ = decode08_ab(D, folder)
+    prod, base = list(ratio["08"].values()), list(ratio["08"])
+    below = {w: [best_peer(rows[k])[1] / rows[k][w]["ms"] for k in base] for w in ("08", "08@base")}
+    below = {w: [x for x in r if x < 1] for w, r in below.items()}
+    t = list(fill.values())
+    out += ["", f"Production ÷ before: {min(prod):.3f}–{max(prod):.3f} over the {len(prod)} shapes, geometric mean "
+                f"{statistics.geometric_mean(prod):.4f}; {faster_slower08(prod, 0.5)}. t1 ÷ c1 (TMA ÷ cp.async, one "
+                f"build): {min(t):.3f}–{max(t):.3f}. Below PyTorch's best: production at {len(below['08'])} shapes "
+                f"(the lowest {min(below['08'], default=1):.3f}), the build before at {len(below['08@base'])} "
+                f"({min(below['08@base'], default=1):.3f})."]
+    return out
+
+
+def table_step08_tma_promotion(D):
+    """The first TMA ring, tried beside production (the warps' cp.async, d059ac8) with the tensor map's 256-byte L2
+    promotion (the try's t1) and without it (its t2), in one ab.py run."""
+    return step08_tries(D, TMA08_PROMOTION, [("08t1", "TMA, 256-byte L2 promotion", "÷ production", "With the promotion"),
+                                             ("08t2", "TMA, no promotion", "÷ production", "Without it")])
+
+
 TIMELINE08 = "ab/timeline08"  # tools/bench/timeline.py --decode at 5890d01: step 08 and cuDNN
 
 
@@ -2866,6 +2905,7 @@ TABLES = {
     "step08-floor-work": table_step08_floor_work, "step08-floor-flow": table_step08_floor_flow,
     "step08-two": table_step08_two, "step08-lazy": table_step08_lazy,
     "step08-warp-rings": table_step08_warp_rings, "step08-wgmma": table_step08_wgmma, "step08-k32": table_step08_k32,
+    "step08-tma": table_step08_tma, "step08-tma-promotion": table_step08_tma_promotion,
     "step08-floor": table_step08_floor, "step08-floor-summary": table_step08_floor_summary, "step08-floor-cuts": table_step08_floor_cuts, "step08-floor-more": table_step08_floor_more,
     "step08-ring-long": table_step08_ring_long, "step08-tags": table_step08_tags, "step08-wide": table_step08_wide, "step08-eight": table_step08_eight, "step08-release-first": table_step08_release_first,
     "ctest08": table_ctest08, "sm80-08": table_sm80_08,
