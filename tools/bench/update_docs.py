@@ -2709,6 +2709,27 @@ def table_step08_tma(D):
     return out
 
 
+TMA08_AGAIN = "ab/tma08_again"  # ab.py at f94258a: production, t1 and c1 (no build before), in the final GPU call
+
+
+def table_step08_tma_again(D):
+    """The ring by TMA timed again, on the machine of the final GPU call: t1 ÷ c1 by chunk length, and production
+    against PyTorch's best."""
+    folder = os.path.join(D.folder, TMA08_AGAIN)
+    rows, _ = decode08_ab(D, folder)
+    keys = [k for k in sorted(rows, key=order08) if all(w in rows[k] for w in ("08", "08t1", "08c1"))]
+    fill = {k: rows[k]["08t1"]["ms"] / rows[k]["08c1"]["ms"] for k in keys}
+    prod = {k: rows[k]["08"]["ms"] / rows[k]["08c1"]["ms"] for k in keys}
+    vs = [best_peer(rows[k])[1] / rows[k]["08"]["ms"] for k in keys]
+    below = [x for x in vs if x < 1]
+    t = sorted(fill.values())
+    return [f"Again, at f94258a on {device07(D, 'device.txt', folder)} (`{rel(folder)}/`, {rounds08(folder)} rounds, "
+            f"production, t1 and c1 in one process): t1 ÷ c1 {t[0]:.3f}–{t[-1]:.3f} over the {len(t)} shapes "
+            f"({', '.join(f'{x:.3f}' for x in t[:8])} the eight lowest), production ÷ c1 "
+            f"{min(prod.values()):.3f}–{max(prod.values()):.3f}; production below PyTorch's best at {len(below)} "
+            f"shapes (the lowest {min(below, default=1):.3f})."]
+
+
 def table_step08_tma_promotion(D):
     """The first TMA ring, tried beside production (the warps' cp.async, d059ac8) with the tensor map's 256-byte L2
     promotion (the try's t1) and without it (its t2), in one ab.py run."""
@@ -2906,6 +2927,7 @@ TABLES = {
     "step08-two": table_step08_two, "step08-lazy": table_step08_lazy,
     "step08-warp-rings": table_step08_warp_rings, "step08-wgmma": table_step08_wgmma, "step08-k32": table_step08_k32,
     "step08-tma": table_step08_tma, "step08-tma-promotion": table_step08_tma_promotion,
+    "step08-tma-again": table_step08_tma_again,
     "step08-floor": table_step08_floor, "step08-floor-summary": table_step08_floor_summary, "step08-floor-cuts": table_step08_floor_cuts, "step08-floor-more": table_step08_floor_more,
     "step08-ring-long": table_step08_ring_long, "step08-tags": table_step08_tags, "step08-wide": table_step08_wide, "step08-eight": table_step08_eight, "step08-release-first": table_step08_release_first,
     "ctest08": table_ctest08, "sm80-08": table_sm80_08,
