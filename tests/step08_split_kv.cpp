@@ -566,7 +566,7 @@ TEST_CASE("step08 production at d = 128 on the plan's edge cases: the error budg
   // an odd number of tiles (2100), keys that end inside a tile after a long chunk (40001),
   // two heads cut into long shared chunks (150000), chunks that end inside units (20000 ×
   // 32 heads in groups of 4), causal grouped heads, pieces shorter than the ring (200), a
-  // plan that merges in clusters on Hopper (8192 × 128 heads).
+  // block a head of 128 tiles (8192 × 128 heads: on Hopper the ring filled by TMA).
   for (const Problem& p : {decode(1, 32, 1, 20000, 4, 128, false), decode(2, 8, 16, 3000, 8, 128, true),
                            decode(1, 4, 1, 200, 4, 128, false), decode(1, 1, 1, 65, 1, 128, false),
                            decode(1, 128, 1, 8192, 1, 128, false), decode(1, 15, 1, 2100, 1, 128, false),
