@@ -476,7 +476,9 @@ constexpr std::uint32_t kPanelBytes = kTileKeys * 128;
 
 /// A TMA tensor copy of tile (key row `row`, K/V head `head`) of `map` into dst, completing
 /// on bar, its L2 lines evict-first (PTX ISA, "cp.async.bulk.tensor", the .L2::cache_hint
-/// qualifier, which libcu++'s cuda::ptx lacks) or as any load (step07::load_tile).
+/// qualifier, which libcu++'s cuda::ptx lacks) or as any load (step07::load_tile). (Only
+/// row t1 reads evict-first by TMA: every shape production fills by TMA streams more K and
+/// V than reads_evict_first's bound.)
 __device__ __forceinline__ void load_tile_tma(const CUtensorMap* map, void* dst, std::uint64_t* bar, int row, int head,
                                               step06::NoL2Hint) {
   step07::load_tile(map, dst, bar, row, head);
