@@ -2730,6 +2730,24 @@ def table_step08_tma_again(D):
             f"shapes (the lowest {min(below, default=1):.3f})."]
 
 
+SAHEAD08 = "tries/step08_tma_s_ahead"  # ab.py --alt: c889df3 with S one tile ahead in the TMA loop, beside c889df3
+
+
+def table_step08_s_ahead(D):
+    """Tried and not kept: the TMA kernel's S one tile ahead ("08", and its t1) beside c889df3 ("08@base"), one
+    process: one line, and how many shapes either build is behind PyTorch's best there."""
+    folder = os.path.join(D.folder, SAHEAD08)
+    rows, _ = decode08_ab(D, folder)
+    keys = [k for k in rows if "08" in rows[k] and "08@base" in rows[k]]
+    r = [rows[k]["08"]["ms"] / rows[k]["08@base"]["ms"] for k in keys]
+    below = {w: [x for x in (best_peer(rows[k])[1] / rows[k][w]["ms"] for k in keys) if x < 1] for w in ("08", "08@base")}
+    return [f"S one tile ahead ÷ c889df3, in one process (`{rel(folder)}/`, {rounds08(folder)} rounds, on "
+            f"{device07(D, 'device.txt', folder)}): {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes, geometric "
+            f"mean {statistics.geometric_mean(r):.4f}; {faster_slower08(r, 0.5)}. On that machine both builds were "
+            f"behind PyTorch's best at {len(below['08'])} and {len(below['08@base'])} shapes (the lowest "
+            f"{min(below['08'], default=1):.3f} and {min(below['08@base'], default=1):.3f})."]
+
+
 def table_step08_tma_promotion(D):
     """The first TMA ring, tried beside production (the warps' cp.async, d059ac8) with the tensor map's 256-byte L2
     promotion (the try's t1) and without it (its t2), in one ab.py run."""
@@ -2927,7 +2945,7 @@ TABLES = {
     "step08-two": table_step08_two, "step08-lazy": table_step08_lazy,
     "step08-warp-rings": table_step08_warp_rings, "step08-wgmma": table_step08_wgmma, "step08-k32": table_step08_k32,
     "step08-tma": table_step08_tma, "step08-tma-promotion": table_step08_tma_promotion,
-    "step08-tma-again": table_step08_tma_again,
+    "step08-tma-again": table_step08_tma_again, "step08-s-ahead": table_step08_s_ahead,
     "step08-floor": table_step08_floor, "step08-floor-summary": table_step08_floor_summary, "step08-floor-cuts": table_step08_floor_cuts, "step08-floor-more": table_step08_floor_more,
     "step08-ring-long": table_step08_ring_long, "step08-tags": table_step08_tags, "step08-wide": table_step08_wide, "step08-eight": table_step08_eight, "step08-release-first": table_step08_release_first,
     "ctest08": table_ctest08, "sm80-08": table_sm80_08,
