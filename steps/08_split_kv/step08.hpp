@@ -203,9 +203,9 @@ constexpr int kEvictFirstL2s = 3;
 bool reads_evict_first(const Problem& p, const GpuShape& gpu);
 
 /// The shortest chunk, in tiles, whose ring a producer warp fills by TMA (note 08, "The
-/// ring by TMA"): timed on the H200 beside the compute warps' cp.async, TMA took
-/// 0.990–0.999 of its time at every decoding shape whose chunks had 128 tiles or more, and
-/// up to 2.5% longer where they were shorter (its first tiles land later).
+/// ring by TMA"): timed on the H200 beside the compute warps' cp.async in two runs, TMA took
+/// 0.985–1.001 of its time at every decoding shape whose chunks had 128 tiles or more, and
+/// up to 3.3% longer where they were shorter.
 constexpr int kTmaMinTiles = 128;
 /// Whether plan s's ring is filled by TMA from a producer warp (split_kernel_tma): d = 128,
 /// a GPU with TMA, no cluster's merge, and chunks of at least kTmaMinTiles tiles.
