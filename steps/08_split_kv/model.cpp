@@ -80,8 +80,12 @@ int ring_tiles(const Problem& p, const SplitPlan& s, const GpuShape& gpu) {
   return fits && s.total() / s.blocks >= kDeepRingMinTiles ? kDeepRing : base;
 }
 
+bool ring_can_take_tma(const Problem& p, const SplitPlan& s, const GpuShape& gpu) {
+  return p.d == 128 && gpu.tma && s.cluster <= 1;
+}
+
 bool ring_by_tma(const Problem& p, const SplitPlan& s, const GpuShape& gpu) {
-  return p.d == 128 && gpu.tma && s.cluster <= 1 && s.total() / s.blocks >= kTmaMinTiles;
+  return ring_can_take_tma(p, s, gpu) && s.total() / s.blocks >= kTmaMinTiles;
 }
 
 bool reads_evict_first(const Problem& p, const GpuShape& gpu) {

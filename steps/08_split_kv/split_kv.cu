@@ -827,9 +827,8 @@ void run(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st) {
                 std::to_string(g.smem_per_block / 1024));
   Variant v = kV;  // the row, its K/V reads' hint decided for this problem
   if (v.kv == KvLines::by_size) v.kv = reads_evict_first(p, g) ? KvLines::evict_first : KvLines::normal;
-  const bool tma_here = p.d == 128 && g.tma && sp.cluster <= 1;  // (t1 elsewhere: cp.async)
   if (v.fill == Fill::by_plan) v.fill = ring_by_tma(p, sp, g) ? Fill::tma : Fill::cp_async;
-  if (v.fill == Fill::tma && !tma_here) v.fill = Fill::cp_async;
+  if (v.fill == Fill::tma && !ring_can_take_tma(p, sp, g)) v.fill = Fill::cp_async;  // (t1 elsewhere)
   p.dtype == DType::bf16 ? run_t<__nv_bfloat16>(p, a, ws, st, sp, ring, v) : run_t<__half>(p, a, ws, st, sp, ring, v);
 }
 

@@ -207,8 +207,11 @@ bool reads_evict_first(const Problem& p, const GpuShape& gpu);
 /// 0.985–1.001 of its time at every decoding shape whose chunks had 128 tiles or more, and
 /// up to 3.3% longer where they were shorter.
 constexpr int kTmaMinTiles = 128;
-/// Whether plan s's ring is filled by TMA from a producer warp (split_kernel_tma): d = 128,
-/// a GPU with TMA, no cluster's merge, and chunks of at least kTmaMinTiles tiles.
+/// Whether a producer warp can fill plan s's ring by TMA (split_kernel_tma) at all: d = 128,
+/// a GPU with TMA, and no cluster's merge (lesson row t1 takes it wherever it can).
+bool ring_can_take_tma(const Problem& p, const SplitPlan& s, const GpuShape& gpu);
+/// Whether production fills plan s's ring by TMA: where it can (ring_can_take_tma) and
+/// every chunk has at least kTmaMinTiles tiles.
 bool ring_by_tma(const Problem& p, const SplitPlan& s, const GpuShape& gpu);
 
 /// Thread blocks along the packed rows of one K/V head: ⌈G·N/16⌉.
