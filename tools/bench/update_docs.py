@@ -2605,6 +2605,12 @@ def ratios08(rows, b, a="08"):
     return [c[b]["ms"] / c[a]["ms"] for c in rows.values() if b in c and a in c]
 
 
+def behind_peers08(rows, who, keys):
+    """decode08_ab's rows: who × PyTorch's best (its fastest backend's time ÷ who's) at the shapes `keys`, where it is
+    below 1.0 — the shapes where `who` is behind."""
+    return [x for x in (best_peer(rows[k])[1] / rows[k][who]["ms"] for k in keys) if x < 1]
+
+
 TWO08 = "tries/step08_two_an_sm"  # ab.py: cf9f920 + two_an_sm.patch (lesson rows n2, u2) beside production and k1
 
 
@@ -2698,8 +2704,7 @@ def table_step08_tma(D):
         out[4 + i] += f" {fill[k]:.3f} |"
     rows, _ = decode08_ab(D, folder)
     prod, base = list(ratio["08"].values()), list(ratio["08"])
-    below = {w: [best_peer(rows[k])[1] / rows[k][w]["ms"] for k in base] for w in ("08", "08@base")}
-    below = {w: [x for x in r if x < 1] for w, r in below.items()}
+    below = {w: behind_peers08(rows, w, base) for w in ("08", "08@base")}
     t = list(fill.values())
     out += ["", f"Production ÷ before: {min(prod):.3f}–{max(prod):.3f} over the {len(prod)} shapes, geometric mean "
                 f"{statistics.geometric_mean(prod):.4f}; {faster_slower08(prod, 0.5)}. t1 ÷ c1 (TMA ÷ cp.async, one "
@@ -2720,8 +2725,7 @@ def table_step08_tma_again(D):
     keys = [k for k in sorted(rows, key=order08) if all(w in rows[k] for w in ("08", "08t1", "08c1"))]
     fill = {k: rows[k]["08t1"]["ms"] / rows[k]["08c1"]["ms"] for k in keys}
     prod = {k: rows[k]["08"]["ms"] / rows[k]["08c1"]["ms"] for k in keys}
-    vs = [best_peer(rows[k])[1] / rows[k]["08"]["ms"] for k in keys]
-    below = [x for x in vs if x < 1]
+    below = behind_peers08(rows, "08", keys)
     t = sorted(fill.values())
     return [f"Again, at f94258a on {device07(D, 'device.txt', folder)} (`{rel(folder)}/`, {rounds08(folder)} rounds, "
             f"production, t1 and c1 in one process): t1 ÷ c1 {t[0]:.3f}–{t[-1]:.3f} over the {len(t)} shapes "
@@ -2740,7 +2744,7 @@ def table_step08_s_ahead(D):
     rows, _ = decode08_ab(D, folder)
     keys = [k for k in rows if "08" in rows[k] and "08@base" in rows[k]]
     r = [rows[k]["08"]["ms"] / rows[k]["08@base"]["ms"] for k in keys]
-    below = {w: [x for x in (best_peer(rows[k])[1] / rows[k][w]["ms"] for k in keys) if x < 1] for w in ("08", "08@base")}
+    below = {w: behind_peers08(rows, w, keys) for w in ("08", "08@base")}
     return [f"S one tile ahead ÷ c889df3, in one process (`{rel(folder)}/`, {rounds08(folder)} rounds, on "
             f"{device07(D, 'device.txt', folder)}): {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes, geometric "
             f"mean {statistics.geometric_mean(r):.4f}; {faster_slower08(r, 0.5)}. On that machine both builds were "
