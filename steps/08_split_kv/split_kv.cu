@@ -214,16 +214,44 @@ __device__ __forceinline__ void online_step(const SplitArgs<T>& a, float (&s)[1]
   step06::to_a<T>(pa[0][0], s[0][0], s[0][1]);
 }
 
+/// Where a piece of a block's chunk works: its unit (K/V head kvh, packed rows r0 … r0 + 15
+/// of the head's G·N), the rows that exist and the first of them in Q, O and L (packed row
+/// r is row base + r), its tiles [t0, t1) — fewer than the plan's piece past the causal
+/// mask's end —, and the part of its unit's rows it writes.
+struct PieceAt {
+  long long unit;
+  int kvh, r0, rows;
+  std::size_t base;
+  int t0, t1, part;
+};
+template <class T>
+__device__ __forceinline__ PieceAt piece_at(const SplitArgs<T>& a, const SplitPlan::Piece pc, int part) {
+  const int kvh = int(pc.unit / a.row_blocks), rb = int(pc.unit % a.row_blocks);
+  const int rows = unit_rows(a.group, a.N, a.row_blocks, pc.unit);
+  const std::size_t base = first_row(a.H, a.group, a.N, a.row_blocks, pc.unit);
+  const int end = tile_end(a.N, a.Nk, a.group, a.causal, rb);
+  return {pc.unit, kvh, rb * kRows, rows, base, pc.t0, pc.t1 < end ? pc.t1 : end, part};
+}
+/// Block b's chunk, piece by piece (a piece ends where the chunk or its unit does): run(piece).
+template <class T, class Run>
+__device__ __forceinline__ void for_each_piece(const SplitArgs<T>& a, int b, Run&& run) {
+  for (long long from = a.plan.begin(b); from < a.plan.end(b);) {
+    const SplitPlan::Piece pc = a.plan.piece(from, a.plan.end(b));
+    from += pc.t1 - pc.t0;
+    run(piece_at(a, pc, b - a.plan.first(pc.unit)));
+    __syncthreads();  // the epilogue's reads of shared memory done before the next piece's copies
+  }
+}
+
 /// A piece's epilogue, after its main loop: the four warps' states (acc, m, l) merged and the
 /// rows' O/ℓ and L (or the block's part of them) written. `computes`: false for a thread
 /// that only joins the block's barriers (the TMA kernel's producer warp).
 template <class T, int kD>
-__device__ __forceinline__ void finish_piece(const SplitArgs<T>& a, const SplitPlan::Piece pc, int part,
-                                             const Tags& tags, const float (&acc)[1][kD / 8][4], const float (&m)[2],
+__device__ __forceinline__ void finish_piece(const SplitArgs<T>& a, const PieceAt& pc, const Tags& tags, const float (&acc)[1][kD / 8][4], const float (&m)[2],
                                              float (&l)[2], bool computes) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int rows = unit_rows(a.group, a.N, a.row_blocks, pc.unit);
-  const std::size_t base = first_row(a.H, a.group, a.N, a.row_blocks, pc.unit);
+  const int rows = pc.rows, part = pc.part;
+  const std::size_t base = pc.base;
   // Epilogue: the four warps' states merged through shared memory (the ring is free once
   // every copy has landed and every warp has left the loop), by the merge rule for many
   // parts at once, as the merge kernel does it: per row the statistics (M, ℓ: the merge
@@ -292,10 +320,9 @@ __device__ __forceinline__ void finish_piece(const SplitArgs<T>& a, const SplitP
 #endif
 }
 
-/// One piece of a block's chunk: tiles [pc.t0, pc.t1) of unit pc.unit (fewer past the
-/// causal mask's end), its rows' part `part`, through a ring of kStages tiles.
+/// One piece of a block's chunk (PieceAt), through a ring of kStages tiles.
 template <class T, int kD, int kStages>
-__device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const SplitPlan::Piece pc, int part, const Tags& tags) {
+__device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const PieceAt& pc, const Tags& tags) {
 #if FA_STEP06_ARCH_OK
   constexpr int kW = smem_cols(kD);
   static_assert(EpilogueSmem<kD>::kFloats * sizeof(float) <= 2 * kStages * kTileKeys * kW * sizeof(T),
@@ -307,13 +334,8 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const SplitPlan
 
   step06::require_aligned_smem(smem_raw);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int kvh = int(pc.unit / a.row_blocks), rb = int(pc.unit % a.row_blocks);
-  const int N = a.N, Nk = a.Nk, G = a.group;
-  const int r0 = rb * kRows, rows = unit_rows(G, N, a.row_blocks, pc.unit);
-  const std::size_t base = first_row(a.H, G, N, a.row_blocks, pc.unit);  // packed row r is row base + r
-  const std::size_t kv_head = std::size_t(kvh) * Nk * kD;
-  const int end = tile_end(N, Nk, G, a.causal, rb);
-  const int t0 = pc.t0, t1 = pc.t1 < end ? pc.t1 : end;
+  const int Nk = a.Nk, r0 = pc.r0, rows = pc.rows, t0 = pc.t0, t1 = pc.t1;
+  const std::size_t base = pc.base, kv_head = std::size_t(pc.kvh) * Nk * kD;
   const int last_key = Nk < t1 * kTileKeys ? Nk : t1 * kTileKeys;  // keys past the piece are not read
   const float mul = a.scale * step06::kLog2e;  // exp(scale·(s − m)) = 2^(s·mul − m·mul)
 
@@ -372,7 +394,7 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const SplitPlan
     step06::gemm_pv<T, kD, 1, kKeysPerWarp>(acc, pa, smem_u32(Vt));
   }
 
-  finish_piece<T, kD>(a, pc, part, tags, acc, m, l, true);
+  finish_piece<T, kD>(a, pc, tags, acc, m, l, true);
 #endif
 }
 
@@ -441,14 +463,7 @@ __global__ void __launch_bounds__(kThreads, (kMostBlocksPerSm<kD, kStages>))
   // are visible, but the launch itself is off the critical path.
   cudaTriggerProgrammaticLaunchCompletion();
 #endif
-  // This block's chunk, piece by piece: a piece ends where the chunk or its unit does.
-  const int b = blockIdx.x;
-  for (long long from = a.plan.begin(b); from < a.plan.end(b);) {
-    const SplitPlan::Piece pc = a.plan.piece(from, a.plan.end(b));
-    from += pc.t1 - pc.t0;
-    run_piece<T, kD, kStages>(a, pc, b - a.plan.first(pc.unit), tags);
-    __syncthreads();  // the epilogue's reads of shared memory done before the next piece's copies
-  }
+  for_each_piece(a, blockIdx.x, [&](const PieceAt& pc) { run_piece<T, kD, kStages>(a, pc, tags); });
 #if __CUDA_ARCH__ >= 900
   if (a.plan.cluster > 1) {  // one piece a block: its unit's part number is its rank in the cluster
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -497,9 +512,8 @@ __device__ __forceinline__ void load_tile_tma(const CUtensorMap* map, void* dst,
 /// ring's fills before this piece (the slots' phases go on from there). Returns the fills
 /// of this piece: its tiles before the causal mask's end.
 template <class T, int kD, int kStages>
-__device__ __forceinline__ int run_piece_tma(const SplitArgs<T>& a, const SplitPlan::Piece pc, int part,
-                                              const Tags& tags, const CUtensorMap* kmap, const CUtensorMap* vmap,
-                                              int filled) {
+__device__ __forceinline__ int run_piece_tma(const SplitArgs<T>& a, const PieceAt& pc, const Tags& tags,
+                                              const CUtensorMap* kmap, const CUtensorMap* vmap, int filled) {
   static_assert(kD == 128, "two 64-column panels a tile");
   constexpr std::uint32_t kTileBytes = kTileKeys * kD * sizeof(T);
   static_assert(EpilogueSmem<kD>::kFloats * sizeof(float) <= 2 * kStages * kTileBytes,
@@ -512,11 +526,8 @@ __device__ __forceinline__ int run_piece_tma(const SplitArgs<T>& a, const SplitP
   std::uint64_t* empty = full + kStages;                                                // [kStages]
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int kvh = int(pc.unit / a.row_blocks), rb = int(pc.unit % a.row_blocks);
-  const int r0 = rb * kRows, rows = unit_rows(a.group, a.N, a.row_blocks, pc.unit);
-  const std::size_t base = first_row(a.H, a.group, a.N, a.row_blocks, pc.unit);
-  const int end = tile_end(a.N, a.Nk, a.group, a.causal, rb);
-  const int t0 = pc.t0, t1 = pc.t1 < end ? pc.t1 : end;
+  const int kvh = pc.kvh, r0 = pc.r0, rows = pc.rows, t0 = pc.t0, t1 = pc.t1;
+  const std::size_t base = pc.base;
   const float mul = a.scale * step06::kLog2e;
 
   float acc[1][kD / 8][4] = {};  // O_w: [m-tile][8-column n-tile][register]
@@ -573,7 +584,7 @@ __device__ __forceinline__ int run_piece_tma(const SplitArgs<T>& a, const SplitP
       if (lane == 0) step07::arrive(&empty[slot]);  // this warp is done with the slot
     }
   }
-  finish_piece<T, kD>(a, pc, part, tags, acc, m, l, warp < kWarps);
+  finish_piece<T, kD>(a, pc, tags, acc, m, l, warp < kWarps);
   // The epilogue wrote the ring's bytes (generic proxy); the next piece's TMA copies
   // (async proxy) may overwrite them: the proxy fence (PTX ISA, "membar/fence").
   cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
@@ -607,14 +618,10 @@ __global__ void __launch_bounds__(kThreadsTma, 1)
   }
   __syncthreads();
   // This block's chunk, piece by piece; `filled` counts the ring's fills so far.
-  const int b = blockIdx.x;
   int filled = 0;
-  for (long long from = a.plan.begin(b); from < a.plan.end(b);) {
-    const SplitPlan::Piece pc = a.plan.piece(from, a.plan.end(b));
-    from += pc.t1 - pc.t0;
-    filled += run_piece_tma<T, kD, kStages>(a, pc, b - a.plan.first(pc.unit), tags, &kmap, &vmap, filled);
-    __syncthreads();  // the epilogue's reads of shared memory done before the next piece's copies
-  }
+  for_each_piece(a, blockIdx.x, [&](const PieceAt& pc) {
+    filled += run_piece_tma<T, kD, kStages>(a, pc, tags, &kmap, &vmap, filled);
+  });
 #endif
 }
 
