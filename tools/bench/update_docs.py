@@ -2715,26 +2715,95 @@ def table_step08_tma(D):
 
 
 TMA08_AGAIN = "ab/tma08_again"  # ab.py at f94258a: production, t1 and c1 (no build before), in the final GPU call
+TMA08_THIRD = "ab/verify08_3aa8c61"  # the same at 3aa8c61 (a piece's place computed once), in its final GPU call
 
 
-def table_step08_tma_again(D):
-    """The ring by TMA timed again, on the machine of the final GPU call: t1 ÷ c1 by chunk length, and production
-    against PyTorch's best."""
-    folder = os.path.join(D.folder, TMA08_AGAIN)
+def tma_again08(D, folder, commit):
+    """The ring by TMA timed again, on the machine of a final GPU call (ab.py in `folder` at `commit`: production, t1
+    and c1): t1 ÷ c1 by chunk length, and production against PyTorch's best, as one line."""
+    folder = os.path.join(D.folder, folder)
     rows, _ = decode08_ab(D, folder)
     keys = [k for k in sorted(rows, key=order08) if all(w in rows[k] for w in ("08", "08t1", "08c1"))]
     fill = {k: rows[k]["08t1"]["ms"] / rows[k]["08c1"]["ms"] for k in keys}
     prod = {k: rows[k]["08"]["ms"] / rows[k]["08c1"]["ms"] for k in keys}
     below = behind_peers08(rows, "08", keys)
     t = sorted(fill.values())
-    return [f"Again, at f94258a on {device07(D, 'device.txt', folder)} (`{rel(folder)}/`, {rounds08(folder)} rounds, "
+    return [f"Again, at {commit} on {device07(D, 'device.txt', folder)} (`{rel(folder)}/`, {rounds08(folder)} rounds, "
             f"production, t1 and c1 in one process): t1 ÷ c1 {t[0]:.3f}–{t[-1]:.3f} over the {len(t)} shapes "
             f"({', '.join(f'{x:.3f}' for x in t[:8])} the eight lowest), production ÷ c1 "
             f"{min(prod.values()):.3f}–{max(prod.values()):.3f}; production below PyTorch's best at {len(below)} "
             f"shapes (the lowest {min(below, default=1):.3f})."]
 
 
+def table_step08_tma_again(D):
+    """The ring by TMA timed again at f94258a (tma_again08)."""
+    return tma_again08(D, TMA08_AGAIN, "f94258a")
+
+
+def table_step08_tma_third(D):
+    """The ring by TMA timed a third time, at 3aa8c61 (tma_again08)."""
+    return tma_again08(D, TMA08_THIRD, "3aa8c61")
+
+
+TWO_GROUPS08 = "tries/step08_tma_two_groups"  # ab.py at 3aa8c61 + two_groups.patch: t2 beside t1 and production
+STAGGER08 = "tries/step08_tma_stagger"  # ab.py at 3aa8c61 + two_groups.patch + stagger.patch: t3 beside t1, production
+
+
+def table_step08_tma_two_groups(D):
+    """Tried and not kept: the TMA ring consumed by two groups of four compute warps taking its tiles in turn (t2),
+    beside t1 (the same ring, one group) and production, in one ab.py run; then the staggered starts (t3) beside t1 in
+    a run of their own, as one line."""
+    folder = os.path.join(D.folder, TWO_GROUPS08)
+    out, ratio = step08_versions(D, folder, "08t1", [("08t2", "t2: two groups", "÷ t1"), ("08", "production", "÷ t1")],
+                                 "t1, t2, production", "t1: TMA, one group of four warps")
+    rows, _ = decode08_ab(D, folder)
+    r, keys = list(ratio["08t2"].values()), list(ratio["08t2"])
+    below = {w: behind_peers08(rows, w, keys) for w in ("08", "08t2")}
+    out += ["", f"t2 ÷ t1: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes, geometric mean "
+                f"{statistics.geometric_mean(r):.4f}; {faster_slower08(r, 0.5)}. Below PyTorch's best: production at "
+                f"{len(below['08'])} shapes (the lowest {min(below['08'], default=1):.3f}), t2 at {len(below['08t2'])} "
+                f"({min(below['08t2'], default=1):.3f})."]
+    folder = os.path.join(D.folder, STAGGER08)
+    rows, _ = decode08_ab(D, folder)
+    r = ratios08(rows, "08t3", "08t1")
+    out += ["", f"The starts staggered (t3) ÷ t1, in one process (`{rel(folder)}/`, {rounds08(folder)} rounds, on "
+                f"{device07(D, 'device.txt', folder)}): {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes, geometric "
+                f"mean {statistics.geometric_mean(r):.4f}; {faster_slower08(r, 0.5)}."]
+    return out
+
+
 SAHEAD08 = "tries/step08_tma_s_ahead"  # ab.py --alt: c889df3 with S one tile ahead in the TMA loop, beside c889df3
+# The runs since the ring by TMA: (folder, commit, production's name in its ab08*.csv)
+MACHINES08 = [(TMA08, "b0acd58", "08"), (TMA08_AGAIN, "f94258a", "08"), (SAHEAD08, "c889df3", "08@base"),
+              (TWO_GROUPS08, "3aa8c61", "08"), (STAGGER08, "3aa8c61", "08"), (TMA08_THIRD, "3aa8c61", "08")]
+
+
+def table_step08_machines(D):
+    """Production against PyTorch's best in the six runs since the ring by TMA, each on the H200 its GPU call was lent:
+    by group of decoding shapes, the lowest and highest ratio, and how many shapes were below 1.0."""
+    groups = [("B·H = 128, one query", lambda k: k[0] == k[1] == 128 and k[2] == 1),
+              ("B·H = 32, one query", lambda k: k[0] == k[1] == 32 and k[2] == 1),
+              ("4 K/V heads", lambda k: k[1] == 4), ("16 K/V heads", lambda k: k[1] == 16),
+              ("16 queries", lambda k: k[2] == 16)]
+    out = ["Step 08's production × PyTorch's best backend (its time ÷ step 08's), bf16, d = 128, B = 1, without the "
+           "mask, in each run of `tools/bench/ab.py` (one process, the median of its rounds) since the ring by TMA, "
+           "each in a GPU call of its own on the H200 that call was lent (NVIDIA H200, driver 580.159.04, CUDA 13.0, "
+           "torch 2.11.0+cu130, cuDNN 9.19.0): the lowest–highest ratio at each group of shapes (5 key counts each, "
+           "8k–128k), and in brackets the shapes below 1.000. Production's kernels are the same code in every run "
+           "(b0acd58's; since then comments, and at 3aa8c61 a refactor whose PTX has the same instructions in the same "
+           "counts).", "",
+           "| run (folder) | commit | " + " | ".join(g for g, _ in groups) + " | below 1.000, of all |",
+           "|---|---|" + "---|" * len(groups) + "---|"]
+    for folder, commit, who in MACHINES08:
+        rows, _ = decode08_ab(D, os.path.join(D.folder, folder))
+        x = {k: best_peer(c)[1] / c[who]["ms"] for k, c in rows.items() if who in c and not k[4]}
+        cells = []
+        for _, inside in groups:
+            v = [r for k, r in x.items() if inside(k)]
+            cells.append(f"{min(v):.3f}–{max(v):.3f} ({sum(1 for r in v if r < 1)})" if v else "—")
+        out.append(f"| `{folder}` | {commit} | " + " | ".join(cells) + f" | {sum(1 for r in x.values() if r < 1)} of "
+                   f"{len(x)} |")
+    return out
 
 
 def table_step08_s_ahead(D):
@@ -2950,6 +3019,8 @@ TABLES = {
     "step08-warp-rings": table_step08_warp_rings, "step08-wgmma": table_step08_wgmma, "step08-k32": table_step08_k32,
     "step08-tma": table_step08_tma, "step08-tma-promotion": table_step08_tma_promotion,
     "step08-tma-again": table_step08_tma_again, "step08-s-ahead": table_step08_s_ahead,
+    "step08-tma-third": table_step08_tma_third, "step08-tma-two-groups": table_step08_tma_two_groups,
+    "step08-machines": table_step08_machines,
     "step08-floor": table_step08_floor, "step08-floor-summary": table_step08_floor_summary, "step08-floor-cuts": table_step08_floor_cuts, "step08-floor-more": table_step08_floor_more,
     "step08-ring-long": table_step08_ring_long, "step08-tags": table_step08_tags, "step08-wide": table_step08_wide, "step08-eight": table_step08_eight, "step08-release-first": table_step08_release_first,
     "ctest08": table_ctest08, "sm80-08": table_sm80_08,
