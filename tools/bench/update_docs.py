@@ -2772,6 +2772,24 @@ def table_step08_tma_two_groups(D):
     return out
 
 
+TWO_AN_SM08 = "tries/step08_tma_two_an_sm"  # ab.py at 3074c1d + two_an_sm.patch: u3 beside t1 and production
+
+
+def table_step08_tma_two_an_sm(D):
+    """Tried and not kept: two blocks an SM (whole units' chunks for a wave of 264, cuDNN's cut) with a TMA ring of
+    three tiles each (u3), beside t1 and production in one ab.py run: one line."""
+    folder = os.path.join(D.folder, TWO_AN_SM08)
+    rows, _ = decode08_ab(D, folder)
+    r, q = ratios08(rows, "08u3", "08t1"), ratios08(rows, "08u3")
+    keys = [k for k in rows if "08u3" in rows[k]]
+    below = {w: behind_peers08(rows, w, keys) for w in ("08", "08u3")}
+    return [f"Two blocks an SM by TMA (u3) ÷ t1, in one process (`{rel(folder)}/`, {rounds08(folder)} rounds, on "
+            f"{device07(D, 'device.txt', folder)}): {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes, geometric mean "
+            f"{statistics.geometric_mean(r):.4f}; {faster_slower08(r, 0.5)}; ÷ production {min(q):.3f}–{max(q):.3f}. "
+            f"Below PyTorch's best there: production at {len(below['08'])} shapes (the lowest "
+            f"{min(below['08'], default=1):.3f}), u3 at {len(below['08u3'])} ({min(below['08u3'], default=1):.3f})."]
+
+
 SAHEAD08 = "tries/step08_tma_s_ahead"  # ab.py --alt: c889df3 with S one tile ahead in the TMA loop, beside c889df3
 # The runs since the ring by TMA: (folder, commit, production's name in its ab08*.csv)
 MACHINES08 = [(TMA08, "b0acd58", "08"), (TMA08_AGAIN, "f94258a", "08"), (SAHEAD08, "c889df3", "08@base"),
@@ -3020,7 +3038,7 @@ TABLES = {
     "step08-tma": table_step08_tma, "step08-tma-promotion": table_step08_tma_promotion,
     "step08-tma-again": table_step08_tma_again, "step08-s-ahead": table_step08_s_ahead,
     "step08-tma-third": table_step08_tma_third, "step08-tma-two-groups": table_step08_tma_two_groups,
-    "step08-machines": table_step08_machines,
+    "step08-machines": table_step08_machines, "step08-tma-two-an-sm": table_step08_tma_two_an_sm,
     "step08-floor": table_step08_floor, "step08-floor-summary": table_step08_floor_summary, "step08-floor-cuts": table_step08_floor_cuts, "step08-floor-more": table_step08_floor_more,
     "step08-ring-long": table_step08_ring_long, "step08-tags": table_step08_tags, "step08-wide": table_step08_wide, "step08-eight": table_step08_eight, "step08-release-first": table_step08_release_first,
     "ctest08": table_ctest08, "sm80-08": table_sm80_08,
