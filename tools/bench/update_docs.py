@@ -2790,6 +2790,31 @@ def table_step08_tma_two_an_sm(D):
             f"{min(below['08'], default=1):.3f}), u3 at {len(below['08u3'])} ({min(below['08u3'], default=1):.3f})."]
 
 
+FRACTION08 = "tries/step08_l2_fraction"  # ab.py at 4b48d8b + fraction.patch: e5, e2 beside production, l0 and l1
+EVICT_FIRST_BYTES08 = 3 * 60 * 2**20  # kEvictFirstL2s of the H200's L2: where production asks for evict-first
+
+
+def table_step08_l2_fraction(D):
+    """Tried and not kept: a half (e5) or a quarter (e2) of the K/V lines evict-first, beside no hint (l0), every line
+    (l1) and production, in one ab.py run: each one's time ÷ l0's where K and V are at most three L2s and above."""
+    folder = os.path.join(D.folder, FRACTION08)
+    rows, _ = decode08_ab(D, folder)
+    small = {k for k in rows if 2 * 2 * k[1] * k[3] * 128 <= EVICT_FIRST_BYTES08}  # K and V, bf16, d = 128
+    out = [f"Time ÷ no hint (l0), in one process (`{rel(folder)}/`, {rounds08(folder)} rounds, on "
+           f"{device07(D, 'device.txt', folder)}), the 20 decoding shapes with one query:", ""]
+    for who, what in (("08l1", "every line evict-first (l1)"), ("08e5", "half of them (e5)"),
+                      ("08e2", "a quarter (e2)")):
+        lo = [rows[k][who]["ms"] / rows[k]["08l0"]["ms"] for k in rows if k in small]
+        hi = [rows[k][who]["ms"] / rows[k]["08l0"]["ms"] for k in rows if k not in small]
+        out.append(f"- {what}: {min(lo):.3f}–{max(lo):.3f} at the {len(lo)} shapes with K and V of at most 180 MiB, "
+                   f"{min(hi):.3f}–{max(hi):.3f} at the {len(hi)} larger ones.")
+    rule = {w: ratios08(rows, w) for w in ("08e5", "08e2")}
+    out += ["", "Against production (the rule: every line evict-first up to 180 MiB, none above): half "
+                f"{min(rule['08e5']):.3f}–{max(rule['08e5']):.3f}, a quarter {min(rule['08e2']):.3f}–"
+                f"{max(rule['08e2']):.3f} of its time."]
+    return out
+
+
 SAHEAD08 = "tries/step08_tma_s_ahead"  # ab.py --alt: c889df3 with S one tile ahead in the TMA loop, beside c889df3
 # The runs since the ring by TMA: (folder, commit, production's name in its ab08*.csv)
 MACHINES08 = [(TMA08, "b0acd58", "08"), (TMA08_AGAIN, "f94258a", "08"), (SAHEAD08, "c889df3", "08@base"),
@@ -3038,7 +3063,7 @@ TABLES = {
     "step08-tma": table_step08_tma, "step08-tma-promotion": table_step08_tma_promotion,
     "step08-tma-again": table_step08_tma_again, "step08-s-ahead": table_step08_s_ahead,
     "step08-tma-third": table_step08_tma_third, "step08-tma-two-groups": table_step08_tma_two_groups,
-    "step08-machines": table_step08_machines, "step08-tma-two-an-sm": table_step08_tma_two_an_sm,
+    "step08-machines": table_step08_machines, "step08-l2-fraction": table_step08_l2_fraction, "step08-tma-two-an-sm": table_step08_tma_two_an_sm,
     "step08-floor": table_step08_floor, "step08-floor-summary": table_step08_floor_summary, "step08-floor-cuts": table_step08_floor_cuts, "step08-floor-more": table_step08_floor_more,
     "step08-ring-long": table_step08_ring_long, "step08-tags": table_step08_tags, "step08-wide": table_step08_wide, "step08-eight": table_step08_eight, "step08-release-first": table_step08_release_first,
     "ctest08": table_ctest08, "sm80-08": table_sm80_08,
