@@ -2634,12 +2634,12 @@ def table_step08_two(D):
 LAZY08 = "tries/step08_lazy_rescale"  # ab.py --alt: cf9f920 + lazy.patch ("08@lazy") beside cf9f920 ("08")
 
 
-def alt_line08(D, folder, alt):
-    """An ab.py --alt run in `folder`, the other build's step 08 as `alt` beside this one's `08`: where (the folder,
-    its rounds and GPU) and its time ÷ 08's over the shapes (range, geometric mean, how many faster and slower), as one
-    line's words."""
+def alt_line08(D, folder, alt, base="08"):
+    """An ab.py run in `folder` with version `alt` beside `base` (by default this build's `08`, alt another build's
+    as ab.py --alt names it): where (the folder, its rounds and GPU) and alt's time ÷ base's over the shapes (range,
+    geometric mean, how many faster and slower), as one line's words."""
     rows, _ = decode08_ab(D, folder)
-    r = ratios08(rows, alt)
+    r = ratios08(rows, alt, base)
     return (f"(`{rel(folder)}/`, {rounds08(folder)} rounds, on {device07(D, 'device.txt', folder)}): "
             f"{min(r):.3f}–{max(r):.3f} over {len(r)} decoding shapes, geometric mean "
             f"{statistics.geometric_mean(r):.4f}; {faster_slower08(r, 0.5)}.")
@@ -2763,12 +2763,8 @@ def table_step08_tma_two_groups(D):
                 f"{statistics.geometric_mean(r):.4f}; {faster_slower08(r, 0.5)}. Below PyTorch's best: production at "
                 f"{len(below['08'])} shapes (the lowest {min(below['08'], default=1):.3f}), t2 at {len(below['08t2'])} "
                 f"({min(below['08t2'], default=1):.3f})."]
-    folder = os.path.join(D.folder, STAGGER08)
-    rows, _ = decode08_ab(D, folder)
-    r = ratios08(rows, "08t3", "08t1")
-    out += ["", f"The starts staggered (t3) ÷ t1, in one process (`{rel(folder)}/`, {rounds08(folder)} rounds, on "
-                f"{device07(D, 'device.txt', folder)}): {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes, geometric "
-                f"mean {statistics.geometric_mean(r):.4f}; {faster_slower08(r, 0.5)}."]
+    out += ["", "The starts staggered (t3) ÷ t1, in one process " + alt_line08(D, os.path.join(D.folder, STAGGER08),
+                                                                                   "08t3", "08t1")]
     return out
 
 
@@ -2780,13 +2776,12 @@ def table_step08_tma_two_an_sm(D):
     three tiles each (u3), beside t1 and production in one ab.py run: one line."""
     folder = os.path.join(D.folder, TWO_AN_SM08)
     rows, _ = decode08_ab(D, folder)
-    r, q = ratios08(rows, "08u3", "08t1"), ratios08(rows, "08u3")
+    q = ratios08(rows, "08u3")
     keys = [k for k in rows if "08u3" in rows[k]]
     below = {w: behind_peers08(rows, w, keys) for w in ("08", "08u3")}
-    return [f"Two blocks an SM by TMA (u3) ÷ t1, in one process (`{rel(folder)}/`, {rounds08(folder)} rounds, on "
-            f"{device07(D, 'device.txt', folder)}): {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes, geometric mean "
-            f"{statistics.geometric_mean(r):.4f}; {faster_slower08(r, 0.5)}; ÷ production {min(q):.3f}–{max(q):.3f}. "
-            f"Below PyTorch's best there: production at {len(below['08'])} shapes (the lowest "
+    return ["Two blocks an SM by TMA (u3) ÷ t1, in one process " + alt_line08(D, folder, "08u3", "08t1")
+            + f" u3 ÷ production: {min(q):.3f}–{max(q):.3f}. Below PyTorch's best there: production at "
+            f"{len(below['08'])} shapes (the lowest "
             f"{min(below['08'], default=1):.3f}), u3 at {len(below['08u3'])} ({min(below['08u3'], default=1):.3f})."]
 
 
