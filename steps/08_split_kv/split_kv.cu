@@ -214,12 +214,11 @@ __device__ __forceinline__ void online_step(const SplitArgs<T>& a, float (&s)[1]
   step06::to_a<T>(pa[0][0], s[0][0], s[0][1]);
 }
 
-/// Where a piece of a block's chunk works: its unit (K/V head kvh, packed rows r0 … r0 + 15
-/// of the head's G·N), the rows that exist and the first of them in Q, O and L (packed row
+/// Where a piece of a block's chunk works: its unit's K/V head kvh and packed rows r0 … r0 + 15
+/// (of the head's G·N), the rows that exist and the first of them in Q, O and L (packed row
 /// r is row base + r), its tiles [t0, t1) — fewer than the plan's piece past the causal
 /// mask's end —, and the part of its unit's rows it writes.
 struct PieceAt {
-  long long unit;
   int kvh, r0, rows;
   std::size_t base;
   int t0, t1, part;
@@ -230,7 +229,7 @@ __device__ __forceinline__ PieceAt piece_at(const SplitArgs<T>& a, const SplitPl
   const int rows = unit_rows(a.group, a.N, a.row_blocks, pc.unit);
   const std::size_t base = first_row(a.H, a.group, a.N, a.row_blocks, pc.unit);
   const int end = tile_end(a.N, a.Nk, a.group, a.causal, rb);
-  return {pc.unit, kvh, rb * kRows, rows, base, pc.t0, pc.t1 < end ? pc.t1 : end, part};
+  return {kvh, rb * kRows, rows, base, pc.t0, pc.t1 < end ? pc.t1 : end, part};
 }
 /// Block b's chunk, piece by piece (a piece ends where the chunk or its unit does): run(piece).
 template <class T, class Run>
@@ -247,8 +246,9 @@ __device__ __forceinline__ void for_each_piece(const SplitArgs<T>& a, int b, Run
 /// rows' O/ℓ and L (or the block's part of them) written. `computes`: false for a thread
 /// that only joins the block's barriers (the TMA kernel's producer warp).
 template <class T, int kD>
-__device__ __forceinline__ void finish_piece(const SplitArgs<T>& a, const PieceAt& pc, const Tags& tags, const float (&acc)[1][kD / 8][4], const float (&m)[2],
-                                             float (&l)[2], bool computes) {
+__device__ __forceinline__ void finish_piece(const SplitArgs<T>& a, const PieceAt& pc, const Tags& tags,
+                                             const float (&acc)[1][kD / 8][4], const float (&m)[2], float (&l)[2],
+                                             bool computes) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int rows = pc.rows, part = pc.part;
   const std::size_t base = pc.base;
