@@ -2789,6 +2789,24 @@ FRACTION08 = "tries/step08_l2_fraction"  # ab.py at 4b48d8b + fraction.patch: e5
 EVICT_FIRST_BYTES08 = 3 * 60 * 2**20  # kEvictFirstL2s of the H200's L2: where production asks for evict-first
 
 
+def table_step08_machines_line(D):
+    """README's line on the six runs since the ring by TMA (table_step08_machines): how many shapes were below
+    PyTorch's best in each run that timed all 30, and B·H = 128 with one query's range in each run."""
+    below, b128 = [], []
+    for folder, _, who in MACHINES08:
+        rows, _ = decode08_ab(D, os.path.join(D.folder, folder))
+        x = {k: best_peer(c)[1] / c[who]["ms"] for k, c in rows.items() if who in c and not k[4]}
+        if len(x) == 30:
+            below.append(sum(1 for r in x.values() if r < 1))
+        b128.append([r for k, r in x.items() if k[0] == k[1] == 128 and k[2] == 1])
+    behind, ahead = [v for v in b128 if max(v) < 1], [v for v in b128 if min(v) >= 1]
+    return [f"The same kernels timed again in {len(MACHINES08)} later GPU calls, each on the H200 it was lent (note 08, "
+            f"\"The ring by TMA\"): below PyTorch's best at {min(below)}–{max(below)} of the 30 shapes without the mask "
+            f"in the {len(below)} runs that timed them all; at B·H = 128 with one query behind cuDNN at every length in "
+            f"{len(behind)} of the {len(b128)} runs ({min(map(min, behind)):.3f}–{max(map(max, behind)):.3f}), level "
+            f"or ahead at every length in {len(ahead)}."]
+
+
 def table_step08_l2_fraction(D):
     """Tried and not kept: a half (e5) or a quarter (e2) of the K/V lines evict-first, beside no hint (l0), every line
     (l1) and production, in one ab.py run: each one's time ÷ l0's where K and V are at most three L2s and above."""
@@ -3058,7 +3076,7 @@ TABLES = {
     "step08-tma": table_step08_tma, "step08-tma-promotion": table_step08_tma_promotion,
     "step08-tma-again": table_step08_tma_again, "step08-s-ahead": table_step08_s_ahead,
     "step08-tma-third": table_step08_tma_third, "step08-tma-two-groups": table_step08_tma_two_groups,
-    "step08-machines": table_step08_machines, "step08-l2-fraction": table_step08_l2_fraction, "step08-tma-two-an-sm": table_step08_tma_two_an_sm,
+    "step08-machines": table_step08_machines, "step08-machines-line": table_step08_machines_line, "step08-l2-fraction": table_step08_l2_fraction, "step08-tma-two-an-sm": table_step08_tma_two_an_sm,
     "step08-floor": table_step08_floor, "step08-floor-summary": table_step08_floor_summary, "step08-floor-cuts": table_step08_floor_cuts, "step08-floor-more": table_step08_floor_more,
     "step08-ring-long": table_step08_ring_long, "step08-tags": table_step08_tags, "step08-wide": table_step08_wide, "step08-eight": table_step08_eight, "step08-release-first": table_step08_release_first,
     "ctest08": table_ctest08, "sm80-08": table_sm80_08,
