@@ -2718,9 +2718,10 @@ TMA08_AGAIN = "ab/tma08_again"  # ab.py at f94258a: production, t1 and c1 (no bu
 TMA08_THIRD = "ab/verify08_3aa8c61"  # the same at 3aa8c61 (a piece's place computed once), in its final GPU call
 
 
-def tma_again08(D, folder, commit):
+def tma_again08(D, folder, commit, by_chunk=False):
     """The ring by TMA timed again, on the machine of a final GPU call (ab.py in `folder` at `commit`: production, t1
-    and c1): t1 ÷ c1 by chunk length, and production against PyTorch's best, as one line."""
+    and c1): t1 ÷ c1 by chunk length, and production against PyTorch's best, as one line; by_chunk: then t1 ÷ c1 at
+    the eight shapes whose blocks stream 128 tiles or more of a shared head, at B·H = 128, and at the rest."""
     folder = os.path.join(D.folder, folder)
     rows, _ = decode08_ab(D, folder)
     keys = [k for k in sorted(rows, key=order08) if all(w in rows[k] for w in ("08", "08t1", "08c1"))]
@@ -2728,11 +2729,20 @@ def tma_again08(D, folder, commit):
     prod = {k: rows[k]["08"]["ms"] / rows[k]["08c1"]["ms"] for k in keys}
     below = behind_peers08(rows, "08", keys)
     t = sorted(fill.values())
-    return [f"Again, at {commit} on {device07(D, 'device.txt', folder)} (`{rel(folder)}/`, {rounds08(folder)} rounds, "
-            f"production, t1 and c1 in one process): t1 ÷ c1 {t[0]:.3f}–{t[-1]:.3f} over the {len(t)} shapes "
-            f"({', '.join(f'{x:.3f}' for x in t[:8])} the eight lowest), production ÷ c1 "
-            f"{min(prod.values()):.3f}–{max(prod.values()):.3f}; production below PyTorch's best at {len(below)} "
-            f"shapes (the lowest {min(below, default=1):.3f})."]
+    out = [f"Again, at {commit} on {device07(D, 'device.txt', folder)} (`{rel(folder)}/`, {rounds08(folder)} rounds, "
+           f"production, t1 and c1 in one process): t1 ÷ c1 {t[0]:.3f}–{t[-1]:.3f} over the {len(t)} shapes "
+           f"({', '.join(f'{x:.3f}' for x in t[:8])} the eight lowest), production ÷ c1 "
+           f"{min(prod.values()):.3f}–{max(prod.values()):.3f}; production below PyTorch's best at {len(below)} "
+           f"shapes (the lowest {min(below, default=1):.3f})."]
+    if by_chunk:
+        long = [k for k in keys if (k[0] == k[1] == 32 and k[3] >= 32768) or (k[1] == 16 and k[3] >= 65536)]
+        wide = [k for k in keys if k[0] == k[1] == 128]
+        rest = [k for k in keys if k not in long and k not in wide]
+        span = lambda ks: f"{min(fill[k] for k in ks):.3f}–{max(fill[k] for k in ks):.3f}"
+        out[0] += (f" t1 ÷ c1 at the {len(long)} shapes whose blocks stream 128 tiles or more of a shared head (B·H = 32 "
+                   f"from 32k keys, 16 K/V heads from 64k): {span(long)}; at B·H = 128: {span(wide)}; at the "
+                   f"{len(rest)} others: {span(rest)}.")
+    return out
 
 
 def table_step08_tma_again(D):
@@ -2742,7 +2752,7 @@ def table_step08_tma_again(D):
 
 def table_step08_tma_third(D):
     """The ring by TMA timed a third time, at 3aa8c61 (tma_again08)."""
-    return tma_again08(D, TMA08_THIRD, "3aa8c61")
+    return tma_again08(D, TMA08_THIRD, "3aa8c61", by_chunk=True)
 
 
 TWO_GROUPS08 = "tries/step08_tma_two_groups"  # ab.py at 3aa8c61 + two_groups.patch: t2 beside t1 and production
