@@ -28,6 +28,22 @@ def load(folder, name):
     return list(csv.DictReader(open(path))) if os.path.exists(path) else []
 
 
+def device_words(path):
+    """A run's device.txt (nvidia-smi's line, nvcc's, then PyTorch's) in words: "GPU, driver …, CUDA …", then torch's
+    and cuDNN's versions where the third line gives both ("torch X cudnn N"), or that line as it is where it names
+    torch alone."""
+    dev = open(path).read().splitlines()
+    name, driver = [x.strip() for x in dev[0].split(",")][:2]  # (then memory, and in some runs the SM's top clock)
+    cuda = re.search(r"cuda_(\d+\.\d+)", dev[1]) if len(dev) > 1 else None
+    words = f"{name}, driver {driver}, CUDA {cuda.group(1) if cuda else '?'}"
+    third = dev[2] if len(dev) > 2 else ""
+    torch = re.search(r"torch (\S+) cudnn (\d+)", third)
+    if torch:
+        v = int(torch.group(2))
+        return words + f", torch {torch.group(1)}, cuDNN {v // 10000}.{v // 100 % 100}.{v % 100}"
+    return words + (", " + third if third.startswith("torch") else "")
+
+
 class Data:
     def __init__(self, folder):
         self.folder = folder
@@ -35,12 +51,7 @@ class Data:
         self.peers = load(folder, "peers.csv")
         self.maxn = load(folder, "maxn.csv")
         self.traffic = load(folder, "traffic.csv")
-        dev = open(os.path.join(folder, "device.txt")).read().splitlines()
-        name, driver = [x.strip() for x in dev[0].split(",")][:2]  # (then memory, and in some runs the SM's top clock)
-        cuda = re.search(r"cuda_(\d+\.\d+)", dev[1])
-        torch = dev[2] if len(dev) > 2 else ""
-        self.device = (f"{name}, driver {driver}, CUDA {cuda.group(1) if cuda else '?'}"
-                       f"{', ' + torch if torch.startswith('torch') else ''}")
+        self.device = device_words(os.path.join(folder, "device.txt"))
 
     def find(self, rows, **kw):
         for r in rows:
@@ -515,17 +526,7 @@ def table_figures(D):
 def device07(D, name="device07.txt", folder=None):
     """The GPU, driver, CUDA, torch and cuDNN of a step's run (device07.txt; step 08: device08.txt)."""
     path = os.path.join(folder or D.folder, name)
-    if not os.path.exists(path):
-        return D.device
-    dev = open(path).read().splitlines()
-    name, driver = [x.strip() for x in dev[0].split(",")][:2]  # (then memory, and in some runs the SM's top clock)
-    cuda = re.search(r"cuda_(\d+\.\d+)", dev[1]) if len(dev) > 1 else None
-    torch = re.search(r"torch (\S+) cudnn (\d+)", dev[2]) if len(dev) > 2 else None
-    cudnn = ""
-    if torch:
-        v = int(torch.group(2))
-        cudnn = f", torch {torch.group(1)}, cuDNN {v // 10000}.{v // 100 % 100}.{v % 100}"
-    return f"{name}, driver {driver}, CUDA {cuda.group(1) if cuda else '?'}{cudnn}"
+    return device_words(path) if os.path.exists(path) else D.device
 
 
 def step07_rows(D, direction="fwd", folder=None):
