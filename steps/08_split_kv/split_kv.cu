@@ -285,7 +285,8 @@ __device__ __forceinline__ void finish_piece(const SplitArgs<T>& a, const PieceA
     Ms[r] = mm, Ls[r] = ll;
   }
   __syncthreads();
-  for (int e = computes ? int(threadIdx.x) : rows * kD; e < rows * kD; e += kThreads) {  // element (r, c): c fastest, stores coalesce
+  // Element (r, c): c fastest, stores coalesce (none for a thread that only joins the barriers).
+  for (int e = computes ? int(threadIdx.x) : rows * kD; e < rows * kD; e += kThreads) {
     const int r = e / kD, c = e % kD;
     const float mm = Ms[r], ll = Ls[r];
     float o = 0.0f;
