@@ -50,6 +50,19 @@ std::vector<Problem> decode_sweep(int d, DType t) {
   return out;
 }
 
+/// The shapes where the plan cuts oddly, at d = 128: a head of one tile and a piece (65
+/// keys), chunks of an odd number of tiles (2100), keys that end inside a tile after a long
+/// chunk (40001), two heads cut into long shared chunks (150000), chunks that end inside
+/// units (20000 × 32 heads in groups of 4), causal grouped heads, pieces shorter than the
+/// ring (200), a block a head of 128 tiles (8192 × 128 heads: on Hopper the ring filled by
+/// TMA).
+std::vector<Problem> plan_edges() {
+  return {decode(1, 32, 1, 20000, 4, 128, false), decode(2, 8, 16, 3000, 8, 128, true),
+          decode(1, 4, 1, 200, 4, 128, false),    decode(1, 1, 1, 65, 1, 128, false),
+          decode(1, 128, 1, 8192, 1, 128, false), decode(1, 15, 1, 2100, 1, 128, false),
+          decode(1, 12, 1, 40001, 1, 128, false), decode(1, 2, 1, 150000, 1, 128, false)};
+}
+
 /// A plan in words, for the tests' messages.
 std::string cut(const step08::SplitPlan& s) {
   return std::to_string(s.blocks) + " blocks over " + std::to_string(s.units) + " units of " +
@@ -562,15 +575,7 @@ TEST_CASE("step08 kernel with a ring of six tiles (r6) and of four (r4) at d = 1
 }
 
 TEST_CASE("step08 production at d = 128 on the plan's edge cases: the error budget and its model", "[gpu]") {
-  // The shapes where the plan cuts oddly: a head of one tile and a piece (65 keys), chunks of
-  // an odd number of tiles (2100), keys that end inside a tile after a long chunk (40001),
-  // two heads cut into long shared chunks (150000), chunks that end inside units (20000 ×
-  // 32 heads in groups of 4), causal grouped heads, pieces shorter than the ring (200), a
-  // block a head of 128 tiles (8192 × 128 heads: on Hopper the ring filled by TMA).
-  for (const Problem& p : {decode(1, 32, 1, 20000, 4, 128, false), decode(2, 8, 16, 3000, 8, 128, true),
-                           decode(1, 4, 1, 200, 4, 128, false), decode(1, 1, 1, 65, 1, 128, false),
-                           decode(1, 128, 1, 8192, 1, 128, false), decode(1, 15, 1, 2100, 1, 128, false),
-                           decode(1, 12, 1, 40001, 1, 128, false), decode(1, 2, 1, 150000, 1, 128, false)}) {
+  for (const Problem& p : plan_edges()) {
     if (test::quick() && p.N_kv > 3000) continue;
     const step08::SplitPlan s = step08::device_plan(p);
     INFO(p.str() << ": " << cut(s));
@@ -589,12 +594,10 @@ TEST_CASE("step08 ring filled by TMA (t1) or by cp.async (c1) at d = 128: produc
   // zeros, as cp.async zero-fills them). Production takes TMA on Hopper where chunks are
   // long (8192 keys × 128 heads: 128 tiles), cp.async elsewhere; t1 takes TMA wherever it
   // can (pieces of one tile, chunks that end inside units, causal grouped heads, a head's
-  // last tile cut short), c1 never.
-  for (const Problem& p : {decode(1, 32, 1, 20000, 4, 128, false), decode(2, 8, 16, 3000, 8, 128, true),
-                           decode(1, 4, 1, 200, 4, 128, false), decode(1, 1, 1, 65, 1, 128, false),
-                           decode(1, 128, 1, 8192, 1, 128, false), decode(1, 15, 1, 2100, 1, 128, false),
-                           decode(1, 12, 1, 40001, 1, 128, false), decode(1, 2, 1, 150000, 1, 128, false),
-                           decode(2, 8, 16, 3000, 8, 128, true, DType::fp16)}) {
+  // last tile cut short: plan_edges), c1 never; and fp16.
+  std::vector<Problem> shapes = plan_edges();
+  shapes.push_back(decode(2, 8, 16, 3000, 8, 128, true, DType::fp16));
+  for (const Problem& p : shapes) {
     if (test::quick() && p.N_kv > 3000) continue;
     const step08::SplitPlan s = step08::device_plan(p);
     INFO(p.str() << ": " << cut(s) << (step08::ring_by_tma(p, s, step08::device_shape()) ? ", by TMA" : ""));
