@@ -50,19 +50,6 @@ std::vector<Problem> decode_sweep(int d, DType t) {
   return out;
 }
 
-/// The shapes where the plan cuts oddly, at d = 128: a head of one tile and a piece (65
-/// keys), chunks of an odd number of tiles (2100), keys that end inside a tile after a long
-/// chunk (40001), two heads cut into long shared chunks (150000), chunks that end inside
-/// units (20000 × 32 heads in groups of 4), causal grouped heads, pieces shorter than the
-/// ring (200), a block a head of 128 tiles (8192 × 128 heads: on Hopper the ring filled by
-/// TMA).
-std::vector<Problem> plan_edges() {
-  return {decode(1, 32, 1, 20000, 4, 128, false), decode(2, 8, 16, 3000, 8, 128, true),
-          decode(1, 4, 1, 200, 4, 128, false),    decode(1, 1, 1, 65, 1, 128, false),
-          decode(1, 128, 1, 8192, 1, 128, false), decode(1, 15, 1, 2100, 1, 128, false),
-          decode(1, 12, 1, 40001, 1, 128, false), decode(1, 2, 1, 150000, 1, 128, false)};
-}
-
 /// A plan in words, for the tests' messages.
 std::string cut(const step08::SplitPlan& s) {
   return std::to_string(s.blocks) + " blocks over " + std::to_string(s.units) + " units of " +
@@ -573,6 +560,21 @@ TEST_CASE("step08 kernel with a ring of six tiles (r6) and of four (r4) at d = 1
     check_same_bits(p, gpu::forward(step08::kForwardRing4, p, in, true), prod, "four tiles vs production");
   }
 }
+
+namespace {
+/// The shapes where the plan cuts oddly, at d = 128: a head of one tile and a piece (65
+/// keys), chunks of an odd number of tiles (2100), keys that end inside a tile after a long
+/// chunk (40001), two heads cut into long shared chunks (150000), chunks that end inside
+/// units (20000 × 32 heads in groups of 4), causal grouped heads, pieces shorter than the
+/// ring (200), a block a head of 128 tiles (8192 × 128 heads: on Hopper the ring filled by
+/// TMA).
+std::vector<Problem> plan_edges() {
+  return {decode(1, 32, 1, 20000, 4, 128, false), decode(2, 8, 16, 3000, 8, 128, true),
+          decode(1, 4, 1, 200, 4, 128, false),    decode(1, 1, 1, 65, 1, 128, false),
+          decode(1, 128, 1, 8192, 1, 128, false), decode(1, 15, 1, 2100, 1, 128, false),
+          decode(1, 12, 1, 40001, 1, 128, false), decode(1, 2, 1, 150000, 1, 128, false)};
+}
+}  // namespace
 
 TEST_CASE("step08 production at d = 128 on the plan's edge cases: the error budget and its model", "[gpu]") {
   for (const Problem& p : plan_edges()) {
