@@ -509,6 +509,13 @@ __device__ __forceinline__ void load_tile_tma(const CUtensorMap* map, void* dst,
       : "memory");
 }
 
+/// The TMA ring's mbarriers, where smem_bytes_tma puts them (after the V ring): full[kStages],
+/// then empty[kStages].
+template <int kD, int kStages>
+__device__ __forceinline__ std::uint64_t* ring_barriers(unsigned char* smem) {
+  return reinterpret_cast<std::uint64_t*>(smem + smem_bytes(kD, kStages));
+}
+
 /// One piece, as run_piece, with the ring filled by the producer warp. `filled`: the
 /// ring's fills before this piece (the slots' phases go on from there). Returns the fills
 /// of this piece: its tiles before the causal mask's end.
@@ -519,12 +526,14 @@ __device__ __forceinline__ int run_piece_tma(const SplitArgs<T>& a, const PieceA
   constexpr std::uint32_t kTileBytes = kTileKeys * kD * sizeof(T);
   static_assert(EpilogueSmem<kD>::kFloats * sizeof(float) <= 2 * kStages * kTileBytes,
                 "the epilogue's per-warp states fit in the ring they reuse");
+  static_assert(kRows * smem_cols(kD) * sizeof(T) + 2 * kStages * kTileBytes == smem_bytes(kD, kStages),
+                "Q and the ring end where ring_barriers puts the mbarriers");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* Qs = reinterpret_cast<T*>(smem_raw);       // [kRows][kD], step 06's swizzle
   unsigned char* Ks = after_q<T, kD>(smem_raw);  // [kStages] tiles in panels
   unsigned char* Vs = Ks + kStages * kTileBytes;
-  std::uint64_t* full = reinterpret_cast<std::uint64_t*>(Vs + kStages * kTileBytes);  // [kStages]
-  std::uint64_t* empty = full + kStages;                                                // [kStages]
+  std::uint64_t* full = ring_barriers<kD, kStages>(smem_raw);  // [kStages]
+  std::uint64_t* empty = full + kStages;                       // [kStages]
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int kvh = pc.kvh, r0 = pc.r0, rows = pc.rows, t0 = pc.t0, t1 = pc.t1;
@@ -604,8 +613,8 @@ __global__ void __launch_bounds__(kThreadsTma, 1)
   cudaTriggerProgrammaticLaunchCompletion();  // (as split_kernel)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   step06::require_aligned_smem(smem_raw);
-  std::uint64_t* full = reinterpret_cast<std::uint64_t*>(smem_raw + smem_bytes(kD, kStages));  // [kStages]
-  std::uint64_t* empty = full + kStages;                                                      // [kStages]
+  std::uint64_t* full = ring_barriers<kD, kStages>(smem_raw);  // [kStages]
+  std::uint64_t* empty = full + kStages;                       // [kStages]
   if (threadIdx.x == kThreads) {  // the producer's lane 0
     // The tensor maps' descriptors fetched ahead of the first copies (PTX ISA, "prefetch,
     // prefetchu": .tensormap, which libcu++'s cuda::ptx lacks).
