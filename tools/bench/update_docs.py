@@ -1769,73 +1769,129 @@ def shape08(key):
 
 
 REPEATS08 = ("decode08_rep", "decode08_run3")  # the decode bench rerun in later sessions
+# The shipped kernels' decoding runs (ab.sh PHASE=decode's shapes and implementations), each in a GPU call of its own
+# on the H200 that call was lent: (folder, commit). The first gives the main tables' absolute figures.
+DECODE08_RUNS = [("ab/decode08_03ee74b", "03ee74b"), ("ab/decode08_03ee74b_again", "03ee74b")]
+
+
+def decode08_runs(D):
+    """The shipped kernels' runs (DECODE08_RUNS) as decode08_ab gives them, then e092dbc's one-process run (ab/)."""
+    return [decode08_ab(D, os.path.join(D.folder, f))[0] for f, _ in DECODE08_RUNS] + [decode08_ab(D)[0]]
+
+
+def peers_ratio08(rows, key):
+    """PyTorch's best ÷ step 08 at a shape of a run, or None where the run did not time it."""
+    c = rows.get(key)
+    return best_peer(c)[1] / float(c["08"]["ms"]) if c and "08" in c else None
+
+
+def decode08_sources(D):
+    """Where the decoding tables' runs are, in words."""
+    calls = ", ".join(f"`{rel(os.path.join(D.folder, f))}/`" for f, _ in DECODE08_RUNS)
+    return (f"the shipped kernels (commit {DECODE08_RUNS[0][1]}) measured in one process (`tools/bench/ab.py`: step "
+            f"08, step 06 and PyTorch's backends on the same tensors, taking turns, 3 rounds; the median) in "
+            f"{len(DECODE08_RUNS)} GPU calls, each on the H200 that call was lent ({calls}); then the one-process run "
+            f"of commit e092dbc, before the ring by TMA (`{rel(ab_folder(D))}/ab08*.csv`), and three earlier runs in "
+            f"three sessions that timed step 08 (fa_bench) and PyTorch (peers_decode.py) in two processes "
+            f"(`bench08.csv`, `decode08_rep/`, `decode08_run3/`)")
 
 
 def table_step08_decode(D):
-    """Every decoding shape of ab.py's run: step 08 against PyTorch's best backend and step 06, and its bandwidth;
-    beside it the ratios of the three earlier runs, which timed the two sides in two processes."""
-    rows, copy = decode08_ab(D)
+    """Every decoding shape: step 08 against PyTorch's best backend and step 06, and its bandwidth, in the shipped
+    kernels' first run; beside it the ratios of their second run, of e092dbc's run and of three two-process runs."""
+    first = os.path.join(D.folder, DECODE08_RUNS[0][0])
+    rows, copy = decode08_ab(D, first)
+    others = decode08_runs(D)[1:]
     reps = [decode08(D.folder)[0]] + [decode08(os.path.join(D.folder, f))[0] for f in REPEATS08]
-    out = [f"bf16, d = 128, B = 1, on {device07(D, 'device.txt', ab_folder(D))}, measured in one process "
-           f"(`tools/bench/ab.py`, `{rel(ab_folder(D))}/ab08*.csv`: at each shape step 08, step 06 and PyTorch's "
-           f"backends on the same tensors, taking turns, 3 rounds; the median), and the ratios of three earlier runs in "
-           f"three sessions that timed step 08 (fa_bench) and PyTorch (peers_decode.py) in two processes (`bench08.csv`, "
-           f"`decode08_rep/`, `decode08_run3/`). GB/s: the fewest "
-           f"bytes (Q, K, V read once, O and L written) over the time, beside this GPU's device-to-device copy, "
-           f"{copy:.0f} GB/s read + written. PyTorch: `scaled_dot_product_attention`'s fastest backend at the shape "
-           f"(flash = FlashAttention-2, cudnn, efficient). Bold: below 1.0.", "",
+    out = [f"bf16, d = 128, B = 1, on {device07(D, 'device.txt', first)}: {decode08_sources(D)}. Milliseconds, "
+           f"bandwidth and step 06 from the first call. GB/s: the fewest bytes (Q, K, V read once, O and L written) "
+           f"over the time, beside this GPU's device-to-device copy, {copy:.0f} GB/s read + written. PyTorch: "
+           f"`scaled_dot_product_attention`'s fastest backend at the shape (flash = FlashAttention-2, cudnn, "
+           f"efficient). Bold: below 1.0.", "",
            "| B·H | H_kv | N_q | N_kv | causal | step 08 ms | GB/s (× copy) | PyTorch best ms | step 08 × PyTorch | "
-           "two processes: runs 1, 2, 3 | step 06 ms | × step 06 |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "second call | e092dbc | two processes: runs 1, 2, 3 | step 06 ms | × step 06 |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for key in sorted(rows, key=order08):
         c = rows[key]
         if "08" not in c:
             continue
         ms = c["08"]["ms"]
         who, best = best_peer(c)
+        beside = [peers_ratio08(r, key) for r in others]
         later = ", ".join(bold(best_peer(r[key])[1] / float(r[key]["08"]["ms"])) if key in r and "08" in r[key]
                           else "—" for r in reps)
         s06 = c["06"]["ms"] if "06" in c else 0
         out.append(f"| {shape08(key)} | {ms:.4f} | {c['08']['gbps']:.0f} ({c['08']['gbps'] / copy:.2f}) | "
-                   f"{best:.4f} ({who}) | {bold(best / ms)} | {later} | {s06:.4f} | {s06 / ms:.1f} |")
+                   f"{best:.4f} ({who}) | {bold3(best / ms)} | " +
+                   " | ".join(bold3(x) if x else "—" for x in beside) + f" | {later} | {s06:.4f} | {s06 / ms:.1f} |")
+    return out
+
+
+GROUPS08 = [("B·H = 128, one query", lambda k: k[0] == k[1] == 128 and k[2] == 1),
+            ("B·H = 32, one query", lambda k: k[0] == k[1] == 32 and k[2] == 1),
+            ("4 K/V heads", lambda k: k[1] == 4), ("16 K/V heads", lambda k: k[1] == 16),
+            ("16 queries", lambda k: k[2] == 16)]
+
+
+def table_step08_behind(D):
+    """Where the summary's one-process runs have step 08 below PyTorch's best: per run and group of shapes, how many,
+    the ratios and the µs behind."""
+    names = [f"call {i + 1}" for i in range(len(DECODE08_RUNS))] + ["e092dbc"]
+    out = []
+    for name, rows in zip(names, decode08_runs(D)):
+        cells = []
+        for group, inside in GROUPS08:
+            x = [(best_peer(c)[1] / c["08"]["ms"], (c["08"]["ms"] - best_peer(c)[1]) * 1e3, k[3] // 1024)
+                 for k, c in rows.items() if inside(k) and "08" in c and best_peer(c)[1] < c["08"]["ms"]]
+            if x:
+                r, us, nk = zip(*x)
+                under = lambda v: f"{v:.3f}" if round(v, 3) < 1 else f"{v:.4f}"  # noqa: E731 (below 1, never "1.000")
+                span = lambda lo, hi, f: f(lo) if f(lo) == f(hi) else f"{f(lo)}–{f(hi)}"  # noqa: E731
+                cells.append(f"{group}, {len(x)} ({', '.join(f'{n}k' for n in sorted(set(nk)))} keys; "
+                             f"{span(min(r), max(r), under)}, {span(min(us), max(us), lambda v: f'{v:.1f}')} µs)")
+        n = sum(1 for c in rows.values() if "08" in c and best_peer(c)[1] < c["08"]["ms"])
+        out.append(f"- {name}: {n} of {sum(1 for c in rows.values() if '08' in c)} shapes: " +
+                   ("; ".join(cells) if cells else "none") + ".")
     return out
 
 
 def table_step08_summary(D):
-    """Ranges of step 08's ratios per group of shapes: ab.py's run, and the three earlier two-process runs."""
-    out = [f"bf16, d = 128, N_kv = 8k–128k, on {device07(D, 'device.txt', ab_folder(D))}; ratios of time (bold: below "
-           f"1.0). First column: measured in one process (`tools/bench/ab.py`: step 08 and PyTorch on the same tensors, "
-           f"taking turns); then three earlier runs in three sessions that timed the two in two processes (`bench08.csv`, "
-           f"`decode08_rep/`, `decode08_run3/`); the last three columns from the one-process run.", "",
-           "| B·H | H_kv | N_q | step 08 × PyTorch's best, one process | two processes: run 1 | run 2 | run 3 | "
-           "step 08 × step 06 | step 08 GB/s ÷ copy | step 06 GB/s ÷ copy |", "|---|---|---|---|---|---|---|---|---|---|"]
-    ab, copy = decode08_ab(D)
-    runs = [ab] + [decode08(D.folder)[0]] + [decode08(os.path.join(D.folder, f))[0] for f in REPEATS08]
-    def rng(xs, mark=True):
+    """Ranges of step 08's ratios per group of shapes: the shipped kernels' runs, e092dbc's, the two-process runs."""
+    first = os.path.join(D.folder, DECODE08_RUNS[0][0])
+    ab, copy = decode08_ab(D, first)
+    ours = decode08_runs(D)
+    two = [decode08(D.folder)[0]] + [decode08(os.path.join(D.folder, f))[0] for f in REPEATS08]
+    names = [f"call {i + 1}" for i in range(len(DECODE08_RUNS))] + ["e092dbc"]
+    out = [f"bf16, d = 128, N_kv = 8k–128k, on {device07(D, 'device.txt', first)}; ratios of time (bold: below 1.0): "
+           f"{decode08_sources(D)}; the last three columns from the first call.", "",
+           "| B·H | H_kv | N_q | " + " | ".join(f"step 08 × PyTorch's best, {n}" for n in names) +
+           " | two processes, runs 1–3 | step 08 × step 06 | step 08 GB/s ÷ copy | step 06 GB/s ÷ copy |",
+           "|---|---|---|" + "---|" * len(names) + "---|---|---|---|"]
+    def rng(xs, mark=True, places=2):  # (a low end under 1 that rounds to 1 gets a place more: bold3's rule)
         lo, hi = min(xs), max(xs)
-        b = "**" if mark and round(lo, 2) < 1 else ""
-        return f"{b}{lo:.2f}{b}–{hi:.2f}"
+        if not (mark and lo < 1):
+            return f"{lo:.{places}f}–{hi:.{places}f}"
+        low = f"{lo:.{places}f}" if round(lo, places) < 1 else f"{lo:.{places + 1}f}"
+        return f"**{low}**–{hi:.{places}f}"
     groups = sorted({(k[0], k[1], k[2]) for k in ab}, key=lambda g: (g[0] != g[1], g[0], g[2]))
-    counts = []
-    for rows in runs:
-        ratios = [best_peer(c)[1] / float(c["08"]["ms"]) for c in rows.values() if "08" in c]
-        counts.append((sum(1 for x in ratios if x < 1), len(ratios)))
+    ratios = lambda rows, g: [best_peer(c)[1] / float(c["08"]["ms"]) for k, c in rows.items()  # noqa: E731
+                              if (g is None or k[:3] == g) and "08" in c]
     for g in groups:
-        cells = []
-        for rows in runs:
-            xs = [best_peer(c)[1] / float(c["08"]["ms"]) for k, c in rows.items() if k[:3] == g and "08" in c]
-            cells.append(rng(xs) if xs else "—")
+        cells = [rng(ratios(rows, g), places=3) for rows in ours]
+        cells.append(rng([x for rows in two for x in ratios(rows, g)]))
         ks = [k for k in ab if k[:3] == g and "08" in ab[k]]
         v06 = [ab[k]["06"]["ms"] / ab[k]["08"]["ms"] for k in ks]
         bw = [ab[k]["08"]["gbps"] / copy for k in ks]
         bw06 = [ab[k]["06"]["gbps"] / copy for k in ks]
         out.append(f"| {g[0]} | {g[1] if g[1] != g[0] else '—'} | {g[2]} | {' | '.join(cells)} | {rng(v06, False)} | "
                    f"{rng(bw, False)} | {rng(bw06, False)} |")
-    names = ["one process"] + [f"two-process run {i}" for i in (1, 2, 3)]
-    near = [best_peer(c)[1] / c["08"]["ms"] for c in ab.values() if "08" in c]
-    out += ["", "Step 08 below PyTorch's best (a ratio under 1.000) in " +
-            ", ".join(f"{n} of {m} shapes ({name})" for (n, m), name in zip(counts, names)) +
-            f"; in the one-process run {sum(1 for x in near if x < 0.995)} of them by more than 0.5%, "
-            f"{sum(1 for x in near if x < 0.975)} by more than 2.5%, the lowest ratio {min(near):.3f}."]
+    def below(rows):
+        x = ratios(rows, None)
+        return (f"{sum(1 for r in x if r < 1)} of {len(x)} shapes ({sum(1 for r in x if r < 0.995)} by more than "
+                f"0.5%, {sum(1 for r in x if r < 0.975)} by more than 2.5%; the lowest ratio {min(x):.3f})")
+    out += ["", "Step 08 below PyTorch's best (a ratio under 1.000): " +
+            "; ".join(f"{n}: {below(rows)}" for n, rows in zip(names, ours)) + "; the two-process runs: " +
+            ", ".join(f"{sum(1 for r in ratios(rows, None) if r < 1)}" for rows in two) + " of 40."]
     return out
 
 
@@ -2801,8 +2857,8 @@ EVICT_FIRST_BYTES08 = 3 * 60 * 2**20  # kEvictFirstL2s of the H200's L2: where p
 
 
 def table_step08_machines_line(D):
-    """README's line on the six runs since the ring by TMA (table_step08_machines): how many shapes were below
-    PyTorch's best in each run that timed all 30, and B·H = 128 with one query's range in each run."""
+    """README's line on the runs since the ring by TMA (table_step08_machines): how many shapes were below PyTorch's
+    best in each run that timed all 30, and B·H = 128 with one query's range in each run."""
     below, b128 = [], []
     for folder, _, who in MACHINES08:
         rows, _ = decode08_ab(D, os.path.join(D.folder, folder))
@@ -2813,9 +2869,9 @@ def table_step08_machines_line(D):
     behind, ahead = [v for v in b128 if max(v) < 1], [v for v in b128 if min(v) >= 1]
     return [f"The same kernels timed again in {len(MACHINES08)} later GPU calls, each on the H200 it was lent (note 08, "
             f"\"The ring by TMA\"): below PyTorch's best at {min(below)}–{max(below)} of the 30 shapes without the mask "
-            f"in the {len(below)} runs that timed them all; at B·H = 128 with one query behind cuDNN at every length in "
-            f"{len(behind)} of the {len(b128)} runs ({min(map(min, behind)):.3f}–{max(map(max, behind)):.3f}), level "
-            f"or ahead at every length in {len(ahead)}."]
+            f"in the {len(below)} runs that timed them all; at B·H = 128 with one query behind PyTorch's best at "
+            f"every length in {len(behind)} of the {len(b128)} runs ({min(map(min, behind)):.3f}–"
+            f"{max(map(max, behind)):.3f}), level or ahead at every length in {len(ahead)}."]
 
 
 def table_step08_l2_fraction(D):
@@ -2841,24 +2897,23 @@ def table_step08_l2_fraction(D):
 
 SAHEAD08 = "tries/step08_tma_s_ahead"  # ab.py --alt: c889df3 with S one tile ahead in the TMA loop, beside c889df3
 # The runs since the ring by TMA: (folder, commit, production's name in its ab08*.csv)
+K1_AGAIN08 = "tries/step08_k1_again"  # ab.py at 03ee74b: production beside k1, w1 and c1 (B·H = 128 and 32, grouped)
 MACHINES08 = [(TMA08, "b0acd58", "08"), (TMA08_AGAIN, "f94258a", "08"), (SAHEAD08, "c889df3", "08@base"),
-              (TWO_GROUPS08, "3aa8c61", "08"), (STAGGER08, "3aa8c61", "08"), (TMA08_THIRD, "3aa8c61", "08")]
+              (TWO_GROUPS08, "3aa8c61", "08"), (STAGGER08, "3aa8c61", "08"), (TMA08_THIRD, "3aa8c61", "08")] + \
+    [(DECODE08_RUNS[0][0], "03ee74b", "08"), (K1_AGAIN08, "03ee74b", "08"), (DECODE08_RUNS[1][0], "03ee74b", "08")]
 
 
 def table_step08_machines(D):
-    """Production against PyTorch's best in the six runs since the ring by TMA, each on the H200 its GPU call was lent:
+    """Production against PyTorch's best in every run since the ring by TMA, each on the H200 its GPU call was lent:
     by group of decoding shapes, the lowest and highest ratio, and how many shapes were below 1.0."""
-    groups = [("B·H = 128, one query", lambda k: k[0] == k[1] == 128 and k[2] == 1),
-              ("B·H = 32, one query", lambda k: k[0] == k[1] == 32 and k[2] == 1),
-              ("4 K/V heads", lambda k: k[1] == 4), ("16 K/V heads", lambda k: k[1] == 16),
-              ("16 queries", lambda k: k[2] == 16)]
+    groups = GROUPS08
     out = ["Step 08's production × PyTorch's best backend (its time ÷ step 08's), bf16, d = 128, B = 1, without the "
            "mask, in each run of `tools/bench/ab.py` (one process, the median of its rounds) since the ring by TMA, "
            "each in a GPU call of its own on the H200 that call was lent (NVIDIA H200, driver 580.159.04, CUDA 13.0, "
            "torch 2.11.0+cu130, cuDNN 9.19.0): the lowest–highest ratio at each group of shapes (5 key counts each, "
            "8k–128k), and in brackets the shapes below 1.000. Production's kernels are the same code in every run "
-           "(b0acd58's; since then comments, and at 3aa8c61 a refactor whose PTX has the same instructions in the same "
-           "counts).", "",
+           "(b0acd58's; since then comments, at 3aa8c61 a refactor whose PTX has the same instructions in the same "
+           "counts, and at 03ee74b the ring's mbarriers found by one helper, a few address instructions fewer).", "",
            "| run (folder) | commit | " + " | ".join(g for g, _ in groups) + " | below 1.000, of all |",
            "|---|---|" + "---|" * len(groups) + "---|"]
     for folder, commit, who in MACHINES08:
@@ -2870,6 +2925,92 @@ def table_step08_machines(D):
             cells.append(f"{min(v):.3f}–{max(v):.3f} ({sum(1 for r in v if r < 1)})" if v else "—")
         out.append(f"| `{folder}` | {commit} | " + " | ".join(cells) + f" | {sum(1 for r in x.values() if r < 1)} of "
                    f"{len(x)} |")
+    return out
+
+
+def table_step08_classes(D):
+    """The longest pure stream (B·H = 128, one query, 128k keys) in every run since the ring by TMA: step 08's µs,
+    cuDNN's and FlashAttention-2's where the run timed it, by step 08's time."""
+    key = (128, 128, 1, 131072, 0)
+    rows = []
+    for folder, commit, who in MACHINES08:
+        c = decode08_ab(D, os.path.join(D.folder, folder))[0].get(key, {})
+        if who in c:
+            rows.append((c[who]["ms"] * 1e3, folder, commit, c))
+    out = [f"µs at B·H = 128, one query, 128k keys (8 GiB of K and V), bf16, d = 128, in each run of the table above "
+           f"(NVIDIA H200, driver 580.159.04, CUDA 13.0, torch 2.11.0+cu130, cuDNN 9.19.0; the median of the run's "
+           f"rounds), in the order of step 08's time; FlashAttention-2 only where the run timed it.", "",
+           "| run (folder) | commit | step 08 | cuDNN | FlashAttention-2 | step 08 × PyTorch's best |",
+           "|---|---|---|---|---|---|"]
+    for us, folder, commit, c in sorted(rows):
+        peer = lambda p: f"{c[p]['ms'] * 1e3:.1f}" if p in c else "—"  # noqa: E731
+        out.append(f"| `{folder}` | {commit} | {us:.1f} | {peer('cudnn')} | {peer('flash')} | "
+                   f"{bold3(best_peer(c)[1] * 1e3 / us)} |")
+    return out
+
+
+def table_step08_k1_again(D):
+    """Production beside the tiles shared by a wave at every shape (k1), whole units' splits (w1) and the cp.async ring
+    (c1), on a machine of the middle class, by group of shapes; then that machine's read floor at B·H = 128."""
+    folder = os.path.join(D.folder, K1_AGAIN08)
+    rows, _ = decode08_ab(D, folder)
+    out = [f"bf16, d = 128, B = 1, without the mask, on {device07(D, 'device.txt', folder)}, at 03ee74b in one process "
+           f"(`{rel(folder)}/`, {rounds08(folder)} rounds, the median): production × PyTorch's best backend, and each "
+           f"lesson row's time ÷ production's, lowest–highest over each group's 5 key counts (8k–128k).", "",
+           "| shapes | production × PyTorch's best | k1 ÷ production | w1 ÷ production | c1 ÷ production |",
+           "|---|---|---|---|---|"]
+    for group, inside in GROUPS08:
+        ks = [k for k in rows if inside(k) and "08" in rows[k]]
+        if not ks:
+            continue
+        x = [best_peer(rows[k])[1] / rows[k]["08"]["ms"] for k in ks]
+        cells = [f"{min(x):.3f}–{max(x):.3f}"]
+        for who in ("08k1", "08w1", "08c1"):
+            r = [rows[k][who]["ms"] / rows[k]["08"]["ms"] for k in ks if who in rows[k]]
+            cells.append(f"{min(r):.3f}–{max(r):.3f}")
+        out.append(f"| {group} | " + " | ".join(cells) + " |")
+    fl = floor08(folder)
+    line = []
+    for nk in (8192, 131072):
+        f = float(fl[(128, nk)][("static", 4, 128, 0, 1, 0)]["ms"])
+        c = rows[(128, 128, 1, nk, 0)]
+        line.append(f"at {nk // 1024}k keys the floor (static, 128 blocks) {f * 1e3:.1f} µs, step 08 ÷ floor "
+                    f"{c['08']['ms'] / f:.3f}, cuDNN ÷ floor {c['cudnn']['ms'] / f:.3f}")
+    out += ["", f"The read floor on the same machine (`fa_read_floor`, `{rel(folder)}/floor.csv`), B·H = 128 with one "
+                f"query: " + "; ".join(line) + "."]
+    return out
+
+
+NCU_GROUPED08 = "tries/step08_ncu_grouped"  # ncu at 03ee74b: the TMA split kernel at B·H = 32 (64k) and 16 K/V heads
+# Offsets in that binary's SASS (sass.csv): the compute warps' branch back to the try-wait on a tile's `full`
+# mbarrier, and the first of O's 64 rescale multiplies (taken where a row of the warp has a new max).
+NCU_WAIT08, NCU_RESCALE08 = "0x2540", "0x3070"
+
+
+def table_step08_ncu_grouped(D):
+    """The split kernel under Nsight Compute at two shapes that read the same bytes with the same blocks and chunks:
+    B·H = 32, one query, 64k keys, against 16 K/V heads of 8 query heads, 128k keys."""
+    folder = os.path.join(D.folder, NCU_GROUPED08)
+    def metric(name, what):
+        for r in load(folder, name):
+            if r["Metric Name"] == what:
+                return float(r["Metric Value"].replace(",", ""))
+    sass = {r["offset"]: r for r in load(folder, "sass.csv")}
+    out = [f"Nsight Compute on the TMA split kernel (`{rel(folder)}/`, {device07(D, 'device.txt', folder)}, its second "
+           f"launch of `fa_bench --decode`, clocks not locked; SpeedOfLight, WarpStateStats, SourceCounters), at two "
+           f"shapes whose 128 blocks each stream 256 tiles (16k keys) of one head's K and V, 1 GiB in all:", "",
+           "| shape | µs | DRAM throughput | instructions executed | tiles that rescale O | warp samples waiting "
+           "for a tile |", "|---|---|---|---|---|---|"]
+    for name, shape, suffix in (("details_bh32_64k.csv", "B·H = 32, one query, 64k keys (1 row a unit)", "bh32_64k"),
+                                ("details_gqa16_128k.csv", "16 K/V heads × 8, one query, 128k keys (8 rows a unit)",
+                                 "gqa16_128k")):
+        tiles = int(sass[NCU_WAIT08][f"executed_{suffix}"])
+        rescale = int(sass[NCU_RESCALE08][f"executed_{suffix}"])
+        samples = sum(int(r[f"samples_{suffix}"]) for r in sass.values())
+        wait = int(sass[NCU_WAIT08][f"samples_{suffix}"])
+        out.append(f"| {shape} | {metric(name, 'Duration'):.1f} | {metric(name, 'DRAM Throughput'):.1f}% | "
+                   f"{metric(name, 'Executed Instructions') / 1e6:.2f} M | {100 * rescale / tiles:.1f}% | "
+                   f"{100 * wait / samples:.0f}% |")
     return out
 
 
@@ -3087,7 +3228,7 @@ TABLES = {
     "step08-tma": table_step08_tma, "step08-tma-promotion": table_step08_tma_promotion,
     "step08-tma-again": table_step08_tma_again, "step08-s-ahead": table_step08_s_ahead,
     "step08-tma-third": table_step08_tma_third, "step08-tma-two-groups": table_step08_tma_two_groups,
-    "step08-machines": table_step08_machines, "step08-machines-line": table_step08_machines_line, "step08-l2-fraction": table_step08_l2_fraction, "step08-tma-two-an-sm": table_step08_tma_two_an_sm,
+    "step08-machines": table_step08_machines, "step08-k1-again": table_step08_k1_again, "step08-ncu-grouped": table_step08_ncu_grouped, "step08-behind": table_step08_behind, "step08-classes": table_step08_classes, "step08-machines-line": table_step08_machines_line, "step08-l2-fraction": table_step08_l2_fraction, "step08-tma-two-an-sm": table_step08_tma_two_an_sm,
     "step08-floor": table_step08_floor, "step08-floor-summary": table_step08_floor_summary, "step08-floor-cuts": table_step08_floor_cuts, "step08-floor-more": table_step08_floor_more,
     "step08-ring-long": table_step08_ring_long, "step08-tags": table_step08_tags, "step08-wide": table_step08_wide, "step08-eight": table_step08_eight, "step08-release-first": table_step08_release_first,
     "ctest08": table_ctest08, "sm80-08": table_sm80_08,
