@@ -3014,6 +3014,48 @@ def table_step08_ncu_grouped(D):
     return out
 
 
+FLOOR_BY_MACHINE08 = "tries/step08_floor_by_machine"  # four GPU calls: 03ee74b + two_an_sm.patch, the floor, B·H = 128
+
+
+def table_step08_floor_by_machine(D):
+    """The 8 GiB read (B·H = 128, 128k keys) on each H200 of four GPU calls and of two earlier floor runs: step 08,
+    cuDNN, FlashAttention-2, and the floor by a static cut of 128 and 132 blocks and by chunks from a counter, with
+    the static cut's first, median and last block's end; then u3 against production at B·H = 128 in the four calls."""
+    runs = [(os.path.join(FLOOR_BY_MACHINE08, c), c) for c in sorted(os.listdir(os.path.join(D.folder,
+                                                                                          FLOOR_BY_MACHINE08)))
+            if c.startswith("call")]
+    runs += [(FLOOR08, "e092dbc's floor run"), (K1_AGAIN08, "k1's run at 03ee74b")]
+    first = os.path.join(D.folder, runs[0][0])
+    out = ["µs at B·H = 128 (one query for the kernels), 128k keys, bf16, d = 128: K and V 8 GiB, on "
+           f"{device07(D, 'device.txt', first)}, each row one GPU call on the H200 it was lent (`{rel(os.path.join(D.folder, FLOOR_BY_MACHINE08))}"
+           "/call*`: the lines of `nvidia-smi -q` that name the board in `board.txt`; and two earlier calls). The "
+           "floor (`fa_read_floor`, the median of 15): K and V read by step 08's copy, a ring of four tiles, cut "
+           "statically among 128 or 132 blocks (in brackets the first, median and last block's end, µs after the "
+           "first block's start), or handed out by a counter in chunks of 4 tiles to 132 blocks. Step 08, cuDNN and "
+           "FlashAttention-2 by `ab.py` in the same call (3 rounds, the median; the four calls' library was 03ee74b "
+           "with `two_an_sm.patch`, which adds lesson row u3).", "",
+           "| call | board | step 08 | cuDNN | FA-2 | floor: static, 128 blocks | static, 132 | counter, 4 tiles | "
+           "counter ÷ static 128 | u3 ÷ production, B·H = 128 |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for folder, name in runs:
+        path = os.path.join(D.folder, folder)
+        board = next((ln.split(":")[1].strip() for ln in open(os.path.join(path, "board.txt"))
+                      if ln.startswith("Board Part Number")), "—") if os.path.exists(os.path.join(path, "board.txt")) \
+            else "—"
+        rows = decode08_ab(D, path)[0]
+        c = rows.get((128, 128, 1, 131072, 0), {})
+        us = lambda w: f"{c[w]['ms'] * 1e3:.1f}" if w in c else "—"  # noqa: E731
+        fl = floor08(path)[(128, 131072)]
+        st, st132, flow = (fl[(k, 4, n, ch, 1, 0)] for k, n, ch in (("static", 128, 0), ("static", 132, 0),
+                                                                  ("flow", 132, 4)))
+        u3 = [r["08u3"]["ms"] / r["08"]["ms"] for k, r in rows.items() if k[:3] == (128, 128, 1) and "08u3" in r]
+        out.append(f"| {'`' + name + '/`' if name.startswith('call') else name} | {board} | {us('08')} | {us('cudnn')} | {us('flash')} | "
+                   f"{float(st['ms']) * 1e3:.1f} ({float(st['first_end_us']):.0f}, {float(st['median_end_us']):.0f}, "
+                   f"{float(st['last_end_us']):.0f}) | {float(st132['ms']) * 1e3:.1f} | {float(flow['ms']) * 1e3:.1f} | "
+                   f"{float(flow['ms']) / float(st['ms']):.3f} | " +
+                   (f"{min(u3):.3f}–{max(u3):.3f}" if u3 else "—") + " |")
+    return out
+
+
 def table_step08_s_ahead(D):
     """Tried and not kept: the TMA kernel's S one tile ahead ("08", and its t1) beside c889df3 ("08@base"), one
     process: one line, and how many shapes either build is behind PyTorch's best there."""
@@ -3228,7 +3270,7 @@ TABLES = {
     "step08-tma": table_step08_tma, "step08-tma-promotion": table_step08_tma_promotion,
     "step08-tma-again": table_step08_tma_again, "step08-s-ahead": table_step08_s_ahead,
     "step08-tma-third": table_step08_tma_third, "step08-tma-two-groups": table_step08_tma_two_groups,
-    "step08-machines": table_step08_machines, "step08-k1-again": table_step08_k1_again, "step08-ncu-grouped": table_step08_ncu_grouped, "step08-behind": table_step08_behind, "step08-classes": table_step08_classes, "step08-machines-line": table_step08_machines_line, "step08-l2-fraction": table_step08_l2_fraction, "step08-tma-two-an-sm": table_step08_tma_two_an_sm,
+    "step08-machines": table_step08_machines, "step08-floor-by-machine": table_step08_floor_by_machine, "step08-k1-again": table_step08_k1_again, "step08-ncu-grouped": table_step08_ncu_grouped, "step08-behind": table_step08_behind, "step08-classes": table_step08_classes, "step08-machines-line": table_step08_machines_line, "step08-l2-fraction": table_step08_l2_fraction, "step08-tma-two-an-sm": table_step08_tma_two_an_sm,
     "step08-floor": table_step08_floor, "step08-floor-summary": table_step08_floor_summary, "step08-floor-cuts": table_step08_floor_cuts, "step08-floor-more": table_step08_floor_more,
     "step08-ring-long": table_step08_ring_long, "step08-tags": table_step08_tags, "step08-wide": table_step08_wide, "step08-eight": table_step08_eight, "step08-release-first": table_step08_release_first,
     "ctest08": table_ctest08, "sm80-08": table_sm80_08,
