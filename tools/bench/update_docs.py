@@ -1837,6 +1837,8 @@ def table_step08_behind(D):
     """Where the summary's one-process runs have step 08 below PyTorch's best: per run and group of shapes, how many,
     the ratios and the µs behind."""
     names = [f"call {i + 1}" for i in range(len(DECODE08_RUNS))] + ["e092dbc"]
+    under = lambda v: f"{v:.3f}" if round(v, 3) < 1 else f"{v:.4f}"  # noqa: E731 (below 1, never "1.000")
+    span = lambda lo, hi, f: f(lo) if f(lo) == f(hi) else f"{f(lo)}–{f(hi)}"  # noqa: E731
     out = []
     for name, rows in zip(names, decode08_runs(D)):
         cells = []
@@ -1845,8 +1847,6 @@ def table_step08_behind(D):
                  for k, c in rows.items() if inside(k) and "08" in c and best_peer(c)[1] < c["08"]["ms"]]
             if x:
                 r, us, nk = zip(*x)
-                under = lambda v: f"{v:.3f}" if round(v, 3) < 1 else f"{v:.4f}"  # noqa: E731 (below 1, never "1.000")
-                span = lambda lo, hi, f: f(lo) if f(lo) == f(hi) else f"{f(lo)}–{f(hi)}"  # noqa: E731
                 cells.append(f"{group}, {len(x)} ({', '.join(f'{n}k' for n in sorted(set(nk)))} keys; "
                              f"{span(min(r), max(r), under)}, {span(min(us), max(us), lambda v: f'{v:.1f}')} µs)")
         n = sum(1 for c in rows.values() if "08" in c and best_peer(c)[1] < c["08"]["ms"])
@@ -3021,14 +3021,13 @@ def table_step08_floor_by_machine(D):
     """The 8 GiB read (B·H = 128, 128k keys) on each H200 of four GPU calls and of two earlier floor runs: step 08,
     cuDNN, FlashAttention-2, and the floor by a static cut of 128 and 132 blocks and by chunks from a counter, with
     the static cut's first, median and last block's end; then u3 against production at B·H = 128 in the four calls."""
-    runs = [(os.path.join(FLOOR_BY_MACHINE08, c), c) for c in sorted(os.listdir(os.path.join(D.folder,
-                                                                                          FLOOR_BY_MACHINE08)))
-            if c.startswith("call")]
+    calls = os.path.join(D.folder, FLOOR_BY_MACHINE08)
+    runs = [(os.path.join(FLOOR_BY_MACHINE08, c), f"`{c}/`") for c in sorted(os.listdir(calls)) if c.startswith("call")]
     runs += [(FLOOR08, "e092dbc's floor run"), (K1_AGAIN08, "k1's run at 03ee74b")]
     first = os.path.join(D.folder, runs[0][0])
     out = ["µs at B·H = 128 (one query for the kernels), 128k keys, bf16, d = 128: K and V 8 GiB, on "
-           f"{device07(D, 'device.txt', first)}, each row one GPU call on the H200 it was lent (`{rel(os.path.join(D.folder, FLOOR_BY_MACHINE08))}"
-           "/call*`: the lines of `nvidia-smi -q` that name the board in `board.txt`; and two earlier calls). The "
+           f"{device07(D, 'device.txt', first)}, each row one GPU call on the H200 it was lent (`{rel(calls)}/call*`: "
+           "the lines of `nvidia-smi -q` that name the board in `board.txt`; and two earlier calls). The "
            "floor (`fa_read_floor`, the median of 15): K and V read by step 08's copy, a ring of four tiles, cut "
            "statically among 128 or 132 blocks (in brackets the first, median and last block's end, µs after the "
            "first block's start), or handed out by a counter in chunks of 4 tiles to 132 blocks. Step 08, cuDNN and "
@@ -3036,11 +3035,13 @@ def table_step08_floor_by_machine(D):
            "with `two_an_sm.patch`, which adds lesson row u3).", "",
            "| call | board | step 08 | cuDNN | FA-2 | floor: static, 128 blocks | static, 132 | counter, 4 tiles | "
            "counter ÷ static 128 | u3 ÷ production, B·H = 128 |", "|---|---|---|---|---|---|---|---|---|---|"]
+    def board(path):  # the board's part number, where the call kept nvidia-smi's lines
+        f = os.path.join(path, "board.txt")
+        part = [ln.split(":")[1].strip() for ln in open(f) if ln.startswith("Board Part Number")] \
+            if os.path.exists(f) else []
+        return part[0] if part else "—"
     for folder, name in runs:
         path = os.path.join(D.folder, folder)
-        board = next((ln.split(":")[1].strip() for ln in open(os.path.join(path, "board.txt"))
-                      if ln.startswith("Board Part Number")), "—") if os.path.exists(os.path.join(path, "board.txt")) \
-            else "—"
         rows = decode08_ab(D, path)[0]
         c = rows.get((128, 128, 1, 131072, 0), {})
         us = lambda w: f"{c[w]['ms'] * 1e3:.1f}" if w in c else "—"  # noqa: E731
@@ -3048,10 +3049,10 @@ def table_step08_floor_by_machine(D):
         st, st132, flow = (fl[(k, 4, n, ch, 1, 0)] for k, n, ch in (("static", 128, 0), ("static", 132, 0),
                                                                   ("flow", 132, 4)))
         u3 = [r["08u3"]["ms"] / r["08"]["ms"] for k, r in rows.items() if k[:3] == (128, 128, 1) and "08u3" in r]
-        out.append(f"| {'`' + name + '/`' if name.startswith('call') else name} | {board} | {us('08')} | {us('cudnn')} | {us('flash')} | "
-                   f"{float(st['ms']) * 1e3:.1f} ({float(st['first_end_us']):.0f}, {float(st['median_end_us']):.0f}, "
-                   f"{float(st['last_end_us']):.0f}) | {float(st132['ms']) * 1e3:.1f} | {float(flow['ms']) * 1e3:.1f} | "
-                   f"{float(flow['ms']) / float(st['ms']):.3f} | " +
+        ends = ", ".join(f"{float(st[e]):.0f}" for e in ("first_end_us", "median_end_us", "last_end_us"))
+        out.append(f"| {name} | {board(path)} | {us('08')} | {us('cudnn')} | {us('flash')} | "
+                   f"{float(st['ms']) * 1e3:.1f} ({ends}) | {float(st132['ms']) * 1e3:.1f} | "
+                   f"{float(flow['ms']) * 1e3:.1f} | {float(flow['ms']) / float(st['ms']):.3f} | " +
                    (f"{min(u3):.3f}–{max(u3):.3f}" if u3 else "—") + " |")
     return out
 
@@ -3270,7 +3271,10 @@ TABLES = {
     "step08-tma": table_step08_tma, "step08-tma-promotion": table_step08_tma_promotion,
     "step08-tma-again": table_step08_tma_again, "step08-s-ahead": table_step08_s_ahead,
     "step08-tma-third": table_step08_tma_third, "step08-tma-two-groups": table_step08_tma_two_groups,
-    "step08-machines": table_step08_machines, "step08-floor-by-machine": table_step08_floor_by_machine, "step08-k1-again": table_step08_k1_again, "step08-ncu-grouped": table_step08_ncu_grouped, "step08-behind": table_step08_behind, "step08-classes": table_step08_classes, "step08-machines-line": table_step08_machines_line, "step08-l2-fraction": table_step08_l2_fraction, "step08-tma-two-an-sm": table_step08_tma_two_an_sm,
+    "step08-machines": table_step08_machines, "step08-classes": table_step08_classes,
+    "step08-behind": table_step08_behind, "step08-k1-again": table_step08_k1_again,
+    "step08-ncu-grouped": table_step08_ncu_grouped, "step08-floor-by-machine": table_step08_floor_by_machine,
+    "step08-machines-line": table_step08_machines_line, "step08-l2-fraction": table_step08_l2_fraction, "step08-tma-two-an-sm": table_step08_tma_two_an_sm,
     "step08-floor": table_step08_floor, "step08-floor-summary": table_step08_floor_summary, "step08-floor-cuts": table_step08_floor_cuts, "step08-floor-more": table_step08_floor_more,
     "step08-ring-long": table_step08_ring_long, "step08-tags": table_step08_tags, "step08-wide": table_step08_wide, "step08-eight": table_step08_eight, "step08-release-first": table_step08_release_first,
     "ctest08": table_ctest08, "sm80-08": table_sm80_08,
