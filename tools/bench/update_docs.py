@@ -3014,13 +3014,14 @@ def table_step08_ncu_grouped(D):
     return out
 
 
-FLOOR_BY_MACHINE08 = "tries/step08_floor_by_machine"  # four GPU calls: 03ee74b + two_an_sm.patch, the floor, B·H = 128
+FLOOR_BY_MACHINE08 = "tries/step08_floor_by_machine"  # GPU calls: the floor and step 08 at B·H = 128 on each H200
 
 
 def table_step08_floor_by_machine(D):
-    """The 8 GiB read (B·H = 128, 128k keys) on each H200 of four GPU calls and of two earlier floor runs: step 08,
-    cuDNN, FlashAttention-2, and the floor by a static cut of 128 and 132 blocks and by chunks from a counter, with
-    the static cut's first, median and last block's end; then u3 against production at B·H = 128 in the four calls."""
+    """The 8 GiB read (B·H = 128, 128k keys) on each H200 of the calls in FLOOR_BY_MACHINE08 and of two earlier floor
+    runs: step 08, cuDNN, FlashAttention-2, and the floor by a static cut of 128 and 132 blocks and by chunks from a
+    counter, with the static cut's first, median and last block's end; then u3 against production at B·H = 128 where
+    a call timed it."""
     calls = os.path.join(D.folder, FLOOR_BY_MACHINE08)
     runs = [(os.path.join(FLOOR_BY_MACHINE08, c), f"`{c}/`") for c in sorted(os.listdir(calls)) if c.startswith("call")]
     runs += [(FLOOR08, "e092dbc's floor run"), (K1_AGAIN08, "k1's run at 03ee74b")]
@@ -3031,8 +3032,8 @@ def table_step08_floor_by_machine(D):
            "floor (`fa_read_floor`, the median of 15): K and V read by step 08's copy, a ring of four tiles, cut "
            "statically among 128 or 132 blocks (in brackets the first, median and last block's end, µs after the "
            "first block's start), or handed out by a counter in chunks of 4 tiles to 132 blocks. Step 08, cuDNN and "
-           "FlashAttention-2 by `ab.py` in the same call (3 rounds, the median; the four calls' library was 03ee74b "
-           "with `two_an_sm.patch`, which adds lesson row u3).", "",
+           "FlashAttention-2 by `ab.py` in the same call (3 rounds, the median; the library of calls 1–4 was 03ee74b "
+           "with `two_an_sm.patch`, which adds lesson row u3, and of call 5 ec446f1, the final code).", "",
            "| call | board | step 08 | cuDNN | FA-2 | floor: static, 128 blocks | static, 132 | counter, 4 tiles | "
            "counter ÷ static 128 | u3 ÷ production, B·H = 128 |", "|---|---|---|---|---|---|---|---|---|---|"]
     def board(path):  # the board's part number, where the call kept nvidia-smi's lines
