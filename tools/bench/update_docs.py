@@ -3058,6 +3058,24 @@ def table_step08_floor_by_machine(D):
     return out
 
 
+FLOW08 = "tries/step08_flow"  # ab.py at bbbda07 + flow.patch: f0 (chunks of 32 tiles, a block each), f1 (a counter)
+
+
+def table_step08_flow(D):
+    """Tried, not kept: whole units' chunks of 32 tiles, a block each (f0) and taken from a counter by a persistent
+    grid (f1), beside production in one ab.py run on a machine of the slowest class; then f1 ÷ production by group."""
+    out, ratio = step08_versions(D, os.path.join(D.folder, FLOW08), "08",
+                                 [("08f0", "a block a chunk (f0)", "÷ production"),
+                                  ("08f1", "chunks from a counter (f1)", "÷ production")], "the three", "production")
+    rows, _ = decode08_ab(D, os.path.join(D.folder, FLOW08))
+    cells = []
+    for group, inside in GROUPS08:
+        r = {k[3] // 1024: x for k, x in ratio["08f1"].items() if inside(k)}
+        if r:
+            cells.append(f"{group}: " + ", ".join(f"{nk}k {x:.3f}" for nk, x in sorted(r.items())))
+    return out + ["", "f1 ÷ production, by group and keys: " + "; ".join(cells) + "."]
+
+
 def table_step08_s_ahead(D):
     """Tried and not kept: the TMA kernel's S one tile ahead ("08", and its t1) beside c889df3 ("08@base"), one
     process: one line, and how many shapes either build is behind PyTorch's best there."""
@@ -3275,7 +3293,7 @@ TABLES = {
     "step08-machines": table_step08_machines, "step08-classes": table_step08_classes,
     "step08-behind": table_step08_behind, "step08-k1-again": table_step08_k1_again,
     "step08-ncu-grouped": table_step08_ncu_grouped, "step08-floor-by-machine": table_step08_floor_by_machine,
-    "step08-machines-line": table_step08_machines_line, "step08-l2-fraction": table_step08_l2_fraction, "step08-tma-two-an-sm": table_step08_tma_two_an_sm,
+    "step08-machines-line": table_step08_machines_line, "step08-flow": table_step08_flow, "step08-l2-fraction": table_step08_l2_fraction, "step08-tma-two-an-sm": table_step08_tma_two_an_sm,
     "step08-floor": table_step08_floor, "step08-floor-summary": table_step08_floor_summary, "step08-floor-cuts": table_step08_floor_cuts, "step08-floor-more": table_step08_floor_more,
     "step08-ring-long": table_step08_ring_long, "step08-tags": table_step08_tags, "step08-wide": table_step08_wide, "step08-eight": table_step08_eight, "step08-release-first": table_step08_release_first,
     "ctest08": table_ctest08, "sm80-08": table_sm80_08,
