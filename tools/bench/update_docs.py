@@ -1775,8 +1775,10 @@ DECODE08_RUNS = [("ab/decode08_03ee74b", "03ee74b"), ("ab/decode08_03ee74b_again
 
 
 def decode08_runs(D):
-    """The shipped kernels' runs (DECODE08_RUNS) as decode08_ab gives them, then e092dbc's one-process run (ab/)."""
-    return [decode08_ab(D, os.path.join(D.folder, f))[0] for f, _ in DECODE08_RUNS] + [decode08_ab(D)[0]]
+    """(name, rows) of the shipped kernels' runs (DECODE08_RUNS: "call 1", …) as decode08_ab gives them, then of
+    e092dbc's one-process run (ab/)."""
+    calls = [(f"call {i + 1}", os.path.join(D.folder, f)) for i, (f, _) in enumerate(DECODE08_RUNS)]
+    return [(name, decode08_ab(D, folder)[0]) for name, folder in calls] + [("e092dbc", decode08_ab(D)[0])]
 
 
 def peers_ratio08(rows, key):
@@ -1800,9 +1802,9 @@ def table_step08_decode(D):
     """Every decoding shape: step 08 against PyTorch's best backend and step 06, and its bandwidth, in the shipped
     kernels' first run; beside it the ratios of their second run, of e092dbc's run and of three two-process runs."""
     first = os.path.join(D.folder, DECODE08_RUNS[0][0])
-    rows, copy = decode08_ab(D, first)
-    others = decode08_runs(D)[1:]
-    reps = [decode08(D.folder)[0]] + [decode08(os.path.join(D.folder, f))[0] for f in REPEATS08]
+    (_, rows), *others = decode08_runs(D)
+    run1, copy = decode08(D.folder)
+    reps = [run1] + [decode08(os.path.join(D.folder, f))[0] for f in REPEATS08]
     out = [f"bf16, d = 128, B = 1, on {device07(D, 'device.txt', first)}: {decode08_sources(D)}. Milliseconds, "
            f"bandwidth and step 06 from the first call. GB/s: the fewest bytes (Q, K, V read once, O and L written) "
            f"over the time, beside this GPU's device-to-device copy, {copy:.0f} GB/s read + written. PyTorch: "
@@ -1817,9 +1819,8 @@ def table_step08_decode(D):
             continue
         ms = c["08"]["ms"]
         who, best = best_peer(c)
-        beside = [peers_ratio08(r, key) for r in others]
-        later = ", ".join(bold(best_peer(r[key])[1] / float(r[key]["08"]["ms"])) if key in r and "08" in r[key]
-                          else "—" for r in reps)
+        beside = [peers_ratio08(r, key) for _, r in others]
+        later = ", ".join(bold(x) if x else "—" for x in (peers_ratio08(r, key) for r in reps))
         s06 = c["06"]["ms"] if "06" in c else 0
         out.append(f"| {shape08(key)} | {ms:.4f} | {c['08']['gbps']:.0f} ({c['08']['gbps'] / copy:.2f}) | "
                    f"{best:.4f} ({who}) | {bold3(best / ms)} | " +
@@ -1836,11 +1837,10 @@ GROUPS08 = [("B·H = 128, one query", lambda k: k[0] == k[1] == 128 and k[2] == 
 def table_step08_behind(D):
     """Where the summary's one-process runs have step 08 below PyTorch's best: per run and group of shapes, how many,
     the ratios and the µs behind."""
-    names = [f"call {i + 1}" for i in range(len(DECODE08_RUNS))] + ["e092dbc"]
     under = lambda v: f"{v:.3f}" if round(v, 3) < 1 else f"{v:.4f}"  # noqa: E731 (below 1, never "1.000")
     span = lambda lo, hi, f: f(lo) if f(lo) == f(hi) else f"{f(lo)}–{f(hi)}"  # noqa: E731
     out = []
-    for name, rows in zip(names, decode08_runs(D)):
+    for name, rows in decode08_runs(D):
         cells = []
         for group, inside in GROUPS08:
             x = [(best_peer(c)[1] / c["08"]["ms"], (c["08"]["ms"] - best_peer(c)[1]) * 1e3, k[3] // 1024)
@@ -1858,10 +1858,10 @@ def table_step08_behind(D):
 def table_step08_summary(D):
     """Ranges of step 08's ratios per group of shapes: the shipped kernels' runs, e092dbc's, the two-process runs."""
     first = os.path.join(D.folder, DECODE08_RUNS[0][0])
-    ab, copy = decode08_ab(D, first)
     ours = decode08_runs(D)
-    two = [decode08(D.folder)[0]] + [decode08(os.path.join(D.folder, f))[0] for f in REPEATS08]
-    names = [f"call {i + 1}" for i in range(len(DECODE08_RUNS))] + ["e092dbc"]
+    names, ab = [n for n, _ in ours], ours[0][1]
+    run1, copy = decode08(D.folder)
+    two = [run1] + [decode08(os.path.join(D.folder, f))[0] for f in REPEATS08]
     out = [f"bf16, d = 128, N_kv = 8k–128k, on {device07(D, 'device.txt', first)}; ratios of time (bold: below 1.0): "
            f"{decode08_sources(D)}; the last three columns from the first call.", "",
            "| B·H | H_kv | N_q | " + " | ".join(f"step 08 × PyTorch's best, {n}" for n in names) +
@@ -1877,7 +1877,7 @@ def table_step08_summary(D):
     ratios = lambda rows, g: [best_peer(c)[1] / float(c["08"]["ms"]) for k, c in rows.items()  # noqa: E731
                               if (g is None or k[:3] == g) and "08" in c]
     for g in groups:
-        cells = [rng(ratios(rows, g), places=3) for rows in ours]
+        cells = [rng(ratios(rows, g), places=3) for _, rows in ours]
         cells.append(rng([x for rows in two for x in ratios(rows, g)]))
         ks = [k for k in ab if k[:3] == g and "08" in ab[k]]
         v06 = [ab[k]["06"]["ms"] / ab[k]["08"]["ms"] for k in ks]
@@ -1890,7 +1890,7 @@ def table_step08_summary(D):
         return (f"{sum(1 for r in x if r < 1)} of {len(x)} shapes ({sum(1 for r in x if r < 0.995)} by more than "
                 f"0.5%, {sum(1 for r in x if r < 0.975)} by more than 2.5%; the lowest ratio {min(x):.3f})")
     out += ["", "Step 08 below PyTorch's best (a ratio under 1.000): " +
-            "; ".join(f"{n}: {below(rows)}" for n, rows in zip(names, ours)) + "; the two-process runs: " +
+            "; ".join(f"{n}: {below(rows)}" for n, rows in ours) + "; the two-process runs: " +
             ", ".join(f"{sum(1 for r in ratios(rows, None) if r < 1)}" for rows in two) + " of 40."]
     return out
 
@@ -3067,7 +3067,6 @@ def table_step08_flow(D):
     out, ratio = step08_versions(D, os.path.join(D.folder, FLOW08), "08",
                                  [("08f0", "a block a chunk (f0)", "÷ production"),
                                   ("08f1", "chunks from a counter (f1)", "÷ production")], "the three", "production")
-    rows, _ = decode08_ab(D, os.path.join(D.folder, FLOW08))
     cells = []
     for group, inside in GROUPS08:
         r = {k[3] // 1024: x for k, x in ratio["08f1"].items() if inside(k)}
