@@ -1733,7 +1733,7 @@ def decode08(folder):
 
 def decode08_ab(D, folder=None):
     """decode08's {shape: {who: row}} from ab.py's decoding runs (ab/ab08*.csv, or folder's): each row's ms and GB/s
-    the median of its rounds; and the copy bandwidth of the fa_bench run (bench08.csv), which ab.py does not time."""
+    the median of its rounds."""
     rows = {}
     for path in sorted(glob.glob(os.path.join(folder or ab_folder(D), "ab08*.csv"))):
         for r in csv.DictReader(open(path)):
@@ -1744,8 +1744,7 @@ def decode08_ab(D, folder=None):
             c["ms"].append(float(r["ms"]))
             c["gbps"].append(float(r["gbps"]))
     med = statistics.median
-    rows = {k: {w: {"ms": med(c["ms"]), "gbps": med(c["gbps"])} for w, c in r.items()} for k, r in rows.items()}
-    return rows, decode08(D.folder)[1]
+    return {k: {w: {"ms": med(c["ms"]), "gbps": med(c["gbps"])} for w, c in r.items()} for k, r in rows.items()}
 
 
 PEERS08 = ("flash", "cudnn", "efficient", "math")
@@ -1778,13 +1777,18 @@ def decode08_runs(D):
     """(name, rows) of the shipped kernels' runs (DECODE08_RUNS: "call 1", …) as decode08_ab gives them, then of
     e092dbc's one-process run (ab/)."""
     calls = [(f"call {i + 1}", os.path.join(D.folder, f)) for i, (f, _) in enumerate(DECODE08_RUNS)]
-    return [(name, decode08_ab(D, folder)[0]) for name, folder in calls] + [("e092dbc", decode08_ab(D)[0])]
+    return [(name, decode08_ab(D, folder)) for name, folder in calls] + [("e092dbc", decode08_ab(D))]
+
+
+def vs_peers08(cells, who="08"):
+    """who × PyTorch's best at a shape's cells: its fastest backend's time ÷ who's."""
+    return best_peer(cells)[1] / float(cells[who]["ms"])
 
 
 def peers_ratio08(rows, key):
     """PyTorch's best ÷ step 08 at a shape of a run, or None where the run did not time it."""
     c = rows.get(key)
-    return best_peer(c)[1] / float(c["08"]["ms"]) if c and "08" in c else None
+    return vs_peers08(c) if c and "08" in c else None
 
 
 def decode08_sources(D):
@@ -1843,7 +1847,7 @@ def table_step08_behind(D):
     for name, rows in decode08_runs(D):
         cells = []
         for group, inside in GROUPS08:
-            x = [(best_peer(c)[1] / c["08"]["ms"], (c["08"]["ms"] - best_peer(c)[1]) * 1e3, k[3] // 1024)
+            x = [(vs_peers08(c), (c["08"]["ms"] - best_peer(c)[1]) * 1e3, k[3] // 1024)
                  for k, c in rows.items() if inside(k) and "08" in c and best_peer(c)[1] < c["08"]["ms"]]
             if x:
                 r, us, nk = zip(*x)
@@ -1874,7 +1878,7 @@ def table_step08_summary(D):
         low = f"{lo:.{places}f}" if round(lo, places) < 1 else f"{lo:.{places + 1}f}"
         return f"**{low}**–{hi:.{places}f}"
     groups = sorted({(k[0], k[1], k[2]) for k in ab}, key=lambda g: (g[0] != g[1], g[0], g[2]))
-    ratios = lambda rows, g: [best_peer(c)[1] / float(c["08"]["ms"]) for k, c in rows.items()  # noqa: E731
+    ratios = lambda rows, g: [vs_peers08(c) for k, c in rows.items()  # noqa: E731
                               if (g is None or k[:3] == g) and "08" in c]
     for g in groups:
         cells = [rng(ratios(rows, g), places=3) for _, rows in ours]
@@ -1937,8 +1941,7 @@ def table_step08_lesson(D):
         for k in LESSON08_SHAPES:
             c = rows.get(k, {})
             if who in c:
-                ms = float(c[who]["ms"])
-                cells.append(f"{ms * 1e3:.1f} ({best_peer(c)[1] / ms:.2f})")
+                cells.append(f"{float(c[who]['ms']) * 1e3:.1f} ({vs_peers08(c, who):.2f})")
             else:
                 cells.append("—")
         out.append(f"| {what} | " + " | ".join(cells) + " |")
@@ -1951,7 +1954,7 @@ MERGE08 = ("ab/two_kernels", "tries/step08_last_block_merge")  # ab.py's runs: t
 def table_step08_merge(D):
     """Tried and not kept: the splits merged by the last block of each row block, against the merge kernel it
     replaced; two runs of ab.py on two machines, each with PyTorch's best of its own run."""
-    old, new = (decode08_ab(D, os.path.join(D.folder, f))[0] for f in MERGE08)
+    old, new = (decode08_ab(D, os.path.join(D.folder, f)) for f in MERGE08)
     keys = [k for k in sorted(new, key=order08)
             if "08" in new[k] and k in old and "08" in old[k]]
     out = [f"µs of step 08 (× PyTorch's best backend in the same run), bf16, d = 128, B = 1, on "
@@ -1966,8 +1969,8 @@ def table_step08_merge(D):
         a, b = old[k]["08"]["ms"], new[k]["08"]["ms"]
         ratios.append((k, b / a))
         if abs(b / a - 1) > 0.01:
-            out.append(f"| {shape08(k)} | {a * 1e3:.1f} ({best_peer(old[k])[1] / a:.2f}) | {b * 1e3:.1f} "
-                       f"({best_peer(new[k])[1] / b:.2f}) | {b / a:.2f} |")
+            out.append(f"| {shape08(k)} | {a * 1e3:.1f} ({vs_peers08(old[k]):.2f}) | {b * 1e3:.1f} "
+                       f"({vs_peers08(new[k]):.2f}) | {b / a:.2f} |")
     g = [r for k, r in ratios if k[0] != k[1]]
     f = [r for k, r in ratios if k[0] == k[1]]
     out += ["", f"Over all {len(ratios)} shapes the last block's merge took {min(f):.2f}–{max(f):.2f}× the merge "
@@ -1991,7 +1994,7 @@ def step08_versions(D, folder, a, versions, both, head_a):
     """Versions of step 08 in one ab.py run (`folder`) beside version a, at every decoding shape all were timed at: the
     table's caption and rows (µs, × PyTorch's best backend, and for each (b, head_b, ratio_head) of `versions` time
     b ÷ a), and those ratios by version and shape."""
-    rows, _ = decode08_ab(D, folder)
+    rows = decode08_ab(D, folder)
     bs = [b for b, _, _ in versions]
     keys = [k for k in sorted(rows, key=order08) if all(w in rows[k] for w in [a] + bs)]
     heads = " | ".join(f"{head_b} | {ratio_head}" for _, head_b, ratio_head in versions)
@@ -2036,7 +2039,7 @@ def table_step08_cluster(D):
     """The merge in a cluster beside the merge kernel (08m2) at the shapes where the H200's clusters fit: run 1 merged
     in clusters wherever they fit (a1e2fc6), run 2 is production, which merges in clusters only where a chunk is at
     most 64 tiles (726680d); each an ab.py run of its own."""
-    runs = [decode08_ab(D, os.path.join(D.folder, f))[0] for f in (CLUSTER08_FIT, CLUSTER08)]
+    runs = [decode08_ab(D, os.path.join(D.folder, f)) for f in (CLUSTER08_FIT, CLUSTER08)]
     keys = sorted(set(runs[0]) & set(runs[1]), key=order08)
     out = [f"µs of step 08 (× PyTorch's best backend in the same run), bf16, d = 128, B = 1, on "
            f"{device07(D, 'device.txt', os.path.join(D.folder, CLUSTER08))}; two runs of `tools/bench/ab.py` "
@@ -2116,7 +2119,7 @@ def table_step08_hint(D):
     hint (then production, "08"); run 2 (ab/, the final kernels) times production, which hints where K and V are at
     most 3 L2s, beside the reads without a hint at every shape (08l0)."""
     f1, f2 = os.path.join(D.folder, HINT08), ab_folder(D)
-    (r1, _), (r2, _) = decode08_ab(D, f1), decode08_ab(D, f2)
+    r1, r2 = decode08_ab(D, f1), decode08_ab(D, f2)
     keys = [k for k in sorted(r1, key=order08) if k in r2 and "08l0" in r2[k]]
     out = [f"µs of step 08 (× PyTorch's best backend in the same run), bf16, d = 128, B = 1, on "
            f"{device07(D, 'device.txt', f1)}; two runs of `tools/bench/ab.py`: run 1 "
@@ -2268,7 +2271,7 @@ def table_step08_diet(D):
     """Production before the tile was trimmed (dd02286, "08" of the pairs run) and after (the decode run), each
     against PyTorch's best backend in its own run: two runs on two machines of one session."""
     f0, f1 = os.path.join(D.folder, DIET08_BEFORE), os.path.join(D.folder, DIET08_AFTER)
-    (r0, _), (r1, _) = decode08_ab(D, f0), decode08_ab(D, f1)
+    r0, r1 = decode08_ab(D, f0), decode08_ab(D, f1)
     keys = [k for k in sorted(r0, key=order08) if k in r1]
     out = [f"µs of step 08 (× PyTorch's best backend in the same run), bf16, d = 128, B = 1, on "
            f"{device07(D, 'device.txt', f0)}; two runs of `tools/bench/ab.py` in one session, on two machines: "
@@ -2279,7 +2282,7 @@ def table_step08_diet(D):
     before, after = [], []
     for k in keys:
         a, b = r0[k]["08"]["ms"], r1[k]["08"]["ms"]
-        x, y = best_peer(r0[k])[1] / a, best_peer(r1[k])[1] / b
+        x, y = vs_peers08(r0[k]), vs_peers08(r1[k])
         before.append(x), after.append(y)
         out.append(f"| {shape08(k)} | {a * 1e3:.1f} ({x:.3f}) | {b * 1e3:.1f} ({y:.3f}) |")
     out += ["", f"Step 08 ÷ PyTorch's best (speed): before {min(before):.3f}–{max(before):.3f}, below 1.000 at "
@@ -2330,7 +2333,7 @@ def table_step08_loads_first(D):
     """The merge kernel's O loads issued before the statistics (two a lane; "08@pf") beside 192cc2e ("08@base"), one
     process: one line, the time ratio at the shapes the merge kernel runs and at the others."""
     folder = os.path.join(D.folder, LOADS08)
-    rows, _ = decode08_ab(D, folder)
+    rows = decode08_ab(D, folder)
     r = {k: c["08@pf"]["ms"] / c["08@base"]["ms"] for k, c in rows.items() if "08@pf" in c and "08@base" in c}
     merged = [x for k, x in r.items() if k[0] == 32 or k[0] != k[1]]  # B·H = 32 and grouped heads: a merge kernel
     alone = [x for k, x in r.items() if not (k[0] == 32 or k[0] != k[1])]
@@ -2385,7 +2388,7 @@ def over_floor08(D):
     """The floor run's decoding shapes in the tables' order: (shape, floor's row, floor ms, step 08 ms, PyTorch's
     best backend, its ms), where both step 08 and the floor were timed."""
     folder = os.path.join(D.folder, FLOOR08)
-    rows, _ = decode08_ab(D, folder)
+    rows = decode08_ab(D, folder)
     floor = floor08(folder)
     out = []
     for key in sorted(rows, key=order08):
@@ -2619,7 +2622,7 @@ def table_step08_floor_work(D):
             (("static", 3, 2 * sms, 0, 1, 0), f"two an SM ({2 * sms}, ring 3)"),
             (("bulk", 4, 128, 0, 1, 0), "bulk (TMA)"), (("flow", 4, sms, 4, 1, 0), "counter, 4-tile chunks"),
             (("flow", 4, sms, 16, 1, 0), "counter, 16-tile chunks")]
-    dec, _ = decode08_ab(D, folder)
+    dec = decode08_ab(D, folder)
     out = [f"µs of `fa_read_floor --work-ns W` (`{rel(folder)}/floor.csv`, {device07(D, 'device.txt', folder)}; the "
            "median of 15): after each tile's barrier every thread of a block spins W ns, a stand-in for step 08's "
            "math, so that a block consumes at most a tile every W ns; in brackets, the time ÷ the same cut's at W = 0, "
@@ -2665,7 +2668,7 @@ def ratios08(rows, b, a="08"):
 def behind_peers08(rows, who, keys):
     """decode08_ab's rows: who × PyTorch's best (its fastest backend's time ÷ who's) at the shapes `keys`, where it is
     below 1.0 — the shapes where `who` is behind."""
-    return [x for x in (best_peer(rows[k])[1] / rows[k][who]["ms"] for k in keys) if x < 1]
+    return [x for x in (vs_peers08(rows[k], who) for k in keys) if x < 1]
 
 
 TWO08 = "tries/step08_two_an_sm"  # ab.py: cf9f920 + two_an_sm.patch (lesson rows n2, u2) beside production and k1
@@ -2678,7 +2681,7 @@ def table_step08_two(D):
                                   ("08u2", "two an SM, whole units (u2)", "u2 ÷ production", "u2"),
                                   ("08k1", "one an SM, shared (k1)", "k1 ÷ production", "k1")])
     folder = os.path.join(D.folder, TWO08, "o2")  # a second run: o2 (u2 with twice the blocks) beside u2, production
-    rows, _ = decode08_ab(D, folder)
+    rows = decode08_ab(D, folder)
     r = {b: ratios08(rows, b) for b in ("08o2", "08u2")}
     out += ["", f"A second run (`{rel(folder)}/`, {rounds08(folder)} rounds, on {device07(D, 'device.txt', folder)}), "
                 f"B·H = 32 with one query and the grouped shapes: o2 (u2 with twice the blocks, so that an SM starts "
@@ -2695,7 +2698,7 @@ def alt_line08(D, folder, alt, base="08"):
     """An ab.py run in `folder` with version `alt` beside `base` (by default this build's `08`, alt another build's
     as ab.py --alt names it): where (the folder, its rounds and GPU) and alt's time ÷ base's over the shapes (range,
     geometric mean, how many faster and slower), as one line's words."""
-    rows, _ = decode08_ab(D, folder)
+    rows = decode08_ab(D, folder)
     r = ratios08(rows, alt, base)
     return (f"(`{rel(folder)}/`, {rounds08(folder)} rounds, on {device07(D, 'device.txt', folder)}): "
             f"{min(r):.3f}–{max(r):.3f} over {len(r)} decoding shapes, geometric mean "
@@ -2759,7 +2762,7 @@ def table_step08_tma(D):
     out[3] += "---|"
     for i, k in enumerate(fill):
         out[4 + i] += f" {fill[k]:.3f} |"
-    rows, _ = decode08_ab(D, folder)
+    rows = decode08_ab(D, folder)
     prod, base = list(ratio["08"].values()), list(ratio["08"])
     below = {w: behind_peers08(rows, w, base) for w in ("08", "08@base")}
     t = list(fill.values())
@@ -2780,7 +2783,7 @@ def tma_again08(D, folder, commit, by_chunk=False):
     and c1): t1 ÷ c1 by chunk length, and production against PyTorch's best, as one line; by_chunk: then t1 ÷ c1 at
     the eight shapes whose blocks stream 128 tiles or more of a shared head, at B·H = 128, and at the rest."""
     folder = os.path.join(D.folder, folder)
-    rows, _ = decode08_ab(D, folder)
+    rows = decode08_ab(D, folder)
     keys = [k for k in sorted(rows, key=order08) if all(w in rows[k] for w in ("08", "08t1", "08c1"))]
     fill = {k: rows[k]["08t1"]["ms"] / rows[k]["08c1"]["ms"] for k in keys}
     prod = {k: rows[k]["08"]["ms"] / rows[k]["08c1"]["ms"] for k in keys}
@@ -2823,7 +2826,7 @@ def table_step08_tma_two_groups(D):
     folder = os.path.join(D.folder, TWO_GROUPS08)
     out, ratio = step08_versions(D, folder, "08t1", [("08t2", "t2: two groups", "÷ t1"), ("08", "production", "÷ t1")],
                                  "t1, t2, production", "t1: TMA, one group of four warps")
-    rows, _ = decode08_ab(D, folder)
+    rows = decode08_ab(D, folder)
     r, keys = list(ratio["08t2"].values()), list(ratio["08t2"])
     below = {w: behind_peers08(rows, w, keys) for w in ("08", "08t2")}
     out += ["", f"t2 ÷ t1: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes, geometric mean "
@@ -2842,7 +2845,7 @@ def table_step08_tma_two_an_sm(D):
     """Tried and not kept: two blocks an SM (whole units' chunks for a wave of 264, cuDNN's cut) with a TMA ring of
     three tiles each (u3), beside t1 and production in one ab.py run: one line."""
     folder = os.path.join(D.folder, TWO_AN_SM08)
-    rows, _ = decode08_ab(D, folder)
+    rows = decode08_ab(D, folder)
     q = ratios08(rows, "08u3")
     keys = [k for k in rows if "08u3" in rows[k]]
     below = {w: behind_peers08(rows, w, keys) for w in ("08", "08u3")}
@@ -2861,8 +2864,8 @@ def table_step08_machines_line(D):
     best in each run that timed all 30, and B·H = 128 with one query's range in each run."""
     below, b128 = [], []
     for folder, _, who in MACHINES08:
-        rows, _ = decode08_ab(D, os.path.join(D.folder, folder))
-        x = {k: best_peer(c)[1] / c[who]["ms"] for k, c in rows.items() if who in c and not k[4]}
+        rows = decode08_ab(D, os.path.join(D.folder, folder))
+        x = {k: vs_peers08(c, who) for k, c in rows.items() if who in c and not k[4]}
         if len(x) == 30:
             below.append(sum(1 for r in x.values() if r < 1))
         b128.append([r for k, r in x.items() if k[0] == k[1] == 128 and k[2] == 1])
@@ -2878,7 +2881,7 @@ def table_step08_l2_fraction(D):
     """Tried and not kept: a half (e5) or a quarter (e2) of the K/V lines evict-first, beside no hint (l0), every line
     (l1) and production, in one ab.py run: each one's time ÷ l0's where K and V are at most three L2s and above."""
     folder = os.path.join(D.folder, FRACTION08)
-    rows, _ = decode08_ab(D, folder)
+    rows = decode08_ab(D, folder)
     small = {k for k in rows if 2 * 2 * k[1] * k[3] * 128 <= EVICT_FIRST_BYTES08}  # K and V, bf16, d = 128
     out = [f"Time ÷ no hint (l0), in one process (`{rel(folder)}/`, {rounds08(folder)} rounds, on "
            f"{device07(D, 'device.txt', folder)}), the 20 decoding shapes with one query:", ""]
@@ -2917,8 +2920,8 @@ def table_step08_machines(D):
            "| run (folder) | commit | " + " | ".join(g for g, _ in groups) + " | below 1.000, of all |",
            "|---|---|" + "---|" * len(groups) + "---|"]
     for folder, commit, who in MACHINES08:
-        rows, _ = decode08_ab(D, os.path.join(D.folder, folder))
-        x = {k: best_peer(c)[1] / c[who]["ms"] for k, c in rows.items() if who in c and not k[4]}
+        rows = decode08_ab(D, os.path.join(D.folder, folder))
+        x = {k: vs_peers08(c, who) for k, c in rows.items() if who in c and not k[4]}
         cells = []
         for _, inside in groups:
             v = [r for k, r in x.items() if inside(k)]
@@ -2934,7 +2937,7 @@ def table_step08_classes(D):
     key = (128, 128, 1, 131072, 0)
     rows = []
     for folder, commit, who in MACHINES08:
-        c = decode08_ab(D, os.path.join(D.folder, folder))[0].get(key, {})
+        c = decode08_ab(D, os.path.join(D.folder, folder)).get(key, {})
         if who in c:
             rows.append((c[who]["ms"] * 1e3, folder, commit, c))
     out = [f"µs at B·H = 128, one query, 128k keys (8 GiB of K and V), bf16, d = 128, in each run of the table above "
@@ -2953,7 +2956,7 @@ def table_step08_k1_again(D):
     """Production beside the tiles shared by a wave at every shape (k1), whole units' splits (w1) and the cp.async ring
     (c1), on a machine of the middle class, by group of shapes; then that machine's read floor at B·H = 128."""
     folder = os.path.join(D.folder, K1_AGAIN08)
-    rows, _ = decode08_ab(D, folder)
+    rows = decode08_ab(D, folder)
     out = [f"bf16, d = 128, B = 1, without the mask, on {device07(D, 'device.txt', folder)}, at 03ee74b in one process "
            f"(`{rel(folder)}/`, {rounds08(folder)} rounds, the median): production × PyTorch's best backend, and each "
            f"lesson row's time ÷ production's, lowest–highest over each group's 5 key counts (8k–128k).", "",
@@ -2963,7 +2966,7 @@ def table_step08_k1_again(D):
         ks = [k for k in rows if inside(k) and "08" in rows[k]]
         if not ks:
             continue
-        x = [best_peer(rows[k])[1] / rows[k]["08"]["ms"] for k in ks]
+        x = [vs_peers08(rows[k]) for k in ks]
         cells = [f"{min(x):.3f}–{max(x):.3f}"]
         for who in ("08k1", "08w1", "08c1"):
             r = [rows[k][who]["ms"] / rows[k]["08"]["ms"] for k in ks if who in rows[k]]
@@ -3043,7 +3046,7 @@ def table_step08_floor_by_machine(D):
         return part[0] if part else "—"
     for folder, name in runs:
         path = os.path.join(D.folder, folder)
-        rows = decode08_ab(D, path)[0]
+        rows = decode08_ab(D, path)
         c = rows.get((128, 128, 1, 131072, 0), {})
         us = lambda w: f"{c[w]['ms'] * 1e3:.1f}" if w in c else "—"  # noqa: E731
         fl = floor08(path)[(128, 131072)]
@@ -3079,7 +3082,7 @@ def table_step08_s_ahead(D):
     """Tried and not kept: the TMA kernel's S one tile ahead ("08", and its t1) beside c889df3 ("08@base"), one
     process: one line, and how many shapes either build is behind PyTorch's best there."""
     folder = os.path.join(D.folder, SAHEAD08)
-    rows, _ = decode08_ab(D, folder)
+    rows = decode08_ab(D, folder)
     keys = [k for k in rows if "08" in rows[k] and "08@base" in rows[k]]
     r = [rows[k]["08"]["ms"] / rows[k]["08@base"]["ms"] for k in keys]
     below = {w: behind_peers08(rows, w, keys) for w in ("08", "08@base")}
@@ -3136,7 +3139,7 @@ def table_step08_tree(D):
     kernel's four warps merged element by element (08x1) and the merge kernel's weights taken by every thread
     (08x2) against production (08)."""
     f1, f2 = (os.path.join(D.folder, TREE08, r) for r in ("run1", "run2"))
-    (r1, _), (r2, _) = decode08_ab(D, f1), decode08_ab(D, f2)
+    r1, r2 = decode08_ab(D, f1), decode08_ab(D, f2)
     keys = [k for k in sorted(r1, key=order08) if k in r2 and k[2] == 1]
     out = [f"µs of step 08 (× PyTorch's best backend in the same run), bf16, d = 128, N_q = 1, B = 1, on "
            f"{device07(D, 'device.txt', f2)}; two runs of `tools/bench/ab.py` in one session "
@@ -3147,7 +3150,7 @@ def table_step08_tree(D):
            "| B·H | H_kv | N_q | N_kv | causal | run 1: folded | tree | tree ÷ folded | run 2: warps merged per element | "
            "production | production ÷ per element | weights per thread | production ÷ per thread |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    cell = lambda c, w: f"{c[w]['ms'] * 1e3:.1f} ({bold(best_peer(c)[1] / c[w]['ms'])})"
+    cell = lambda c, w: f"{c[w]['ms'] * 1e3:.1f} ({bold(vs_peers08(c, w))})"
     tree, row, once = [], [], []
     for k in keys:
         a, b = r1[k], r2[k]
