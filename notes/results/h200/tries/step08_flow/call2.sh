@@ -4,7 +4,7 @@
 # -DCMAKE_CUDA_ARCHITECTURES=90, build step08_tests fa_capi fa_read_floor, and copy the three binaries into
 # build-exp/bin/. On the device (carry build-exp; FA_COMMIT names the tree):
 #   FA_COMMIT="<sha>+flow2.patch" bash notes/results/h200/tries/step08_flow/call2.sh
-# It writes $OUT/all.tgz: the board's part number (the machine's class: note 08, "Three kinds of H200"),
+# It writes $OUT/all.tgz: the board's part number (the machine's class: note 08's appendix, "The H200s of the last calls"),
 # step 08's GPU tests, the three sanitizers on the f1 test case (whose markers now go by st.async), then
 # production beside f0, f1, f2 (16-tile chunks), f3 (64), cuDNN and FA-2 at note 08's 40 decoding shapes,
 # and the read floor. About 5 minutes.
