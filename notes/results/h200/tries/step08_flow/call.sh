@@ -1,15 +1,22 @@
 #!/usr/bin/env bash
-# counter.patch's device call (written 2026-12-04; not yet run: no GPU machine was lent that session).
-# Here (any machine with nvcc): git apply notes/results/h200/tries/step08_flow/counter.patch, configure with
+# The device call for counter.patch (PATCH=counter, the default) or flow2.patch (PATCH=flow2); written
+# 2026-12-04 and not yet run: no GPU machine was lent that session.
+# Here (any machine with nvcc): git apply notes/results/h200/tries/step08_flow/$PATCH.patch, configure with
 # -DCMAKE_CUDA_ARCHITECTURES=90, build step08_tests fa_capi fa_read_floor, and copy the three binaries into
-# build-exp/bin-counter/. On the device (carry build-exp/bin-counter; FA_COMMIT names the tree):
-#   FA_COMMIT="<sha>+counter.patch" bash notes/results/h200/tries/step08_flow/call3.sh
+# build-exp/bin/. On the device (carry build-exp/bin; FA_COMMIT names the tree):
+#   FA_COMMIT="<sha>+counter.patch" bash notes/results/h200/tries/step08_flow/call.sh
 # It writes $OUT/all.tgz: the board's part number (the machine's class: note 08's appendix, "The H200s of the
-# last calls"), step 08's GPU tests, the three sanitizers on the counter's test case, then production (the
-# counter where with_counter takes it) beside n1 (production before the counter), f1 (the counter at every
-# shape), f2 and f3 (16- and 64-tile chunks), cuDNN and FA-2 at note 08's 40 decoding shapes, and the read
-# floor. About 6 minutes.
+# last calls"), step 08's GPU tests, the three sanitizers on the counter's test case, then, at note 08's 40
+# decoding shapes, production beside the patch's rows, cuDNN and FA-2 — counter.patch: n1 (production before
+# the counter), f1 (the counter at every shape), f2 and f3 (16- and 64-tile chunks); flow2.patch: f0 (a block
+# a chunk), f1, f2, f3 — and the read floor. About 6 minutes.
 set -uo pipefail
+PATCH=${PATCH:-counter}
+case $PATCH in
+  counter) ROWS=08n1,08f1,08f2,08f3; T="step08 chunks from a counter*" ;;
+  flow2) ROWS=08f0,08f1,08f2,08f3; T="step08 (try) f1*" ;;
+  *) echo "PATCH: counter or flow2" >&2; exit 2 ;;
+esac
 W=$(mktemp -d); mkdir -p $W/r $W/l
 t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 trap 'tar -czf "$OUT/all.tgz" -C "$W" .' EXIT
@@ -18,7 +25,7 @@ trap 'tar -czf "$OUT/all.tgz" -C "$W" .' EXIT
   echo "$FA_COMMIT"; } > "$W/r/device.txt"
 nvidia-smi -q | grep -E "Product Name|VBIOS Version|Board Part Number" | sed 's/^ *//; s/  */ /g' > $W/r/board.txt
 cat $W/r/board.txt
-B=${BIN:-build-exp/bin-counter}; T="step08 chunks from a counter*"
+B=${BIN:-build-exp/bin}
 ( timeout 300 $B/step08_tests --gpu "[gpu]" > $W/l/test-step08.log 2>&1; echo "step08 [gpu] rc=$? $(tail -2 $W/l/test-step08.log | tr '\n' ' ')" ) &
 for tool in memcheck racecheck synccheck; do
   ( FA_TEST_QUICK=1 timeout 280 compute-sanitizer --tool $tool --error-exitcode 9 $B/step08_tests --gpu "$T" > $W/l/san-$tool.log 2>&1
@@ -27,7 +34,7 @@ done
 wait; stamp tested
 grep -B3 -A20 "FAILED" $W/l/test-step08.log | head -40
 ab() { local name=$1; shift; python3 tools/bench/ab.py --lib $B/libfa_capi.so --rounds 3 --check-peers --csv $W/r/$name.csv "$@" 2> $W/l/$name.log; tail -1 $W/l/$name.log; stamp $name; }
-I=--impls=08,08n1,08f1,08f2,08f3,torch-cudnn,torch-flash
+I=--impls=08,$ROWS,torch-cudnn,torch-flash
 ab c_bh128 --decode --causal 0 --Nq 1,16 --bh 128 $I
 ab c_bh32 --decode --causal 0 --Nq 1,16 --bh 32 $I
 ab c_gqa --decode --causal 0 --Nq 1 --bh 32,128 --group 8 $I
