@@ -1,22 +1,16 @@
 #!/usr/bin/env bash
-# The device call for counter.patch (PATCH=counter, the default) or flow2.patch (PATCH=flow2); written
-# 2026-12-04 and not yet run: no GPU machine was lent that session.
-# Here (any machine with nvcc): git apply notes/results/h200/tries/step08_flow/$PATCH.patch, configure with
+# The device call for counter.patch; written 2026-12-04 and not yet run: no GPU machine was lent
+# that session or the next.
+# Here (any machine with nvcc): git apply notes/results/h200/tries/step08_flow/counter.patch, configure with
 # -DCMAKE_CUDA_ARCHITECTURES=90, build step08_tests fa_capi fa_read_floor, and copy the three binaries into
 # build-exp/bin/. On the device (carry build-exp/bin; FA_COMMIT names the tree):
 #   FA_COMMIT="<sha>+counter.patch" bash notes/results/h200/tries/step08_flow/call.sh
 # It writes $OUT/all.tgz: the board's part number (the machine's class: note 08's appendix, "The H200s of the
 # last calls"), step 08's GPU tests, the three sanitizers on the counter's test case, then, at note 08's 40
-# decoding shapes, production beside the patch's rows, cuDNN and FA-2 — counter.patch: n1 (production before
-# the counter), f1 (the counter at every shape), f2 and f3 (16- and 64-tile chunks); flow2.patch: f0 (a block
-# a chunk), f1, f2, f3 — and the read floor. About 6 minutes.
+# decoding shapes, production beside the patch's rows n1 (production before the counter), f1 (the counter at
+# every shape), f2 and f3 (16- and 64-tile chunks), cuDNN and FA-2, and the read floor. About 6 minutes.
 set -uo pipefail
-PATCH=${PATCH:-counter}
-case $PATCH in
-  counter) ROWS=08n1,08f1,08f2,08f3; T="step08 chunks from a counter*" ;;
-  flow2) ROWS=08f0,08f1,08f2,08f3; T="step08 (try) f1*" ;;
-  *) echo "PATCH: counter or flow2" >&2; exit 2 ;;
-esac
+ROWS=08n1,08f1,08f2,08f3; T="step08 chunks from a counter*"
 W=$(mktemp -d); mkdir -p $W/r $W/l
 t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 trap 'tar -czf "$OUT/all.tgz" -C "$W" .' EXIT
