@@ -77,18 +77,10 @@
 # Results (ab*.csv, device.txt) into $OUT/results.tgz (and $RESULTS, if given), to be
 # unpacked into notes/results/h200/ab; logs into $OUT/logs.tgz.
 set -uo pipefail
-OUT=${OUT:-$PWD/gpu-logs}; BUILD=${1:-build-gpu}; R=${RESULTS:-$(mktemp -d)}; L=${LOGS:-$(mktemp -d)}; PHASE=${PHASE:-all}
-ROUNDS=${ROUNDS:-5}
-trap 'tar -czf "$OUT/logs.tgz" -C "$L" . 2>/dev/null; tar -czf "$OUT/results.tgz" -C "$R" . 2>/dev/null' EXIT
-mkdir -p "$OUT" "$R" "$L"  # (RESULTS and LOGS may name folders not made yet)
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvcc --version | tail -1
-  python3 -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())" 2>&1
-  echo "${FA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}"; } > "$R/device.txt"
-t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null || exit 1
-cmake --build "$BUILD" -j16 --target fa_capi fa_read_floor >"$L/build.log" 2>&1 ||
-  { grep -B2 -A8 -E "error|FAILED" "$L/build.log" | head -60; exit 1; }
-stamp built
+source "$(dirname "$0")/start.sh"  # device_start, stamp, build90
+PHASE=${PHASE:-all}; ROUNDS=${ROUNDS:-5}
+device_start "${1:-build-gpu}" device.txt
+build90 fa_capi fa_read_floor || exit 1
 ab() { python3 tools/bench/ab.py --lib "$BUILD/tools/bench/libfa_capi.so" --rounds "$ROUNDS" --check-peers "$@"; }
 run() {  # run NAME ARGS...: ab.py into $R/NAME.csv, its log into $L/NAME.log
   local name=$1; shift

@@ -13,14 +13,10 @@
 # into $OUT/logs.tgz (and $LOGS). FA_COMMIT: the commit to record (the machine's copy of
 # the tree may not carry its history).
 set -uo pipefail
+source "$(dirname "$0")/start.sh"     # device_start, stamp, build90
 source "$(dirname "$0")/sanitize.sh"  # sanitize, sanitizer_lines, sass_counts
-OUT=${OUT:-$PWD/gpu-logs}; BUILD=${1:-build-gpu}; R=${RESULTS:-$(mktemp -d)}; L=${LOGS:-$(mktemp -d)}
 STEPS=${STEPS:-07 08}; LIMIT=${LIMIT:-270}; PHASE=${PHASE:-all}
-trap 'tar -czf "$OUT/logs.tgz" -C "$L" . 2>/dev/null; tar -czf "$OUT/results.tgz" -C "$R" . 2>/dev/null' EXIT
-mkdir -p "$OUT" "$R" "$L"  # (RESULTS and LOGS may name folders not made yet)
-[ -f "$R/device.txt" ] || { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  nvcc --version | tail -1; echo "${FA_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null)}"; } > "$R/device.txt"
-t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
+device_start "${1:-build-gpu}" device.txt
 # What each step's tests demand of the GPU (not to be skipped on it), and what its SASS should show.
 declare -A demand=([06]="--gpu-min-sm 80" [07]="--gpu-min-sm 90 --gpu-exact-sm" [08]="--gpu-min-sm 80")
 declare -A opcodes=([06]="HMMA LDGSTS LDL|STL" [07]="HGMMA UTMALDG UTMASTG LDL|STL" [08]="HMMA LDGSTS LDL|STL")
@@ -33,10 +29,7 @@ gpu_tests() {  # gpu_tests NAME EXE ARGS...: EXE's GPU tests into $L/test-NAME.l
 }
 if [ "$PHASE" != sanitize ]; then
   targets="capi_tests fa_capi fa_bench"; for n in $STEPS; do targets+=" step${n}_tests"; done
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null || exit 1
-  cmake --build "$BUILD" -j16 --target $targets >"$L/build.log" 2>&1 ||
-    { grep -B2 -A8 -E "error|FAILED" "$L/build.log" | head -60; exit 1; }
-  stamp built
+  build90 $targets || exit 1
   for n in $STEPS; do
     { echo "SASS of step $n's kernels (cuobjdump --dump-sass), per kernel: ${opcodes[$n]}"
       sass_counts "$(echo "$BUILD"/steps/${n}_*/libstep${n}.a)" ${opcodes[$n]}; } > "$R/sass$n.txt" 2>&1

@@ -13,18 +13,12 @@
 # into $OUT/results.tgz, to be unpacked into notes/results/h200; logs into $OUT/logs.tgz
 # (only a few files come back from the machine).
 set -uo pipefail
+source "$(dirname "$0")/start.sh"     # device_start, stamp, build90
 source "$(dirname "$0")/sanitize.sh"  # sanitize, sanitizer_lines, sass_counts
-OUT=${OUT:-$PWD/gpu-logs}; BUILD=${1:-build-gpu}; R=$(mktemp -d); L=$(mktemp -d); PHASE=${PHASE:-all}
-trap 'tar -czf "$OUT/logs.tgz" -C "$L" . 2>/dev/null; tar -czf "$OUT/results.tgz" -C "$R" . 2>/dev/null' EXIT
-mkdir -p "$OUT"
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvcc --version | tail -1
-  python3 -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())" 2>&1; } > "$R/device07.txt"
-t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null || exit 1
-targets="--target step07_tests fa_bench flashattn"; [ "$PHASE" = final ] && targets=
-cmake --build "$BUILD" -j16 $targets >"$L/build.log" 2>&1 ||
-  { grep -B2 -A8 -E "error|FAILED" "$L/build.log" | head -60; exit 1; }
-stamp built
+PHASE=${PHASE:-all}
+device_start "${1:-build-gpu}" device07.txt
+targets="step07_tests fa_bench flashattn"; [ "$PHASE" = final ] && targets=
+build90 $targets || exit 1
 exe=$BUILD/steps/07_hopper/step07_tests
 rc=0
 if [ "$PHASE" = final ]; then

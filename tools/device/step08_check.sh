@@ -10,18 +10,12 @@
 # Results (bench08*.csv, peers08*.csv, sass08.txt, test08.txt, ctest08.txt, device08.txt)
 # into $OUT/results.tgz, to be unpacked into notes/results/h200; logs into $OUT/logs.tgz.
 set -uo pipefail
+source "$(dirname "$0")/start.sh"     # device_start, stamp, build90
 source "$(dirname "$0")/sanitize.sh"  # sanitize, sanitizer_lines, sass_counts
-OUT=${OUT:-$PWD/gpu-logs}; BUILD=${1:-build-gpu}; R=$(mktemp -d); L=$(mktemp -d); PHASE=${PHASE:-all}
-trap 'tar -czf "$OUT/logs.tgz" -C "$L" . 2>/dev/null; tar -czf "$OUT/results.tgz" -C "$R" . 2>/dev/null' EXIT
-mkdir -p "$OUT"
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvcc --version | tail -1
-  python3 -c "import torch; print('torch', torch.__version__, 'cudnn', torch.backends.cudnn.version())" 2>&1; } > "$R/device08.txt"
-t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null || exit 1
-targets="--target step08_tests step06_tests cli_tests flashattn fa_bench"; [ "$PHASE" = final ] && targets=
-cmake --build "$BUILD" -j16 $targets >"$L/build.log" 2>&1 ||
-  { grep -B2 -A8 -E "error|FAILED" "$L/build.log" | head -60; exit 1; }
-stamp built
+PHASE=${PHASE:-all}
+device_start "${1:-build-gpu}" device08.txt
+targets="step08_tests step06_tests cli_tests flashattn fa_bench"; [ "$PHASE" = final ] && targets=
+build90 $targets || exit 1
 exe=$BUILD/steps/08_split_kv/step08_tests
 { echo "SASS of step 08's kernels (cuobjdump --dump-sass), per kernel: tensor-core MMAs, cp.async (LDGSTS), local memory"
   sass_counts "$BUILD"/steps/08_split_kv/libstep08.a HMMA LDGSTS 'LDL|STL'

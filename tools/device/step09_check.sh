@@ -8,19 +8,14 @@
 # Results (test09.txt, nccl09.txt, bench09_r*.csv, device09.txt) into $OUT/results.tgz,
 # to be unpacked into notes/results/h200; logs into $OUT/logs.tgz.
 set -uo pipefail
+source "$(dirname "$0")/start.sh"     # device_start, stamp, configure90, build90
 source "$(dirname "$0")/sanitize.sh"  # sanitize, sanitizer_lines
-OUT=${OUT:-$PWD/gpu-logs}; BUILD=${1:-build-gpu}; R=$(mktemp -d); L=$(mktemp -d)
-trap 'tar -czf "$OUT/logs.tgz" -C "$L" . 2>/dev/null; tar -czf "$OUT/results.tgz" -C "$R" . 2>/dev/null' EXIT
-mkdir -p "$OUT"
-{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; nvcc --version | tail -1; } > "$R/device09.txt"
-t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$L/cmake.log" || exit 1
+device_start "${1:-build-gpu}" device09.txt
+configure90 || exit 1
 grep -m1 "NCCL" "$L/cmake.log" | sed 's/^-- //' | tee -a "$R/device09.txt"
 nccl=0; grep -q "^-- NCCL [0-9]" "$L/cmake.log" && nccl=1
 targets="step09_tests"; [ $nccl = 1 ] && targets="$targets ring09 step09_nccl_tests step09_bench"
-cmake --build "$BUILD" -j16 --target $targets >"$L/build.log" 2>&1 ||
-  { grep -B2 -A8 -E "error|FAILED" "$L/build.log" | head -60; exit 1; }
-stamp built
+build90 $targets || exit 1
 exe=$BUILD/steps/09_ring/step09_tests
 timeout ${TEST_TIMEOUT:-200} "$exe" --gpu --gpu-min-sm 80 "[gpu]" >"$L/test09.log" 2>&1; rc=$?
 tail -3 "$L/test09.log"; [ $rc -ne 0 ] && grep -B4 -A25 "FAILED" "$L/test09.log" | head -120
