@@ -3026,8 +3026,10 @@ def table_step08_floor_by_machine(D):
     counter, with the static cut's first, median and last block's end; then u3 against production at B·H = 128 where
     a call timed it."""
     calls = os.path.join(D.folder, FLOOR_BY_MACHINE08)
-    runs = [(os.path.join(FLOOR_BY_MACHINE08, c), f"`{c}/`") for c in sorted(os.listdir(calls)) if c.startswith("call")]
-    runs += [(FLOOR08, "e092dbc's floor run"), (K1_AGAIN08, "k1's run at 03ee74b")]
+    runs = [(os.path.join(FLOOR_BY_MACHINE08, c), f"`{c}/`", "08") for c in sorted(os.listdir(calls))
+            if c.startswith("call")]
+    runs += [(FLOOR08, "e092dbc's floor run", "08"), (K1_AGAIN08, "k1's run at 03ee74b", "08"),
+             (COUNTER08, "`counter.patch`'s run", "08n1")]
     first = os.path.join(D.folder, runs[0][0])
     out = ["µs at B·H = 128 (one query for the kernels), 128k keys, bf16, d = 128: K and V 8 GiB, on "
            f"{device07(D, 'device.txt', first)}, each row one GPU call on the H200 it was lent (`{rel(calls)}/call*`: "
@@ -3036,7 +3038,8 @@ def table_step08_floor_by_machine(D):
            "statically among 128 or 132 blocks (in brackets the first, median and last block's end, µs after the "
            "first block's start), or handed out by a counter in chunks of 4 tiles to 132 blocks. Step 08, cuDNN and "
            "FlashAttention-2 by `ab.py` in the same call (3 rounds, the median; the library of calls 1–4 was 03ee74b "
-           "with `two_an_sm.patch`, which adds lesson row u3, and of call 5 ec446f1, the final code).", "",
+           "with `two_an_sm.patch`, which adds lesson row u3, and of call 5 ec446f1, the final code; in `counter.patch`'s "
+           "run, its row n1, production before the counter).", "",
            "| call | board | step 08 | cuDNN | FA-2 | floor: static, 128 blocks | static, 132 | counter, 4 tiles | "
            "counter ÷ static 128 | u3 ÷ production, B·H = 128 |", "|---|---|---|---|---|---|---|---|---|---|"]
     def board(path):  # the board's part number, where the call kept nvidia-smi's lines
@@ -3044,7 +3047,7 @@ def table_step08_floor_by_machine(D):
         part = [ln.split(":")[1].strip() for ln in open(f) if ln.startswith("Board Part Number")] \
             if os.path.exists(f) else []
         return part[0] if part else "—"
-    for folder, name in runs:
+    for folder, name, who in runs:
         path = os.path.join(D.folder, folder)
         rows = decode08_ab(D, path)
         c = rows.get((128, 128, 1, 131072, 0), {})
@@ -3052,9 +3055,9 @@ def table_step08_floor_by_machine(D):
         fl = floor08(path)[(128, 131072)]
         st, st132, flow = (fl[(k, 4, n, ch, 1, 0)] for k, n, ch in (("static", 128, 0), ("static", 132, 0),
                                                                   ("flow", 132, 4)))
-        u3 = [r["08u3"]["ms"] / r["08"]["ms"] for k, r in rows.items() if k[:3] == (128, 128, 1) and "08u3" in r]
+        u3 = [r["08u3"]["ms"] / r[who]["ms"] for k, r in rows.items() if k[:3] == (128, 128, 1) and "08u3" in r]
         ends = ", ".join(f"{float(st[e]):.0f}" for e in ("first_end_us", "median_end_us", "last_end_us"))
-        out.append(f"| {name} | {board(path)} | {us('08')} | {us('cudnn')} | {us('flash')} | "
+        out.append(f"| {name} | {board(path)} | {us(who)} | {us('cudnn')} | {us('flash')} | "
                    f"{float(st['ms']) * 1e3:.1f} ({ends}) | {float(st132['ms']) * 1e3:.1f} | "
                    f"{float(flow['ms']) * 1e3:.1f} | {float(flow['ms']) / float(st['ms']):.3f} | " +
                    (f"{min(u3):.3f}–{max(u3):.3f}" if u3 else "—") + " |")
@@ -3062,6 +3065,9 @@ def table_step08_floor_by_machine(D):
 
 
 FLOW08 = "tries/step08_flow"  # ab.py at bbbda07 + flow.patch: f0 (chunks of 32 tiles, a block each), f1 (a counter)
+COUNTER08 = "tries/step08_flow/counter"  # ab.py at 4b42e2f + counter.patch: the counter in production, n1, f1–f3
+COUNTER08_SM_TILES = 384  # counter.patch's kCounterMinTilesPerSm: the plan takes the counter where every SM's share
+#                           of the 64-key tiles is at least this (and the static plan at most one wave)
 
 
 def table_step08_flow(D):
@@ -3076,6 +3082,37 @@ def table_step08_flow(D):
         if r:
             cells.append(f"{group}: " + ", ".join(f"{nk}k {x:.3f}" for nk, x in sorted(r.items())))
     return out + ["", "f1 ÷ production, by group and keys: " + "; ".join(cells) + "."]
+
+
+def table_step08_counter(D):
+    """counter.patch timed: chunks from a counter of 16, 32 and 64 tiles (f2, f1, f3) beside production before the
+    counter (n1), one ab.py run; then production with the counter (row 08: f1 where the plan takes the counter, n1
+    elsewhere) ÷ n1 where the plan takes it, and each chunk size ÷ n1 by group."""
+    folder = os.path.join(D.folder, COUNTER08)
+    out, ratio = step08_versions(D, folder, "08n1", [("08f2", "16-tile chunks (f2)", "÷ n1"),
+                                                     ("08f1", "32-tile chunks (f1)", "÷ n1"),
+                                                     ("08f3", "64-tile chunks (f3)", "÷ n1")],
+                                 "the five", "production before the counter (n1)")
+    rows = decode08_ab(D, folder)
+    sms = floor_sms(folder)
+    taken = [k for k in ratio["08f1"] if k[1] * k[3] // 64 >= COUNTER08_SM_TILES * sms]
+    prod = [rows[k]["08"]["ms"] / rows[k]["08n1"]["ms"] for k in taken]
+    first = {}  # (B·H, H_kv): the fewest keys at which the plan takes the counter
+    for k in taken:
+        first[k[:2]] = min(first.get(k[:2], k[3]), k[3])
+    where = ", ".join(f"B·H = {h}" + ("" if h == hk else f" with {hk} K/V heads") + f" from {n // 1024}k keys"
+                      for (h, hk), n in sorted(first.items(), reverse=True))
+    out += ["", f"Production with the counter ÷ n1 at the {len(taken)} shapes where the plan takes the counter (every "
+                f"SM's share at least {COUNTER08_SM_TILES} tiles on {sms} SMs: {where}): {min(prod):.3f}–{max(prod):.3f}; "
+                f"elsewhere production is n1's kernel.", ""]
+    for b, name in (("08f2", "16 tiles"), ("08f1", "32 tiles"), ("08f3", "64 tiles")):
+        cells = []
+        for group, inside in GROUPS08:
+            r = [x for k, x in ratio[b].items() if inside(k)]
+            if r:
+                cells.append(f"{group} {min(r):.3f}–{max(r):.3f}")
+        out.append(f"- {name} ÷ n1, by group: " + "; ".join(cells) + ".")
+    return out
 
 
 def table_step08_s_ahead(D):
@@ -3295,7 +3332,7 @@ TABLES = {
     "step08-machines": table_step08_machines, "step08-classes": table_step08_classes,
     "step08-behind": table_step08_behind, "step08-k1-again": table_step08_k1_again,
     "step08-ncu-grouped": table_step08_ncu_grouped, "step08-floor-by-machine": table_step08_floor_by_machine,
-    "step08-machines-line": table_step08_machines_line, "step08-flow": table_step08_flow, "step08-l2-fraction": table_step08_l2_fraction, "step08-tma-two-an-sm": table_step08_tma_two_an_sm,
+    "step08-machines-line": table_step08_machines_line, "step08-flow": table_step08_flow, "step08-counter": table_step08_counter, "step08-l2-fraction": table_step08_l2_fraction, "step08-tma-two-an-sm": table_step08_tma_two_an_sm,
     "step08-floor": table_step08_floor, "step08-floor-summary": table_step08_floor_summary, "step08-floor-cuts": table_step08_floor_cuts, "step08-floor-more": table_step08_floor_more,
     "step08-ring-long": table_step08_ring_long, "step08-tags": table_step08_tags, "step08-wide": table_step08_wide, "step08-eight": table_step08_eight, "step08-release-first": table_step08_release_first,
     "ctest08": table_ctest08, "sm80-08": table_sm80_08,

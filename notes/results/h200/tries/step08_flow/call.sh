@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# The device call for counter.patch; written 2026-12-04 and not yet run: no GPU machine was lent
-# that session or the next.
+# The device call for counter.patch; written 2026-12-04, run on 2026-12-05 (what it brought back: counter/).
 # Here (any machine with nvcc): git apply notes/results/h200/tries/step08_flow/counter.patch, configure with
 # -DCMAKE_CUDA_ARCHITECTURES=90, build step08_tests fa_capi fa_read_floor, and copy the three binaries into
 # build-exp/bin/. On the device (carry build-exp/bin; FA_COMMIT names the tree):
