@@ -1990,11 +1990,11 @@ def faster_slower08(r, pct=1):
             f"in {sum(1 for x in r if x > 1 + pct / 100)}")
 
 
-def step08_versions(D, folder, a, versions, both, head_a):
+def step08_versions(D, folder, a, versions, both, head_a, rows=None):
     """Versions of step 08 in one ab.py run (`folder`) beside version a, at every decoding shape all were timed at: the
     table's caption and rows (µs, × PyTorch's best backend, and for each (b, head_b, ratio_head) of `versions` time
-    b ÷ a), and those ratios by version and shape."""
-    rows = decode08_ab(D, folder)
+    b ÷ a), and those ratios by version and shape. rows: the run's decode08_ab, where the caller has read it."""
+    rows = rows or decode08_ab(D, folder)
     bs = [b for b, _, _ in versions]
     keys = [k for k in sorted(rows, key=order08) if all(w in rows[k] for w in [a] + bs)]
     heads = " | ".join(f"{head_b} | {ratio_head}" for _, head_b, ratio_head in versions)
@@ -2752,17 +2752,17 @@ def table_step08_tma(D):
     warps' cp.async), t1 (TMA wherever it can run) and c1 (cp.async at every shape) beside the build before it
     (d059ac8, ab.py --alt), in one process; and t1 ÷ c1, the two fills in one build."""
     folder = os.path.join(D.folder, TMA08)
+    rows = decode08_ab(D, folder)
     out, ratio = step08_versions(D, folder, "08@base", [("08", "production", "÷ before"),
                                                         ("08t1", "t1: TMA wherever it can", "÷ before"),
                                                         ("08c1", "c1: cp.async everywhere", "÷ before")],
                                  "the build before (d059ac8, loaded beside this one) and this one's three rows",
-                                 "before (d059ac8)")
+                                 "before (d059ac8)", rows)
     fill = {k: ratio["08t1"][k] / ratio["08c1"][k] for k in ratio["08"]}
     out[2] += " t1 ÷ c1 |"
     out[3] += "---|"
     for i, k in enumerate(fill):
         out[4 + i] += f" {fill[k]:.3f} |"
-    rows = decode08_ab(D, folder)
     prod, base = list(ratio["08"].values()), list(ratio["08"])
     below = {w: behind_peers08(rows, w, base) for w in ("08", "08@base")}
     t = list(fill.values())
@@ -2824,9 +2824,9 @@ def table_step08_tma_two_groups(D):
     beside t1 (the same ring, one group) and production, in one ab.py run; then the staggered starts (t3) beside t1 in
     a run of their own, as one line."""
     folder = os.path.join(D.folder, TWO_GROUPS08)
-    out, ratio = step08_versions(D, folder, "08t1", [("08t2", "t2: two groups", "÷ t1"), ("08", "production", "÷ t1")],
-                                 "t1, t2, production", "t1: TMA, one group of four warps")
     rows = decode08_ab(D, folder)
+    out, ratio = step08_versions(D, folder, "08t1", [("08t2", "t2: two groups", "÷ t1"), ("08", "production", "÷ t1")],
+                                 "t1, t2, production", "t1: TMA, one group of four warps", rows)
     r, keys = list(ratio["08t2"].values()), list(ratio["08t2"])
     below = {w: behind_peers08(rows, w, keys) for w in ("08", "08t2")}
     out += ["", f"t2 ÷ t1: {min(r):.3f}–{max(r):.3f} over the {len(r)} shapes, geometric mean "
@@ -3089,11 +3089,11 @@ def table_step08_counter(D):
     counter (n1), one ab.py run; then production with the counter (row 08: f1 where the plan takes the counter, n1
     elsewhere) ÷ n1 where the plan takes it, and each chunk size ÷ n1 by group."""
     folder = os.path.join(D.folder, COUNTER08)
+    rows = decode08_ab(D, folder)
     out, ratio = step08_versions(D, folder, "08n1", [("08f2", "16-tile chunks (f2)", "÷ n1"),
                                                      ("08f1", "32-tile chunks (f1)", "÷ n1"),
                                                      ("08f3", "64-tile chunks (f3)", "÷ n1")],
-                                 "the five", "production before the counter (n1)")
-    rows = decode08_ab(D, folder)
+                                 "the five", "production before the counter (n1)", rows)
     sms = floor_sms(folder)
     taken = [k for k in ratio["08f1"] if k[1] * k[3] // 64 >= COUNTER08_SM_TILES * sms]
     prod = [rows[k]["08"]["ms"] / rows[k]["08n1"]["ms"] for k in taken]

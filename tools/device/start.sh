@@ -10,10 +10,12 @@
 #   stamp WORDS...
 #       a line "[seconds since device_start] WORDS".
 #   configure90
-#       configures BUILD for sm_90 (Release, Ninja), CMake's lines into L/cmake.log.
+#       configures BUILD for sm_90 (Release, Ninja), CMake's lines into L/cmake.log (for a
+#       script that reads them before it builds: step09_check.sh, for NCCL).
 #   build90 [TARGET...]
-#       configure90, then builds the TARGETs (every target, if none) with 16 jobs, the log
-#       into L/build.log; on failure prints the errors and returns non-zero.
+#       configure90 unless the script has, then builds the TARGETs (every target, if none)
+#       with 16 jobs, the log into L/build.log; on failure prints the errors and returns
+#       non-zero.
 device_start() {
   BUILD=$1
   OUT=${OUT:-$PWD/gpu-logs}; R=${RESULTS:-$(mktemp -d)}; L=${LOGS:-$(mktemp -d)}
@@ -31,11 +33,12 @@ stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 configure90() {
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$L/cmake.log" 2>&1 ||
     { tail -20 "$L/cmake.log"; return 1; }
+  configured=1
 }
 
 build90() {
   local targets=(); [ $# -gt 0 ] && targets=(--target "$@")
-  configure90 || return 1
+  [ -n "${configured:-}" ] || configure90 || return 1
   cmake --build "$BUILD" -j16 "${targets[@]}" >"$L/build.log" 2>&1 ||
     { grep -B2 -A8 -E "error|FAILED" "$L/build.log" | head -60; return 1; }
   stamp built
