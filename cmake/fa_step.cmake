@@ -22,8 +22,10 @@ function(fa_add_step number name)
   target_link_libraries(${lib} PUBLIC fa_common ${FA_DEPENDS})
   fa_warnings(${lib})
   if(FA_HAVE_CUDA)
-    # Print registers, shared memory and spills of every kernel: read them here, for free.
-    target_compile_options(${lib} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=-v -lineinfo>)
+    target_compile_options(${lib} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo>)
+    if(FA_PTXAS_VERBOSE)  # registers, shared memory and spills of every kernel, on request
+      target_compile_options(${lib} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=-v>)
+    endif()
   endif()
   set_property(GLOBAL APPEND PROPERTY FA_STEPS ${lib})
 

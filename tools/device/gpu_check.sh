@@ -15,7 +15,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=c
 nvcc --version | tail -2 | tee -a "$OUT/device.txt"
 
 step "configure + build"
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$OUT/configure.log" 2>&1 \
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DFA_PTXAS_VERBOSE=ON >"$OUT/configure.log" 2>&1 \
   || { tail -40 "$OUT/configure.log"; exit 1; }
 cmake --build "$BUILD" -j16 -- -k 0 >"$OUT/build.log" 2>&1 || { grep -B2 -A6 -E "error" "$OUT/build.log" | head -80; exit 1; }
 grep -E "warning" "$OUT/build.log" | sort -u | head -20

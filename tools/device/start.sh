@@ -31,7 +31,7 @@ device_start() {
 stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 
 configure90() {
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >"$L/cmake.log" 2>&1 ||
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DFA_PTXAS_VERBOSE=ON >"$L/cmake.log" 2>&1 ||
     { tail -20 "$L/cmake.log"; return 1; }
   configured=1
 }

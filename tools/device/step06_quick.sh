@@ -8,7 +8,7 @@ set -uo pipefail
 OUT=${OUT:-$PWD/gpu-logs}; BUILD=${1:-build-gpu}; shift $(( $# > 0 ? 1 : 0 ))
 mkdir -p "$OUT"
 t0=$(date +%s); stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
-cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null || exit 1
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 -DFA_PTXAS_VERBOSE=ON >/dev/null || exit 1
 cmake --build "$BUILD" -j16 --target step06_tests fa_bench >"$OUT/build.log" 2>&1 ||
   { grep -A5 error "$OUT/build.log" | head -40; exit 1; }
 stamp built
