@@ -240,14 +240,15 @@ def shapes_words(which, keys):
 def speed(D):
     """Steps 06, 07 and 08 against PyTorch's backends: per step, pass and d, the range over the shapes of the step's
     speed over each peer's, each ratio from one run (06: fa_bench beside peers.py; 07, 08: ab.py, one process)."""
-    groups = []  # (step, pass, d, speed in words, [(shape key, step's speed, {peer: speed})])
+    groups = []  # (step, pass, d, speed in words, [(shape key, step's speed, {peer: speed})]); keys: 06 (N, causal),
+    # 07 (N, B·H·N), 08 (H, H_kv, N_q, N_kv, causal)
 
     def tflops(cells):
         return f"{min(c[1] for c in cells):.0f}–{max(c[1] for c in cells):.0f} TFLOP/s"
     b06, p06 = load(D.folder, "bench06.csv"), load(D.folder, "peers06.csv")
     for direction in ("fwd", "bwd"):
         for d in ("64", "128"):
-            cells = [((int(r["N"]), 0), float(r["tflops"]),
+            cells = [((int(r["N"]), int(r["causal"])), float(r["tflops"]),
                       {x["impl"][6:]: float(x["tflops"]) for x in p06 if x["status"] == "ok" and x["dtype"] == "bf16"
                        and all(x[k] == r[k] for k in ("dir", "d", "causal", "N"))})
                      for r in b06 if r["step"] == "06" and r["status"] == "ok" and r["dir"] == direction and r["d"] == d]
@@ -299,7 +300,8 @@ LESSON06 = {
             ("v4", "", "06v4", "exp2 with the scale folded in: one FFMA + one MUFU.EX2 per score"),
             ("v5", "", "06v5", "128 query rows per block, 32 per warp: each K/V fragment feeds two mma"),
             ("v12", "", "06v12", "the mask's comparisons behind a warp-uniform branch instead of predicated on every "
-             "block; with it, the causal query blocks heaviest first and ℓ summed across the quad once, at the end"),
+             "block; before it, the causal query blocks launched heaviest first (64 rows a block at d = 64) and ℓ "
+             "summed across the quad once, at the end"),
             ("v13", "", "06v13", "O and ℓ rescaled only when a row's max grows by more than 2^8; shuffles only then"),
             ("v15", "", "06v15", "128-key blocks at d = 64 without the mask, and the next K/V block's copies issued "
              "after the opening barrier: one barrier fewer per block")],
