@@ -46,10 +46,10 @@ CUtensorMap make_tile_map(const void* base, DType t, int N, std::size_t heads, i
   return map;
 }
 
-TileOrder forward_order(const Problem& p, int rows, Heaviest heaviest) {
+TileOrder forward_order(const Problem& p, int rows) {
   // A head's tiles share its K and V: 2·N·d 16-bit elements.
   return tile_order(tiles::q_blocks(p.N, rows), int(p.heads()), p.causal, 4.0 * p.N * p.d, double(gpu::l2_bytes()),
-                    gpu::sm_count(), heaviest);
+                    gpu::sm_count());
 }
 
 ForwardMaps forward_maps(const Problem& p, const NativeFwdArgs& a, int keys) {

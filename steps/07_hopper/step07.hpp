@@ -120,17 +120,10 @@ FA_HD constexpr FwdShape forward_shape(int d, int N, bool causal) {
 /// every head's K and V: so the heads go in sections whose K/V stay in L2, heaviest first
 /// within a section. Without the mask every tile costs the same, and a section is one head.
 ///
-/// Heaviest says which sections go heaviest first: every one (lesson rows h10 and b14), or
-/// only the last, where the tail is decided, the heads before it head after head (h11 and
-/// b15: a section's light tiles, which wait on memory, then run beside heavy ones, which
-/// wait on the tensor cores); nowhere is head after head throughout (the rows before).
-/// by_wave, production's, takes the last section's order where a wave of tiles head after
-/// head (one tile an SM) spans eight heads or more, a head having at most SMs / 8 tiles —
-/// there each wave mixes every cost of several heads, and h11 and b15 measured up to 7%
-/// faster than every section's order (N ≤ 2048 on the H200) —, and every section's
-/// elsewhere, where the last section's order measured up to 6% slower (note 07, "The order
-/// of the tiles").
-enum class Heaviest { nowhere, every_section, last_section, by_wave };
+/// The last section alone goes heaviest first, the heads before it head after head, where a
+/// wave of tiles head after head (one tile an SM) spans eight heads or more (a head having at
+/// most SMs / 8 tiles): each wave then mixes every cost of several heads. Elsewhere every
+/// section goes heaviest first (note 07, "The order of the tiles").
 
 /// A section is 2^shift heads, a power of two that divides B·H, so that every section is
 /// whole and a tile's place takes a shift, a mask and one division (a persistent block's
@@ -175,15 +168,15 @@ struct TileOrder {
 /// that its tiles share, on a GPU of `sms` SMs with an L2 of `l2_bytes`: with the causal
 /// mask sections of as many heads as take at most two thirds of the L2 (the rest for what
 /// the tiles write and for the last section's stragglers), a power of two that divides B·H,
-/// heaviest first where `heaviest` says; without it, or with Heaviest::nowhere, head after head.
-FA_HD constexpr TileOrder tile_order(int blocks, int heads, bool causal, double bytes_a_head, double l2_bytes, int sms,
-                                     Heaviest heaviest) {
-  if (heaviest == Heaviest::by_wave) heaviest = 8 * blocks <= sms ? Heaviest::last_section : Heaviest::every_section;
-  if (!causal || heaviest == Heaviest::nowhere) return {blocks, heads, 0, heads};
+/// heaviest first in the last section or in every one (above); without it head after head.
+FA_HD constexpr TileOrder tile_order(int blocks, int heads, bool causal, double bytes_a_head, double l2_bytes,
+                                     int sms) {
+  if (!causal) return {blocks, heads, 0, heads};
   int shift = 0;
   const double budget = l2_bytes * 2 / 3;
   for (long long s = 2; s <= heads && heads % s == 0 && double(s) * bytes_a_head <= budget; s *= 2) ++shift;
-  return {blocks, heads, shift, heaviest == Heaviest::every_section ? 0 : heads - (1 << shift)};
+  const bool last_section_only = 8 * blocks <= sms;
+  return {blocks, heads, shift, last_section_only ? heads - (1 << shift) : 0};
 }
 
 /// The shared-memory layout of every tile (hopper.cuh): R rows × d columns of 16-bit
@@ -249,39 +242,7 @@ extern const GpuBackward kBackward;
 /// The same kernels with dQ added in key-block order (a semaphore per query block), on a
 /// grid of a block a tile: two runs give the same bits.
 extern const GpuBackward kBackwardDeterministic;
-/// Lesson row b4 of note 07's backward table: at d = 64 (only) K_c and V_c read from
-/// shared memory by Sᵀ's and dPᵀ's products instead of held in registers.
-extern const GpuBackward kBackwardB4;
-/// Lesson row b5: at d = 128 (only) 64 queries a step, dQ's pieces computed as dS·K_j.
-extern const GpuBackward kBackwardB5;
-/// Lesson row b6: at d = 64 (only) 64 queries a step (b5's kernel there), dQ's pieces as dS·K_j.
-extern const GpuBackward kBackwardB6;
-/// Lesson row b7: b9's kernels, in the call as it stood before b8 — the dQ accumulator
-/// zeroed by a memset of its own, and each kernel launched after the one before it has finished.
-extern const GpuBackward kBackwardB7;
-/// Lesson row b8: b9's kernels and call (b8's), on a grid of a block a tile, where b9
-/// and production run a block an SM, each taking tile after tile.
-extern const GpuBackward kBackwardB8;
-/// Lesson row b9: production's grid and call, with the kernels' stores of dSᵀ and of a dQ piece
-/// fenced right after they are made, where b10 and production issue products between the stores
-/// and their fences.
-extern const GpuBackward kBackwardB9;
-/// Lesson row b10: b9 with the stores fenced late, each step's dQ pieces computed in that step
-/// (both consumers meeting on a barrier there), where b11 and production compute them in the next
-/// at d = 128 (at d = 64 b11's kernel is b10's).
-extern const GpuBackward kBackwardB10;
-/// Lesson row b11: b12 with one writer of dQ's pieces for both consumers, one bulk
-/// reduction at a time, where b12 has a writer per consumer at d = 128 (at d = 64 and 256
-/// b12's kernel is b11's).
-extern const GpuBackward kBackwardB11;
-/// Lesson rows b12, b14 and b15: production's kernels and call with its causal tiles head
-/// after head, heaviest first across every section of heads, and across the last section
-/// only (TileOrder, Heaviest), where production takes b15's order or b14's by the size of a
-/// head (Heaviest::by_wave).
-extern const GpuBackward kBackwardB12;
-extern const GpuBackward kBackwardB14;
-extern const GpuBackward kBackwardB15;
-constexpr int kForwardVersionCount = 12;
+constexpr int kForwardVersionCount = 6;
 /// The forward versions of note 07's table (versions_forward.cu), for the bench and tests.
 extern const GpuForward kForwardVersions[kForwardVersionCount];
 
