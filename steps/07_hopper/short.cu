@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(128 * kConsumers, kD == 64 ? 2 : 1)
   Barriers bars(smem + L::bars, kStages);
   const auto [i, bh] = grid_tile(order);  // a block a tile, in forward_order's order (tile_grid)
   const int q0 = i * kShortRows;
-  const int last = tiles::last_kv_block(N, kCausal, i, kShortRows, kBc);
+  const int last = tiles::last_kv_block(N, kCausal, i, kShortRows, kBc, N);  // N keys: self-attention
   if (threadIdx.x == 0) bars.init(kStages, kConsumers);
   __syncthreads();
 

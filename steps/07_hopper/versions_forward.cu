@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(kTile.threads(), 1)
   Barriers bars(smem + L::bars, kStages);
   const auto [i, bh] = grid_tile(order);  // a block a tile, in forward_order's order (tile_grid)
   const int q0 = i * kRows;
-  const int last = tiles::last_kv_block(N, kCausal, i, kRows, kBc);
+  const int last = tiles::last_kv_block(N, kCausal, i, kRows, kBc, N);  // N keys: self-attention
   if (threadIdx.x == 0) bars.init(kStages, kConsumers);
   __syncthreads();
 
