@@ -348,7 +348,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
                 const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap do_map,
                 const __grid_constant__ CUtensorMap dk_map, const __grid_constant__ CUtensorMap dv_map,
                 const BwdParams prm) {
-#if FA_STEP07_ARCH_OK
+#if FA_SM90A
   constexpr int kQi = backward_queries(kD);  // queries a step: Q_i's rows
   constexpr bool kDqT = dq_transposed(kQi);  // 96 or 80 queries: dQᵢᵀ = K_jᵀ·dSᵀ
   static_assert(kDqT, "96 or 80 queries a step: dQ's pieces computed transposed");
@@ -666,7 +666,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
                      const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap do_map,
                      const __grid_constant__ CUtensorMap dk_map, const __grid_constant__ CUtensorMap dv_map,
                      const BwdParams prm) {
-#if FA_STEP07_ARCH_OK
+#if FA_SM90A
   using L = WideSmem;
   using P = DqPieces<kWideD>;
   extern __shared__ unsigned char smem_raw[];
@@ -879,7 +879,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
 template <class T, int kQi>
 __global__ void __launch_bounds__(256) convert_kernel(int N, int d, int q_blocks, float scale,
                                                       const float* __restrict__ acc, T* __restrict__ dq) {
-#if FA_STEP07_ARCH_OK
+#if FA_SM90A
   constexpr int kThreads = 256, kChunk = chunk_floats(kQi), kPad = kPanel + 1;  // a row, padded
   __shared__ float rows[kQi * kPad];                                              // [query][column]
   cudaGridDependencySynchronize();  // launched early: the dK/dV kernel's sums complete

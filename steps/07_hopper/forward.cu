@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     forward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                    const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
                    float* __restrict__ lse, int N, float scale, const TileOrder order) {
-#if FA_STEP07_ARCH_OK
+#if FA_SM90A
   constexpr FwdTile kTile = forward_tile(kD);  // the block shape: step07.hpp
   constexpr int kBc = kTile.keys, kStages = kTile.stages, kConsumers = kTile.consumers, kRows = kTile.rows();
   using L = Smem<kD, kBc, kStages, kConsumers>;
@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     persistent_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                       const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
                       float* __restrict__ lse, int N, float scale, const TileOrder order, int* taken) {
-#if FA_STEP07_ARCH_OK
+#if FA_SM90A
   constexpr FwdTile kTile = forward_tile(kD);
   constexpr int kBc = kTile.keys, kStages = kTile.stages, kConsumers = kTile.consumers, kRows = kTile.rows();
   using L = Smem<kD, kBc, kStages, kConsumers>;

@@ -22,7 +22,7 @@ __global__ void __launch_bounds__(128 * kConsumers, kD == 64 ? 2 : 1)
     short_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                  const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
                  float* __restrict__ lse, int N, float scale, const TileOrder order) {
-#if FA_STEP07_ARCH_OK
+#if FA_SM90A
   constexpr int kBc = forward_tile(kD).keys, kStages = 2;
   using L = Smem<kD, kBc, kStages, kConsumers>;
   // Declared 1024-aligned, as the kernels of this file were measured: aligned_smem folds away

@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(kTile.threads(), 1)
     version_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                    const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
                    float* __restrict__ lse, int N, float scale, const TileOrder order) {
-#if FA_STEP07_ARCH_OK
+#if FA_SM90A
   constexpr FwdVersion kV = V();
   constexpr int kBc = forward_tile(kD).keys, kStages = 2;
   using L = Smem<kD, kBc, kStages, kConsumers>;
