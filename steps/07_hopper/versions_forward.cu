@@ -154,30 +154,24 @@ static_assert(forward_tile(128).consumers == kConsumers && forward_tile(256).con
 void run_h1(const Problem& p, const NativeFwdArgs& a, void*, Stream s) { run_short(p, a, s); }
 void run_h7(const Problem& p, const NativeFwdArgs& a, void*, Stream s) { run_specialised(p, a, s); }
 
-/// A row of the table, as an export: its name says what it adds.
-constexpr GpuForward row(const char* name, void (*run)(const Problem&, const NativeFwdArgs&, void*, Stream),
-                         std::size_t (*workspace)(const Problem&) = no_workspace, const char* what = "") {
-  return {.name = name,
-          .max_d = 256,
-          .workspace_bytes = workspace,
-          .workspace_what = what,
-          .run = nullptr,
-          .run_native = run,
-          .only_d = kSupportedD,
-          .min_sm = kSm,
-          .exact_sm = true};
-}
-
 }  // namespace
 
+// Each row's name says what it adds; every row takes production's head dimensions.
 const GpuForward kForwardVersions[kForwardVersionCount] = {
-    row("h1: TMA + wgmma, no warp specialisation", run_h1),
-    row("h2: + a producer warpgroup (setmaxnreg)", run<h2>),
-    row("h3: + ping-pong between the consumers", run<h3>),
-    row("h4: + softmax under P.V in a warpgroup", run<h4>),
-    row("h7: h4 with three consumers at d = 64 (production's kernel at d = 256)", run_h7),
-    row("h9: h7 on a persistent grid, tiles from a counter, O in its own tile (production's kernel at d = 64, 128)",
-        run_persistent, tile_counter, "the tile counter"),
+    {.name = "h1: TMA + wgmma, no warp specialisation", .max_d = 256, .workspace_bytes = no_workspace,
+     .workspace_what = "", .run = nullptr, .run_native = run_h1, .only_d = kSupportedD, .min_sm = kSm, .exact_sm = true},
+    {.name = "h2: + a producer warpgroup (setmaxnreg)", .max_d = 256, .workspace_bytes = no_workspace,
+     .workspace_what = "", .run = nullptr, .run_native = run<h2>, .only_d = kSupportedD, .min_sm = kSm, .exact_sm = true},
+    {.name = "h3: + ping-pong between the consumers", .max_d = 256, .workspace_bytes = no_workspace,
+     .workspace_what = "", .run = nullptr, .run_native = run<h3>, .only_d = kSupportedD, .min_sm = kSm, .exact_sm = true},
+    {.name = "h4: + softmax under P.V in a warpgroup", .max_d = 256, .workspace_bytes = no_workspace,
+     .workspace_what = "", .run = nullptr, .run_native = run<h4>, .only_d = kSupportedD, .min_sm = kSm, .exact_sm = true},
+    {.name = "h7: h4 with three consumers at d = 64 (production's kernel at d = 256)", .max_d = 256,
+     .workspace_bytes = no_workspace, .workspace_what = "", .run = nullptr, .run_native = run_h7, .only_d = kSupportedD,
+     .min_sm = kSm, .exact_sm = true},
+    {.name = "h9: h7 on a persistent grid, tiles from a counter, O in its own tile (production's kernel at d = 64, 128)",
+     .max_d = 256, .workspace_bytes = tile_counter, .workspace_what = "the tile counter", .run = nullptr,
+     .run_native = run_persistent, .only_d = kSupportedD, .min_sm = kSm, .exact_sm = true},
 };
 
 }  // namespace fa::step07
