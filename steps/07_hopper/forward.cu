@@ -27,7 +27,7 @@
 //       last tile's final products and epilogue run (at d = 256 there is no room for
 //       those tiles: O goes through the Q tile, and the next Q waits for its store);
 //   forward_kernel (production at d = 256; lesson row h7)  a block a tile, O staged in
-//       the consumer's Q tile; at d = 256 the persistent grid measured level with it.
+//       the consumer's Q tile; at d = 256 the persistent grid gains nothing (note 07).
 // Short problems at d = 64 run on lesson row h1's kernel instead, which fits two blocks
 // on an SM (two_blocks_an_sm, step07.hpp; short.cu).
 // Every grid takes its tiles in forward_order's order (forward.cuh, step07.hpp's TileOrder):
