@@ -4,19 +4,17 @@
 //
 // Three kernels, as in step 06: its preprocess (D = rowsum(dO∘O), L·log2 e, padded
 // per head to a multiple of 64 rows), the dK/dV kernel below, and a convert kernel
-// (dQ = scale·accumulator in 16 bits). With the call's fixed costs cut (lesson row b8) the
-// preprocess also zeroes the fp32 dQ accumulator (no memset of its own), and the dK/dV and
-// convert kernels are launched early (launch_early): each one's launch, and whatever it
-// does before it needs the output of the kernel ahead of it, runs under that kernel.
+// (dQ = scale·accumulator in 16 bits). The preprocess also zeroes the fp32 dQ accumulator,
+// and the dK/dV and convert kernels are launched early (launch_early): each one's launch,
+// and whatever it does before it needs the output of the kernel ahead of it, runs under
+// that kernel.
 //
-// The grid is persistent (lesson row b9): a block an SM, each taking tile after tile — a
-// tile is K/V block j of one head — from a counter (next_tile), until none is left (the
-// deterministic mode: a block a tile, the grid of b4–b8). With the causal mask the tiles go
-// heaviest first across heads (backward_order, Heaviest::by_wave): across every section of
-// heads (lesson row b14), or where a head has few tiles across the last section only (b15),
-// so that the last handed out are the cheapest; b4–b12 took them head after head. For a
-// tile (128 keys), a block visits the query blocks 64 queries at a time (96 at d = 64, 80
-// at d = 128) and is 3 warpgroups:
+// The grid is persistent: a block an SM, each taking tile after tile — a tile is K/V block
+// j of one head — from a counter (next_tile), until none is left (the deterministic mode: a
+// block a tile). With the causal mask the tiles go heaviest first across sections of heads
+// (backward_order, tile_order), so that the last handed out are the cheapest. For a tile
+// (128 keys), a block visits the query blocks 96 queries at a time at d = 64, 80 at
+// d = 128, and is 3 warpgroups:
 //   producer (warpgroup 0)
 //     warp 0, one thread:  takes the tiles and tells the block (TileRing); per tile
 //                          K_j and V_j once; then per query block i Q_i, dO_i (TMA),
@@ -26,7 +24,7 @@
 //                          memory, added into the fp32 accumulator in device memory by
 //                          one TMA bulk reduction (cp.reduce.async.bulk .add.f32); at
 //                          d = 128 one writer a consumer, warps 1 and 2, each's
-//                          reductions in flight beside the other's (b12); in the
+//                          reductions in flight beside the other's; in the
 //                          deterministic mode only once the key blocks before j have
 //                          added theirs (a semaphore per query block);
 //     it gives its registers away (setmaxnreg).
@@ -46,12 +44,12 @@
 //                                               dQᵢᵀ = K_jᵀ·dSᵀ, M being the piece's 64
 //                                               columns, and dS stored as such (stmatrix).
 //                                               At d = 128 a step's pieces are computed in the
-//                                               next step, once its dV and dK are issued (b11):
+//                                               next step, once its dV and dK are issued:
 //                                               a consumer then waits for the other's dSᵀ a step
 //                                               after it was stored, not in the same step.
 //   Each proxy fence after a consumer's own stores (dSᵀ; a staged dQ piece) comes after the
-//   next products are issued, so that the stores are done when it is reached (b10; at d = 256
-//   a consumer's second piece is issued before its first is staged).
+//   next products are issued, so that the stores are done when it is reached (at d = 256 a
+//   consumer's second piece is issued before its first is staged).
 // The query blocks are visited last to first: with the causal mask every key block then
 // starts at the same (the last) query block, so in the deterministic mode no block waits
 // long for the ones before it.
@@ -61,7 +59,7 @@
 //
 // At d = 256 (dkdv_wide_kernel, below the first) the block owns 64 keys, and the two
 // consumers split the columns of dK and dV instead of the keys; each consumer leaves two dQ
-// pieces a step through its one slot, the second staged in the next step, under its dPᵀ (b16).
+// pieces a step through its one slot, the second staged in the next step, under its dPᵀ.
 #include <cuda/atomic>
 
 #include <algorithm>
@@ -128,7 +126,7 @@ struct BwdBarriers {
 /// twice at one barrier before the other consumer has waited on it.
 __device__ __forceinline__ int ds_bar(int it) { return 1 + it % 2; }
 constexpr int kEpilogueBar = 3;  ///< both consumers, before the epilogue reuses the stages
-/// Lesson row b11, where at d = 128 a step's dQ pieces are computed in the next step: one named barrier
+/// At d = 128, where a step's dQ pieces are computed in the next step: one named barrier
 /// per step and per consumer (ids 6–9, alternating by step; 4 and 5 are epilogue_bar's), on
 /// which consumer c arrives once its dSᵀ of that step is stored and its dQ piece of the step
 /// before is done, and the other consumer waits — 128 threads each way.
@@ -196,8 +194,8 @@ struct BwdParams {
 /// The dK/dV kernels' tiles — key block j of head bh — in the order the blocks take them
 /// (prm.schedule, a TileOrder: step07.hpp): a head's p-th tile is its key block j = p, so
 /// that with the causal mask the key blocks with the most query blocks to visit come first
-/// (across sections of heads in b14, b15 and production, head after head in b4–b12), and in the
-/// deterministic mode a tile waits only on tiles taken before it.
+/// (across sections of heads), and in the deterministic mode a tile waits only on tiles taken
+/// before it.
 struct BwdTile {
   int j, bh;
 };
@@ -213,17 +211,17 @@ __device__ __forceinline__ int bwd_steps(const BwdParams& prm, int j) {
   return prm.q_blocks - tiles::first_q_block(prm.causal, j, kQi, kKeys);
 }
 /// A block starts on tile blockIdx.x; the producer takes the next once it has issued a
-/// tile's loads. In a grid of a block a tile (b4–b8) there is none; in a persistent grid
-/// (b9: a block an SM) it is the next tile no block has taken yet (take_tile).
+/// tile's loads. In a grid of a block a tile (the deterministic mode) there is none; in a
+/// persistent grid it is the next tile no block has taken yet (take_tile).
 __device__ __forceinline__ int next_tile(const BwdParams& prm) { return take_tile(prm.taken, prm.tiles); }
 
 /// dQ's writer, by one thread: the pieces of the block's tiles (TileRing), as their consumers
 /// stage them (consumer c's at staging + c·chunk, announced on dq_full[c]), into the
 /// accumulator by one bulk reduction each; a staging slot is handed back (dq_empty[c]) once
 /// read. The pieces are numbered by the block's steps over all its tiles, as the consumers
-/// number them. With one writer (b4–b11; d = 64 and 256) it takes every consumer's pieces, one
-/// reduction at a time; with one a consumer (b12 at d = 128: kWriters = 2) writer w takes
-/// consumer w's, so that one consumer's reduction no longer waits behind the other's. In the
+/// number them. With one writer (d = 64 and 256) it takes every consumer's pieces, one
+/// reduction at a time; with one a consumer (d = 128: kWriters = 2) writer w takes consumer
+/// w's, so that one consumer's reduction does not wait behind the other's. In the
 /// deterministic mode a query block's pieces go only after the key blocks before this one
 /// have added theirs: order[i] counts the writers done with query block i, each key block
 /// adding kShares (the writers that hold a piece of it), so key block j's writers wait until
@@ -235,7 +233,7 @@ __device__ void write_dq(const BwdParams& prm, const TileRing& ring, const float
   constexpr int kChunk = chunk_floats(kQi);
   constexpr int kShares = kWriters == 1 || P::kPanels == 1 ? 1 : kBwdConsumers;
   static_assert(kWriters == 1 || kWriters == kBwdConsumers, "one writer, or one a consumer");
-  cudaGridDependencySynchronize();  // launched early (b8): the preprocess has zeroed the accumulator
+  cudaGridDependencySynchronize();  // launched early: the preprocess has zeroed the accumulator
   int done = 0;                     // the block's steps before this tile
   for (int n = 0;; ++n) {
     const int tile = ring.take(n);
@@ -305,7 +303,7 @@ __device__ __forceinline__ void store_dkdv(unsigned char* dk_tile, unsigned char
 /// (dq_empty's phase of this parity), the piece stored as the accumulator lays it out
 /// (dq_piece). announce_dq: the stores fenced for the bulk reduction's proxy, and the piece
 /// announced by each warp's lane 0 — the fence waits until the warp's stores are done, so
-/// lesson row b10 issues the next products between the two.
+/// the kernels issue the next products between the two.
 template <int R>
 __device__ __forceinline__ void store_dq(const float (&dq)[R], float* slot, int tid) {
 #pragma unroll
@@ -341,78 +339,30 @@ __device__ __forceinline__ void issue_dq(float (&dq)[chunk_floats(kQi) / 128], s
   wgmma_commit();
 }
 
-/// The dK/dV kernel at d ≤ 128, as note 07's backward table measures it: production (b7)
-/// and lesson rows b4, b5 and b6, each of which it changes in one way.
-struct BwdVersion {
-  bool kv_in_registers;  ///< d = 64: K_c and V_c held as A fragments, so that Sᵀ and dPᵀ read only Q_i and
-                         ///< dO_i from shared memory (b4: both operands from shared memory)
-  int queries_at_64;     ///< queries a step at d = 64: 96 (b4–b6: 64)
-  int queries_at_128;    ///< queries a step at d = 128: 80 (b4, b5: 64)
-  bool fences_late;      ///< b10: dSᵀ stored before dV's and dK's products are issued and fenced after, and a
-                         ///< staged dQ piece fenced and announced after the next step's Sᵀ and dPᵀ are issued:
-                         ///< a proxy fence waits until this thread's stores are done, and b4–b9 fenced
-                         ///< right after storing, with nothing in between for the tensor cores
-  bool dq_late_at_128;   ///< b11: at d = 128 a step's dQ pieces computed in the next step, after its dV and
-                         ///< dK are issued, so that a consumer waits for the other's dSᵀ a step later than
-                         ///< it needs it (b4–b10, and d = 64: in the step, both consumers meeting at ds_bar)
-  bool writers_at_128;   ///< b12: at d = 128 a writer of dQ's pieces per consumer (write_dq), each reduction
-                         ///< in flight beside the other consumer's (b4–b11, and d = 64, 256: one writer,
-                         ///< one reduction at a time)
-  bool second_piece_late_at_256;  ///< b16: at d = 256 a step's second dQ piece staged in the next step, once
-                                  ///< its Sᵀ and dPᵀ are issued, so that the wait for the slot (the writer
-                                  ///< reading the first piece out) runs under them (b4–b15: at the step's end,
-                                  ///< the tensor cores idle until the slot is free)
-};
-using Version = BwdVersion (*)();  // a version as a function, so that it can name a kernel's template argument
-// Each version is the one before it with one idea added, by name.
-FA_HD constexpr BwdVersion b4() {
-  return {.kv_in_registers = false, .queries_at_64 = 64, .queries_at_128 = 64, .fences_late = false,
-          .dq_late_at_128 = false, .writers_at_128 = false, .second_piece_late_at_256 = false};
-}
-/// Version v with one field set to `value`: the next lesson row.
-template <class F>
-FA_HD constexpr BwdVersion with(BwdVersion v, F BwdVersion::*field, F value) {
-  v.*field = value;
-  return v;
-}
-FA_HD constexpr BwdVersion b5() { return with(b4(), &BwdVersion::kv_in_registers, true); }
-FA_HD constexpr BwdVersion b6() { return with(b5(), &BwdVersion::queries_at_128, 80); }
-// b7–b9: b8 and b9 changed the call and the grid
-FA_HD constexpr BwdVersion b7() { return with(b6(), &BwdVersion::queries_at_64, 96); }
-FA_HD constexpr BwdVersion b10() { return with(b7(), &BwdVersion::fences_late, true); }
-FA_HD constexpr BwdVersion b11() { return with(b10(), &BwdVersion::dq_late_at_128, true); }
-// b12–b15: b14, b15 changed the order
-FA_HD constexpr BwdVersion b12() { return with(b11(), &BwdVersion::writers_at_128, true); }
-FA_HD constexpr BwdVersion b16() { return with(b12(), &BwdVersion::second_piece_late_at_256, true); }
-/// Queries a step of version v at head dimension d (the wide kernel at d = 256: 64).
-FA_HD constexpr int bwd_queries(BwdVersion v, int d) {
-  return d == 64 ? v.queries_at_64 : d == 128 ? v.queries_at_128 : kQ;
-}
-static_assert(bwd_queries(b16(), 128) == backward_queries(128) && bwd_queries(b16(), 64) == backward_queries(64) &&
-                  bwd_queries(b16(), 256) == backward_queries(256),
-              "production's steps are the CPU model's");
+static_assert(backward_queries(64) == 96 && backward_queries(128) == 80 && backward_queries(256) == kQ,
+              "the queries a step the kernels below are written for");
 
-template <class T, int kD, Version V>
+template <class T, int kD>
 __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     dkdv_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                 const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap do_map,
                 const __grid_constant__ CUtensorMap dk_map, const __grid_constant__ CUtensorMap dv_map,
                 const BwdParams prm) {
-#if FA_STEP07_ARCH_OK
-  constexpr BwdVersion kV = V();
-  constexpr int kQi = bwd_queries(kV, kD);  // queries a step: Q_i's rows
+#if FA_SM90A
+  constexpr int kQi = backward_queries(kD);  // queries a step: Q_i's rows
   constexpr bool kDqT = dq_transposed(kQi);  // 96 or 80 queries: dQᵢᵀ = K_jᵀ·dSᵀ
+  static_assert(kDqT, "96 or 80 queries a step: dQ's pieces computed transposed");
   using L = BwdSmem<kD, kQi>;
   using P = DqPieces<kD>;
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem = aligned_smem(smem_raw);
   BwdBarriers bars(smem + L::bars);
 
-  // b12 at d = 128 only: at d = 256, where four pieces a step already load the L2 most, two
-  // writers' reductions side by side cost 2–12%, and at d = 64 they bought nothing (note 07, b12).
-  constexpr int kWriters = kV.writers_at_128 && kD == 128 ? kBwdConsumers : 1;
+  // A writer a consumer at d = 128 only: at d = 256 four pieces a step already load the L2 most,
+  // and at d = 64 a second writer bought nothing (note 07).
+  constexpr int kWriters = kD == 128 ? kBwdConsumers : 1;
   TileRing ring(smem + L::tiles);
-  // The convert kernel may be launched from now on (b8: launch_early); it waits for this grid.
+  // The convert kernel may be launched from now on (launch_early); it waits for this grid.
   cudaTriggerProgrammaticLaunchCompletion();
   if (threadIdx.x == 0) {
     ring.init(kWriters + 128 * kBwdConsumers);
@@ -451,13 +401,13 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         arrive_expecting(bars.kv_full, 2 * L::kKVBytes);
         load_tile(&k_map, smem + L::k, bars.kv_full, j * kBc, bh);
         load_tile(&v_map, smem + L::v, bars.kv_full, j * kBc, bh);
-        // Launched early (b8), this block may have started while the preprocess still runs:
+        // Launched early, this block may have started while the preprocess still runs:
         // K_j and V_j are inputs, but L·log2 e, D and the tile counter are the preprocess's.
         if (n == 0) cudaGridDependencySynchronize();
         for (; it < steps; ++it) load_q(it, bh);
       }
     } else if (const int w = int(threadIdx.x) / 32 - 1; threadIdx.x % 32 == 0 && w >= 0 && w < kWriters) {
-      // warp 1 (b12 at d = 128: and warp 2), one thread: dQ's writer w
+      // warp 1 (at d = 128: and warp 2), one thread: dQ's writer w
       write_dq<kD, kQi, kBc, kWriters>(prm, ring, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full,
                                        bars.dq_empty, w);
     }
@@ -472,10 +422,10 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   const std::uint32_t k_tile = smem_u32(smem + L::k), v_tile = smem_u32(smem + L::v);
   const std::uint32_t kv_rows = kRowsPerConsumer * c * 128;  // consumer c's keys inside a K/V panel
   float* stage_dq_at = reinterpret_cast<float*>(smem + L::dq) + c * chunk_floats(kQi);  // this consumer's slot
-  constexpr bool kKvRegs = kV.kv_in_registers && kD == 64;
-  // b11 at d = 128 only: at d = 64, where the consumers take the one piece on alternate steps and
-  // drift half a step apart, a barrier each way every step cost 1–6% (note 07, lesson row b11).
-  constexpr bool kDqLate = kV.dq_late_at_128 && kD == 128;
+  constexpr bool kKvRegs = kD == 64;
+  // dQ's pieces a step late at d = 128 only: at d = 64, where the consumers take the one piece on
+  // alternate steps and drift half a step apart, a barrier each way every step cost more (note 07).
+  constexpr bool kDqLate = kD == 128;
 
   for (int n = 0, done = 0;; ++n) {  // done: the block's steps before this tile (the stages' ring and dQ's pieces)
     const int tile = ring.take(n);
@@ -498,16 +448,13 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     }
 
     // Main loop over the query blocks.
-    bool staged = false;  // b10: a dQ piece stored in this consumer's slot but not yet announced
-    // dQ's piece of step `piece_step`, once its product is done, staged for the writer;
-    // announced at once, or (b10) under the next step's products.
+    bool staged = false;  // a dQ piece stored in this consumer's slot but not yet announced
+    // dQ's piece of step `piece_step`, once its product is done, staged for the writer; announced
+    // under the next step's products (the proxy fence waits until the stores are done).
     auto stage_piece = [&](float(&dq)[chunk_floats(kQi) / 128], int piece_step, int panel) {
       wgmma_wait<0>(dq);
       stage_dq(dq, stage_dq_at, &bars.dq_empty[c], P::parity(piece_step, panel) ^ 1, tid);
-      if constexpr (V().fences_late)  // (kV is not a constant inside a lambda for nvcc)
-        staged = true;
-      else
-        announce_dq(&bars.dq_full[c], tid);
+      staged = true;
     };
     for (int it = 0; it < steps; ++it) {
       const int step = done + it, s = step % kStages, q0 = q_block(prm.q_blocks, it) * kQi;
@@ -531,7 +478,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       else
         ss_kk<T, kQi, kD>(dpt, v_tile + kv_rows, kBc, do_tile, kQi);
       wgmma_commit();
-      if (kV.fences_late && staged) {  // the last step's dQ piece, its stores done under these products' issue
+      if (staged) {  // the last step's dQ piece, its stores done under these products' issue
         announce_dq(&bars.dq_full[c], tid);
         staged = false;
       }
@@ -546,47 +493,28 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
           if (tiles::masked(q0 + 8 * (x / 4) + 2 * t + x % 2, key0 + 8 * (x % 4 / 2), N, prm.causal)) st[x] = 0.0f;
       }
       // dV_c += Pᵀ·dO_i: Pᵀ rounded to 16 bits as A fragments; dO MN-major (its rows are the k index).
-      // dK_c += dSᵀ·Q_i, dSᵀ = Pᵀ∘(dPᵀ − D_i) once dPᵀ is done. With 64 queries dV's product is
-      // issued first and runs while dSᵀ is formed. With more queries a step, both products wait
-      // until Pᵀ and dSᵀ are formed and rounded: at d = 128 with 80, Pᵀ's 40 registers cannot stay
-      // beside its 16-bit copy and dK, dV, dPᵀ (ptxas spills and serialises the wgmmas), and at
-      // d = 64 with 96 (K_c and V_c beside them) the kernel takes the same order.
+      // dK_c += dSᵀ·Q_i, dSᵀ = Pᵀ∘(dPᵀ − D_i) once dPᵀ is done. Both products wait until Pᵀ and
+      // dSᵀ are formed and rounded: at d = 128 Pᵀ's 40 registers cannot stay beside its 16-bit
+      // copy and dK, dV, dPᵀ (ptxas spills and serialises the wgmmas), and at d = 64 (K_c and
+      // V_c beside them) the kernel takes the same order.
       std::uint32_t pa[kQi / 16][4], dsa[kQi / 16][4];  // [16-query k step][register]: Pᵀ, dSᵀ
-      if constexpr (!kDqT) {
-        to_a<T, kQi>(st, pa);
-        wgmma_fence();
-        rs_mn<T, kD, kQi>(dv, pa, do_tile, kQi * 128);
-        wgmma_commit();
-        wgmma_wait<1>(dpt);
-      } else {
-        wgmma_wait<0>(dpt);
-      }
+      wgmma_wait<0>(dpt);
 #pragma unroll
       for (int x = 0; x < kQi / 2; ++x) dpt[x] = st[x] * (dpt[x] - dsum[8 * (x / 4) + 2 * t + x % 2]);
-      if constexpr (kDqT) to_a<T, kQi>(st, pa);
+      to_a<T, kQi>(st, pa);
       to_a<T, kQi>(dpt, dsa);
-      // dSᵀ into shared memory for dQ, this consumer's 64 keys: as A fragments into rows =
-      // the block's keys, one 128-byte-swizzled panel of 64 queries; with 96 or 80 queries
-      // transposed, rows = the queries, two panels of 64 keys (store_a_transposed). b10 stores
-      // it before dV's and dK's products are issued, so that the stores are done by the fence.
-      auto store_ds = [&] {
-        if constexpr (kDqT)
-          store_a_transposed<kQi>(ds_tile, dsa, kQi, kRowsPerConsumer * c, warp, lane);
-        else
-          store_a<kQi>(ds_tile, dsa, kBc, kRowsPerConsumer * c, warp, g, t);
-      };
-      // b11: the other consumer's dSᵀ of the last step stored, and its dQ piece of the step
-      // before done (that piece read the buffer this step's dSᵀ goes to).
+      // dSᵀ into shared memory for dQ, this consumer's 64 keys, transposed: rows = the queries,
+      // two panels of 64 keys (store_a_transposed). Stored before dV's and dK's products are
+      // issued, so that the stores are done by the fence.
+      // At d = 128 first the other consumer's dSᵀ of the last step stored, and its dQ piece of
+      // the step before done (that piece read the buffer this step's dSᵀ goes to).
       if (kDqLate && it > 0) named_sync(lag_bar(step - 1, 1 - c), 128 * kBwdConsumers);
-      if constexpr (kV.fences_late) store_ds();
+      store_a_transposed<kQi>(ds_tile, dsa, kQi, kRowsPerConsumer * c, warp, lane);
       wgmma_fence();
-      if constexpr (kDqT) {
-        rs_mn<T, kD, kQi>(dv, pa, do_tile, kQi * 128);
-        wgmma_commit();
-      }
+      rs_mn<T, kD, kQi>(dv, pa, do_tile, kQi * 128);
+      wgmma_commit();
       rs_mn<T, kD, kQi>(dk, dsa, q_tile, kQi * 128);
       wgmma_commit();
-      if constexpr (!kV.fences_late) store_ds();
       cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // ordinary stores, read by wgmma
       // The stage is free once dV's and dK's products are done: its Q_i, dO_i read by the
       // products, its L_i, D_i by this thread's ordinary loads, which the fence orders before
@@ -602,7 +530,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       float dq[chunk_floats(kQi) / 128];  // register 4n + 2h + e = query 16w + g + 8h, column 8n + 2t + e
                                           // (transposed: column 16w + g + 8h, query 8n + 2t + e)
       if constexpr (kDqLate) {
-        // b11: the last step's piece, from its dSᵀ (the other buffer), now that this step's dV
+        // d = 128: the last step's piece, from its dSᵀ (the other buffer), now that this step's dV
         // and dK are issued; the other consumer's dSᵀ of it was waited for before this step's
         // stores (lag_bar). Then this step's dSᵀ stored and the last piece done: told.
         const int panel = it > 0 ? P::panel(c, step - 1) : -1;
@@ -635,7 +563,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         }
       }
     }
-    if constexpr (kDqLate) {  // b11: the tile's last piece, once the other consumer's dSᵀ of it is stored
+    if constexpr (kDqLate) {  // the tile's last piece, once the other consumer's dSᵀ of it is stored
       const int last = done + steps - 1, panel = P::panel(c, last);
       if (staged) {  // the piece of the step before goes to the writer before this one takes the slot
         announce_dq(&bars.dq_full[c], tid);
@@ -648,7 +576,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         stage_piece(dq, last, panel);
       }
     }
-    if (staged) announce_dq(&bars.dq_full[c], tid);  // b10, b11: the tile's last piece
+    if (staged) announce_dq(&bars.dq_full[c], tid);  // the tile's last piece
 
     // Epilogue: dK = scale·Σ dSᵀ·Q and dV in 16 bits, into K/V's buffers (free once both
     // consumers are past their last products; the stages already hold the next tile's
@@ -732,14 +660,13 @@ struct WideBarriers {
   }
 };
 
-template <class T, Version V>
+template <class T>
 __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     dkdv_wide_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                      const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap do_map,
                      const __grid_constant__ CUtensorMap dk_map, const __grid_constant__ CUtensorMap dv_map,
                      const BwdParams prm) {
-#if FA_STEP07_ARCH_OK
-  constexpr BwdVersion kV = V();
+#if FA_SM90A
   using L = WideSmem;
   using P = DqPieces<kWideD>;
   extern __shared__ unsigned char smem_raw[];
@@ -788,7 +715,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         if (n == 0) cudaGridDependencySynchronize();  // as dkdv_kernel: the preprocess's L·log2 e, D and counter
         for (int it = n > 0 ? 1 : 0; it < steps; ++it) load_q(it, bh);
       }
-    } else if (threadIdx.x == 32) {  // one writer (b12's second one cost 2–12% here)
+    } else if (threadIdx.x == 32) {  // one writer: a second one cost more here (note 07)
       write_dq<kWideD, kQ, kWideKeys, 1>(prm, ring, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full,
                                          bars.dq_empty, 0);
     }
@@ -818,11 +745,10 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     float dk[kWideD / 4] = {}, dv[kWideD / 4] = {};
 
     // Main loop over the query blocks.
-    bool staged = false;  // b10: a dQ piece stored in this consumer's slot but not yet announced
-    // A step's second dQ piece (piece 1 below). b16: done at the step's end, staged in the next step.
+    // A step's second dQ piece (piece 1 below): done at the step's end, staged in the next step.
     // 64 queries × 64 columns: register 4n + 2h + e = query 16·warp + g + 8h, column 8n + 2t + e
     float dq1[kChunkFloats / 128];
-    bool held = false;  // b16: dq1 holds the last step's piece, not yet staged
+    bool held = false;  // dq1 holds the last step's piece, not yet staged
     for (int it = 0; it < steps; ++it) {
       const int step = done + it, s = step % kStages, q0 = q_block(prm.q_blocks, it) * kQ;
       const std::uint32_t q_tile = smem_u32(smem + L::q + s * L::kQBytes);
@@ -843,10 +769,6 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       wgmma_commit();
       ss_kk<T, kQ / 2, kWideD>(dpt, v_tile, kWideKeys, do_tile + half * 128, kQ);
       wgmma_commit();
-      if (kV.fences_late && staged) {  // b10: the last step's second dQ piece, its stores done by now
-        announce_dq(&bars.dq_full[c], tid);
-        staged = false;
-      }
 
       // Pᵀ and dSᵀ = Pᵀ∘(dPᵀ − D_i), in fp32, masked as in dkdv_kernel.
       wgmma_wait<1>(st);
@@ -858,14 +780,14 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
           if (tiles::masked(q0 + half + 8 * (x / 4) + 2 * t + x % 2, key0 + 8 * (x % 4 / 2), N, prm.causal))
             st[x] = 0.0f;
       }
-      // b16: the last step's second dQ piece. Its slot waited for while dPᵀ is in flight, by a
+      // The last step's second dQ piece. Its slot waited for while dPᵀ is in flight, by a
       // loop whose exit is the warp's (wait_warp), then staged once dPᵀ is done: between
       // the issue of a product and its wait, ptxas serialises every wgmma of the kernel for a
       // loop that threads may leave one by one (C7518), and waits for every product before a
       // read of a register some wgmma defined (C7517).
-      if (kV.second_piece_late_at_256 && held) wait_warp(&bars.dq_empty[c], P::parity(step - 1, c + kBwdConsumers) ^ 1);
+      if (held) wait_warp(&bars.dq_empty[c], P::parity(step - 1, c + kBwdConsumers) ^ 1);
       wgmma_wait<0>(dpt);
-      if (kV.second_piece_late_at_256 && held) {
+      if (held) {
         store_dq(dq1, stage_dq_at, tid);
         announce_dq(&bars.dq_full[c], tid);
         held = false;
@@ -902,9 +824,8 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
 
       // dQ_i's pieces c and c + 2 (DqPieces at d = 256): dS·K_j[:, panel] over the 64 keys,
       // A = dSᵀ read transposed. dK's product is done before the first piece is: Q_i's stage is
-      // then free. b10: the second piece issued before the first is staged, so that the first
-      // one's stores and fence run under it, and the second announced under the next step's Sᵀ
-      // and dPᵀ (b4–b9: each piece staged and announced before the next product is issued).
+      // then free. The second piece is issued before the first is staged, so that the first
+      // one's stores and fence run under it; the second is staged in the next step.
       float dq0[kChunkFloats / 128];  // as dq1
       auto issue_piece = [&](float(&dq)[kChunkFloats / 128], int piece) {
         issue_dq<T, kQ, false, kWideKeys>(dq, k_tile, c + kBwdConsumers * piece, smem_u32(ds_tile));
@@ -916,30 +837,14 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       wgmma_wait<1>(dk);
       cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
       arrive(&bars.q_empty[s]);
-      if constexpr (kV.fences_late) {
-        issue_piece(dq1, 1);
-        wgmma_wait<1>(dq0);
-        stage_piece(dq0, 0);
-        announce_dq(&bars.dq_full[c], tid);
-        wgmma_wait<0>(dq1);
-        if constexpr (kV.second_piece_late_at_256) {
-          held = true;  // b16: staged in the next step, its slot waited for under that step's dPᵀ
-        } else {
-          stage_piece(dq1, 1);
-          staged = true;
-        }
-      } else {
-        wgmma_wait<0>(dq0);
-        stage_piece(dq0, 0);
-        announce_dq(&bars.dq_full[c], tid);
-        issue_piece(dq1, 1);
-        wgmma_wait<0>(dq1);
-        stage_piece(dq1, 1);
-        announce_dq(&bars.dq_full[c], tid);
-      }
+      issue_piece(dq1, 1);
+      wgmma_wait<1>(dq0);
+      stage_piece(dq0, 0);
+      announce_dq(&bars.dq_full[c], tid);
+      wgmma_wait<0>(dq1);
+      held = true;  // staged in the next step, its slot waited for under that step's dPᵀ
     }
-    if (staged) announce_dq(&bars.dq_full[c], tid);  // b10: the tile's last piece
-    if (held) {  // b16: the tile's last piece
+    if (held) {  // the tile's last piece
       stage_dq(dq1, stage_dq_at, &bars.dq_empty[c], P::parity(done + steps - 1, c + kBwdConsumers) ^ 1, tid);
       announce_dq(&bars.dq_full[c], tid);
     }
@@ -974,10 +879,10 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
 template <class T, int kQi>
 __global__ void __launch_bounds__(256) convert_kernel(int N, int d, int q_blocks, float scale,
                                                       const float* __restrict__ acc, T* __restrict__ dq) {
-#if FA_STEP07_ARCH_OK
+#if FA_SM90A
   constexpr int kThreads = 256, kChunk = chunk_floats(kQi), kPad = kPanel + 1;  // a row, padded
   __shared__ float rows[kQi * kPad];                                              // [query][column]
-  cudaGridDependencySynchronize();  // launched early (b8): the dK/dV kernel's sums complete
+  cudaGridDependencySynchronize();  // launched early: the dK/dV kernel's sums complete
   const std::size_t piece = blockIdx.x;
   const auto [bh, i, panel] = dq_piece_at(piece, d / kPanel, q_blocks);
   static_assert(kChunk / 4 % kThreads == 0 && kQi * kPanel / 2 % kThreads == 0, "whole rounds of the block");
@@ -1020,9 +925,8 @@ BwdWorkspace carve(const Problem& p, void* ws, int queries) {
   int* order = reinterpret_cast<int*>(base + np * (p.d + 2));
   return {base, base + np * p.d, base + np * (p.d + 1), order, order + p.heads() * tiles::q_blocks(p.N, queries)};
 }
-template <Version V>
 std::size_t workspace_bytes(const Problem& p) {
-  const int queries = bwd_queries(V(), p.d);
+  const int queries = backward_queries(p.d);
   const std::size_t np = p.heads() * std::size_t(padded(p.N, queries));
   return np * (p.d + 2) * sizeof(float) + (p.heads() * tiles::q_blocks(p.N, queries) + 1) * sizeof(int);
 }
@@ -1030,124 +934,94 @@ constexpr const char* kWorkspace =
     "the fp32 dQ accumulator, D and L·log2 e (B·H·Np·(d + 2) floats, Np = N rounded up to the queries of a "
     "step: 96 at d = 64, 80 at d = 128, 64 at d = 256), a counter per query block and the tile counter";
 
-/// The dK/dV kernel of a head dimension, its keys a block and its shared memory.
-template <class T, int kD, Version V>
+/// The dK/dV kernel of a head dimension, and its shared memory.
+template <class T, int kD>
 struct DkdvKernel {
-  static constexpr auto kernel = dkdv_kernel<T, kD, V>;
-  static constexpr std::size_t smem = BwdSmem<kD, bwd_queries(V(), kD)>::bytes + 1024;  // + the base's alignment
+  static constexpr auto kernel = dkdv_kernel<T, kD>;
+  static constexpr std::size_t smem = BwdSmem<kD, backward_queries(kD)>::bytes + 1024;  // + the base's alignment
 };
-template <class T, Version V>
-struct DkdvKernel<T, kWideD, V> {
-  static constexpr auto kernel = dkdv_wide_kernel<T, V>;
+template <class T>
+struct DkdvKernel<T, kWideD> {
+  static constexpr auto kernel = dkdv_wide_kernel<T>;
   static constexpr std::size_t smem = WideSmem::bytes + 1024;
 };
 
-/// How a call is made around the kernels: which order dQ's pieces are added in, whether
-/// the call's fixed costs are cut (lesson row b8) or paid as b4–b7 paid them, and how many
-/// blocks the dK/dV kernel runs (lesson row b9).
-struct BwdCall {
-  bool deterministic;  ///< dQ's pieces added in key-block order (kBackwardDeterministic)
-  bool early;          ///< b8: the accumulator zeroed by the preprocess as it reads O and dO, where b4–b7 ran a
-                       ///< memset of their own before it, and the dK/dV and convert kernels launched early
-                       ///< (launch_early), each starting under the kernel before it
-  bool persistent;     ///< b9: a block an SM, each taking tile after tile (next_tile), where b4–b8 ran a block a tile
-  Heaviest heaviest;   ///< b14: the causal tiles heaviest first across every section of heads (backward_order),
-                       ///< b15: across the last only, production: one or the other by a head's size
-                       ///< (Heaviest::by_wave); b4–b12 took them head after head
-};
-// The deterministic mode runs a block a tile (b8's grid): with the causal mask at N ≤ 8192 it ran
-// at 0.22–0.63× the default's speed on the persistent grid, 0.56–0.81× a block a tile (note 07,
-// the deterministic mode; likely cause: a persistent block's writer runs up to a tile behind its
-// consumers, so a key block's wait for the one before it also waits for that block's older tiles).
-constexpr BwdCall kAnyOrder{.deterministic = false, .early = true, .persistent = true, .heaviest = Heaviest::by_wave},
-    kInOrder{.deterministic = true, .early = true, .persistent = false, .heaviest = Heaviest::by_wave},
-    kAsB15{.deterministic = false, .early = true, .persistent = true, .heaviest = Heaviest::last_section},
-    kAsB14{.deterministic = false, .early = true, .persistent = true, .heaviest = Heaviest::every_section},
-    kAsB12{.deterministic = false, .early = true, .persistent = true, .heaviest = Heaviest::nowhere},
-    kAsB8{.deterministic = false, .early = true, .persistent = false, .heaviest = Heaviest::nowhere},
-    kAsB7{.deterministic = false, .early = false, .persistent = false, .heaviest = Heaviest::nowhere};
-
 /// The order of the backward's tiles, key blocks of `keys` keys (TileOrder, step07.hpp): a
 /// head's tiles share its Q and dO (16-bit) and its fp32 dQ accumulator, 8·N·d bytes.
-TileOrder backward_order(const Problem& p, int keys, Heaviest heaviest) {
+TileOrder backward_order(const Problem& p, int keys) {
   return tile_order(tiles::kv_blocks(p.N, keys), int(p.heads()), p.causal, 8.0 * p.N * p.d, double(gpu::l2_bytes()),
-                    gpu::sm_count(), heaviest);
+                    gpu::sm_count());
 }
 
-template <class T, int kD, Version V, BwdCall C>
-void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) {
-  using K = DkdvKernel<T, kD, V>;
-  constexpr int kKeys = backward_keys(kD), kQi = bwd_queries(V(), kD);
+/// The three kernels. `deterministic`: dQ's pieces added in key-block order, on a grid of a
+/// block a tile — on the persistent grid a block's writer runs up to a tile behind its
+/// consumers, so a key block's wait for the one before it would also wait for that block's
+/// older tiles (note 07, the deterministic mode).
+template <class T, int kD>
+void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool deterministic) {
+  using K = DkdvKernel<T, kD>;
+  constexpr int kKeys = backward_keys(kD), kQi = backward_queries(kD);
   static_assert(K::smem <= kBlockSmemBytes, "a block's shared memory on sm_90");
   const BwdWorkspace w = carve(p, ws, kQi);
   const int N = p.N, Np = padded(N, kQi), qb = tiles::q_blocks(N, kQi);
   const std::size_t heads = p.heads();
-  if constexpr (!C.early) FA_CUDA_CHECK(cudaMemsetAsync(w.dq_acc, 0, heads * Np * kD * sizeof(float), s));
-  if constexpr (C.deterministic || !C.early)  // read in the deterministic mode only (b4–b7 zeroed them always)
-    FA_CUDA_CHECK(cudaMemsetAsync(w.order, 0, heads * qb * sizeof(int), s));
-  // The tile counter (next_tile), zeroed by the preprocess: read only by a persistent grid.
+  if (deterministic) FA_CUDA_CHECK(cudaMemsetAsync(w.order, 0, heads * qb * sizeof(int), s));  // read only there
+  // The preprocess zeroes the dQ accumulator and the tile counter (next_tile: a persistent grid's).
   const int rows = int(heads) * Np;  // the accumulator is rows × kD floats: preprocess zeroes it row by row
   step06::preprocess_kernel<T, kD><<<(rows + 7) / 8, 256, 0, s>>>(N, Np, rows, static_cast<const T*>(a.o),
                                                                   static_cast<const T*>(a.dout), a.lse, w.l2, w.dsum,
-                                                                  C.early ? w.dq_acc : nullptr,
-                                                                  C.persistent ? w.taken : nullptr);
+                                                                  w.dq_acc, deterministic ? nullptr : w.taken);
   FA_CHECK_LAUNCH();
 
   auto map = [&](const void* x, int box) { return make_tile_map(x, p.dtype, N, heads, kD, box); };
-  const TileOrder schedule = backward_order(p, kKeys, C.heaviest);
+  const TileOrder schedule = backward_order(p, kKeys);
   const int tile_count = schedule.tiles();
-  const BwdParams prm{N,    Np,     qb,       schedule, tile_count, p.softmax_scale(), p.causal, C.deterministic,
+  const BwdParams prm{N,    Np,     qb,       schedule, tile_count, p.softmax_scale(), p.causal, deterministic,
                       w.l2, w.dsum, w.dq_acc, w.order,  w.taken};
   set_smem_limit(K::kernel, K::smem);
-  const int grid = C.persistent ? std::min(tile_count, gpu::sm_count()) : tile_count;  // a block an SM, or a tile
-  launch_early(C.early, K::kernel, dim3(unsigned(grid)), dim3(128 * (1 + kBwdConsumers)), K::smem, s, map(a.q, kQi),
-               map(a.k, kKeys),
-               map(a.v, kKeys), map(a.dout, kQi), map(a.dk, kRowsPerConsumer), map(a.dv, kRowsPerConsumer), prm);
+  const int grid = deterministic ? tile_count : std::min(tile_count, gpu::sm_count());  // a block a tile, or an SM
+  launch_early(true, K::kernel, dim3(unsigned(grid)), dim3(128 * (1 + kBwdConsumers)), K::smem, s, map(a.q, kQi),
+               map(a.k, kKeys), map(a.v, kKeys), map(a.dout, kQi), map(a.dk, kRowsPerConsumer),
+               map(a.dv, kRowsPerConsumer), prm);
 
   const unsigned pieces = unsigned(heads * qb * (kD / kPanel));
-  launch_early(C.early, convert_kernel<T, kQi>, dim3(pieces), dim3(256), 0, s, N, kD, qb, p.softmax_scale(),
+  launch_early(true, convert_kernel<T, kQi>, dim3(pieces), dim3(256), 0, s, N, kD, qb, p.softmax_scale(),
                static_cast<const float*>(w.dq_acc), static_cast<T*>(a.dq));
 }
 
-template <int kD, Version V, BwdCall C>
-void run_d(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) {
-  p.dtype == DType::bf16 ? launch<__nv_bfloat16, kD, V, C>(p, a, ws, s) : launch<__half, kD, V, C>(p, a, ws, s);
+template <int kD>
+void run_d(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool deterministic) {
+  p.dtype == DType::bf16 ? launch<__nv_bfloat16, kD>(p, a, ws, s, deterministic)
+                         : launch<__half, kD>(p, a, ws, s, deterministic);
 }
-template <Version V, BwdCall C>
-void run(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) {
+void run(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool deterministic) {
   // gpu::backward checked d
-  p.d == 64 ? run_d<64, V, C>(p, a, ws, s) : p.d == 128 ? run_d<128, V, C>(p, a, ws, s) : run_d<256, V, C>(p, a, ws, s);
+  p.d == 64    ? run_d<64>(p, a, ws, s, deterministic)
+  : p.d == 128 ? run_d<128>(p, a, ws, s, deterministic)
+               : run_d<256>(p, a, ws, s, deterministic);
 }
-constexpr int kD64[] = {64, 0};    // lesson rows b4 and b6 differ from b7 at d = 64 only,
-constexpr int kD128[] = {128, 0};  // b5 at d = 128 only
+void run_any_order(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) { run(p, a, ws, s, false); }
+void run_in_order(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) { run(p, a, ws, s, true); }
 
 }  // namespace
 
-const GpuBackward kBackward{"step07 backward", 256, workspace_bytes<b16>, kWorkspace, nullptr, run<b16, kAnyOrder>,
-                            kBackwardD, kSm, true};
-const GpuBackward kBackwardB4{"b4: K, V read from shared memory by every product", 256, workspace_bytes<b4>,
-                              kWorkspace, nullptr, run<b4, kAsB7>, kD64, kSm, true};
-const GpuBackward kBackwardB5{"b5: 64 queries a step at d = 128", 256, workspace_bytes<b5>, kWorkspace, nullptr,
-                              run<b5, kAsB7>, kD128, kSm, true};
-const GpuBackward kBackwardB6{"b6: 64 queries a step at d = 64", 256, workspace_bytes<b6>, kWorkspace, nullptr,
-                              run<b6, kAsB7>, kD64, kSm, true};
-const GpuBackward kBackwardB7{"b7: a memset before the preprocess, every kernel launched after the one before it", 256,
-                              workspace_bytes<b7>, kWorkspace, nullptr, run<b7, kAsB7>, kBackwardD, kSm, true};
-const GpuBackward kBackwardB8{"b8: a block a tile, as b4-b7 ran", 256, workspace_bytes<b7>, kWorkspace, nullptr,
-                              run<b7, kAsB8>, kBackwardD, kSm, true};
-const GpuBackward kBackwardB9{"b9: the stores fenced right after they are made, as b4-b8 did", 256,
-                              workspace_bytes<b7>, kWorkspace, nullptr, run<b7, kAsB12>, kBackwardD, kSm, true};
-const GpuBackward kBackwardB10{"b10: at d = 128 dQ's pieces computed in their own step", 256, workspace_bytes<b10>, kWorkspace,
-                               nullptr, run<b10, kAsB12>, kBackwardD, kSm, true};
-const GpuBackward kBackwardB11{"b11: one writer of dQ's pieces for both consumers", 256, workspace_bytes<b11>, kWorkspace,
-                               nullptr, run<b11, kAsB12>, kBackwardD, kSm, true};
-const GpuBackward kBackwardB12{"b12: a writer of dQ's pieces per consumer at d = 128, tiles head after head", 256,
-                               workspace_bytes<b12>, kWorkspace, nullptr, run<b12, kAsB12>, kBackwardD, kSm, true};
-const GpuBackward kBackwardB14{"b14: the causal tiles heaviest first across every section of heads", 256,
-                               workspace_bytes<b12>, kWorkspace, nullptr, run<b12, kAsB14>, kBackwardD, kSm, true};
-const GpuBackward kBackwardB15{"b15: the causal tiles head after head but in the last section of heads", 256,
-                               workspace_bytes<b12>, kWorkspace, nullptr, run<b12, kAsB15>, kBackwardD, kSm, true};
-const GpuBackward kBackwardDeterministic{"det: dQ added in key-block order", 256, workspace_bytes<b16>, kWorkspace,
-                                         nullptr, run<b16, kInOrder>, kBackwardD, kSm, true};
+const GpuBackward kBackward{.name = "step07 backward",
+                            .max_d = 256,
+                            .workspace_bytes = workspace_bytes,
+                            .workspace_what = kWorkspace,
+                            .run = nullptr,
+                            .run_native = run_any_order,
+                            .only_d = kBackwardD,
+                            .min_sm = kSm,
+                            .exact_sm = true};
+const GpuBackward kBackwardDeterministic{.name = "det: dQ added in key-block order",
+                                         .max_d = 256,
+                                         .workspace_bytes = workspace_bytes,
+                                         .workspace_what = kWorkspace,
+                                         .run = nullptr,
+                                         .run_native = run_in_order,
+                                         .only_d = kBackwardD,
+                                         .min_sm = kSm,
+                                         .exact_sm = true};
 
 }  // namespace fa::step07

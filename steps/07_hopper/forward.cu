@@ -27,13 +27,12 @@
 //       last tile's final products and epilogue run (at d = 256 there is no room for
 //       those tiles: O goes through the Q tile, and the next Q waits for its store);
 //   forward_kernel (production at d = 256; lesson row h7)  a block a tile, O staged in
-//       the consumer's Q tile; at d = 256 the persistent grid measured level with it.
+//       the consumer's Q tile; at d = 256 the persistent grid gains nothing (note 07).
 // Short problems at d = 64 run on lesson row h1's kernel instead, which fits two blocks
-// on an SM (two_blocks_an_sm, step07.hpp; versions_forward.cu).
+// on an SM (two_blocks_an_sm, step07.hpp; short.cu).
 // Every grid takes its tiles in forward_order's order (forward.cuh, step07.hpp's TileOrder):
-// with the causal mask heaviest first across heads — across every section of heads (lesson
-// row h10), or where a head has few tiles across the last section only (h11; Heaviest) —, so
-// that the last tiles handed out are the cheapest; the lesson rows before h10 go head after head.
+// with the causal mask heaviest first across sections of heads, so that the last tiles handed
+// out are the cheapest.
 #include <algorithm>
 
 #include "common/cuda_check.cuh"
@@ -48,7 +47,7 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     forward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                    const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
                    float* __restrict__ lse, int N, float scale, const TileOrder order) {
-#if FA_STEP07_ARCH_OK
+#if FA_SM90A
   constexpr FwdTile kTile = forward_tile(kD);  // the block shape: step07.hpp
   constexpr int kBc = kTile.keys, kStages = kTile.stages, kConsumers = kTile.consumers, kRows = kTile.rows();
   using L = Smem<kD, kBc, kStages, kConsumers>;
@@ -93,10 +92,10 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
 }
 
 template <class T, int kD, bool kCausal>
-void launch(const Problem& p, const NativeFwdArgs& a, Stream stream, Heaviest heaviest) {
+void launch(const Problem& p, const NativeFwdArgs& a, Stream stream) {
   constexpr FwdTile kTile = forward_tile(kD);
   const ForwardMaps m = forward_maps(p, a, kTile.keys);
-  const TileOrder order = forward_order(p, kTile.rows(), heaviest);
+  const TileOrder order = forward_order(p, kTile.rows());
   const std::size_t smem = Smem<kD, kTile.keys, kTile.stages, kTile.consumers>::bytes + 1024;  // + the base's alignment
   set_smem_limit(forward_kernel<T, kD, kCausal>, smem);
   forward_kernel<T, kD, kCausal><<<tile_grid(order), kTile.threads(), smem, stream>>>(
@@ -105,14 +104,13 @@ void launch(const Problem& p, const NativeFwdArgs& a, Stream stream, Heaviest he
 }
 
 template <int kD, bool kCausal>
-void run_d(const Problem& p, const NativeFwdArgs& a, Stream s, Heaviest heaviest) {
-  p.dtype == DType::bf16 ? launch<__nv_bfloat16, kD, kCausal>(p, a, s, heaviest)
-                         : launch<__half, kD, kCausal>(p, a, s, heaviest);
+void run_d(const Problem& p, const NativeFwdArgs& a, Stream s) {
+  p.dtype == DType::bf16 ? launch<__nv_bfloat16, kD, kCausal>(p, a, s) : launch<__half, kD, kCausal>(p, a, s);
 }
 
 template <int kD>
-void run_d(const Problem& p, const NativeFwdArgs& a, Stream s, Heaviest heaviest) {
-  p.causal ? run_d<kD, true>(p, a, s, heaviest) : run_d<kD, false>(p, a, s, heaviest);
+void run_d(const Problem& p, const NativeFwdArgs& a, Stream s) {
+  p.causal ? run_d<kD, true>(p, a, s) : run_d<kD, false>(p, a, s);
 }
 
 // ---------------------------------------------------------------------------------
@@ -139,7 +137,7 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     persistent_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                       const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
                       float* __restrict__ lse, int N, float scale, const TileOrder order, int* taken) {
-#if FA_STEP07_ARCH_OK
+#if FA_SM90A
   constexpr FwdTile kTile = forward_tile(kD);
   constexpr int kBc = kTile.keys, kStages = kTile.stages, kConsumers = kTile.consumers, kRows = kTile.rows();
   using L = Smem<kD, kBc, kStages, kConsumers>;
@@ -235,11 +233,11 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
 }
 
 template <class T, int kD, bool kCausal>
-void launch_persistent(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream stream, Heaviest heaviest) {
+void launch_persistent(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream stream) {
   constexpr FwdTile kTile = forward_tile(kD);
   using P = PersistentSmem<kD, kTile.keys, kTile.stages, kTile.consumers>;
   const ForwardMaps m = forward_maps(p, a, kTile.keys);
-  const TileOrder order = forward_order(p, kTile.rows(), heaviest);
+  const TileOrder order = forward_order(p, kTile.rows());
   const int tile_count = order.tiles();
   const int grid = std::min(tile_count, gpu::sm_count());
   int* taken = static_cast<int*>(workspace);  // read only if some block takes a second tile
@@ -251,13 +249,12 @@ void launch_persistent(const Problem& p, const NativeFwdArgs& a, void* workspace
 }
 
 template <int kD>
-void run_persistent_d(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s, Heaviest heaviest) {
+void run_persistent_d(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
   if (p.dtype == DType::bf16)
-    p.causal ? launch_persistent<__nv_bfloat16, kD, true>(p, a, ws, s, heaviest)
-             : launch_persistent<__nv_bfloat16, kD, false>(p, a, ws, s, heaviest);
+    p.causal ? launch_persistent<__nv_bfloat16, kD, true>(p, a, ws, s)
+             : launch_persistent<__nv_bfloat16, kD, false>(p, a, ws, s);
   else
-    p.causal ? launch_persistent<__half, kD, true>(p, a, ws, s, heaviest)
-             : launch_persistent<__half, kD, false>(p, a, ws, s, heaviest);
+    p.causal ? launch_persistent<__half, kD, true>(p, a, ws, s) : launch_persistent<__half, kD, false>(p, a, ws, s);
 }
 static_assert(PersistentSmem<64, 128, 2, 3>::own_o && PersistentSmem<128, 128, 2, 2>::own_o &&
                   !PersistentSmem<256, 80, 2, 2>::own_o &&
@@ -268,35 +265,37 @@ static_assert(PersistentSmem<64, 128, 2, 3>::own_o && PersistentSmem<128, 128, 2
 
 /// Short problems at d = 64 on the kernel of two blocks an SM, d = 64 and 128 otherwise
 /// on the persistent grid, d = 256 a block a tile (step07.hpp).
-void run_ordered(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s, Heaviest heaviest) {
-  if (two_blocks_an_sm(p.d, p.N, p.causal)) return run_short(p, a, s, heaviest);
-  persistent_grid(p.d, p.N, p.causal) ? run_persistent(p, a, ws, s, heaviest) : run_specialised(p, a, s, heaviest);
-}
-/// Production takes the causal tiles heaviest first in the last section of heads (h11) where a
-/// head has at most SMs / 8 tiles, across every section (h10) elsewhere (Heaviest::by_wave).
 void run_forward(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
-  run_ordered(p, a, ws, s, Heaviest::by_wave);
+  if (two_blocks_an_sm(p.d, p.N, p.causal)) return run_short(p, a, s);
+  persistent_grid(p.d, p.N, p.causal) ? run_persistent(p, a, ws, s) : run_specialised(p, a, s);
 }
 std::size_t forward_workspace(const Problem& p) { return persistent_grid(p.d, p.N, p.causal) ? tile_counter(p) : 0; }
 
-void run_persistent(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s, Heaviest heaviest) {
+void run_persistent(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
   switch (p.d) {
-    case 64: return run_persistent_d<64>(p, a, ws, s, heaviest);
-    case 128: return run_persistent_d<128>(p, a, ws, s, heaviest);
-    default: return run_persistent_d<256>(p, a, ws, s, heaviest);  // gpu::forward checked d against kSupportedD
+    case 64: return run_persistent_d<64>(p, a, ws, s);
+    case 128: return run_persistent_d<128>(p, a, ws, s);
+    default: return run_persistent_d<256>(p, a, ws, s);  // gpu::forward checked d against kSupportedD
   }
 }
 std::size_t tile_counter(const Problem&) { return sizeof(int); }
 
-void run_specialised(const Problem& p, const NativeFwdArgs& a, Stream s, Heaviest heaviest) {
+void run_specialised(const Problem& p, const NativeFwdArgs& a, Stream s) {
   switch (p.d) {
-    case 64: return run_d<64>(p, a, s, heaviest);
-    case 128: return run_d<128>(p, a, s, heaviest);
-    default: return run_d<256>(p, a, s, heaviest);  // gpu::forward checked d against kSupportedD
+    case 64: return run_d<64>(p, a, s);
+    case 128: return run_d<128>(p, a, s);
+    default: return run_d<256>(p, a, s);  // gpu::forward checked d against kSupportedD
   }
 }
 
-const GpuForward kForward{"step07 forward", 256, forward_workspace, "the tile counter", nullptr, run_forward,
-                          kSupportedD, kSm, true};
+const GpuForward kForward{.name = "step07 forward",
+                          .max_d = 256,
+                          .workspace_bytes = forward_workspace,
+                          .workspace_what = "the tile counter",
+                          .run = nullptr,
+                          .run_native = run_forward,
+                          .only_d = kSupportedD,
+                          .min_sm = kSm,
+                          .exact_sm = true};
 
 }  // namespace fa::step07

@@ -1,6 +1,6 @@
-// The pieces of step 07's forward, shared by the production kernel (forward.cu) and
-// the versions of note 07's table (versions_forward.cu): the shared-memory plan, the
-// producer's loop, and a consumer warpgroup's products, mask, softmax and epilogue.
+// The pieces of step 07's forward, shared by the production kernels (forward.cu, short.cu)
+// and the lesson rows h2–h4 (versions_forward.cu): the shared-memory plan, the producer's
+// loop, and a consumer warpgroup's products, mask, softmax and epilogue.
 #pragma once
 
 #include <cstdint>
@@ -298,9 +298,8 @@ struct ForwardMaps {
 ForwardMaps forward_maps(const Problem& p, const NativeFwdArgs& a, int keys);
 
 /// The order of the forward's tiles, query blocks of `rows` rows (TileOrder, step07.hpp):
-/// with the causal mask heaviest first where `heaviest` says (every section: lesson row h10;
-/// the last section only: h11; production: by_wave); else head after head (the rows before).
-TileOrder forward_order(const Problem& p, int rows, Heaviest heaviest);
+/// with the causal mask heaviest first across sections of heads; else head after head.
+TileOrder forward_order(const Problem& p, int rows);
 /// Query block i of head bh, from a forward tile's index head after head, bh·T_r + p (what
 /// a persistent block's producer tells its warps: only it works out the sections' order,
 /// TileOrder::at): a head's p-th tile in order of cost is its query block T_r − 1 − p,
@@ -323,18 +322,18 @@ inline dim3 tile_grid(const TileOrder& o) {
 }
 
 /// The forward's kernels, which kForward chooses between (two_blocks_an_sm,
-/// persistent_grid): the warp-specialised one, a block a tile (forward.cu; lesson row h7,
-/// production at d = 256) or on a persistent grid (forward.cu; lesson row h9 at every d,
-/// production at d = 64 and 128; its workspace is the tile counter, tile_counter bytes),
-/// and the short problems' one (versions_forward.cu: lesson row h1's, at d = 64), which
-/// fits two blocks on an SM. Each takes its tiles in forward_order(…, heaviest).
-void run_specialised(const Problem& p, const NativeFwdArgs& a, Stream s, Heaviest heaviest);
-void run_persistent(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream s, Heaviest heaviest);
+/// persistent_grid), each taking its tiles in forward_order's order:
+///   run_specialised  the warp-specialised kernel a block a tile (forward.cu; lesson row h7,
+///                    production at d = 256);
+///   run_persistent   the same on a persistent grid (forward.cu; lesson row h9, production at
+///                    d = 64 and 128); its workspace is the tile counter (tile_counter bytes);
+///   run_short        two warpgroups that both compute, no producer (short.cu; lesson row h1,
+///                    production for short problems at d = 64, where two blocks share an SM).
+void run_specialised(const Problem& p, const NativeFwdArgs& a, Stream s);
+void run_persistent(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream s);
 std::size_t tile_counter(const Problem& p);
-void run_short(const Problem& p, const NativeFwdArgs& a, Stream s, Heaviest heaviest);
-/// The kernel for the problem (two_blocks_an_sm, persistent_grid), its tiles in that order.
-void run_ordered(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream s, Heaviest heaviest);
-/// The production forward (kForward): run_ordered with production's order.
+void run_short(const Problem& p, const NativeFwdArgs& a, Stream s);
+/// The production forward (kForward): the kernel for the problem.
 void run_forward(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream s);
 std::size_t forward_workspace(const Problem& p);
 

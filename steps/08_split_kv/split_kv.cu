@@ -47,7 +47,7 @@
 #include "steps/03_online_softmax/online_softmax.hpp"
 #include "steps/06_tensor_cores/mma.cuh"
 #include "steps/06_tensor_cores/step06.hpp"
-#include "steps/07_hopper/hopper.cuh"
+#include "common/cuda/hopper.cuh"
 #include "steps/08_split_kv/step08.hpp"
 
 namespace fa::step08 {
@@ -492,12 +492,12 @@ constexpr std::uint32_t kPanelBytes = kTileKeys * 128;
 
 /// A TMA tensor copy of tile (key row `row`, K/V head `head`) of `map` into dst, completing
 /// on bar, its L2 lines evict-first (PTX ISA, "cp.async.bulk.tensor", the .L2::cache_hint
-/// qualifier, which libcu++'s cuda::ptx lacks) or as any load (step07::load_tile). (Only
+/// qualifier, which libcu++'s cuda::ptx lacks) or as any load (hopper::load_tile). (Only
 /// row t1 reads evict-first by TMA: every shape production fills by TMA streams more K and
 /// V than reads_evict_first's bound.)
 __device__ __forceinline__ void load_tile_tma(const CUtensorMap* map, void* dst, std::uint64_t* bar, int row, int head,
                                               step06::NoL2Hint) {
-  step07::load_tile(map, dst, bar, row, head);
+  hopper::load_tile(map, dst, bar, row, head);
 }
 __device__ __forceinline__ void load_tile_tma(const CUtensorMap* map, void* dst, std::uint64_t* bar, int row, int head,
                                               step06::L2Hint h) {
@@ -548,8 +548,8 @@ __device__ __forceinline__ int run_piece_tma(const SplitArgs<T>& a, const PieceA
       auto fill = [&](auto hint) {
         for (int tile = t0; tile < t1; ++tile) {
           const int n = filled + tile - t0, slot = n % kStages;
-          if (n >= kStages) step07::wait(&empty[slot], (n / kStages - 1) & 1);  // its last tile consumed
-          step07::arrive_expecting(&full[slot], 2 * kTileBytes);
+          if (n >= kStages) hopper::wait(&empty[slot], (n / kStages - 1) & 1);  // its last tile consumed
+          hopper::arrive_expecting(&full[slot], 2 * kTileBytes);
           load_tile_tma(kmap, Ks + slot * kTileBytes, &full[slot], tile * kTileKeys, kvh, hint);
           load_tile_tma(vmap, Vs + slot * kTileBytes, &full[slot], tile * kTileKeys, kvh, hint);
         }
@@ -561,7 +561,7 @@ __device__ __forceinline__ int run_piece_tma(const SplitArgs<T>& a, const PieceA
     if (t0 < t1) step06::copy_tile_async<kThreads, kD, kRows>(Qs, a.q + base * kD, rows);
     cp_async_commit();
     cp_async_wait<0>();
-    step07::named_sync(1, kThreads);  // the compute warps' copies of Q (the producer is not waited for)
+    hopper::named_sync(1, kThreads);  // the compute warps' copies of Q (the producer is not waited for)
     std::uint32_t qa[kD / 16][1][4];  // [16-column k step][m-tile][register]
     step06::load_a_fragments<kD, 1>(qa, smem_u32(Qs), 0, lane);
     // This lane's ldmatrix rows in slot 0: K's B fragments (keys 16w + lane%8 + 8·(lane/16),
@@ -575,7 +575,7 @@ __device__ __forceinline__ int run_piece_tma(const SplitArgs<T>& a, const PieceA
     // Main loop over the piece's tiles.
     for (int tile = t0; tile < t1; ++tile) {
       const int n = filled + tile - t0, slot = n % kStages;
-      step07::wait(&full[slot], (n / kStages) & 1);  // the tile landed
+      hopper::wait(&full[slot], (n / kStages) & 1);  // the tile landed
       const std::uint32_t kt = k_at + slot * kTileBytes, vt = v_at + slot * kTileBytes;
       const int k0 = tile * kTileKeys + kKeysPerWarp * warp;
 
@@ -591,7 +591,7 @@ __device__ __forceinline__ int run_piece_tma(const SplitArgs<T>& a, const PieceA
       step06::gemm_pv_at<T, 1, kKeysPerWarp, kD>(
           acc, pa, [vt](int, int dt) { return (vt ^ (16u * (dt % 8))) + (dt / 8) * kPanelBytes; });
       __syncwarp();
-      if (lane == 0) step07::arrive(&empty[slot]);  // this warp is done with the slot
+      if (lane == 0) hopper::arrive(&empty[slot]);  // this warp is done with the slot
     }
   }
   finish_piece<T, kD>(a, pc, tags, acc, m, l, warp < kWarps);
@@ -739,9 +739,9 @@ template <class T, int kD, int kStages>
 void launch_tma(const Problem& p, const NativeFwdArgs& a, const SplitArgs<T>& args, const Tags& tags, Stream st) {
   const std::size_t heads = std::size_t(p.B) * p.kv_heads_per_batch(), smem = smem_bytes_tma(kD, kStages);
   const CUtensorMap kmap =
-      step07::make_tile_map(a.k, p.dtype, p.keys(), heads, kD, kTileKeys, CU_TENSOR_MAP_L2_PROMOTION_NONE);
+      hopper::make_tile_map(a.k, p.dtype, p.keys(), heads, kD, kTileKeys, CU_TENSOR_MAP_L2_PROMOTION_NONE);
   const CUtensorMap vmap =
-      step07::make_tile_map(a.v, p.dtype, p.keys(), heads, kD, kTileKeys, CU_TENSOR_MAP_L2_PROMOTION_NONE);
+      hopper::make_tile_map(a.v, p.dtype, p.keys(), heads, kD, kTileKeys, CU_TENSOR_MAP_L2_PROMOTION_NONE);
   set_smem_limit(split_kernel_tma<T, kD, kStages>, smem);
   split_kernel_tma<T, kD, kStages><<<unsigned(args.plan.blocks), kThreadsTma, smem, st>>>(args, tags, kmap, vmap);
 }

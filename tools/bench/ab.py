@@ -277,7 +277,7 @@ def main():
                     help="libfa_capi.so of another build, whose steps are STEP@NAME in --impls")
     ap.add_argument("--csv", default="ab.csv")
     ap.add_argument("--impls", default=None,
-                    help="steps (07), versions of a step's note table (07s1) and torch-<backend>, comma-separated")
+                    help="steps (07), versions of a step's note table (07h4) and torch-<backend>, comma-separated")
     ap.add_argument("--dir", default="fwd", choices=["fwd", "bwd"])
     ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     ap.add_argument("--decode", action="store_true")

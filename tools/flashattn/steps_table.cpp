@@ -113,17 +113,6 @@ std::vector<StepEntry> make_table() {
 #ifdef FA_HAVE_CUDA
   for (const GpuForward& v : step07::kForwardVersions) t.back().forward_versions.push_back(&v);
   t.back().backward_versions.push_back(&step07::kBackwardDeterministic);
-  t.back().backward_versions.push_back(&step07::kBackwardB4);
-  t.back().backward_versions.push_back(&step07::kBackwardB5);
-  t.back().backward_versions.push_back(&step07::kBackwardB6);
-  t.back().backward_versions.push_back(&step07::kBackwardB7);
-  t.back().backward_versions.push_back(&step07::kBackwardB8);
-  t.back().backward_versions.push_back(&step07::kBackwardB9);
-  t.back().backward_versions.push_back(&step07::kBackwardB10);
-  t.back().backward_versions.push_back(&step07::kBackwardB11);
-  t.back().backward_versions.push_back(&step07::kBackwardB12);
-  t.back().backward_versions.push_back(&step07::kBackwardB14);
-  t.back().backward_versions.push_back(&step07::kBackwardB15);
 #endif
   // Step 08's model and traffic take the H200's split plan (the kernel takes its GPU's).
   t.push_back({"08", "split K/V for decoding: the merge across blocks", true, true,
