@@ -14,6 +14,8 @@ ModelForward model_forward(const Problem& p, const Qkv& in, ModelOptions opt) {
   const int N = p.N, d = p.d, br = opt.tiles.br, bc = opt.tiles.bc;
   for (std::size_t bh = 0; bh < p.heads(); ++bh) {
     const std::size_t head = bh * N * d;
+    ModelOptions here = opt;
+    if (bh != 0) here.trace = nullptr;  // the trace watches a row of the first head
     for (int i = 0; i < q_blocks(N, br); ++i) {
       OnChip chip(forward_on_chip(d, opt.tiles) + 2 * std::size_t(br));
       auto Qi = chip.tile(std::size_t(br) * d, "Q_i"), Kj = chip.tile(std::size_t(bc) * d, "K_j");
@@ -27,7 +29,7 @@ ModelForward model_forward(const Problem& p, const Qkv& in, ModelOptions opt) {
         const int k0 = j * bc, kv = valid_rows(N, j, bc);
         load_tile(Kj, K, head + std::size_t(k0) * d, bc, kv, d);
         load_tile(Vj, V, head + std::size_t(k0) * d, bc, kv, d);
-        model_update_block(acc, st, Qi, Kj, Vj, S, q0, k0, kv, p, opt);
+        model_update_block(acc, st, Qi, Kj, Vj, S, q0, k0, kv, p, here);
       }
       for (int rr = 0; rr < rows; ++rr) {
         for (int c = 0; c < d; ++c)
