@@ -36,20 +36,22 @@ TEST_CASE("step01 model's HBM traffic equals the note's formulas", "[cpu]") {
     for (bool softmax : {true, false}) {
       INFO("softmax " << softmax);
       const Traffic m = step01::model_forward(p, in, softmax).traffic, f = step01::traffic_forward(p, softmax);
-      CHECK(m.read == f.read);
-      CHECK(m.written == f.written);
+      FA_CHECK_EQ("model's HBM reads vs formula (step 01)", m.read, f.read);
+      FA_CHECK_EQ("model's HBM writes vs formula (step 01)", m.written, f.written);
     }
     const ModelForward fwd = step01::model_forward(p, in, true);
     const Traffic m = step01::model_backward(p, in, fwd.out, in.q).traffic, f = step01::traffic_backward(p);
-    CHECK(m.read == f.read);
-    CHECK(m.written == f.written);
+    FA_CHECK_EQ("model's HBM reads vs formula (step 01)", m.read, f.read);
+    FA_CHECK_EQ("model's HBM writes vs formula (step 01)", m.written, f.written);
   }
   // The lecture's Θ(Nd + N²): with d = 32 = the tile, N = 1024, the forward moves
   // 2N²(Q,K) + 3N² (softmax) + N²(P) + N²(V) reads and 2N² + N + Nd writes per head.
   const Problem p = make(1, 1, 1024, 32, false);
   const std::uint64_t N = 1024, NN = N * N;
-  CHECK(step01::traffic_forward(p, true).read == 2 * NN + 3 * NN + NN + NN);
-  CHECK(step01::traffic_forward(p, true).written == 2 * NN + N + N * 32);
+  FA_CHECK_EQ("step 01 forward reads vs the closed form (N = 1024, d = 32)", step01::traffic_forward(p, true).read,
+              2 * NN + 3 * NN + NN + NN);
+  FA_CHECK_EQ("step 01 forward writes vs the closed form (N = 1024, d = 32)", step01::traffic_forward(p, true).written,
+              2 * NN + N + N * 32);
 }
 
 #ifdef FA_HAVE_CUDA

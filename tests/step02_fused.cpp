@@ -26,8 +26,8 @@ TEST_CASE("step02 model's HBM traffic equals the note's formula", "[cpu]") {
                            make(1, 2, 97, 8, true)}) {
     INFO(p.str());
     const Traffic m = step02::model_forward(p, random_qkv(p, 1)).traffic, f = step02::traffic_forward(p);
-    CHECK(m.read == f.read);
-    CHECK(m.written == f.written);
+    FA_CHECK_EQ("model's HBM reads vs formula (step 02)", m.read, f.read);
+    FA_CHECK_EQ("model's HBM writes vs formula (step 02)", m.written, f.written);
   }
   // Closed forms (N a multiple of B_r = B_c = 32, T_r = N/32): Q once, K and V
   // T_r times, O once — and causal visits T_r(T_r+1)/2 of the T_r² block pairs.

@@ -212,8 +212,8 @@ TEST_CASE("step03 model's HBM traffic equals the note's formula", "[cpu]") {
   for (const Problem& p : {make(1, 1, 1, 16, false), make(2, 3, 113, 40, true), make(1, 1, 100, 64, false)}) {
     INFO(p.str());
     const Traffic m = step03::model_forward(p, random_qkv(p, 1)).traffic, f = step03::traffic_forward(p);
-    CHECK(m.read == f.read);
-    CHECK(m.written == f.written);
+    FA_CHECK_EQ("model's HBM reads vs formula (step 03)", m.read, f.read);
+    FA_CHECK_EQ("model's HBM writes vs formula (step 03)", m.written, f.written);
   }
 }
 
