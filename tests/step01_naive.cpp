@@ -54,6 +54,27 @@ TEST_CASE("step01 model's HBM traffic equals the note's formulas", "[cpu]") {
               2 * NN + N + N * 32);
 }
 
+TEST_CASE("step01's FLOPs: two N×N×d products a head, masked scores too (exercise 01-flops)", "[cpu]") {
+  // The usual convention (Problem::flops_forward: 4·B·H·N²·d without a mask) — step 01
+  // computes every score, so its causal forward costs as much.
+  for (const Problem& p : {make(1, 1, 1, 16, false), make(2, 3, 113, 40, true), make(1, 2, 1024, 64, false)}) {
+    INFO(p.str());
+    Problem all = p;
+    all.causal = false;
+    FA_CHECK_EQ("step 01's FLOPs vs 4·B·H·N²·d", step01::flops_forward(p), std::uint64_t(all.flops_forward()));
+  }
+  FA_CHECK_EQ("step 01's FLOPs at N = 1024, d = 64, one head", step01::flops_forward(make(1, 1, 1024, 64, false)),
+              std::uint64_t(268435456));
+}
+
+TEST_CASE("step01's device memory is Θ(N²): S and P beside the tensors", "[cpu]") {
+  const Problem p = make(2, 3, 113, 40, false);
+  const Qkv in = random_qkv(p, 1);
+  const ForwardOut o = step01::model_forward(p, in, true).out;
+  FA_CHECK_EQ("step 01's memory vs Q, K, V, O, L and S, P", step01::memory_forward(p),
+              std::uint64_t(in.q.size() * 4 + o.lse.size() + 2 * p.heads() * std::size_t(p.N) * p.N));
+}
+
 #ifdef FA_HAVE_CUDA
 TEST_CASE("step01 kernels match the reference and the CPU model", "[gpu]") {
   for (const Problem& p : test::sweep()) {

@@ -33,6 +33,8 @@ struct ModelOptions {
 
 ModelForward model_forward(const Problem& p, const Qkv& in, ModelOptions opt = {});
 Traffic traffic_forward(const Problem& p, tiles::Tiles t = {});
+/// Device memory the forward holds at once, in elements (lecture p33–34): Θ(Nd), nothing N×N.
+std::uint64_t memory_forward(const Problem& p);
 
 extern const GpuForward kForward;           ///< softmax attention: O and L
 extern const GpuForward kForwardNoSoftmax;  ///< the same kernel with the softmax compiled out
