@@ -6,7 +6,7 @@
 //   flashattn trace --step 03|04|08|09 --q Q.npy --k K.npy --v V.npy --row R [--csv FILE]
 //                                                                  one row's online softmax, block by block
 //   flashattn list                                                 the steps, and what of each runs here
-//   flashattn traffic [--N n] [--d d] [--causal] [--M m1,m2,…]     HBM traffic of steps 02–04 against M
+//   flashattn traffic [--N n1,n2,…] [--d d] [--causal] [--M m1,m2,…]  HBM traffic of steps 01–04 against N and M
 //   flashattn --help
 //
 // Errors: one line on stderr, exit status 2, and no output file created or changed.
@@ -30,6 +30,7 @@
 #include "steps/04_kv_outer/step04.hpp"
 #include "steps/03_online_softmax/step03.hpp"
 #include "steps/02_fused/step02.hpp"
+#include "steps/01_naive/step01.hpp"
 #ifdef FA_HAVE_CUDA
 #include "common/gpu.hpp"
 #endif
@@ -67,10 +68,11 @@ Usage:
   flashattn list
       The steps: whether the kernel, the CPU model or both can run here, and
       which have a backward.
-  flashattn traffic [--N n] [--d d] [--causal] [--M m1,m2,...]
-      The HBM traffic of steps 02-04 (their CPU models, counted) with blocks
-      chosen from an on-chip budget of M elements, as CSV: the lecture's
-      Theta(N^2 d^2 / M), and how far the counts follow it. No GPU needed.
+  flashattn traffic [--N n1,n2,...] [--d d] [--causal] [--M m1,m2,...]
+      The HBM traffic of steps 01-04 (their CPU models, counted; 02-04 with
+      blocks chosen from an on-chip budget of M elements) as CSV: the lecture's
+      Theta(N^2 d^2 / M), and how far the counts follow it. No GPU needed
+      (tools/course/plot_traffic.py draws it).
 
 Exit status: 0 on success, 2 on bad input (one line on stderr, nothing written).
 )";
@@ -286,31 +288,40 @@ int list() {
 
 // ---- traffic against M ------------------------------------------------------------
 int traffic(const Args& a) {
-  Problem p;
-  p.N = a.kv.count("--N") ? to_int(a.kv.at("--N"), "--N") : 1024;
-  p.d = a.kv.count("--d") ? to_int(a.kv.at("--d"), "--d") : 64;
-  p.causal = a.causal;
-  p.validate();
+  std::vector<int> Ns;
+  std::stringstream n_list(a.kv.count("--N") ? a.kv.at("--N") : "1024");
+  for (std::string n; std::getline(n_list, n, ',');) Ns.push_back(to_int(n, "--N"));
   std::vector<std::size_t> Ms;
   std::stringstream list(a.kv.count("--M") ? a.kv.at("--M") : "1100,2200,4400,9300,18800");
   for (std::string m; std::getline(list, m, ',');) Ms.push_back(std::size_t(to_int(m, "--M")));
-  const Qkv in = random_qkv(p, 1);
   std::printf("step,N,d,causal,M,br,bc,model_read,model_written,formula_total,n2d2_over_M\n");
-  for (std::size_t M : Ms) {
-    const tiles::Tiles t = tiles::tiles_for(M, p.d);
-    step03::ModelOptions opt;
-    opt.tiles = t;
-    const int G = tiles::q_blocks(p.N, t.br);  // Algorithm 1: one group per head
-    const std::pair<const char*, std::pair<Traffic, Traffic>> rows[] = {
-        {"02", {step02::model_forward(p, in, t).traffic, step02::traffic_forward(p, t)}},
-        {"03", {step03::model_forward(p, in, opt).traffic, step03::traffic_forward(p, t)}},
-        {"04", {step04::model_forward(p, in, G, t).traffic, step04::traffic_forward(p, G, t)}},
-    };
-    const double bound = double(p.N) * p.N * p.d * p.d / double(M);
-    for (const auto& [step, tr] : rows)
-      std::printf("%s,%d,%d,%d,%zu,%d,%d,%llu,%llu,%llu,%.1f\n", step, p.N, p.d, int(p.causal), M, t.br, t.bc,
-                  (unsigned long long)tr.first.read, (unsigned long long)tr.first.written,
-                  (unsigned long long)tr.second.total(), bound);
+  for (int N : Ns) {
+    Problem p;
+    p.N = N;
+    p.d = a.kv.count("--d") ? to_int(a.kv.at("--d"), "--d") : 64;
+    p.causal = a.causal;
+    p.validate();
+    const Qkv in = random_qkv(p, 1);
+    // Step 01 (its 32 × 32 GEMM tiles, whatever M): the N² terms of S and P.
+    const Traffic m01 = step01::model_forward(p, in, true).traffic, f01 = step01::traffic_forward(p, true);
+    std::printf("01,%d,%d,%d,0,%d,%d,%llu,%llu,%llu,0\n", p.N, p.d, int(p.causal), step01::kTile, step01::kTile,
+                (unsigned long long)m01.read, (unsigned long long)m01.written, (unsigned long long)f01.total());
+    for (std::size_t M : Ms) {
+      const tiles::Tiles t = tiles::tiles_for(M, p.d);
+      step03::ModelOptions opt;
+      opt.tiles = t;
+      const int G = tiles::q_blocks(p.N, t.br);  // Algorithm 1: one group per head
+      const std::pair<const char*, std::pair<Traffic, Traffic>> rows[] = {
+          {"02", {step02::model_forward(p, in, t).traffic, step02::traffic_forward(p, t)}},
+          {"03", {step03::model_forward(p, in, opt).traffic, step03::traffic_forward(p, t)}},
+          {"04", {step04::model_forward(p, in, G, t).traffic, step04::traffic_forward(p, G, t)}},
+      };
+      const double bound = double(p.N) * p.N * p.d * p.d / double(M);
+      for (const auto& [step, tr] : rows)
+        std::printf("%s,%d,%d,%d,%zu,%d,%d,%llu,%llu,%llu,%.1f\n", step, p.N, p.d, int(p.causal), M, t.br, t.bc,
+                    (unsigned long long)tr.first.read, (unsigned long long)tr.first.written,
+                    (unsigned long long)tr.second.total(), bound);
+    }
   }
   return 0;
 }
