@@ -262,8 +262,9 @@ int tour(const Args& a) {
                "reference's attention without softmax; steps 06-09: computed in bf16, so ~1e-3 is their rounding).\n"
                "time ms: the kernel's on the GPU, or the CPU model's here (a model counts every element it moves:\n"
                "slow, and no guide to a GPU's time). HBM MB: elements each step reads and writes in device memory\n"
-               "by its note's formula (= its CPU model's count), x 4 bytes (step 09: what the ranks send, in its note).\n"
-               "scratch MB: extra device memory.\n"
+               "by its note's formula (= its CPU model's count), x 4 bytes. scratch MB: extra device memory.\n"
+               "Step 09: its model, R = 4 simulated ranks in one process (2 or 1 where N does not divide into 8\n"
+               "chunks); what matters there is what the ranks send each other (notes/09_ring.md).\n"
                "Next: the notes in notes/, `flashattn list`, `flashattn run --help`, `flashattn trace --help`.\n";
   return 0;
 }
