@@ -15,6 +15,10 @@
 #include "common/compare.hpp"
 #include "common/problem.hpp"
 #include "tests/catch.hpp"
+#if __has_include(<catch2/interfaces/catch_interfaces_capture.hpp>)  // Catch2 v3: what v2's one header has
+#include <catch2/catch_tostring.hpp>
+#include <catch2/interfaces/catch_interfaces_capture.hpp>
+#endif
 
 namespace fa::test {
 
