@@ -1,8 +1,13 @@
-// Test helpers: shapes for printing indices, and an element-by-element check
-// whose failure message carries the report (first mismatches with indices).
+// Test helpers: shapes for printing indices, an element-by-element check whose
+// failure message carries the report (first mismatches with indices), checks that name
+// what they compare, and failure output kept short: in each test case the first failed
+// check prints in full, the others are counted, and the counts print at the end.
 #pragma once
 
+#include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <type_traits>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -10,6 +15,10 @@
 #include "common/compare.hpp"
 #include "common/problem.hpp"
 #include "tests/catch.hpp"
+#if __has_include(<catch2/interfaces/catch_interfaces_capture.hpp>)  // Catch2 v3: what v2's one header has
+#include <catch2/catch_tostring.hpp>
+#include <catch2/interfaces/catch_interfaces_capture.hpp>
+#endif
 
 namespace fa::test {
 
@@ -85,7 +94,100 @@ inline void write_file(const std::string& path, const std::string& bytes) {
 /// True when `text` contains `part` (Catch2 v2 and v3 spell their matchers differently).
 inline bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// ---- Short failures ----------------------------------------------------------------
+// A wrong exercise should read as one failure, not as a thousand: the checks below print
+// the first failure of a test case in full and count the rest.
+
+/// The failed checks not shown, per test case; printed when the program ends.
+struct Quiet {
+  std::string test;     ///< the test case running
+  bool failed = false;  ///< a check of it has failed (and printed)
+  std::map<std::string, long> hidden;
+  ~Quiet() {
+    for (const auto& [name, n] : hidden)
+      std::printf("%s: %ld more failed check%s after the first, not shown\n", name.c_str(), n, n == 1 ? "" : "s");
+    std::fflush(stdout);
+  }
+};
+inline Quiet& quiet() {
+  static Quiet q;
+  return q;
+}
+/// Whether a check may print: no check of this test case has failed yet.
+inline bool may_print() {
+  Quiet& q = quiet();
+  const std::string t = Catch::getResultCapture().getCurrentTestName();
+  if (t != q.test) q.test = t, q.failed = false;
+  return !q.failed;
+}
+inline void printed(bool passed) { quiet().failed |= !passed; }
+inline void hidden() { ++quiet().hidden[quiet().test]; }
+
+/// A number as it is: integers whole, floating point by %g with 9 digits (1e-06, not 0.0f).
+template <class T>
+std::string text(T x) {
+  if constexpr (std::is_floating_point_v<T>) {
+    char b[40];
+    std::snprintf(b, sizeof b, "%.9g", double(x));
+    return b;
+  } else {
+    std::ostringstream s;
+    s << x;
+    return s.str();
+  }
+}
+
 }  // namespace fa::test
+
+// Floating-point values in Catch's own expansions with all their digits (its default
+// prints the tolerance 1e-6f as 0.0f).
+inline const bool fa_catch_digits = (Catch::StringMaker<float>::precision = 9, Catch::StringMaker<double>::precision = 15, true);
+
+// CHECK and CHECK_FALSE, capped per test case as above (the same expansion as Catch's).
+#undef CHECK
+#undef CHECK_FALSE
+#define CHECK(...)                                                                              \
+  do {                                                                                          \
+    if (::fa::test::may_print()) {                                                              \
+      INTERNAL_CATCH_TEST("CHECK", Catch::ResultDisposition::ContinueOnFailure, __VA_ARGS__);   \
+      ::fa::test::printed(Catch::getResultCapture().lastAssertionPassed());                     \
+    } else if (!static_cast<bool>(__VA_ARGS__)) {                                               \
+      ::fa::test::hidden();                                                                     \
+    }                                                                                           \
+  } while (false)
+#define CHECK_FALSE(...) CHECK(!static_cast<bool>(__VA_ARGS__))
+
+/// A named check: fails with "what: got G, want W" (e.g. "model's HBM reads vs formula
+/// (step 01): got 50, want 52").
+#define FA_CHECK_EQ(what, got, want)                                                          \
+  do {                                                                                        \
+    const auto fa_g_ = (got);                                                                 \
+    const auto fa_w_ = (want);                                                                \
+    if (fa_g_ == fa_w_) {                                                                     \
+      SUCCEED();                                                                              \
+    } else if (::fa::test::may_print()) {                                                     \
+      ::fa::test::printed(false);                                                             \
+      FAIL_CHECK((what) << ": got " << ::fa::test::text(fa_g_) << ", want " << ::fa::test::text(fa_w_)); \
+    } else {                                                                                  \
+      ::fa::test::hidden();                                                                   \
+    }                                                                                         \
+  } while (false)
+
+/// A named bound: fails with "what: got G, which is not below B".
+#define FA_CHECK_BELOW(what, got, bound)                                                      \
+  do {                                                                                        \
+    const auto fa_g_ = (got);                                                                 \
+    const auto fa_b_ = (bound);                                                               \
+    if (fa_g_ < fa_b_) {                                                                      \
+      SUCCEED();                                                                              \
+    } else if (::fa::test::may_print()) {                                                     \
+      ::fa::test::printed(false);                                                             \
+      FAIL_CHECK((what) << ": got " << ::fa::test::text(fa_g_) << ", which is not below "       \
+                        << ::fa::test::text(fa_b_));                                          \
+    } else {                                                                                  \
+      ::fa::test::hidden();                                                                   \
+    }                                                                                         \
+  } while (false)
 
 /// Every element of `got` against `want` within `tol`; on failure the report
 /// names the counts, the errors and the first mismatches with their indices.

@@ -36,20 +36,43 @@ TEST_CASE("step01 model's HBM traffic equals the note's formulas", "[cpu]") {
     for (bool softmax : {true, false}) {
       INFO("softmax " << softmax);
       const Traffic m = step01::model_forward(p, in, softmax).traffic, f = step01::traffic_forward(p, softmax);
-      CHECK(m.read == f.read);
-      CHECK(m.written == f.written);
+      FA_CHECK_EQ("model's HBM reads vs formula (step 01)", m.read, f.read);
+      FA_CHECK_EQ("model's HBM writes vs formula (step 01)", m.written, f.written);
     }
     const ModelForward fwd = step01::model_forward(p, in, true);
     const Traffic m = step01::model_backward(p, in, fwd.out, in.q).traffic, f = step01::traffic_backward(p);
-    CHECK(m.read == f.read);
-    CHECK(m.written == f.written);
+    FA_CHECK_EQ("model's HBM reads vs formula (step 01)", m.read, f.read);
+    FA_CHECK_EQ("model's HBM writes vs formula (step 01)", m.written, f.written);
   }
   // The lecture's Θ(Nd + N²): with d = 32 = the tile, N = 1024, the forward moves
   // 2N²(Q,K) + 3N² (softmax) + N²(P) + N²(V) reads and 2N² + N + Nd writes per head.
   const Problem p = make(1, 1, 1024, 32, false);
   const std::uint64_t N = 1024, NN = N * N;
-  CHECK(step01::traffic_forward(p, true).read == 2 * NN + 3 * NN + NN + NN);
-  CHECK(step01::traffic_forward(p, true).written == 2 * NN + N + N * 32);
+  FA_CHECK_EQ("step 01 forward reads vs the closed form (N = 1024, d = 32)", step01::traffic_forward(p, true).read,
+              2 * NN + 3 * NN + NN + NN);
+  FA_CHECK_EQ("step 01 forward writes vs the closed form (N = 1024, d = 32)", step01::traffic_forward(p, true).written,
+              2 * NN + N + N * 32);
+}
+
+TEST_CASE("step01's FLOPs: two N×N×d products a head, masked scores too (exercise 01-flops)", "[cpu]") {
+  // The usual convention (Problem::flops_forward: 4·B·H·N²·d without a mask) — step 01
+  // computes every score, so its causal forward costs as much.
+  for (const Problem& p : {make(1, 1, 1, 16, false), make(2, 3, 113, 40, true), make(1, 2, 1024, 64, false)}) {
+    INFO(p.str());
+    Problem all = p;
+    all.causal = false;
+    FA_CHECK_EQ("step 01's FLOPs vs 4·B·H·N²·d", step01::flops_forward(p), std::uint64_t(all.flops_forward()));
+  }
+  FA_CHECK_EQ("step 01's FLOPs at N = 1024, d = 64, one head", step01::flops_forward(make(1, 1, 1024, 64, false)),
+              std::uint64_t(268435456));
+}
+
+TEST_CASE("step01's device memory is Θ(N²): S and P beside the tensors", "[cpu]") {
+  const Problem p = make(2, 3, 113, 40, false);
+  const Qkv in = random_qkv(p, 1);
+  const ForwardOut o = step01::model_forward(p, in, true).out;
+  FA_CHECK_EQ("step 01's memory vs Q, K, V, O, L and S, P", step01::memory_forward(p),
+              std::uint64_t(in.q.size() * 4 + o.lse.size() + 2 * p.heads() * std::size_t(p.N) * p.N));
 }
 
 #ifdef FA_HAVE_CUDA

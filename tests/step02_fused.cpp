@@ -26,8 +26,8 @@ TEST_CASE("step02 model's HBM traffic equals the note's formula", "[cpu]") {
                            make(1, 2, 97, 8, true)}) {
     INFO(p.str());
     const Traffic m = step02::model_forward(p, random_qkv(p, 1)).traffic, f = step02::traffic_forward(p);
-    CHECK(m.read == f.read);
-    CHECK(m.written == f.written);
+    FA_CHECK_EQ("model's HBM reads vs formula (step 02)", m.read, f.read);
+    FA_CHECK_EQ("model's HBM writes vs formula (step 02)", m.written, f.written);
   }
   // Closed forms (N a multiple of B_r = B_c = 32, T_r = N/32): Q once, K and V
   // T_r times, O once — and causal visits T_r(T_r+1)/2 of the T_r² block pairs.
@@ -38,6 +38,24 @@ TEST_CASE("step02 model's HBM traffic equals the note's formula", "[cpu]") {
   // Against step 01's no-softmax path at the same size: no N² term at all.
   CHECK(step02::traffic_forward(make(1, 1, 256, 64, false)).total() <
         step01::traffic_forward(make(1, 1, 256, 64, false), false).total());
+}
+
+TEST_CASE("step02 block sizes from the on-chip budget M (exercise 02-blocks)", "[cpu]") {
+  // The largest square blocks b × b whose tiles fit M: Q_i, K_j, V_j, O_i (4·b·d), S_ij
+  // (b²) and m, ℓ (2b) — the lecture's B_c ≈ M/(4d) while b ≪ d.
+  auto need = [](std::size_t b, std::size_t d) { return 4 * b * d + b * b + 2 * b; };
+  for (std::size_t M : {std::size_t(200), std::size_t(1100), std::size_t(4400), std::size_t(18800), std::size_t(100000)})
+    for (int d : {16, 64, 128}) {
+      if (need(1, std::size_t(d)) > M) continue;
+      INFO("M = " << M << ", d = " << d);
+      const tiles::Tiles t = tiles::tiles_for(M, d);
+      FA_CHECK_EQ("B_r vs B_c (square blocks)", t.br, t.bc);
+      const std::size_t b = std::size_t(t.br);
+      FA_CHECK_BELOW("the blocks' elements vs M + 1 (they fit)", need(b, std::size_t(d)), M + 1);
+      FA_CHECK_BELOW("M vs the elements of one size larger (b is the largest)", M, need(b + 1, std::size_t(d)));
+      FA_CHECK_BELOW("b vs M/(4d) + 1", double(b), double(M) / (4.0 * d) + 1);
+    }
+  FA_CHECK_EQ("b for M = 4400, d = 64", tiles::tiles_for(4400, 64).br, 16);
 }
 
 #ifdef FA_HAVE_CUDA

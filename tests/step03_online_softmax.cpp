@@ -10,9 +10,9 @@
 #include "steps/03_online_softmax/online_softmax.hpp"
 #include "steps/03_online_softmax/step03.hpp"
 #include "tests/check.hpp"
+#include "steps/01_naive/step01.hpp"
 #ifdef FA_HAVE_CUDA
 #include "common/gpu.hpp"
-#include "steps/01_naive/step01.hpp"
 #endif
 
 using namespace fa;
@@ -193,6 +193,41 @@ TEST_CASE("step03 degenerate cases: one K/V block, and blocks with no new max", 
   }
 }
 
+TEST_CASE("step03 degenerate cases of the online update, as you write them (exercise 03-degenerate)", "[cpu]") {
+  // exercise 03-degenerate: write this test (lecture p21–24; IO-aware notes, the degenerate checks): before the first block (m_old = −∞) the factor online::rescale is 0, also when that block is all masked (m_new = −∞: no NaN); with no new max it is exactly 1; one query against one key (N = 1) gives O = V and L = the score, bit for bit
+  // stub: FAIL("exercise 03-degenerate: the test is not written yet");
+  FA_CHECK_EQ("rescale before the first block", online::rescale(-INFINITY, 2.5f), 0.0f);
+  FA_CHECK_EQ("rescale before an all-masked first block (no NaN)", online::rescale(-INFINITY, -INFINITY), 0.0f);
+  for (float m : {-1e4f, -3.0f, 0.0f, 7.5f, 1e4f}) FA_CHECK_EQ("rescale with no new max", online::rescale(m, m), 1.0f);
+  const Problem p = make(1, 2, 1, 16, false);
+  const Qkv in = random_qkv(p, 47);
+  const ModelForward one = step03::model_forward(p, in);
+  FA_CHECK_CLOSE("O with one key (= V)", one.out.o, in.v, tol::kBitExact, test::shape_o(p));
+  for (int h = 0; h < p.H; ++h) {
+    float s = 0;  // the one score, as the model's tile product sums it
+    for (int c = 0; c < p.d; ++c) s += in.q[h * p.d + c] * in.k[h * p.d + c];
+    FA_CHECK_CLOSE("L with one key (= its score)", std::vector<float>{one.out.lse[h]}, std::vector<float>{p.softmax_scale() * s},
+                   tol::kFp32Reorder, (Shape{{1, 1}}));
+  }
+  // end exercise
+}
+
+TEST_CASE("step03's device memory is Θ(Nd): its tensors, nothing N×N (exercise 03-memory)", "[cpu]") {
+  for (const Problem& p : {make(1, 1, 1, 16, false), make(2, 3, 113, 40, true), make(1, 2, 100, 64, false)}) {
+    INFO(p.str());
+    const Qkv in = random_qkv(p, 1);
+    const ForwardOut o = step03::model_forward(p, in).out;
+    // What the model keeps in (counted) device memory: its inputs and its outputs.
+    FA_CHECK_EQ("step 03's memory vs its model's arrays (Q, K, V, O, L)", step03::memory_forward(p),
+                std::uint64_t(in.q.size() + in.k.size() + in.v.size() + o.o.size() + o.lse.size()));
+    FA_CHECK_EQ("step 01's memory minus step 03's (S and P: 2·N² a head)",
+                step01::memory_forward(p) - step03::memory_forward(p), 2 * p.heads() * std::uint64_t(p.N) * p.N);
+  }
+  // Twice the sequence, twice the memory: linear in N (step 01's grows four-fold).
+  const Problem a = make(1, 1, 4096, 64, false), b = make(1, 1, 8192, 64, false);
+  FA_CHECK_EQ("step 03's memory at N = 8192 vs twice N = 4096's", step03::memory_forward(b), 2 * step03::memory_forward(a));
+}
+
 TEST_CASE("step03 model stays exact with logits of ±1e4", "[cpu]") {
   for (bool causal : {false, true}) {
     const Problem p = make(1, 2, 100, 40, causal, 64.0f);
@@ -212,8 +247,8 @@ TEST_CASE("step03 model's HBM traffic equals the note's formula", "[cpu]") {
   for (const Problem& p : {make(1, 1, 1, 16, false), make(2, 3, 113, 40, true), make(1, 1, 100, 64, false)}) {
     INFO(p.str());
     const Traffic m = step03::model_forward(p, random_qkv(p, 1)).traffic, f = step03::traffic_forward(p);
-    CHECK(m.read == f.read);
-    CHECK(m.written == f.written);
+    FA_CHECK_EQ("model's HBM reads vs formula (step 03)", m.read, f.read);
+    FA_CHECK_EQ("model's HBM writes vs formula (step 03)", m.written, f.written);
   }
 }
 

@@ -55,12 +55,12 @@ TEST_CASE("steps 02-04: traffic follows Θ(N²d²/M) as the on-chip budget M gro
       FA_CHECK_CLOSE("O (step 04)", m04.out.o, m03.out.o, tol::kBitExact, test::shape_o(p));
       const Traffic f02 = step02::traffic_forward(p, t), f03 = step03::traffic_forward(p, t),
                     f04 = step04::traffic_forward(p, G, t);
-      CHECK(m02.traffic.total() == f02.total());
-      CHECK(m03.traffic.total() == f03.total());
-      CHECK(m04.traffic.total() == f04.total());
-      CHECK(f02.total() < prev02);  // falls as M grows
-      CHECK(f03.total() < prev03);
-      CHECK(f04.total() < prev04);
+      FA_CHECK_EQ("step 02 model's HBM traffic vs formula at this M", m02.traffic.total(), f02.total());
+      FA_CHECK_EQ("step 03 model's HBM traffic vs formula at this M", m03.traffic.total(), f03.total());
+      FA_CHECK_EQ("step 04 model's HBM traffic vs formula at this M", m04.traffic.total(), f04.total());
+      FA_CHECK_BELOW("step 02 HBM traffic vs the smaller M's (it falls as M grows)", f02.total(), prev02);
+      FA_CHECK_BELOW("step 03 HBM traffic vs the smaller M's (it falls as M grows)", f03.total(), prev03);
+      FA_CHECK_BELOW("step 04 HBM traffic vs the smaller M's (it falls as M grows)", f04.total(), prev04);
       prev02 = f02.total(), prev03 = f03.total(), prev04 = f04.total();
       if (!causal) {
         const double N = p.N, rereads = double(f02.read) - N * d;  // everything but Q's one read
@@ -79,15 +79,15 @@ TEST_CASE("step04 model's HBM traffic equals the note's formula", "[cpu]") {
     for (int G : {1, 3, tiles::q_blocks(p.N)}) {
       INFO(p.str() << ", G = " << G);
       const Traffic m = step04::model_forward(p, random_qkv(p, 1), G).traffic, f = step04::traffic_forward(p, G);
-      CHECK(m.read == f.read);
-      CHECK(m.written == f.written);
+      FA_CHECK_EQ("model's HBM reads vs formula (step 04)", m.read, f.read);
+      FA_CHECK_EQ("model's HBM writes vs formula (step 04)", m.written, f.written);
     }
   // Closed form, N = 1024 = 32·T_r, G = T_r (Algorithm 1): K, V read once; Q read
   // T_c times; O, m, ℓ read T_c − 1 times and written T_c − 1 times, then O, L once.
   const std::uint64_t N = 1024, d = 64, T = 32;
   const Traffic t = step04::traffic_forward(make(1, 1, 1024, 64, false), 32);
-  CHECK(t.read == 2 * N * d + N * d * T + N * (d + 2) * (T - 1));
-  CHECK(t.written == N * (d + 2) * (T - 1) + N * (d + 1));
+  FA_CHECK_EQ("step 04 reads vs the closed form (N = 1024, G = T_r)", t.read, 2 * N * d + N * d * T + N * (d + 2) * (T - 1));
+  FA_CHECK_EQ("step 04 writes vs the closed form (N = 1024, G = T_r)", t.written, N * (d + 2) * (T - 1) + N * (d + 1));
 }
 
 TEST_CASE("step04 default group keeps the GPU busy", "[cpu]") {

@@ -70,8 +70,8 @@ TEST_CASE("step05 model's HBM traffic equals the note's formula, and has no N² 
     const Qkv in = random_qkv(p, 1);
     const ForwardOut fwd = step03::model_forward(p, in).out;
     const Traffic m = step05::model_backward(p, in, fwd, in.v).traffic, f = step05::traffic_backward(p);
-    CHECK(m.read == f.read);
-    CHECK(m.written == f.written);
+    FA_CHECK_EQ("model's HBM reads vs formula (step 05)", m.read, f.read);
+    FA_CHECK_EQ("model's HBM writes vs formula (step 05)", m.written, f.written);
   }
   const Problem p = make(1, 1, 2048, 64, false);
   CHECK(step05::traffic_backward(p).total() < step01::traffic_backward(p).total());

@@ -258,3 +258,24 @@ TEST_CASE("step09 ring on one GPU: fp16, huge logits, R = 3", "[gpu]") {
   }
 }
 #endif
+
+TEST_CASE("step09 merge of two empty parts changes nothing, and no NaN (exercise 09-merge)", "[cpu]") {
+  // A row no key reached yet on either side (L = −∞ both): ℓ = 0, so the weights cannot
+  // be divided by it — the merge must keep the old part as it is.
+  const step09::RowMerge w = step09::merge_rows(-INFINITY, -INFINITY);
+  FA_CHECK_EQ("both empty: the old part's weight", w.w_old, 1.0f);
+  FA_CHECK_EQ("both empty: the new part's weight", w.w_new, 0.0f);
+  FA_CHECK_EQ("both empty: the merged L", w.L, -INFINITY);
+  const int d = 4;
+  float L = -INFINITY;
+  std::vector<float> o(d, 0.0f);
+  const std::vector<float> empty(d, 0.0f);
+  step09::merge_normalised(L, o.data(), -INFINITY, empty.data(), d);
+  FA_CHECK_EQ("both empty: L after the merge", L, -INFINITY);
+  for (int x = 0; x < d; ++x) FA_CHECK_EQ("both empty: O after the merge (0, not NaN)", o[x], 0.0f);
+  // One side empty: the other comes through whole.
+  const step09::RowMerge one = step09::merge_rows(-INFINITY, 3.0f);
+  FA_CHECK_EQ("old part empty: its weight", one.w_old, 0.0f);
+  FA_CHECK_EQ("old part empty: the new part's weight", one.w_new, 1.0f);
+  FA_CHECK_EQ("old part empty: the merged L", one.L, 3.0f);
+}

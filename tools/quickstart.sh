@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
-# Quick start on a fresh Debian/Ubuntu machine: install what is missing, build
-# everything (the GPU steps too when nvcc is present), run the tour.
+# Quick start on a fresh Debian/Ubuntu machine: install what is missing from the
+# distribution, build, run the tour.
 #
-#   bash tools/quickstart.sh            # then: ctest --test-dir build --output-on-failure
+#   bash tools/quickstart.sh           # no GPU (or --cpu): the cpu preset, build-cpu/
+#                                      # with a GPU and nvcc: every step, build/
 #
+# Then, without a GPU: notes/00_reference.md, and the first exercise
+#   /usr/bin/python3 tools/course/exercise.py start 01-flops
 # Extra CMake arguments pass through, e.g. -DFA_WERROR=ON or -DCMAKE_CUDA_ARCHITECTURES=80.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Debian/Ubuntu packages: compiler, CMake, Ninja, Eigen, Catch2, Doxygen, Python.
+cpu=0
+if [ "${1:-}" = "--cpu" ]; then cpu=1; shift; fi
+
+# Debian/Ubuntu packages: compiler, CMake, Ninja, Eigen, Catch2, Doxygen, and Python with
+# NumPy and Matplotlib (the course's scripts: exercise.py, plot_trace.py, plot_traffic.py).
 need=()
-for pkg in g++ cmake ninja-build libeigen3-dev catch2 doxygen; do
+for pkg in g++ cmake ninja-build libeigen3-dev catch2 doxygen python3 python3-numpy python3-matplotlib; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
-command -v python3 >/dev/null || need+=(python3)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   sudo=""
@@ -22,10 +28,35 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
+# The distribution's interpreter has the packages above; a python3 earlier on PATH (pyenv,
+# conda, a venv) may not. The course's scripts start with #!/usr/bin/python3.
+py=/usr/bin/python3
+"$py" -c "import numpy, matplotlib" 2>/dev/null || { echo "$py cannot import numpy and matplotlib"; exit 1; }
+
 # nvcc is usually installed outside PATH.
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
+# A GPU to run on: nvidia-smi finds one and nvcc is there. Otherwise the CPU-only build
+# (the models, their tests, the exercises): minutes instead of the kernels' half hour.
+if [ $cpu -eq 0 ] && command -v nvcc >/dev/null && nvidia-smi -L 2>/dev/null | grep -q GPU; then
+  dir=build
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
+  cmake --build build
+else
+  dir=build-cpu
+  echo "no GPU found (or --cpu): building the CPU models, their tests and the exercises (cmake --preset cpu)"
+  cmake --preset cpu "$@"
+  cmake --build --preset cpu
+fi
+if command -v doxygen >/dev/null; then cmake --build "$dir" --target docs >/dev/null; fi
+"./$dir/tools/flashattn/flashattn" tour
+cat <<MSG
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
-cmake --build build
-if command -v doxygen >/dev/null; then cmake --build build --target docs; fi
-./build/tools/flashattn/flashattn tour
+Built in $dir/. Python for the course's scripts: $py (it has NumPy and Matplotlib).
+Next: read notes/00_reference.md, then start the first exercise:
+  $py tools/course/exercise.py start 01-flops
+MSG
+if [ "$dir" = build-cpu ]; then
+  echo "  cmake --build --preset cpu --target step01_tests && ctest --preset cpu -R \"step01 cpu\""
+else
+  echo "  cmake --build build --target step01_tests && ctest --test-dir build -R \"step01 cpu\""
+fi

@@ -157,15 +157,32 @@ std::uint64_t gemm_reads(std::uint64_t M, std::uint64_t Nc, std::uint64_t K) {
 Traffic traffic_forward(const Problem& p, bool softmax) {
   const std::uint64_t N = p.N, d = p.d, NN = N * N, h = p.heads();
   Traffic t;
+  // exercise 01-hbm: one head's traffic (lecture p8–9, Θ(Nd + N²)): the reads of the two GEMMs (gemm_reads: S = QKᵀ is N×N×d, O = PV is N×d×N), S and O written; with softmax also three reads of each row's visible scores (visible_count) and P and L written
+  // stub: (void)N, (void)d, (void)NN, (void)softmax;
   t.read = gemm_reads(N, N, d) + gemm_reads(N, d, N);  // S = QKᵀ, O = (S or P)·V
   t.written = NN + N * d;                               // S, O
   if (softmax) {
     t.read += 3 * visible_count(p);  // three passes: max, sum, write
     t.written += NN + N;             // P, L
   }
+  // end exercise
   t.read *= h;
   t.written *= h;
   return t;
+}
+
+std::uint64_t flops_forward(const Problem& p) {
+  const std::uint64_t N = p.N, d = p.d;
+  // exercise 01-flops: the FLOPs of S = QKᵀ and O = PV over all heads (lecture p6): each product is N·N·d multiply-adds, 2 FLOPs each; step 01 computes masked scores too
+  // stub: (void)N, (void)d;
+  // stub: return 0;
+  return p.heads() * 2 * (2 * N * N * d);
+  // end exercise
+}
+
+std::uint64_t memory_forward(const Problem& p) {
+  const std::uint64_t N = p.N, d = p.d;
+  return p.heads() * (4 * N * d + N + 2 * N * N);  // Q, K, V, O; L; S, P
 }
 
 Traffic traffic_backward(const Problem& p) {

@@ -34,6 +34,14 @@ ModelBackward model_backward(const Problem& p, const Qkv& in, const ForwardOut& 
 Traffic traffic_forward(const Problem& p, bool softmax);
 Traffic traffic_backward(const Problem& p);
 
+// ---- What attention costs besides traffic (lecture p6, p33–34) -----------------
+/// Floating-point operations of the forward's two matrix products, S = QKᵀ and O = PV
+/// (a multiply-add is 2): step 01 computes every score, masked or not.
+std::uint64_t flops_forward(const Problem& p);
+/// Device memory the forward holds at once, in elements: Q, K, V, O, L, and S and P
+/// (N×N per head each) — Θ(N²) against step 03's Θ(Nd).
+std::uint64_t memory_forward(const Problem& p);
+
 // ---- The GPU step (kernels.cu) ------------------------------------------------
 extern const GpuForward kForward;           ///< softmax attention, writes O and L
 extern const GpuForward kForwardNoSoftmax;  ///< O = (scale·QKᵀ)V

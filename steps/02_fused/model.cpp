@@ -42,7 +42,11 @@ Traffic traffic_forward(const Problem& p, Tiles t) {
   // Per head: Q read once (N·d), K and V once per query block that needs them,
   // O written once.
   const std::uint64_t Nd = std::uint64_t(p.N) * p.d;
+  // exercise 02-hbm: the fused forward's traffic, all heads (lecture p12–20): Q read once, K and V once for each query block that visits them (kv_rows_visited rows, d wide), O written once — no N×N term
+  // stub: (void)Nd, (void)t;
+  // stub: return {};
   return {p.heads() * (Nd + 2 * kv_rows_visited(p, t.br, t.bc) * p.d), p.heads() * Nd};
+  // end exercise
 }
 
 }  // namespace fa::step02

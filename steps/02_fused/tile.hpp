@@ -32,8 +32,11 @@ struct Tiles {
 /// query blocks each re-reading K and V, that traffic is 2·N·d·N/b =
 /// (8 + (2b + 4)/d)·N²d²/M when M is used up: Θ(N²d²/M) (note 02).
 inline Tiles tiles_for(std::size_t M, int d) {
+  // exercise 02-blocks: the largest b whose blocks fit M (lecture p33–34, IO-aware notes 分块): Q_i, K_j, V_j, O_i (4·b·d), S_ij (b²) and a row's m, ℓ (2b) — 4·b·d + b² + 2b ≤ M
+  // stub: int b = 1;
   int b = 0;
   while (4 * std::size_t(b + 1) * d + std::size_t(b + 1) * (b + 1) + 2 * std::size_t(b + 1) <= M) ++b;
+  // end exercise
   if (b < 1) throw Error("an on-chip budget of " + std::to_string(M) + " elements holds no 1-row tile at d = " +
                          std::to_string(d));
   return {b, b};

@@ -22,6 +22,7 @@ inline void model_update_block(std::vector<float>& acc, ModelStats& st, const st
   using namespace tiles;
   const int d = p.d, br = opt.tiles.br, bc = opt.tiles.bc;
   const float kMasked = opt.softmax ? -INFINITY : 0.0f;
+  float traced_alpha = 1.0f;  // the watched row's rescale factor (flashattn trace)
   scores(S, Qi, Kj, d, p.softmax_scale(), [&](int r, int c, float s) {
     const bool masked = c >= kv || (p.causal && k0 + c > q0 + r);
     return masked ? kMasked : s;
@@ -37,9 +38,14 @@ inline void model_update_block(std::vector<float>& acc, ModelStats& st, const st
       st.m[r] = m_new;
       if (opt.forget == Forget::nothing)
         for (int c = 0; c < d; ++c) acc[r * d + c] *= alpha;
+      if (opt.trace && std::size_t(q0 + r) == opt.trace->row) traced_alpha = alpha;
     }
   }
   accumulate(acc, S, Vj, d, opt.tiles);
+  if (opt.trace && opt.trace->row >= std::size_t(q0) && opt.trace->row < std::size_t(q0 + br)) {
+    const int r = int(opt.trace->row) - q0;
+    opt.trace->add("K/V block " + std::to_string(k0 / bc), k0, k0 + kv, st.m[r], opt.softmax ? st.l[r] : 1.0f, traced_alpha, &acc[r * d], d);
+  }
 }
 
 }  // namespace fa::step03

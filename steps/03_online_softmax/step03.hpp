@@ -12,6 +12,7 @@
 #include "common/hbm.hpp"
 #include "common/step_api.hpp"
 #include "steps/02_fused/tile.hpp"
+#include "steps/03_online_softmax/trace.hpp"
 
 namespace fa::step03 {
 
@@ -27,10 +28,13 @@ struct ModelOptions {
   bool softmax = true;              ///< false: step 02's arithmetic (the compile-time switch of the kernel)
   Forget forget = Forget::nothing;  ///< the classic bug, in either form
   tiles::Tiles tiles = {};          ///< the kernel's 32 × 32 blocks, or tiles::tiles_for an on-chip budget
+  online::Trace* trace = nullptr;   ///< flashattn trace: a row of the first head, watched block by block
 };
 
 ModelForward model_forward(const Problem& p, const Qkv& in, ModelOptions opt = {});
 Traffic traffic_forward(const Problem& p, tiles::Tiles t = {});
+/// Device memory the forward holds at once, in elements (lecture p33–34): Θ(Nd), nothing N×N.
+std::uint64_t memory_forward(const Problem& p);
 
 extern const GpuForward kForward;           ///< softmax attention: O and L
 extern const GpuForward kForwardNoSoftmax;  ///< the same kernel with the softmax compiled out

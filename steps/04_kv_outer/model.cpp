@@ -16,7 +16,7 @@ int default_group(const Problem& p, int sms) {
   return int(std::max(1LL, (Tr + groups_per_head - 1) / groups_per_head));
 }
 
-ModelForward model_forward(const Problem& p, const Qkv& in, int G, Tiles tl) {
+ModelForward model_forward(const Problem& p, const Qkv& in, int G, Tiles tl, online::Trace* trace) {
   p.validate_self_attention("step04 model");
   if (G < 1) throw Error("step04: the group size must be at least 1");
   ModelForward r;
@@ -28,6 +28,7 @@ ModelForward model_forward(const Problem& p, const Qkv& in, int G, Tiles tl) {
   opt.tiles = tl;
   for (std::size_t bh = 0; bh < p.heads(); ++bh) {
     const std::size_t head = bh * N * d;
+    opt.trace = bh == 0 ? trace : nullptr;  // the trace watches a row of the first head
     for (int i_begin = 0; i_begin < Tr; i_begin += G) {  // one thread block per group
       const int i_end = std::min(Tr, i_begin + G);
       OnChip chip(forward_on_chip(d, tl) + 2 * std::size_t(br));

@@ -19,6 +19,7 @@
 #include "common/hbm.hpp"
 #include "common/step_api.hpp"
 #include "steps/02_fused/tile.hpp"
+#include "steps/03_online_softmax/trace.hpp"
 
 namespace fa::step04 {
 
@@ -27,8 +28,9 @@ namespace fa::step04 {
 int default_group(const Problem& p, int sms);
 
 /// CPU model with groups of `group` query blocks, with the kernel's 32 × 32 blocks or
-/// others (tiles::tiles_for an on-chip budget M).
-ModelForward model_forward(const Problem& p, const Qkv& in, int group, tiles::Tiles t = {});
+/// others (tiles::tiles_for an on-chip budget M); `trace` watches a row of the first head.
+ModelForward model_forward(const Problem& p, const Qkv& in, int group, tiles::Tiles t = {},
+                           online::Trace* trace = nullptr);
 Traffic traffic_forward(const Problem& p, int group, tiles::Tiles t = {});
 
 extern const GpuForward kForward;            ///< default group size

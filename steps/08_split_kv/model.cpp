@@ -8,6 +8,7 @@
 #include "steps/03_online_softmax/online_softmax.hpp"
 #include "steps/06_tensor_cores/step06.hpp"
 #include "steps/08_split_kv/step08.hpp"
+#include "steps/08_split_kv/trace.hpp"
 
 namespace fa::step08 {
 
@@ -165,7 +166,24 @@ void stats_tree(const std::vector<float>& ls, float& mm, float& ll) {
 }
 }  // namespace
 
-ModelForward model_forward(const Problem& p, const Qkv& in, const SplitPlan& s) {
+ModelForward model_forward(const Problem& p, const Qkv& in, const SplitPlan& s) { return model_forward(p, in, s, nullptr); }
+
+namespace {
+/// The watched row's four warp states as one (what the block's epilogue would make of
+/// them now), for the trace only.
+void trace_warps(online::Trace& tr, const std::string& stage, int k0, int k1, const float* m, const float* l,
+                 const std::vector<float>& acc, int rr, int d, float& m_before) {
+  float mm = m[rr], ll = l[rr];
+  for (int w = 1; w < kWarps; ++w) online::merge(mm, ll, nullptr, m[w * kRows + rr], l[w * kRows + rr], nullptr, 0);
+  std::vector<float> o(std::size_t(d), 0.0f);
+  for (int w = 0; w < kWarps; ++w)
+    for (int x = 0; x < d; ++x) o[x] += online::rescale(m[w * kRows + rr], mm) * acc[(std::size_t(w) * kRows + rr) * d + x];
+  tr.add(stage, k0, k1, mm, ll, online::rescale(m_before, mm), o.data(), d);
+  m_before = mm;
+}
+}  // namespace
+
+ModelForward model_forward(const Problem& p, const Qkv& in, const SplitPlan& s, online::Trace* trace) {
   require_supported(p);
   ModelForward r;
   const DType t = p.dtype;
@@ -200,6 +218,7 @@ ModelForward model_forward(const Problem& p, const Qkv& in, const SplitPlan& s) 
       float* m = stats.data();
       float* l = stats.data() + kWarps * kRows;
       std::fill(m, m + kWarps * kRows, -INFINITY);
+      float traced_m = -INFINITY;  // the watched row's max before the tile (trace only)
       if (t1 > t0)
         for (int rr = 0; rr < rows; ++rr)
           for (int c = 0; c < d; ++c) Qi[rr * d + c] = Q.load((base + rr) * d + c);
@@ -239,6 +258,9 @@ ModelForward model_forward(const Problem& p, const Qkv& in, const SplitPlan& s) 
               o[x] = a;
             }
           }
+        if (trace && trace->row >= base && trace->row < base + std::size_t(rows))
+          trace_warps(*trace, "split " + std::to_string(part), k0, k0 + nk, m, l, acc, int(trace->row - base), d,
+                      traced_m);
       }
       // The four warps' states of a row merged (the kernel's epilogue): the statistics
       // folded in warp order, each warp's weight against their max, the weighted sum.
@@ -276,12 +298,17 @@ ModelForward model_forward(const Problem& p, const Qkv& in, const SplitPlan& s) 
         float mm, ll;
         stats_tree(ls, mm, ll);
         std::fill(o.begin(), o.end(), 0.0f);
+        const bool watched = trace && trace->row == row;
         for (std::size_t j = 0; j < ls.size(); ++j) {
           const float w = online::rescale(ls[j], mm);
           for (int c = 0; c < d; ++c) o[c] += w * PO.load((j * p.rows() + row) * d + c);
+          if (watched)  // part j: its (O/ℓ, L) as the state (m = L, ℓ = 1), and its weight
+            trace->add("part " + std::to_string(j), 0, 0, ls[j], ls[j] == -INFINITY ? 0.0f : 1.0f, w,
+                       PO.peek().data() + (j * p.rows() + row) * d, d, true);
         }
         for (int c = 0; c < d; ++c) O.store(row * d + c, round_to(t, o[c] / ll));
         L.store(row, online::lse(mm, ll));
+        if (watched) trace->add("merge", 0, Nk, mm, ll, 1.0f, o.data(), d);
       }
   }
   r.out = {O.take(), L.take()};

@@ -8,6 +8,7 @@
 #include "common/compare.hpp"  // poison_value
 #include "steps/06_tensor_cores/step06.hpp"
 #include "steps/09_ring/step09.hpp"
+#include "steps/09_ring/trace.hpp"
 
 namespace fa::step09 {
 
@@ -131,7 +132,9 @@ std::uint64_t sent_backward(const Problem& p, int ranks) {
   return ranks == 1 ? 0 : sent_forward(p, ranks) + std::uint64_t(ranks) * 2 * block * 4;
 }
 
-RingForward model_forward(const Problem& p, const Qkv& in, int ranks) {
+RingForward model_forward(const Problem& p, const Qkv& in, int ranks) { return model_forward(p, in, ranks, nullptr); }
+
+RingForward model_forward(const Problem& p, const Qkv& in, int ranks, online::Trace* trace) {
   require_supported(p, ranks);
   const int c = p.N / (2 * ranks), d = p.d;
   const std::size_t heads = p.heads();
@@ -149,6 +152,14 @@ RingForward model_forward(const Problem& p, const Qkv& in, int ranks) {
           for (std::size_t i = 0; i < call.q.size(); ++i)
             for (int row = 0; row < c; ++row) {
               const std::size_t at = rank_row(bh, mine, call.q[i], row, c), from = (bh * s.N + i * c + row);
+              if (trace && bh == 0 && std::size_t(call.q[i]) * c + row == trace->row) {
+                const float w_old = merge_rows(L[at], part.lse[from]).w_old;
+                merge_normalised(L[at], &o[at * d], part.lse[from], &part.o[from * d], d);
+                trace->add("rank " + std::to_string(rank) + " step " + std::to_string(step) + " (K/V of rank " +
+                               std::to_string(kv_source(rank, step, ranks)) + ")",
+                           call.kv.front() * c, (call.kv.back() + 1) * c, L[at], 1.0f, w_old, &o[at * d], d, true);
+                continue;
+              }
               merge_normalised(L[at], &o[at * d], part.lse[from], &part.o[from * d], d);
             }
         r.stats.pairs[step][rank] += pairs_of(s);

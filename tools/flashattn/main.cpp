@@ -1,10 +1,12 @@
 // flashattn: the course's front door.
 //
 //   flashattn [tour] [--N n] [--d d] [--B b] [--H h] [--causal]   every step on one problem, one table
-//   flashattn run --step ID --q Q.npy --k K.npy --v V.npy --out O.npy [--lse L.npy]
+//   flashattn run --step ID [--model] --q Q.npy --k K.npy --v V.npy --out O.npy [--lse L.npy]
 //                 [--causal] [--scale S] [--do dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]
-//   flashattn list                                                 the steps in this build
-//   flashattn traffic [--N n] [--d d] [--causal] [--M m1,m2,…]     HBM traffic of steps 02–04 against M
+//   flashattn trace --step 03|04|08|09 --q Q.npy --k K.npy --v V.npy --row R [--csv FILE]
+//                                                                  one row's online softmax, block by block
+//   flashattn list                                                 the steps, and what of each runs here
+//   flashattn traffic [--N n1,n2,…] [--d d] [--causal] [--M m1,m2,…]  HBM traffic of steps 01–04 against N and M
 //   flashattn --help
 //
 // Errors: one line on stderr, exit status 2, and no output file created or changed.
@@ -15,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <map>
 #include <new>
@@ -27,6 +30,7 @@
 #include "steps/04_kv_outer/step04.hpp"
 #include "steps/03_online_softmax/step03.hpp"
 #include "steps/02_fused/step02.hpp"
+#include "steps/01_naive/step01.hpp"
 #ifdef FA_HAVE_CUDA
 #include "common/gpu.hpp"
 #endif
@@ -42,24 +46,33 @@ Usage:
       Runs every step on one problem and prints one table: what each step
       computes, its error against the fp64 reference, its time and its HBM
       traffic. Without a CUDA device the CPU model of each step runs instead.
-  flashattn run --step ID --q Q.npy --k K.npy --v V.npy --out O.npy
-                [--lse L.npy] [--causal] [--scale S] [--dtype bf16|fp16]
+  flashattn run --step ID [--model] --q Q.npy --k K.npy --v V.npy --out O.npy
+                [--lse L.npy] [--causal] [--scale S] [--dtype bf16|fp16] [--ranks n]
                 [--do dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]
       Runs one step on your tensors (float32 or float64 .npy, C order, shape
       [N, d], [H, N, d] or [B, H, N, d]) and writes float32 results. With --do
-      and the three gradient paths it also runs the step's backward. --dtype
+      and the three gradient paths it also runs the step's backward. --model
+      runs the step's CPU model instead of its kernel (no GPU needed; the
+      backward too for steps 01, 05, 06, 07; step 09: --ranks n simulated ranks). --dtype
       picks the 16-bit type of steps 06, 07 and 08 (default bf16); inputs are rounded to it.
       K and V may hold another number of rows than Q ([.., N_kv, d]: N queries
       against N_kv keys, the queries the last N positions) and fewer heads
       ([.., H_kv, N_kv, d], H_kv dividing H: grouped-query attention); the
       reference, step 06's forward and step 08 take that, the other steps
       self-attention only.
+  flashattn trace --step 03|04|08|09 --q Q.npy --k K.npy --v V.npy --row R
+                  [--causal] [--csv FILE]
+      One query row's online softmax as the step's CPU model computes it: m, l,
+      the rescale factor and the first columns of O after each K/V block (08: the
+      splits and their merge; 09: the ranks). See flashattn trace --help.
   flashattn list
-      The steps in this build, which need a GPU, which have a backward.
-  flashattn traffic [--N n] [--d d] [--causal] [--M m1,m2,...]
-      The HBM traffic of steps 02-04 (their CPU models, counted) with blocks
-      chosen from an on-chip budget of M elements, as CSV: the lecture's
-      Theta(N^2 d^2 / M), and how far the counts follow it. No GPU needed.
+      The steps: whether the kernel, the CPU model or both can run here, and
+      which have a backward.
+  flashattn traffic [--N n1,n2,...] [--d d] [--causal] [--M m1,m2,...]
+      The HBM traffic of steps 01-04 (their CPU models, counted; 02-04 with
+      blocks chosen from an on-chip budget of M elements) as CSV: the lecture's
+      Theta(N^2 d^2 / M), and how far the counts follow it. No GPU needed
+      (tools/course/plot_traffic.py draws it).
 
 Exit status: 0 on success, 2 on bad input (one line on stderr, nothing written).
 )";
@@ -103,17 +116,39 @@ std::string fmt(double x, int prec = 3) {
   return s.str();
 }
 
+/// Whether a CUDA device can run the kernels; if not, `why` says so in plain words.
 bool have_gpu(std::string* why) {
 #ifdef FA_HAVE_CUDA
-  return gpu::available(why);
+  std::string detail;
+  if (gpu::available(&detail)) return true;
+  // CUDA's own words for "there is none" (no driver: "CUDA driver version is insufficient…").
+  const bool none = detail.find("insufficient") != std::string::npos || detail.find("no CUDA") != std::string::npos ||
+                    detail.find("no CUDA-capable") != std::string::npos;
+  *why = none ? "no GPU found (no NVIDIA GPU or driver on this machine)" : "no usable GPU (" + detail + ")";
 #else
-  *why = "this build has no CUDA (nvcc was not found at configure time)";
-  return false;
+  *why = "no GPU found (this build has no CUDA: the cpu preset, or no nvcc at configure time)";
 #endif
+  return false;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// Step s's CPU model on p (step 09: `ranks` simulated ranks, 0 for its default), reporting
+/// to `trace` where the step takes one.
+ModelForward run_model(const StepEntry& s, const Problem& p, const Qkv& in, online::Trace* trace = nullptr,
+                       int ranks = 0) {
+  if (s.model_traced) return s.model_traced(p, in, trace, ranks);
+  if (!s.model) throw Error("step " + s.id + " has no CPU model (the reference is computed on the CPU already)");
+  return s.model(p, in);
+}
+
+/// Whether step s can run here: its kernel, its model.
+std::string kernel_here(const StepEntry& s, bool gpu) {
+  if (!s.kernel_elsewhere.empty()) return "ring09";
+  if (!s.gpu) return "CPU";
+  return gpu ? "here" : "GPU";
 }
 
 // ---- tour -----------------------------------------------------------------------
@@ -137,9 +172,9 @@ int tour(const Args& a) {
   if (gpu) std::cout << "GPU:     " << gpu::describe_device() << "\n";
 #endif
   if (!gpu)
-    std::cout << "GPU:     none (" << why << ")\n"
-              << "         -> each GPU step's CPU model runs instead of its kernel: same algorithm, same tiles,\n"
-              << "            counting HBM traffic; no GPU times.\n";
+    std::cout << "GPU:     " << why << ".\n"
+              << "         Each step's CPU model runs instead of its kernel: the same algorithm and tiles,\n"
+              << "         counting HBM traffic; its time is the model's on this CPU, not a GPU's.\n";
 
   const auto t0 = std::chrono::steady_clock::now();
   const ForwardOut ref = reference::forward(p, in);
@@ -157,12 +192,13 @@ int tour(const Args& a) {
     Problem ps = p;  // a 16-bit step runs in its own type: its error includes the rounding
     ps.dtype = s.dtype;
     const double elem = s.dtype == DType::fp32 ? 1.0 : 0.5;  // mb() counts 4-byte elements
+    const bool on_gpu = gpu && s.forward && s.gpu;
     // Forward row (step 05's forward is step 04's: only its backward row is shown).
-    if (s.traffic_forward) {
+    if (s.traffic_forward || !s.traffic_backward) {
       std::vector<float> o;
-      std::string where = "model", time = "-", scratch = "-";
+      std::string where = "model", time = "-", scratch = "-", name = s.id + " forward";
       try {
-        if (gpu) {
+        if (on_gpu) {
           o = s.forward(ps, in).o;
           where = "GPU";
 #ifdef FA_HAVE_CUDA
@@ -170,22 +206,24 @@ int tour(const Args& a) {
           scratch = mb(double(s.gpu_forward->workspace_bytes(ps)) / 4);
 #endif
         } else {
-          o = s.model(ps, in).out.o;
+          const auto t = std::chrono::steady_clock::now();
+          o = run_model(s, ps, in).out.o;
+          time = fmt(seconds_since(t) * 1e3);
         }
       } catch (const Error& e) {  // e.g. a d that step 06 does not take
-        std::printf("%-13s %-52s %s\n", (s.id + " forward").c_str(), s.what.c_str(), e.what());
+        std::printf("%-13s %-52s %s\n", name.c_str(), s.what.c_str(), e.what());
         continue;
       }
       const auto r = compare(o, s.softmax ? ref.o : ref_ns, tol::kFp32Forward);
-      std::printf("%-13s %-52s %-6s %11s %11s %12s %12s\n", (s.id + " forward").c_str(), s.what.c_str(), where.c_str(),
-                  fmt(r.max_abs, 2).c_str(), time.c_str(), mb(elem * double(s.traffic_forward(ps).total())).c_str(),
-                  scratch.c_str());
+      const std::string hbm = s.traffic_forward ? mb(elem * double(s.traffic_forward(ps).total())) : "-";
+      std::printf("%-13s %-52s %-6s %11s %11s %12s %12s\n", name.c_str(), s.what.c_str(), where.c_str(),
+                  fmt(r.max_abs, 2).c_str(), time.c_str(), hbm.c_str(), scratch.c_str());
     }
     if (s.traffic_backward) {
       std::string where = "model", time = "-", scratch = "-";
       Grads g;
       try {
-        if (gpu) {
+        if (on_gpu && s.backward) {
           g = s.backward(ps, in, ref, dout);
           where = "GPU";
 #ifdef FA_HAVE_CUDA
@@ -193,7 +231,9 @@ int tour(const Args& a) {
           scratch = mb(double(s.gpu_backward->workspace_bytes(ps)) / 4);
 #endif
         } else {
+          const auto t = std::chrono::steady_clock::now();
           g = s.model_backward(ps, in, ref, dout).grads;
+          time = fmt(seconds_since(t) * 1e3);
         }
       } catch (const Error& e) {
         std::printf("%-13s %-52s %s\n", (s.id + " backward").c_str(), "", e.what());
@@ -209,18 +249,23 @@ int tour(const Args& a) {
                   scratch.c_str());
     }
   }
-  std::cout << "\nExercises, cut from the steps' own code and graded by their tests (tools/course/exercise.py\n"
-               "list | start ID | reset ID; then ctest --test-dir build -R stepNN):\n";
+  std::cout << "\nExercises, cut from the steps' own code and graded by their CPU tests:\n";
   {
     std::stringstream ex(FA_EXERCISES);
     std::map<std::string, std::string> by_step;
     for (std::string id; ex >> id;) by_step[id.substr(0, 2)] += (by_step[id.substr(0, 2)].empty() ? "" : ", ") + id;
     for (const auto& [step, ids] : by_step) std::cout << "  step " << step << ": " << ids << "\n";
   }
+  std::cout << "  python3 tools/course/exercise.py start ID; then cmake --build --preset cpu --target stepNN_tests\n"
+               "  and ctest --preset cpu -R \"stepNN cpu\" (reset ID puts the solution back)\n";
   std::cout << "\nmax |err|: largest element-wise difference from the fp64 reference (step 02: from the\n"
-               "reference's attention without softmax; steps 06-08: computed in bf16, so ~1e-3 is their rounding). HBM MB: elements each step reads and writes in device\n"
-               "memory by its note's formula (= its CPU model's count), x 4 bytes. scratch MB: extra device memory.\n"
-               "Next: the notes in notes/, `flashattn list`, `flashattn run --help`.\n";
+               "reference's attention without softmax; steps 06-09: computed in bf16, so ~1e-3 is their rounding).\n"
+               "time ms: the kernel's on the GPU, or the CPU model's here (a model counts every element it moves:\n"
+               "slow, and no guide to a GPU's time). HBM MB: elements each step reads and writes in device memory\n"
+               "by its note's formula (= its CPU model's count), x 4 bytes. scratch MB: extra device memory.\n"
+               "Step 09: its model, R = 4 simulated ranks in one process (2 or 1 where N does not divide into 8\n"
+               "chunks); what matters there is what the ranks send each other (notes/09_ring.md).\n"
+               "Next: the notes in notes/, `flashattn list`, `flashattn run --help`, `flashattn trace --help`.\n";
   return 0;
 }
 
@@ -228,42 +273,56 @@ int tour(const Args& a) {
 int list() {
   std::string why;
   const bool gpu = have_gpu(&why);
-  std::printf("%-10s %-8s %-9s %-52s %s\n", "step", "needs", "backward", "computes", "note");
-  for (const auto& s : step_table())
-    std::printf("%-10s %-8s %-9s %-52s %s\n", s.id.c_str(), s.gpu ? "GPU" : "CPU", s.backward ? "yes" : "no",
-                s.what.c_str(), s.note.c_str());
-  std::cout << (gpu ? "A CUDA device is present: every step can run.\n"
-                    : "No usable CUDA device (" + why + "): only the reference runs; the tour runs the CPU models.\n");
+  std::printf("%-10s %-7s %-6s %-9s %-52s %s\n", "step", "kernel", "model", "backward", "computes", "note");
+  for (const auto& s : step_table()) {
+    const bool model = s.model || s.model_traced;
+    std::printf("%-10s %-7s %-6s %-9s %-52s %s\n", s.id.c_str(), kernel_here(s, gpu).c_str(), model ? "here" : "-",
+                s.backward || s.model_backward ? "yes" : "no", s.what.c_str(), s.note.c_str());
+  }
+  std::cout << "kernel: \"here\" runs on this machine's GPU (flashattn run --step NN); \"GPU\" needs one; \"ring09\":\n"
+               "several GPUs, one process each (notes/09_ring.md). model: the step's CPU model runs here\n"
+               "(flashattn run --step NN --model; flashattn trace for steps 03, 04, 08, 09).\n";
+  std::cout << (gpu ? "A CUDA device is present: every kernel and every model can run.\n"
+                    : why + ": the models run, and the reference; the kernels need a GPU.\n");
   return 0;
 }
 
 // ---- traffic against M ------------------------------------------------------------
 int traffic(const Args& a) {
-  Problem p;
-  p.N = a.kv.count("--N") ? to_int(a.kv.at("--N"), "--N") : 1024;
-  p.d = a.kv.count("--d") ? to_int(a.kv.at("--d"), "--d") : 64;
-  p.causal = a.causal;
-  p.validate();
+  std::vector<int> Ns;
+  std::stringstream n_list(a.kv.count("--N") ? a.kv.at("--N") : "1024");
+  for (std::string n; std::getline(n_list, n, ',');) Ns.push_back(to_int(n, "--N"));
   std::vector<std::size_t> Ms;
   std::stringstream list(a.kv.count("--M") ? a.kv.at("--M") : "1100,2200,4400,9300,18800");
   for (std::string m; std::getline(list, m, ',');) Ms.push_back(std::size_t(to_int(m, "--M")));
-  const Qkv in = random_qkv(p, 1);
   std::printf("step,N,d,causal,M,br,bc,model_read,model_written,formula_total,n2d2_over_M\n");
-  for (std::size_t M : Ms) {
-    const tiles::Tiles t = tiles::tiles_for(M, p.d);
-    step03::ModelOptions opt;
-    opt.tiles = t;
-    const int G = tiles::q_blocks(p.N, t.br);  // Algorithm 1: one group per head
-    const std::pair<const char*, std::pair<Traffic, Traffic>> rows[] = {
-        {"02", {step02::model_forward(p, in, t).traffic, step02::traffic_forward(p, t)}},
-        {"03", {step03::model_forward(p, in, opt).traffic, step03::traffic_forward(p, t)}},
-        {"04", {step04::model_forward(p, in, G, t).traffic, step04::traffic_forward(p, G, t)}},
-    };
-    const double bound = double(p.N) * p.N * p.d * p.d / double(M);
-    for (const auto& [step, tr] : rows)
-      std::printf("%s,%d,%d,%d,%zu,%d,%d,%llu,%llu,%llu,%.1f\n", step, p.N, p.d, int(p.causal), M, t.br, t.bc,
-                  (unsigned long long)tr.first.read, (unsigned long long)tr.first.written,
-                  (unsigned long long)tr.second.total(), bound);
+  for (int N : Ns) {
+    Problem p;
+    p.N = N;
+    p.d = a.kv.count("--d") ? to_int(a.kv.at("--d"), "--d") : 64;
+    p.causal = a.causal;
+    p.validate();
+    const Qkv in = random_qkv(p, 1);
+    // Step 01 (its 32 × 32 GEMM tiles, whatever M): the N² terms of S and P.
+    const Traffic m01 = step01::model_forward(p, in, true).traffic, f01 = step01::traffic_forward(p, true);
+    std::printf("01,%d,%d,%d,0,%d,%d,%llu,%llu,%llu,0\n", p.N, p.d, int(p.causal), step01::kTile, step01::kTile,
+                (unsigned long long)m01.read, (unsigned long long)m01.written, (unsigned long long)f01.total());
+    for (std::size_t M : Ms) {
+      const tiles::Tiles t = tiles::tiles_for(M, p.d);
+      step03::ModelOptions opt;
+      opt.tiles = t;
+      const int G = tiles::q_blocks(p.N, t.br);  // Algorithm 1: one group per head
+      const std::pair<const char*, std::pair<Traffic, Traffic>> rows[] = {
+          {"02", {step02::model_forward(p, in, t).traffic, step02::traffic_forward(p, t)}},
+          {"03", {step03::model_forward(p, in, opt).traffic, step03::traffic_forward(p, t)}},
+          {"04", {step04::model_forward(p, in, G, t).traffic, step04::traffic_forward(p, G, t)}},
+      };
+      const double bound = double(p.N) * p.N * p.d * p.d / double(M);
+      for (const auto& [step, tr] : rows)
+        std::printf("%s,%d,%d,%d,%zu,%d,%d,%llu,%llu,%llu,%.1f\n", step, p.N, p.d, int(p.causal), M, t.br, t.bc,
+                    (unsigned long long)tr.first.read, (unsigned long long)tr.first.written,
+                    (unsigned long long)tr.second.total(), bound);
+    }
   }
   return 0;
 }
@@ -295,39 +354,35 @@ void require_finite_result(const std::vector<float>& x, const std::vector<long l
                   "scale·q·k, or the gradients, must stay well below 3.4e38); nothing written");
 }
 
-int run(const Args& a) {
-  if (!a.kv.count("--step")) throw Error("missing --step (see flashattn list)");
-  const StepEntry& s = find_step(a.kv.at("--step"));
-  if (!a.kv.count("--out")) throw Error("missing --out O.npy");
-  const bool want_bwd = a.kv.count("--do") || a.kv.count("--dq") || a.kv.count("--dk") || a.kv.count("--dv");
-  if (want_bwd && !(a.kv.count("--do") && a.kv.count("--dq") && a.kv.count("--dk") && a.kv.count("--dv")))
-    throw Error("the backward needs all of --do, --dq, --dk and --dv");
-  if (want_bwd && !s.backward) throw Error("step " + s.id + " has no backward (steps with one: reference, 01, 05, 06, 07)");
-  if (a.kv.count("--lse") && !s.softmax) throw Error("step " + s.id + " computes no softmax, so it has no log-sum-exp");
-  if (s.gpu) {
-    std::string why;
-    if (!have_gpu(&why)) throw Error("step " + s.id + " runs on the GPU: " + why);
-  }
+
+/// The tensors of `run` and `trace`: the paths checked, the headers read one file at a time
+/// (a file refused before the next is opened, and before any data is read), the problem,
+/// then the data, each file checked as it arrives.
+struct Inputs {
+  Problem p;
+  Qkv in;
+  std::vector<float> dO;
+  std::vector<long long> sh, kv_sh;
+  std::vector<std::string> paths;
+};
+
+Inputs read_inputs(const Args& a, const StepEntry& s, bool want_bwd, const std::vector<std::string>& outputs) {
   for (const char* opt : {"--q", "--k", "--v"})
     if (!a.kv.count(opt)) throw Error(std::string("missing ") + opt + " (the " + (opt + 2) + " tensor)");
-
   // Every path first: no output may be an input, a second output, a link, a
   // directory or a device — refused before anything is read or run.
-  std::vector<std::string> inputs = {a.kv.at("--q"), a.kv.at("--k"), a.kv.at("--v")}, outputs = {a.kv.at("--out")};
-  if (want_bwd) inputs.push_back(a.kv.at("--do"));
-  if (a.kv.count("--lse")) outputs.push_back(a.kv.at("--lse"));
-  if (want_bwd)
-    for (const char* opt : {"--dq", "--dk", "--dv"}) outputs.push_back(a.kv.at(opt));
-  check_output_paths(outputs, inputs);
+  Inputs r;
+  r.paths = {a.kv.at("--q"), a.kv.at("--k"), a.kv.at("--v")};
+  if (want_bwd) r.paths.push_back(a.kv.at("--do"));
+  check_output_paths(outputs, r.paths);
 
-  // Then the headers, one file at a time: a file is refused before the next is
-  // opened, and before any data is read.
   // Q (and dO) is [.., N, d]; K and V are [.., N_kv, d], the same but for N_kv (decoding:
-  // fewer queries than keys); a step that takes self-attention only says so below.
+  // fewer queries than keys); a step that takes self-attention only says so when it runs.
   const std::vector<std::pair<const char*, const char*>> tensors = {{"--q", "Q"}, {"--k", "K"}, {"--v", "V"}, {"--do", "dO"}};
-  std::vector<long long> sh, kv_sh;
+  std::vector<long long>& sh = r.sh;
+  std::vector<long long>& kv_sh = r.kv_sh;
   for (const auto& [opt, name] : tensors) {
-    if (!a.kv.count(opt)) continue;
+    if (!a.kv.count(opt) || (std::string(opt) == "--do" && !want_bwd)) continue;
     const std::string& path = a.kv.at(opt);
     const NpyHeader h = read_npy_header(path);
     const std::string who = name;
@@ -360,14 +415,14 @@ int run(const Args& a) {
                   " (dO must have the shape of O, which is Q's)");
     }
   }
-  Problem p;
-  const std::size_t r = sh.size();
-  p.B = r == 4 ? int(sh[0]) : 1;
-  p.H = r >= 3 ? int(sh[r - 3]) : 1;
-  p.N = int(sh[r - 2]);
-  p.d = int(sh[r - 1]);
-  if (kv_sh[r - 2] != sh[r - 2]) p.N_kv = int(kv_sh[r - 2]);
-  if (r >= 3 && kv_sh[r - 3] != sh[r - 3]) p.H_kv = int(kv_sh[r - 3]);  // grouped-query attention
+  Problem& p = r.p;
+  const std::size_t rank = sh.size();
+  p.B = rank == 4 ? int(sh[0]) : 1;
+  p.H = rank >= 3 ? int(sh[rank - 3]) : 1;
+  p.N = int(sh[rank - 2]);
+  p.d = int(sh[rank - 1]);
+  if (kv_sh[rank - 2] != sh[rank - 2]) p.N_kv = int(kv_sh[rank - 2]);
+  if (rank >= 3 && kv_sh[rank - 3] != sh[rank - 3]) p.H_kv = int(kv_sh[rank - 3]);  // grouped-query attention
   p.causal = a.causal;
   p.dtype = s.dtype;
   if (a.kv.count("--dtype")) {
@@ -387,29 +442,68 @@ int run(const Args& a) {
   }
   p.validate();
 
-  // The data, each file checked as it arrives.
   auto load = [&](const char* opt, const char* name, const std::vector<long long>& shape) {
     NpyArray x = read_npy(a.kv.at(opt));
     if (x.shape != shape) throw Error(printable(a.kv.at(opt), 200) + ": changed while being read");
     require_representable(x.data, shape, p.dtype, printable(a.kv.at(opt), 200) + " (" + name + ")");
     return std::move(x.data);
   };
-  Qkv in;
-  in.q = load("--q", "Q", sh);
-  in.k = load("--k", "K", kv_sh);
-  in.v = load("--v", "V", kv_sh);
-  std::vector<float> dO;
-  if (want_bwd) dO = load("--do", "dO", sh);
+  r.in.q = load("--q", "Q", sh);
+  r.in.k = load("--k", "K", kv_sh);
+  r.in.v = load("--v", "V", kv_sh);
+  if (want_bwd) r.dO = load("--do", "dO", sh);
+  return r;
+}
+
+/// --ranks R for step 09's model (0: its default); refused for any other step.
+int ranks_of(const Args& a, const StepEntry& s) {
+  if (!a.kv.count("--ranks")) return 0;
+  if (s.id != "09") throw Error("--ranks is step 09's (its simulated ranks); step " + s.id + " has none");
+  const int r = to_int(a.kv.at("--ranks"), "--ranks");
+  if (r < 1) throw Error("--ranks must be at least 1");
+  return r;
+}
+
+int run(const Args& a, bool model) {
+  if (!a.kv.count("--step")) throw Error("missing --step (see flashattn list)");
+  const StepEntry& s = find_step(a.kv.at("--step"));
+  if (!a.kv.count("--out")) throw Error("missing --out O.npy");
+  const bool want_bwd = a.kv.count("--do") || a.kv.count("--dq") || a.kv.count("--dk") || a.kv.count("--dv");
+  if (want_bwd && !(a.kv.count("--do") && a.kv.count("--dq") && a.kv.count("--dk") && a.kv.count("--dv")))
+    throw Error("the backward needs all of --do, --dq, --dk and --dv");
+  if (model && !s.model && !s.model_traced)
+    throw Error("step " + s.id + " has no CPU model: it is computed on the CPU already (drop --model)");
+  if (want_bwd && !(model ? bool(s.model_backward) : bool(s.backward)))
+    throw Error("step " + s.id + (model ? "'s model" : "") + " has no backward (steps with one: " +
+                (model ? "01, 05, 06, 07" : "reference, 01, 05, 06, 07") + ")");
+  if (a.kv.count("--lse") && !s.softmax) throw Error("step " + s.id + " computes no softmax, so it has no log-sum-exp");
+  const int ranks = ranks_of(a, s);
+  if (ranks && !model) throw Error("--ranks: step 09's simulated ranks are its model's (add --model)");
+  if (!model && !s.forward)
+    throw Error("step " + s.id + " runs across GPUs with " + s.kernel_elsewhere + "; --model runs its CPU model here");
+  if (!model && s.gpu) {
+    std::string why;
+    if (!have_gpu(&why))
+      throw Error("step " + s.id + "'s kernel runs on the GPU: " + why + "; --model runs its CPU model here");
+  }
+
+  std::vector<std::string> outputs = {a.kv.at("--out")};
+  if (a.kv.count("--lse")) outputs.push_back(a.kv.at("--lse"));
+  if (want_bwd)
+    for (const char* opt : {"--dq", "--dk", "--dv"}) outputs.push_back(a.kv.at(opt));
+  const Inputs x = read_inputs(a, s, want_bwd, outputs);
+  const Problem& p = x.p;
+  const std::vector<long long>&sh = x.sh, &kv_sh = x.kv_sh;
 
   std::vector<long long> lshape(sh.begin(), sh.end() - 1);
-  const ForwardOut out = s.forward(p, in);
+  const ForwardOut out = model ? run_model(s, p, x.in, nullptr, ranks).out : s.forward(p, x.in);
   require_finite_result(out.o, sh, s.id, "O");
   if (s.softmax) require_finite_result(out.lse, lshape, s.id, "L");
   OutputFiles files;
   files.add(a.kv.at("--out"), sh, out.o);
   if (a.kv.count("--lse")) files.add(a.kv.at("--lse"), lshape, out.lse);
   if (want_bwd) {
-    const Grads g = s.backward(p, in, out, dO);
+    const Grads g = model ? s.model_backward(p, x.in, out, x.dO).grads : s.backward(p, x.in, out, x.dO);
     require_finite_result(g.dq, sh, s.id, "dQ");
     require_finite_result(g.dk, kv_sh, s.id, "dK");
     require_finite_result(g.dv, kv_sh, s.id, "dV");
@@ -417,9 +511,80 @@ int run(const Args& a) {
     files.add(a.kv.at("--dk"), kv_sh, g.dk);
     files.add(a.kv.at("--dv"), kv_sh, g.dv);
   }
-  files.commit(inputs);
-  std::cout << "step " << s.id << ": " << p.str() << " -> " << printable(a.kv.at("--out"), 200)
-            << (want_bwd ? " and gradients" : "") << "\n";
+  files.commit(x.paths);
+  std::cout << "step " << s.id << (model ? " (CPU model)" : "") << ": " << p.str() << " -> "
+            << printable(a.kv.at("--out"), 200) << (want_bwd ? " and gradients" : "") << "\n";
+  return 0;
+}
+
+// ---- trace ------------------------------------------------------------------------
+const char* kTraceHelp = R"(flashattn trace --step 03|04|08|09 --q Q.npy --k K.npy --v V.npy --row R
+                [--causal] [--scale S] [--cols C] [--ranks n] [--csv FILE]
+  The online softmax of one query row (row R of the first batch and head), as the
+  step's CPU model computes it: after each K/V block, the running max m, the sum l
+  (relative to m), the factor e^(m_old - m_new) the old l and O were rescaled by, and
+  the first C columns (default 4) of O / l, the result so far. Step 08: each split's
+  blocks (its four warps merged for the display), its finished part and the merge of
+  the parts (rescale: each part's weight). Step 09: the rank holding the row, after
+  each ring step's call (m: the merged L; l = 1, O normalised; rescale: the old part's
+  weight); --ranks n simulated ranks. --csv FILE writes the table as CSV too
+  (tools/course/plot_trace.py draws it).
+)";
+
+/// `text` written to `path` whole or not at all (a temporary beside it, then renamed).
+void write_text(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".partial";
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  if (!f) throw Error("cannot write " + printable(path, 200) + ": " + std::strerror(errno));
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    std::remove(tmp.c_str());
+    throw Error("cannot write " + printable(path, 200) + ": " + why);
+  }
+}
+
+int trace(const Args& a) {
+  if (!a.kv.count("--step")) throw Error("missing --step (03, 04, 08 or 09)");
+  const StepEntry& s = find_step(a.kv.at("--step"));
+  if (!s.model_traced) throw Error("step " + s.id + " has no trace (steps 03, 04, 08 and 09 have)");
+  if (!a.kv.count("--row")) throw Error("missing --row R (the query row to watch)");
+  const int ranks = ranks_of(a, s);
+  online::Trace tr;
+  tr.row = std::size_t(to_int(a.kv.at("--row"), "--row"));
+  if (a.kv.count("--cols")) tr.cols = to_int(a.kv.at("--cols"), "--cols");
+  std::vector<std::string> outputs;
+  if (a.kv.count("--csv")) outputs.push_back(a.kv.at("--csv"));
+  const Inputs x = read_inputs(a, s, false, outputs);
+  if (tr.row >= std::size_t(x.p.N))
+    throw Error("--row " + std::to_string(tr.row) + " is past the last query row (N = " + std::to_string(x.p.N) + ")");
+  run_model(s, x.p, x.in, &tr, ranks);
+
+  std::ostringstream csv;
+  csv << "step,event,stage,k0,k1,m,l,rescale";
+  for (int c = 0; c < tr.cols && c < x.p.d; ++c) csv << ",o" << c;
+  csv << "\n";
+  std::printf("step %s, %s, row %zu of the first head: the state after each event\n", s.id.c_str(), x.p.str().c_str(),
+              tr.row);
+  std::printf("%-4s %-30s %-13s %11s %11s %9s  %s\n", "#", "stage", "keys", "m", "l", "rescale", "O / l, first columns");
+  for (std::size_t e = 0; e < tr.rows.size(); ++e) {
+    const online::TraceRow& r = tr.rows[e];
+    char o[256] = "", keys[32] = "";
+    std::size_t at = 0;
+    for (float v : r.o) at += std::size_t(std::snprintf(o + at, sizeof o - at, "%9.4f ", double(v)));
+    if (r.k1 > r.k0) std::snprintf(keys, sizeof keys, "%d..%d", r.k0, r.k1 - 1);
+    std::printf("%-4zu %-30s %-13s %11.5g %11.5g %9.5g  %s\n", e, r.stage.c_str(), keys[0] ? keys : "-", double(r.m),
+                double(r.l), double(r.rescale), o);
+    csv << s.id << ',' << e << ',' << r.stage << ',' << r.k0 << ',' << r.k1;
+    for (float v : {r.m, r.l, r.rescale}) csv << ',' << fmt(v, 9);
+    for (float v : r.o) csv << ',' << fmt(v, 9);
+    csv << "\n";
+  }
+  if (tr.rows.empty()) std::printf("(no event: the row sees no key)\n");
+  if (a.kv.count("--csv")) {
+    write_text(a.kv.at("--csv"), csv.str());
+    std::printf("-> %s\n", printable(a.kv.at("--csv"), 200).c_str());
+  }
   return 0;
 }
 
@@ -427,25 +592,44 @@ int run(const Args& a) {
 
 int main(int argc, char** argv) {
   try {
+    // --model (run's flag without a value) is taken out before the options are parsed.
+    std::vector<char*> args(argv, argv + argc);
+    const auto flag = std::find_if(args.begin(), args.end(), [](const char* x) { return std::string(x) == "--model"; });
+    const bool model = flag != args.end();
+    if (model) args.erase(flag);
+    argc = int(args.size());
+    argv = args.data();
     const std::string cmd = argc > 1 ? argv[1] : "tour";
+    if (model && cmd != "run") throw Error("--model is an option of flashattn run");
     if (cmd == "--help" || cmd == "-h" || cmd == "help") {
       std::cout << kHelp;
       return 0;
     }
+    auto asks_help = [&] { return argc > 2 && (std::string(argv[2]) == "--help" || std::string(argv[2]) == "-h"); };
     const std::vector<std::string> tour_opts = {"--B", "--H", "--N", "--d", "--seed"};
     if (cmd == "tour") return tour(parse(argc, argv, 2, tour_opts));
     if (cmd.rfind("--", 0) == 0) return tour(parse(argc, argv, 1, tour_opts));
     if (cmd == "list") return list();
     if (cmd == "traffic") return traffic(parse(argc, argv, 2, {"--N", "--d", "--M"}));
+    if (cmd == "trace") {
+      if (asks_help()) {
+        std::cout << kTraceHelp;
+        return 0;
+      }
+      return trace(parse(argc, argv, 2, {"--step", "--q", "--k", "--v", "--row", "--scale", "--cols", "--ranks", "--csv"}));
+    }
     if (cmd == "run") {
-      if (argc > 2 && (std::string(argv[2]) == "--help" || std::string(argv[2]) == "-h")) {
+      if (asks_help()) {
         std::cout << kHelp;
         return 0;
       }
       return run(parse(argc, argv, 2,
-                       {"--step", "--q", "--k", "--v", "--out", "--lse", "--scale", "--dtype", "--do", "--dq", "--dk", "--dv"}));
+                       {"--step", "--q", "--k", "--v", "--out", "--lse", "--scale", "--dtype", "--do", "--dq", "--dk",
+                        "--dv", "--ranks"}),
+                 model);
     }
-    throw Error("unknown command '" + printable(cmd, 40) + "' (commands: tour, run, list; see flashattn --help)");
+    throw Error("unknown command '" + printable(cmd, 40) +
+                "' (commands: tour, run, trace, list, traffic; see flashattn --help)");
   } catch (const std::bad_alloc&) {
     std::cerr << "flashattn: error: out of host memory (the tensors do not fit in this machine's memory)\n";
     return 2;

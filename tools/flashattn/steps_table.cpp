@@ -12,6 +12,8 @@
 #include "steps/06_tensor_cores/step06.hpp"
 #include "steps/07_hopper/step07.hpp"
 #include "steps/08_split_kv/step08.hpp"
+#include "steps/08_split_kv/trace.hpp"
+#include "steps/09_ring/trace.hpp"
 #ifdef FA_HAVE_CUDA
 #include "common/gpu.hpp"
 #endif
@@ -64,6 +66,19 @@ int sms() {
 /// Step 08's plan on the H200 (its parts merged in clusters where the H200 merges them so).
 step08::SplitPlan h200_plan(const Problem& p) { return step08::with_clusters(step08::plan(p, step08::kH200), step08::kH200); }
 
+/// Step 09's simulated ranks: R as asked, or the most of 4, 2, 1 that divide N into 2R chunks.
+int ring_ranks(const Problem& p, int asked) {
+  if (asked > 0) return asked;
+  for (int r : {4, 2})
+    if (p.N % (2 * r) == 0) return r;
+  return 1;
+}
+
+/// Step 09's model as a model of the table (its traffic is what the ranks send, not HBM).
+ModelForward ring_model(const Problem& p, const Qkv& in, online::Trace* trace, int ranks) {
+  return {step09::model_forward(p, in, ring_ranks(p, ranks), trace).out, {}};
+}
+
 std::vector<StepEntry> make_table() {
   std::vector<StepEntry> t;
   t.push_back({"reference", "CPU, Eigen, fp64 accumulation: S, P, O in full", false, true,
@@ -90,13 +105,22 @@ std::vector<StepEntry> make_table() {
                [](const Problem& p, const Qkv& in) { return step03::model_forward(p, in); }, {},
                [](const Problem& p) { return step03::traffic_forward(p); }, {}, FA_GPU(step03::kForward), nullptr,
                "notes/03_online_softmax.md"});
+  t.back().model_traced = [](const Problem& p, const Qkv& in, online::Trace* trace, int) {
+    step03::ModelOptions opt;
+    opt.trace = trace;
+    return step03::model_forward(p, in, opt);
+  };
   t.push_back({"04", "K/V outer (Algorithm 1): m, l, O in device memory", true, true,
                on_gpu(FA_GPU(step04::kForward), true), {},
                [](const Problem& p, const Qkv& in) { return step04::model_forward(p, in, step04::default_group(p, sms())); },
                {}, [](const Problem& p) { return step04::traffic_forward(p, step04::default_group(p, sms())); }, {},
                FA_GPU(step04::kForward), nullptr, "notes/04_kv_outer.md"});
+  t.back().model_traced = [](const Problem& p, const Qkv& in, online::Trace* trace, int) {
+    return step04::model_forward(p, in, step04::default_group(p, sms()), {}, trace);
+  };
   t.push_back({"05", "backward by recomputation (its forward: step 04)", true, true,
-               on_gpu(FA_GPU(step04::kForward), true), on_gpu(FA_GPU(step05::kBackward)), {},
+               on_gpu(FA_GPU(step04::kForward), true), on_gpu(FA_GPU(step05::kBackward)),
+               [](const Problem& p, const Qkv& in) { return step04::model_forward(p, in, step04::default_group(p, sms())); },
                step05::model_backward, {}, step05::traffic_backward, nullptr, FA_GPU(step05::kBackward), "notes/05_backward.md"});
   t.push_back({"06", "tensor cores (mma.sync), bf16/fp16, FA-2 style", true, true,
                on_gpu(FA_GPU(step06::kForward), true), on_gpu(FA_GPU(step06::kBackward)), step06::model_forward,
@@ -135,6 +159,16 @@ std::vector<StepEntry> make_table() {
   t.back().forward_versions.push_back(&step08::kForwardTma);
   t.back().forward_versions.push_back(&step08::kForwardCpAsync);
 #endif
+  t.back().model_traced = [](const Problem& p, const Qkv& in, online::Trace* trace, int) {
+    return step08::model_forward(p, in, h200_plan(p), trace);
+  };
+  // Step 09 runs across GPUs, one process a rank (ring09); here, its model: R ranks in
+  // one process, each local call step 06's model.
+  t.push_back({"09", "ring attention: K/V blocks passed round R ranks", false, true, {}, {},
+               [](const Problem& p, const Qkv& in) { return ring_model(p, in, nullptr, 0); }, {}, {}, {}, nullptr,
+               nullptr, "notes/09_ring.md", DType::bf16});
+  t.back().model_traced = ring_model;
+  t.back().kernel_elsewhere = "ring09 (NCCL, one process a GPU)";
   return t;
 }
 

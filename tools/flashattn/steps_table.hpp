@@ -9,6 +9,7 @@
 #include "common/hbm.hpp"
 #include "common/problem.hpp"
 #include "common/step_api.hpp"
+#include "steps/03_online_softmax/trace.hpp"
 
 namespace fa {
 
@@ -35,6 +36,12 @@ struct StepEntry {
   /// text before ':' names the row), for fa_bench --versions. Empty for most steps.
   std::vector<const GpuForward*> forward_versions = {};
   std::vector<const GpuBackward*> backward_versions = {};
+  /// The CPU model with a watch on one query row (flashattn trace) and, for step 09, R
+  /// simulated ranks (0: the most of 4, 2, 1 that divide N into 2R chunks). Steps 03, 04,
+  /// 08 and 09; `model` is this with no trace.
+  std::function<ModelForward(const Problem&, const Qkv&, online::Trace*, int ranks)> model_traced = {};
+  /// How the kernel runs when it is not `forward` on one GPU (step 09: ring09, one process a GPU).
+  std::string kernel_elsewhere = {};
 };
 
 /// Every step this build has: the reference always; the GPU steps with CUDA.

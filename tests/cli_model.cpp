@@ -1,0 +1,211 @@
+// Tests of the flashattn program's no-GPU paths, run as a student would: `run --model`
+// for every step (forward, and backward where the model has one), `trace` for steps 03,
+// 04, 08 and 09, and `list`. Each result file must be what the step's model gives when
+// called directly, bit for bit (the same model, the same writer).
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "common/npy.hpp"
+#include "reference/reference.hpp"
+#include "tests/check.hpp"
+#include "tools/flashattn/steps_table.hpp"
+
+using namespace fa;
+
+namespace {
+
+// Every file these tests write is relative to a private directory (CTest may run several
+// copies of this executable at once).
+struct PrivateDir {
+  char path[40] = "/tmp/fa_cli_model_XXXXXX";
+  bool ok = mkdtemp(path) != nullptr && chdir(path) == 0;
+  ~PrivateDir() {
+    for (const char* f : {"q.npy", "k.npy", "v.npy", "do.npy", "o.npy", "l.npy", "dq.npy", "dk.npy", "dv.npy",
+                          "t.csv", "out.txt", "err.txt"})
+      std::remove(f);
+    if (ok && chdir("/") == 0) rmdir(path);
+  }
+} kPrivateDir;
+
+struct Result {
+  int status;
+  std::string out, err;
+};
+
+std::string slurp(const char* path) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+Result flashattn(const std::string& args) {
+  const std::string cmd = std::string(FA_FLASHATTN) + " " + args + " >out.txt 2>err.txt";
+  const int raw = std::system(cmd.c_str());
+  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, slurp("out.txt"), slurp("err.txt")};
+}
+
+bool exists(const char* path) { return std::ifstream(path).good(); }
+
+void save(const char* path, const Problem& p, const std::vector<float>& x) {
+  OutputFiles f;
+  f.add(path, {p.B, p.H, p.N, p.d}, x);
+  f.commit();
+}
+
+const char* kIn = "--q q.npy --k k.npy --v v.npy";
+
+/// Writes q, k, v (and do) .npy for p; returns the tensors.
+Qkv write_inputs(const Problem& p, std::vector<float>* dout = nullptr) {
+  const Qkv in = random_qkv(p, 7);
+  save("q.npy", p, in.q), save("k.npy", p, in.k), save("v.npy", p, in.v);
+  if (dout) *dout = random_tensor(p.elems(), 8), save("do.npy", p, *dout);
+  return in;
+}
+
+}  // namespace
+
+TEST_CASE("flashattn run --model: every step's model on .npy tensors, as the model gives it", "[cpu]") {
+  REQUIRE(kPrivateDir.ok);
+  Problem p = test::make(1, 2, 64, 64, true);
+  std::vector<float> dout;
+  const Qkv in = write_inputs(p, &dout);
+  const ForwardOut ref = reference::forward(p, in);
+  for (const StepEntry& s : step_table()) {
+    if (s.id == "reference") continue;
+    INFO("step " << s.id);
+    const bool bwd = bool(s.model_backward);
+    const Result r = flashattn("run --model --step " + s.id + " --causal " + kIn + " --out o.npy" +
+                               (s.softmax ? " --lse l.npy" : "") +
+                               (bwd ? " --do do.npy --dq dq.npy --dk dk.npy --dv dv.npy" : ""));
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    CHECK(test::contains(r.out, "(CPU model)"));
+    Problem ps = p;
+    ps.dtype = s.dtype;
+    const Qkv rounded = in;  // the CLI's inputs are float32: the model rounds them itself
+    const ModelForward m = s.model_traced ? s.model_traced(ps, rounded, nullptr, 0) : s.model(ps, rounded);
+    FA_CHECK_CLOSE("O (file) vs the model's", read_npy("o.npy").data, m.out.o, tol::kBitExact, test::shape_o(p));
+    if (s.softmax) FA_CHECK_CLOSE("L (file) vs the model's", read_npy("l.npy").data, m.out.lse, tol::kBitExact, test::shape_l(p));
+    // The fp32 steps are attention to fp32 accuracy (02: attention without softmax).
+    if (s.dtype == DType::fp32)
+      FA_CHECK_CLOSE("O (file) vs the reference", read_npy("o.npy").data,
+                     s.softmax ? ref.o : reference::forward_nosoftmax(p, in), tol::kFp32NoSoftmax, test::shape_o(p));
+    if (bwd) {
+      const Grads g = s.model_backward(ps, in, m.out, dout).grads;
+      FA_CHECK_CLOSE("dQ (file) vs the model's", read_npy("dq.npy").data, g.dq, tol::kBitExact, test::shape_o(p));
+      FA_CHECK_CLOSE("dK (file) vs the model's", read_npy("dk.npy").data, g.dk, tol::kBitExact, test::shape_o(p));
+      FA_CHECK_CLOSE("dV (file) vs the model's", read_npy("dv.npy").data, g.dv, tol::kBitExact, test::shape_o(p));
+    }
+    for (const char* f : {"o.npy", "l.npy", "dq.npy", "dk.npy", "dv.npy"}) std::remove(f);
+  }
+}
+
+TEST_CASE("flashattn run --model refuses what a model cannot do, in one line, writing nothing", "[cpu]") {
+  REQUIRE(kPrivateDir.ok);
+  const Problem p = test::make(1, 1, 17, 16, false);
+  std::vector<float> dout;
+  write_inputs(p, &dout);
+  const std::string grads = " --do do.npy --dq dq.npy --dk dk.npy --dv dv.npy";
+  const std::pair<std::string, const char*> cases[] = {
+      {"run --model --step reference " + std::string(kIn) + " --out o.npy", "no CPU model"},
+      {"run --model --step 03 " + std::string(kIn) + " --out o.npy" + grads, "has no backward"},
+      {"run --model --step 03 --ranks 2 " + std::string(kIn) + " --out o.npy", "--ranks is step 09's"},
+      {"run --step 09 " + std::string(kIn) + " --out o.npy", "--model"},
+      {"run --model --step 09 --ranks 0 " + std::string(kIn) + " --out o.npy", "at least 1"},
+      {"run --model --step 09 " + std::string(kIn) + " --out o.npy", "d = "},  // step 09 takes d = 64, 128, …
+      {"run --model --step 06 --dtype fp32 " + std::string(kIn) + " --out o.npy", "bf16 or fp16"},
+      {"list --model", "--model is an option of flashattn run"},
+  };
+  for (const auto& [args, says] : cases) {
+    INFO("flashattn " << args);
+    const Result r = flashattn(args);
+    INFO(r.err);
+    CHECK(r.status == 2);
+    CHECK(test::contains(r.err, says));
+    CHECK(r.err.find('\n') == r.err.size() - 1);  // one line
+    CHECK_FALSE(exists("o.npy"));
+    CHECK_FALSE(exists("dq.npy"));
+  }
+}
+
+TEST_CASE("flashattn trace: one row's m, l and O block by block, from the models", "[cpu]") {
+  REQUIRE(kPrivateDir.ok);
+  const Problem p = test::make(1, 2, 100, 64, true);  // 4 K/V blocks of 32 keys, the last partial
+  const Qkv in = write_inputs(p);
+  const int row = 70;  // causal: blocks 0, 1, 2 (keys 0..70)
+  const ForwardOut ref = reference::forward(p, in);
+  auto lines = [](const std::string& text) {
+    std::vector<std::string> out;
+    std::stringstream s(text);
+    for (std::string l; std::getline(s, l);) out.push_back(l);
+    return out;
+  };
+  auto field = [](const std::string& line, int k) {
+    std::stringstream s(line);
+    std::string f;
+    for (int i = 0; i <= k; ++i) std::getline(s, f, ',');
+    return f;
+  };
+  std::vector<std::string> m03;
+  for (const char* step : {"03", "04"}) {
+    INFO("step " << step);
+    const Result r = flashattn(std::string("trace --step ") + step + " --causal " + kIn + " --row 70 --csv t.csv");
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    CHECK(test::contains(r.out, "K/V block 2"));
+    const std::vector<std::string> csv = lines(slurp("t.csv"));
+    REQUIRE(csv.size() == 4);  // the header, then blocks 0, 1, 2
+    CHECK(csv[0] == "step,event,stage,k0,k1,m,l,rescale,o0,o1,o2,o3");
+    CHECK(field(csv[1], 7) == "0");  // the first block rescales nothing: e^(−∞ − m) = 0
+    CHECK(field(csv[3], 4) == "96");  // block 2 brings keys 64..95 (the mask hides 71..95 from row 70)
+    // After the last block, O / l is the row's output.
+    for (int c = 0; c < 4; ++c) {
+      INFO("column " << c);
+      CHECK(std::fabs(std::stof(field(csv[3], 8 + c)) - ref.o[std::size_t(row) * p.d + c]) < 1e-5f);
+    }
+    // Step 04 does step 03's updates in the same order: the same states, digit for digit.
+    for (std::size_t e = 1; e < csv.size(); ++e) {
+      const std::string state = csv[e].substr(csv[e].find(',') + 1);
+      if (m03.size() < csv.size() - 1) m03.push_back(state);
+      else CHECK(state == m03[e - 1]);
+    }
+    std::remove("t.csv");
+  }
+  const Result r08 = flashattn(std::string("trace --step 08 --causal ") + kIn + " --row 70");
+  INFO(r08.err);
+  CHECK(r08.status == 0);
+  CHECK(test::contains(r08.out, "split 0"));
+  const Result r09 = flashattn(std::string("trace --step 09 --causal --ranks 2 ") + kIn + " --row 70");
+  INFO(r09.err);
+  CHECK(r09.status == 0);
+  CHECK(test::contains(r09.out, "rank 1 step 1 (K/V of rank 0)"));  // row 70: chunk 2 of 4, rank 1's
+  for (const std::string args : {"trace --step 05 --row 1", "trace --step 03 --row 100", "trace --step 03"}) {
+    const Result bad = flashattn(args + " " + kIn);
+    INFO(args << ": " << bad.err);
+    CHECK(bad.status == 2);
+  }
+}
+
+TEST_CASE("flashattn list says what runs here, and the tour says so without a GPU", "[cpu]") {
+  REQUIRE(kPrivateDir.ok);
+  const Result r = flashattn("list");
+  CHECK(r.status == 0);
+  CHECK(test::contains(r.out, "kernel"));
+  CHECK(test::contains(r.out, "model"));
+  CHECK(test::contains(r.out, "09         ring09  here"));
+  CHECK(test::contains(r.out, "03         "));
+#ifndef FA_HAVE_CUDA
+  CHECK(test::contains(r.out, "no GPU found"));
+  const Result t = flashattn("tour --N 64 --H 1 --d 64");
+  INFO(t.err);
+  CHECK(t.status == 0);
+  CHECK(test::contains(t.out, "no GPU found"));
+  CHECK(test::contains(t.out, "09 forward"));
+  CHECK_FALSE(test::contains(t.out, "insufficient"));
+#endif
+}
