@@ -1,37 +1,19 @@
-// Step 08's kernels: the units' keys cut among thread blocks, and the merge.
+// Step 08's production kernels (step08.hpp: the plan; lesson.cu: the note's rows 2–4).
 //
-// split_kernel — one block a chunk of the plan (SplitPlan): consecutive tiles of the
-// units' tiles laid end to end, in one or more pieces, each a run of one unit's tiles. A
-// unit is 16 packed rows (of the G = H/H_kv query heads of one K/V head, N queries each,
-// consecutive in Q) and its keys; a piece streams its tiles through a ring of 64-key K/V
-// tiles by cp.async, which every thread issues. Warp w takes keys 16w … 16w+15 of every tile:
-//   S = Q·K_wᵀ        16 rows × 16 keys, mma.sync over d, Q's fragments in registers for
-//                      the whole piece, the k steps in two accumulator chains (step 06's
-//                      gemm_abt_regs)
-//   online softmax     on the accumulators, every tile (the exact update; O's rescale
-//                      skipped where no row of the warp has a new max: × 1 is exact)
-//   O_w += P·V_w       P from registers, V transposed by ldmatrix (step 06's gemm_pv)
-// so each warp ends with its own (m, ℓ, O) of the 16 rows over a quarter of the keys. The
-// piece's epilogue merges the four through shared memory with online::merge, and writes
-// O/ℓ and L — to O itself when every chunk is one whole unit, else to the fp32 partials,
-// as the block's part of the unit's rows.
-// On Hopper, where every unit is S ≤ 8 short chunks of its own and the GPU holds all the
-// units' clusters at once (with_clusters), a unit's S blocks are one cluster: each keeps
-// its part in shared memory, and after a cluster barrier the cluster's warps merge the
-// unit's rows, reading the parts through distributed shared memory (merge_in_cluster), and
-// write O and L.
-// The K/V reads ask the L2 to evict their lines first where K and V are at most a few L2s
-// (reads_evict_first; step06::l2_evict_first).
-// split_kernel_tma — on Hopper, where every block streams a long chunk (ring_by_tma): the
-// same blocks, pieces and warps' work, and one warp more, a producer, whose lane 0 fills
-// the ring by TMA (one tensor copy a tile of K or V, completing on the slot's mbarrier).
-// The compute warps wait on the slot's mbarrier and release it on another: no copy to
-// issue and no block barrier in their loop.
-// combine_kernel — elsewhere, one thread block a row, launched early on Hopper
-// (programmatic dependent launch): the row waits for its own parts' tags (each part's
-// block releases a tag once its partials are written), then its parts are merged by the
-// merge rule for many parts at once (statistics first, then every part weighted), O
-// rounded to 16 bits, L written.
+// split_kernel — one block a chunk of the plan, piece by piece (a piece: a run of one
+// unit's tiles), each streamed through a ring of 64-key K/V tiles by cp.async. Warp w
+// takes keys 16w … 16w+15 of every tile:
+//   S = Q·K_wᵀ      mma.sync, Q's fragments in registers, two accumulator chains
+//   online softmax  O's rescale skipped where no row of the warp has a new max (× 1 is exact)
+//   O_w += P·V_w    P from registers, V transposed by ldmatrix
+// The piece's epilogue merges the four warps through shared memory and writes O/ℓ and L:
+// to O where each block is one unit, else as the block's part. On Hopper, where a unit's
+// S ≤ 8 short chunks fit as one cluster, the cluster merges them through distributed
+// shared memory (merge_in_cluster) and writes O and L.
+// split_kernel_tma — Hopper, long chunks: the same, the ring filled by TMA from a producer
+// warp, the compute warps waiting on mbarriers instead of issuing copies.
+// combine_kernel — elsewhere: one block a row, launched early on Hopper, each row waiting
+// for its parts' tags; the statistics of all parts first, then every part weighted.
 #include <cooperative_groups.h>
 #include <cuda/atomic>
 

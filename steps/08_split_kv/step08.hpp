@@ -71,13 +71,10 @@ constexpr int kDeepRing = 6;
 /// Note 08, "The ring".
 constexpr int kDeepRingMinTiles = 16;
 
-/// How the work is cut (note 08, "The split count", "Sharing the tiles"). Unit u = row
-/// block rb of K/V head h is u = h·row_blocks + rb, `tiles` 64-key tiles each; laid end to
-/// end (tile t of u at u·tiles + t) they are shared among `blocks` blocks as evenly as
-/// whole tiles allow, block b taking [⌊b·total/blocks⌋, ⌊(b + 1)·total/blocks⌋). A chunk
-/// may go on into the next unit; block b's part of unit u is part b − first(u).
-/// blocks = S·units: every unit S chunks of its own (S = 1: each block writes O itself).
-/// cluster > 1: each unit's S blocks one cluster, merging there (with_clusters).
+/// How the work is cut (note 08, "The split count"): unit u = h·row_blocks + rb has
+/// `tiles` tiles; laid end to end, block b takes [⌊b·total/blocks⌋, ⌊(b + 1)·total/blocks⌋),
+/// possibly going on into the next unit (its part b − first(u) of each). blocks = S·units:
+/// every unit S chunks of its own; cluster > 1: those S blocks merge in a cluster.
 struct SplitPlan {
   long long units = 1;
   int tiles = 1, blocks = 1;
@@ -93,8 +90,7 @@ struct SplitPlan {
   /// The first block that meets unit u, and how many do (its rows' parts).
   FA_HD int first(long long u) const { return block_of(u * tiles); }
   FA_HD int parts(long long u) const { return block_of(u * tiles + tiles - 1) - first(u) + 1; }
-  /// The piece of a chunk from tile x to at most e that stays in one unit: its tiles [t0, t1).
-  struct Piece {
+  struct Piece {  ///< the run of a chunk from tile x (to at most e) in one unit: its tiles [t0, t1)
     long long unit;
     int t0, t1;
   };
