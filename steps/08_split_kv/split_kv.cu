@@ -97,11 +97,9 @@ struct SplitArgs {
   float *part_o, *part_lse;  // [parts][B·H·N][d] and [parts][B·H·N] for the merge kernel
 };
 
-/// The partials' tags, where the merge kernel is launched early (Hopper): [parts][B·H·N],
-/// after the partials. Once a block has written its part of a unit's rows, it writes this
-/// call's `tag` for each of them (a release), and the merge kernel's rows wait for their
-/// own parts' tags (an acquire), not for the whole split kernel. at = nullptr: no merge
-/// kernel waits (one block a unit, a cluster's merge, or a GPU before Hopper).
+/// The partials' tags [parts][B·H·N], after the partials: a block releases this call's tag
+/// for each row of its part once written, and the merge kernel's rows acquire their own
+/// parts' tags, not the whole split kernel. at = nullptr where no merge kernel waits.
 /// (A parameter of its own: 16 bytes more in SplitArgs make ptxas spill the two-tile ring.)
 struct Tags {
   unsigned long long* at;
@@ -207,11 +205,8 @@ __device__ __forceinline__ void finish_piece(const SplitArgs<T>& a, const PieceA
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int rows = pc.rows, part = pc.part;
   const std::size_t base = pc.base;
-  // Epilogue: the four warps' states merged through shared memory (the ring is free once
-  // every copy has landed and every warp has left the loop), by the merge rule for many
-  // parts at once, as the merge kernel does it: per row the statistics (M, ℓ: the merge
-  // folded over the warps' m and ℓ) and each warp's weight e^(m_w − M), then every element
-  // of O the weighted sum. Then O/ℓ and L written.
+  // Epilogue, in the ring (free once every copy landed and every warp left the loop):
+  // the four warps merged as the merge kernel merges parts, statistics first, then O.
   cp_async_wait<0>();
   __syncthreads();
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -355,13 +350,10 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const PieceAt& 
 }
 
 #if __CUDA_ARCH__ >= 900
-/// The cluster's merge (a.plan.cluster = S blocks, the S chunks of one unit, in part
-/// order: block rank s holds part s in its shared memory). The same rule and the same sums
-/// in the same order as the merge kernel (at most kMaxCluster parts: one a lane there), so
-/// the same bits: one warp a row, the cluster's 4·S warps taking the unit's rows in turn;
-/// lane s < S reads part s's L from block s, the statistics as the merge kernel's tree,
-/// each part's weight once; then lane q sums columns 4q … 4q + 3 of every part in order,
-/// read from block s's shared memory, and writes them.
+/// The cluster's merge: block rank s holds part s of its unit. The merge kernel's rule and
+/// its sums in its order (at most kMaxCluster parts: one a lane there), so its bits: one
+/// warp a row, lane s < S reading part s's L from block s, then lane q summing columns
+/// 4q … 4q + 3 of every part in order.
 template <class T, int kD>
 __device__ __forceinline__ void merge_in_cluster(const SplitArgs<T>& a, unsigned char* smem_raw) {
   namespace cg = cooperative_groups;
@@ -400,11 +392,9 @@ __device__ __forceinline__ void merge_in_cluster(const SplitArgs<T>& a, unsigned
 }
 #endif
 
-/// The most split-kernel blocks with a ring of kRingTiles tiles that an SM holds: what the
-/// largest shared memory of an SM we build for (an H200's, 228 KiB) leaves room for
-/// (blocks_fitting, as the plan counts them) — three with the small rings (d = 64, or two
-/// tiles at d = 128), one with four or more at d = 128. The launch bounds keep registers
-/// from allowing fewer, and leave the one-block kernels every register they can use.
+/// The most blocks an SM holds with this ring, by the largest SM we build for (an H200's
+/// 228 KiB, as the plan counts them): 3 with the small rings, 1 with four tiles or more at
+/// d = 128. The launch bounds keep registers from allowing fewer.
 template <int kD, int kRingTiles>
 constexpr int kMostBlocksPerSm = blocks_fitting(kH200.smem_per_sm, kD, kRingTiles);
 
@@ -431,15 +421,11 @@ __global__ void __launch_bounds__(kThreads, (kMostBlocksPerSm<kD, kStages>))
 
 // ---------------------------------------------------------------------------------
 // Hopper: the ring filled by TMA from a producer warp (split_kernel_tma).
-//
-// The producer's lane 0 copies each tile of K and of V with one TMA tensor copy (step 07's
-// tile maps: a 64-key tile lands as two 64-column panels with the 128-byte swizzle), both
-// completing on the slot's `full` mbarrier, which it arms with the tile's bytes. Each
-// compute warp waits on `full` for its tile and, done with it, arrives on the slot's
-// `empty` mbarrier; the producer waits on `empty` (all four warps) before it refills the
-// slot. A slot's n-th fill is phase n of both barriers, so a wait's parity is n mod 2.
-// What the compute warps lose: the 16 cp.async a thread issued a tile, and the block
-// barrier that made every thread's copies visible and freed the slot.
+// The producer's lane 0 copies each K and V tile with one tensor copy onto the slot's
+// `full` mbarrier; each compute warp waits on `full`, and arrives on `empty` when done
+// with the slot; the producer waits on `empty` before refilling it. A slot's n-th fill is
+// phase n of both, so a wait's parity is n mod 2. The compute warps no longer issue
+// copies nor meet at a block barrier every tile.
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900  // (unused, and so not compiled, before Hopper)
 /// A tile's panel (step07::swizzled): 64 keys × 64 columns, 128 bytes a key, 8 KiB.
@@ -588,14 +574,10 @@ __global__ void __launch_bounds__(kThreadsTma, 1)
 #endif
 }
 
-/// The parts of each row merged: one thread block a row, 256 threads = d/4 column quads ×
-/// J lanes (8 at d = 128, 16 at d = 64). A part's (O/ℓ, L) is the partial state
-/// (m = L, ℓ = 1, O/ℓ) — e^L·1 = e^m·ℓ — and an empty part's (0, −∞) has ℓ = 0. The merge
-/// rule for S parts at once: their statistics first — the common max M and ℓ = Σ e^(L_s − M),
-/// by warp 0 as a tree of merges (stats_tree), and every part's weight against the common
-/// max, e^(L_s − M) (online::rescale), once —, then O = Σ e^(L_s − M)·O_s / ℓ. The loads of the sum are
-/// independent of each other — lane j takes the parts s ≡ j (mod J) — where a fold of
-/// the O's would make each wait for the last.
+/// The parts of each row merged: one block a row, 256 threads = d/4 column quads × J
+/// lanes. The statistics of all parts first (M, ℓ and every weight e^(L_s − M), once),
+/// then O = Σ e^(L_s − M)·O_s / ℓ, lane j taking parts s ≡ j (mod J): independent loads,
+/// where a fold of the O's would make each wait for the last.
 template <class T, int kD>
 __global__ void __launch_bounds__(kCombineThreads)
     combine_kernel(const SplitArgs<T> a, const Tags tags) {
@@ -614,11 +596,8 @@ __global__ void __launch_bounds__(kCombineThreads)
   __shared__ float4 sums[kLanes][kQuads];    // each lane's share of Σ e^(L_s − M)·O_s
   const int q = threadIdx.x % kQuads, j = threadIdx.x / kQuads;
   if (threadIdx.x < 32) {
-    // The statistics, as a tree: lane i merges the L's of parts i, i + 32, … in turn
-    // (ℓ = 1 each, 0 for an empty part), then the 32 lanes' states are merged pairwise
-    // (xor butterfly, lane 0 keeping the left part first: the model's stats_tree). The
-    // rule is associative, so any order is the merge of all parts; in order, 32 merges
-    // wait each on the last, in a tree 5 levels do. Then each part's weight, once.
+    // The statistics as a tree: lane i folds parts i, i + 32, …, then a butterfly (lane 0
+    // keeps the left part first: the model's stats_tree): 5 dependent levels, not 32.
     float m = -INFINITY, l = 0.0f;
     for (int s = threadIdx.x; s < parts; s += 32) {
 #if __CUDA_ARCH__ >= 900  // (launched early, on Hopper only: part s announced, its block's writes visible from here on)
