@@ -812,7 +812,7 @@ const GpuForward kForwardFixed[kFixedSplitCount] = {
     forward<kSplits1>("s1: one split"),    forward<kSplits2>("s2: 2 splits"),         forward<kSplits8>("s8: 8 splits"),
     forward<kSplits32>("s32: 32 splits"), forward<kSplits128>("s128: 128 splits"),
 };
-const GpuForward kForwardSmallBlocks = forward<kSmall>("step08 forward as an RTX 30xx/40xx runs it");
+const GpuForward kForwardSmallBlocks = forward<kSmall>("r2: the RTX 30xx/40xx ring");
 static_assert(kFixedSplits[0] == 1 && kFixedSplits[1] == 2 && kFixedSplits[2] == 8 && kFixedSplits[3] == 32 &&
                   kFixedSplits[4] == 128,
               "kForwardFixed follows kFixedSplits");
