@@ -411,68 +411,84 @@ TEST_CASE("step08 kernel as an RTX 30xx/40xx runs it (two stages at d = 128): it
     }
 }
 
-TEST_CASE("step08 kernel where chunks end inside units (k1, and production where it shares), and w1: their models",
-          "[gpu]") {
-  // k1 has a wave of blocks share the units' tiles, so most chunks end inside a unit and go
-  // on in the next (a block with two pieces or more, rows with parts in several blocks); w1
-  // cuts every unit into chunks of its own. Production shares the 1016 tiles of 50 units
-  // (384 or 385 a block, where w1 makes 2 chunks a unit, 100 blocks) and cuts the others'.
-  const step08::GpuShape here{gpu::sm_count(), gpu::smem_per_sm(), gpu::smem_per_block()};
+TEST_CASE("step08 kernel where chunks end inside units, and where whole units are cut: its model", "[gpu]") {
+  // Production shares the 1016 tiles of 50 units among a wave of blocks (384 or 385 a
+  // block: chunks that end inside units, rows with parts in several blocks) and cuts the
+  // other shapes' units into chunks of their own.
   for (const Problem& p : {decode(1, 32, 1, 20000, 4, 128, false), decode(2, 8, 16, 3000, 8, 128, true),
                            decode(1, 8, 1, 3000, 1, 64, false), decode(1, 50, 1, 65000, 1, 128, false)}) {
     if (test::quick() && p.N_kv != 3000) continue;
+    const step08::SplitPlan s = step08::device_plan(p);
+    INFO(p.str() << ": " << cut(s));
     const Qkv in = inputs(p, 90);
-    const struct {
-      const GpuForward& f;
-      step08::SplitPlan s;
-    } rows[] = {{step08::kForward, step08::device_plan(p)},
-                {step08::kForwardShared, step08::shared_plan(p, here)},
-                {step08::kForwardUnitSplits, step08::unit_plan(p, here)}};
-    const ForwardOut prod = gpu::forward(step08::kForward, p, in, true);
-    check_budget(p, in, prod, "kernel");
-    for (const auto& r : rows) {
-      INFO(p.str() << ": " << r.f.name << ", " << cut(r.s));
-      const ForwardOut out = gpu::forward(r.f, p, in, true);
-      const ForwardOut m = step08::model_forward(p, in, r.s).out;
-      FA_CHECK_CLOSE("O vs model", out.o, m.o, reorder(p.dtype), test::shape_o(p));
-      FA_CHECK_CLOSE("L vs model", out.lse, m.lse, tol::kFp32Forward, test::shape_l(p));
-      FA_CHECK_CLOSE("O vs production", out.o, prod.o, reorder(p.dtype), test::shape_o(p));
-    }
+    const ForwardOut out = gpu::forward(step08::kForward, p, in, true);
+    check_budget(p, in, out, "kernel");
+    const ForwardOut m = step08::model_forward(p, in, s).out;
+    FA_CHECK_CLOSE("O vs model", out.o, m.o, reorder(p.dtype), test::shape_o(p));
+    FA_CHECK_CLOSE("L vs model", out.lse, m.lse, tol::kFp32Forward, test::shape_l(p));
   }
 }
 
-TEST_CASE("step08 merge kernel launched early (m2) or after the splits (m1): the same bits", "[gpu]") {
-  // The early launch changes when the merge kernel starts, not what it reads: each row must
-  // wait for its own parts (their tags), so the output is the late launch's.
+namespace {
+/// Shapes for the lesson rows against production at a fixed split count: grouped and
+/// causal heads, keys that end inside a tile; on an H200 the 2 and 8 splits of the short
+/// ones merge in clusters, 32 and 128 in the merge kernel launched early (its rows waiting
+/// on their parts' tags), and 8192 keys × 128 heads, one split, fill the ring by TMA.
+std::vector<Problem> fixed_split_shapes(int d) {
+  return {decode(1, 15, 1, 2100, 1, d, false), decode(2, 8, 16, 3000, 8, d, true), decode(1, 4, 17, 1000, 2, d, true),
+          decode(1, 32, 1, 20000, 4, d, false), decode(1, 128, 1, 8192, 1, d, false)};
+}
+}  // namespace
+
+TEST_CASE("step08 lesson rows 2 and 4 at every fixed split count: production's bits", "[gpu]") {
+  // Row 4's kernels (lesson.cu: a ring of two tiles, the merge kernel after the splits)
+  // do production's arithmetic in its order: the ring's depth, TMA or cp.async, the L2
+  // hint, the cluster's merge and the early launch change when things happen, not what is
+  // computed. One split is row 2.
   for (int d : kAllD)
-    for (const Problem& p : {decode(1, 32, 1, 20000, 4, d, false), decode(2, 8, 16, 3000, 8, d, true)}) {
-      INFO(p.str() << ": " << cut(step08::device_plan(p)));
-      const Qkv in = inputs(p, 88);
-      const ForwardOut early = gpu::forward(step08::kForwardMergeKernel, p, in, true);
-      const ForwardOut late = gpu::forward(step08::kForwardLateMerge, p, in, true);
-      check_same_bits(p, early, late, "early vs late");
+    for (const Problem& p : fixed_split_shapes(d)) {
+      if (test::quick() && p.N_kv > 3000) continue;
+      const Qkv in = inputs(p, 96);
+      for (int i = 0; i < step08::kFixedSplitCount; ++i) {
+        const step08::SplitPlan s = step08::with_clusters(step08::fixed_plan(p, step08::kFixedSplits[i]),
+                                                          step08::device_shape());
+        INFO(p.str() << ": " << step08::kForwardFixed[i].name << " (" << cut(s) << ", clusters of " << s.cluster
+                     << (step08::ring_by_tma(p, s, step08::device_shape()) ? ", by TMA" : "") << ")");
+        const ForwardOut prod = gpu::forward(step08::kForwardFixed[i], p, in, true);
+        if (i == 0) check_budget(p, in, prod, "kernel");
+        check_same_bits(p, gpu::forward(step08::kLessonStatsFirstFixed[i], p, in, true), prod, "row 4 vs production");
+      }
+      check_same_bits(p, gpu::forward(step08::kLessonOneSplit, p, in, true),
+                      gpu::forward(step08::kForwardFixed[0], p, in, true), "row 2 vs production's one split");
     }
 }
 
-TEST_CASE("step08 merge kernel's rows wait for their parts' tags, or for the whole split kernel (g1): the same bits",
+TEST_CASE("step08 lesson rows 3 and 4 on their plan: the budget, and production as a GPU of 99 KiB blocks runs it",
           "[gpu]") {
-  // Waiting for a row's own parts (their tags, released after the partials and acquired
-  // before they are read) or for the whole split kernel changes when a row is merged, not
-  // what is read: the same bits as g1, call after call in one workspace (each call's tag is
-  // new). Whole units' splits, chunks across units (50 units), grouped and causal heads;
-  // on an H200 B·H = 32 with 16 queries merges some rows in clusters at 5000 keys (no tags).
+  // Rows 3 and 4 cut whole units for a ring of two tiles (device_lesson_plan); production
+  // takes the same plan as an RTX 30xx/40xx (kForwardSmallBlocks) unless it shares the
+  // tiles. Row 4 gives its bits there; row 3's fold adds the parts in another order.
+  int same_plan = 0;
   for (int d : kAllD)
     for (const Problem& p : {decode(1, 32, 1, 20000, 4, d, false), decode(2, 8, 16, 3000, 8, d, true),
-                             decode(1, 32, 1, 20000, 1, d, false), decode(1, 128, 1, 9001, 8, d, false),
-                             decode(1, 50, 1, 65000, 1, d, false), decode(1, 32, 16, 5000, 1, d, true)}) {
+                             decode(1, 8, 1, 3000, 1, d, false), decode(1, 4, 17, 1000, 2, d, true)}) {
       if (test::quick() && p.N_kv > 3000) continue;
-      INFO(p.str() << ": " << cut(step08::device_plan(p)));
-      const Qkv in = inputs(p, 96);
-      const ForwardOut g1 = gpu::forward(step08::kForwardGridWait, p, in, true);
-      check_budget(p, in, g1, "kernel");
-      check_same_bits(p, gpu::forward(step08::kForwardMergeKernel, p, in, true), g1, "m2 (tags) vs g1");
-      check_same_bits(p, gpu::forward(step08::kForward, p, in, true), g1, "production vs g1");
+      const step08::SplitPlan s = step08::device_lesson_plan(p), prod_plan = step08::device_plan_small_blocks(p);
+      INFO(p.str() << ": " << cut(s) << "; production " << cut(prod_plan));
+      const Qkv in = inputs(p, 97);
+      const ForwardOut fold = gpu::forward(step08::kLessonFold, p, in, true), row4 = gpu::forward(step08::kLessonStatsFirst, p, in, true);
+      check_budget(p, in, fold, "row 3");
+      check_budget(p, in, row4, "row 4");
+      const ForwardOut m = step08::model_forward(p, in, s).out;
+      FA_CHECK_CLOSE("O of row 4 vs model", row4.o, m.o, reorder(p.dtype), test::shape_o(p));
+      FA_CHECK_CLOSE("O of row 3 vs row 4", fold.o, row4.o, reorder(p.dtype), test::shape_o(p));
+      FA_CHECK_CLOSE("L of row 3 vs row 4", fold.lse, row4.lse, tol::kFp32Forward, test::shape_l(p));
+      if (s.units == prod_plan.units && s.tiles == prod_plan.tiles && s.blocks == prod_plan.blocks) {
+        ++same_plan;
+        check_same_bits(p, row4, gpu::forward(step08::kForwardSmallBlocks, p, in, true), "row 4 vs production");
+      }
     }
+  CHECK(same_plan > 0);
 }
 
 TEST_CASE("step08 merge kernel's tags: a second call in the same workspace waits for its own parts", "[gpu]") {
@@ -497,30 +513,10 @@ TEST_CASE("step08 merge kernel's tags: a second call in the same workspace waits
   }
 }
 
-TEST_CASE("step08 K/V reads evict-first in the L2 (l1) or not (l0): the same bits", "[gpu]") {
-  // A cache policy changes which lines the L2 gives up first, never what a load returns:
-  // the same output as the reads without it, at a plan that writes O directly, one that
-  // merges in the merge kernel, one that merges in clusters (on Hopper), causal grouped
-  // heads, and last tiles partly past the keys.
-  for (int d : kAllD)
-    for (const Problem& p : {decode(1, 128, 1, 1000, 1, d, false), decode(1, 32, 1, 20000, 4, d, false),
-                             decode(1, 15, 1, 2100, 1, d, false), decode(2, 8, 16, 3000, 8, d, true),
-                             decode(1, 12, 1, 40001, 1, d, false)}) {
-      if (test::quick() && p.N_kv > 3000) continue;
-      INFO(p.str() << ": " << cut(step08::device_plan(p)));
-      const Qkv in = inputs(p, 93);
-      const ForwardOut plain = gpu::forward(step08::kForwardPlainReads, p, in, true);
-      const ForwardOut hinted = gpu::forward(step08::kForwardEvictFirst, p, in, true);
-      check_budget(p, in, hinted, "kernel");
-      check_same_bits(p, hinted, plain, "evict-first vs plain");
-    }
-}
-
-TEST_CASE("step08 merge in a cluster and by the merge kernel (m2): the same bits", "[gpu]") {
-  // The cluster's merge reads the parts from its blocks' shared memory instead of HBM and
-  // adds the same products in the same order: the merge kernel's output, bit for bit. On
-  // an H200 these plans merge at d = 128 in clusters of 8, 8, 4, 3 and 2 (15, 15, 30, 39
-  // and 66 units); at d = 64 (three blocks an SM, more chunks a unit) none does.
+TEST_CASE("step08 plan merges in clusters where it can: the budget and its model", "[gpu]") {
+  // On an H200 these plans merge at d = 128 in clusters of 8, 8, 4, 3 and 2 (15, 15, 30,
+  // 39 and 66 units); at d = 64 (three blocks an SM, more chunks a unit) none does. That
+  // the cluster's merge gives the merge kernel's bits: the lesson row 4 test above.
   int clustered = 0;
   for (int d : kAllD)
     for (const Problem& p : {decode(1, 15, 1, 9000, 1, d, false), decode(1, 120, 1, 5000, 8, d, false),
@@ -537,28 +533,14 @@ TEST_CASE("step08 merge in a cluster and by the merge kernel (m2): the same bits
       clustered += s.cluster > 1;
       const Qkv in = inputs(p, 92);
       const ForwardOut c = gpu::forward(step08::kForward, p, in, true);
-      const ForwardOut k = gpu::forward(step08::kForwardMergeKernel, p, in, true);
       check_budget(p, in, c, "kernel");
-      check_same_bits(p, c, k, "cluster vs merge kernel");
+      const ForwardOut m = step08::model_forward(p, in, s).out;
+      FA_CHECK_CLOSE("O vs model", c.o, m.o, reorder(p.dtype), test::shape_o(p));
+      FA_CHECK_CLOSE("L vs model", c.lse, m.lse, tol::kFp32Forward, test::shape_l(p));
     }
   // On a GPU with clusters (and code for it), some of these merged in clusters: the test
   // cannot pass by never taking the cluster's path.
   if (step08::device_shape().clusters[2] > 0) CHECK(clustered > 0);
-}
-
-TEST_CASE("step08 kernel with a ring of six tiles (r6) and of four (r4) at d = 128: production's bits", "[gpu]") {
-  // The ring's depth changes when a tile is loaded, not what is computed: the same plan, the
-  // same sums. Chunks of 1 to 5 tiles (fewer than the ring), of many, causal and grouped;
-  // production takes six tiles at some (on an H200), four at others.
-  for (const Problem& p : {decode(1, 32, 1, 20000, 4, 128, false), decode(2, 8, 16, 3000, 8, 128, true),
-                           decode(1, 4, 1, 200, 4, 128, false), decode(1, 128, 1, 8192, 1, 128, false)}) {
-    const step08::SplitPlan s = step08::device_plan(p);
-    INFO(p.str() << ": " << cut(s) << ", a ring of " << step08::ring_tiles(p, s, step08::device_shape()));
-    const Qkv in = inputs(p, 86);
-    const ForwardOut prod = gpu::forward(step08::kForward, p, in, true);
-    check_same_bits(p, gpu::forward(step08::kForwardDeepRing, p, in, true), prod, "six tiles vs production");
-    check_same_bits(p, gpu::forward(step08::kForwardRing4, p, in, true), prod, "four tiles vs production");
-  }
 }
 
 namespace {
@@ -587,26 +569,6 @@ TEST_CASE("step08 production at d = 128 on the plan's edge cases: the error budg
     const ForwardOut m = step08::model_forward(p, in, s).out;
     FA_CHECK_CLOSE("O vs model", out.o, m.o, reorder(p.dtype), test::shape_o(p));
     FA_CHECK_CLOSE("L vs model", out.lse, m.lse, tol::kFp32Forward, test::shape_l(p));
-  }
-}
-
-TEST_CASE("step08 ring filled by TMA (t1) or by cp.async (c1) at d = 128: production's bits", "[gpu]") {
-  // Who fills the ring changes when a tile lands and in which layout, not what the warps
-  // compute from it, nor in what order: TMA copies the same keys (those past N_kv read as
-  // zeros, as cp.async zero-fills them). Production takes TMA on Hopper where chunks are
-  // long (8192 keys × 128 heads: 128 tiles), cp.async elsewhere; t1 takes TMA wherever it
-  // can (pieces of one tile, chunks that end inside units, causal grouped heads, a head's
-  // last tile cut short: plan_edges), c1 never; and fp16.
-  std::vector<Problem> shapes = plan_edges();
-  shapes.push_back(decode(2, 8, 16, 3000, 8, 128, true, DType::fp16));
-  for (const Problem& p : shapes) {
-    if (test::quick() && p.N_kv > 3000) continue;
-    const step08::SplitPlan s = step08::device_plan(p);
-    INFO(p.str() << ": " << cut(s) << (step08::ring_by_tma(p, s, step08::device_shape()) ? ", by TMA" : ""));
-    const Qkv in = inputs(p, 95);
-    const ForwardOut prod = gpu::forward(step08::kForward, p, in, true);
-    check_same_bits(p, gpu::forward(step08::kForwardTma, p, in, true), prod, "TMA vs production");
-    check_same_bits(p, gpu::forward(step08::kForwardCpAsync, p, in, true), prod, "cp.async vs production");
   }
 }
 

@@ -1,37 +1,19 @@
-// Step 08's kernels: the units' keys cut among thread blocks, and the merge.
+// Step 08's production kernels (step08.hpp: the plan; lesson.cu: the note's rows 2–4).
 //
-// split_kernel — one block a chunk of the plan (SplitPlan): consecutive tiles of the
-// units' tiles laid end to end, in one or more pieces, each a run of one unit's tiles. A
-// unit is 16 packed rows (of the G = H/H_kv query heads of one K/V head, N queries each,
-// consecutive in Q) and its keys; a piece streams its tiles through a ring of 64-key K/V
-// tiles by cp.async, which every thread issues. Warp w takes keys 16w … 16w+15 of every tile:
-//   S = Q·K_wᵀ        16 rows × 16 keys, mma.sync over d, Q's fragments in registers for
-//                      the whole piece, the k steps in two accumulator chains (step 06's
-//                      gemm_abt_regs)
-//   online softmax     on the accumulators, every tile (the exact update; O's rescale
-//                      skipped where no row of the warp has a new max: × 1 is exact)
-//   O_w += P·V_w       P from registers, V transposed by ldmatrix (step 06's gemm_pv)
-// so each warp ends with its own (m, ℓ, O) of the 16 rows over a quarter of the keys. The
-// piece's epilogue merges the four through shared memory with online::merge, and writes
-// O/ℓ and L — to O itself when every chunk is one whole unit, else to the fp32 partials,
-// as the block's part of the unit's rows.
-// On Hopper, where every unit is S ≤ 8 short chunks of its own and the GPU holds all the
-// units' clusters at once (with_clusters), a unit's S blocks are one cluster: each keeps
-// its part in shared memory, and after a cluster barrier the cluster's warps merge the
-// unit's rows, reading the parts through distributed shared memory (merge_in_cluster), and
-// write O and L.
-// The K/V reads ask the L2 to evict their lines first where K and V are at most a few L2s
-// (reads_evict_first; step06::l2_evict_first).
-// split_kernel_tma — on Hopper, where every block streams a long chunk (ring_by_tma): the
-// same blocks, pieces and warps' work, and one warp more, a producer, whose lane 0 fills
-// the ring by TMA (one tensor copy a tile of K or V, completing on the slot's mbarrier).
-// The compute warps wait on the slot's mbarrier and release it on another: no copy to
-// issue and no block barrier in their loop.
-// combine_kernel — elsewhere, one thread block a row, launched early on Hopper
-// (programmatic dependent launch): the row waits for its own parts' tags (each part's
-// block releases a tag once its partials are written), then its parts are merged by the
-// merge rule for many parts at once (statistics first, then every part weighted), O
-// rounded to 16 bits, L written.
+// split_kernel — one block a chunk of the plan, piece by piece (a piece: a run of one
+// unit's tiles), each streamed through a ring of 64-key K/V tiles by cp.async. Warp w
+// takes keys 16w … 16w+15 of every tile:
+//   S = Q·K_wᵀ      mma.sync, Q's fragments in registers, two accumulator chains
+//   online softmax  O's rescale skipped where no row of the warp has a new max (× 1 is exact)
+//   O_w += P·V_w    P from registers, V transposed by ldmatrix
+// The piece's epilogue merges the four warps through shared memory and writes O/ℓ and L:
+// to O where each block is one unit, else as the block's part. On Hopper, where a unit's
+// S ≤ 8 short chunks fit as one cluster, the cluster merges them through distributed
+// shared memory (merge_in_cluster) and writes O and L.
+// split_kernel_tma — Hopper, long chunks: the same, the ring filled by TMA from a producer
+// warp, the compute warps waiting on mbarriers instead of issuing copies.
+// combine_kernel — elsewhere: one block a row, launched early on Hopper, each row waiting
+// for its parts' tags; the statistics of all parts first, then every part weighted.
 #include <cooperative_groups.h>
 #include <cuda/atomic>
 
@@ -41,13 +23,13 @@
 #include <random>
 #include <string>
 
+#include "common/cuda/hopper.cuh"
 #include "common/cuda_check.cuh"
 #include "common/gpu.hpp"
 #include "steps/02_fused/tile.hpp"
 #include "steps/03_online_softmax/online_softmax.hpp"
 #include "steps/06_tensor_cores/mma.cuh"
 #include "steps/06_tensor_cores/step06.hpp"
-#include "common/cuda/hopper.cuh"
 #include "steps/08_split_kv/step08.hpp"
 
 namespace fa::step08 {
@@ -95,36 +77,10 @@ struct EpilogueSmem {
         Pl(Po + kRows * kD) {}
 };
 
-/// How a row of the tables cuts the work: production's plan(), or one of the two it
-/// chooses between at every shape (unit_plan, shared_plan).
-enum class Cut { plan, whole_units, shared };
-
-/// How the split kernel's K/V reads ask the L2 to keep their lines: evict-first where K
-/// and V are at most a few L2s (reads_evict_first), or as any load, or evict-first, at
-/// every shape. The kernel is told one of the last two.
-enum class KvLines { by_size, normal, evict_first };
-
-/// How a row of the tables merges a row's parts: in the units' clusters where the plan and
-/// the GPU allow it (with_clusters) and else by the merge kernel launched early, or always
-/// by the merge kernel, launched early or after the splits.
-enum class Merge { cluster, kernel_early, kernel_late };
-
-/// How the ring is filled: by TMA from a producer warp where the plan's chunks are long
-/// (ring_by_tma), or at every shape where it can be (Hopper, d = 128, no cluster's merge),
-/// or by the compute warps' cp.async at every shape. The kernel is told one of the last two.
-enum class Fill { by_plan, tma, cp_async };
-
-/// What a row of the step's tables changes against the production forward (Variant{}).
-struct Variant {
-  int splits = 0;                 ///< the split count; 0: the plan's
-  bool small_blocks = false;      ///< the GPU as one that gives a block 99 KiB sees it (small_blocks)
-  Merge merge = Merge::cluster;   ///< where the parts are merged
-  int ring = 0;                   ///< K/V tiles in the ring at d = 128; 0: ring_tiles() for the plan and GPU
-  Cut cut = Cut::plan;            ///< the plan's choice, or one of its two at every shape
-  KvLines kv = KvLines::by_size;  ///< how the K/V reads ask the L2 to keep their lines
-  bool grid_wait = false;         ///< g1: the merge kernel waits for the whole split kernel, not its rows' tags
-  Fill fill = Fill::by_plan;      ///< who fills the ring: a producer warp by TMA, or the compute warps by cp.async
-};
+/// How the split kernel's K/V reads ask the L2 to keep their lines: as any load, or
+/// evict-first where K and V are at most a few L2s (reads_evict_first). (0 is neither: a
+/// zeroed SplitArgs asks for no policy by mistake.)
+enum class KvLines { normal = 1, evict_first = 2 };
 
 template <class T>
 struct SplitArgs {
@@ -141,13 +97,10 @@ struct SplitArgs {
   float *part_o, *part_lse;  // [parts][B·H·N][d] and [parts][B·H·N] for the merge kernel
 };
 
-/// The partials' tags, where the merge kernel is launched early: [parts][B·H·N], after the
-/// partials. Once a block has written its part of a unit's rows, it writes this call's `tag`
-/// for each of them (a release), and the merge kernel's rows wait for their own parts' tags
-/// (an acquire) — not for the whole split kernel. at = nullptr: none (the merge kernel
-/// launched after the split kernel, or lesson row g1, whose merge waits for all of it).
-/// (A kernel parameter of its own: in SplitArgs, 16 bytes more made ptxas spill the
-/// two-tile ring's registers at sm_80–89.)
+/// The partials' tags [parts][B·H·N], after the partials: a block releases this call's tag
+/// for each row of its part once written, and the merge kernel's rows acquire their own
+/// parts' tags, not the whole split kernel. at = nullptr where no merge kernel waits.
+/// (A parameter of its own: 16 bytes more in SplitArgs make ptxas spill the two-tile ring.)
 struct Tags {
   unsigned long long* at;
   unsigned long long tag;
@@ -252,11 +205,8 @@ __device__ __forceinline__ void finish_piece(const SplitArgs<T>& a, const PieceA
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int rows = pc.rows, part = pc.part;
   const std::size_t base = pc.base;
-  // Epilogue: the four warps' states merged through shared memory (the ring is free once
-  // every copy has landed and every warp has left the loop), by the merge rule for many
-  // parts at once, as the merge kernel does it: per row the statistics (M, ℓ: the merge
-  // folded over the warps' m and ℓ) and each warp's weight e^(m_w − M), then every element
-  // of O the weighted sum. Then O/ℓ and L written.
+  // Epilogue, in the ring (free once every copy landed and every warp left the loop):
+  // the four warps merged as the merge kernel merges parts, statistics first, then O.
   cp_async_wait<0>();
   __syncthreads();
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -400,13 +350,10 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const PieceAt& 
 }
 
 #if __CUDA_ARCH__ >= 900
-/// The cluster's merge (a.plan.cluster = S blocks, the S chunks of one unit, in part
-/// order: block rank s holds part s in its shared memory). The same rule and the same sums
-/// in the same order as the merge kernel (at most kMaxCluster parts: one a lane there), so
-/// the same bits: one warp a row, the cluster's 4·S warps taking the unit's rows in turn;
-/// lane s < S reads part s's L from block s, the statistics as the merge kernel's tree,
-/// each part's weight once; then lane q sums columns 4q … 4q + 3 of every part in order,
-/// read from block s's shared memory, and writes them.
+/// The cluster's merge: block rank s holds part s of its unit. The merge kernel's rule and
+/// its sums in its order (at most kMaxCluster parts: one a lane there), so its bits: one
+/// warp a row, lane s < S reading part s's L from block s, then lane q summing columns
+/// 4q … 4q + 3 of every part in order.
 template <class T, int kD>
 __device__ __forceinline__ void merge_in_cluster(const SplitArgs<T>& a, unsigned char* smem_raw) {
   namespace cg = cooperative_groups;
@@ -445,11 +392,9 @@ __device__ __forceinline__ void merge_in_cluster(const SplitArgs<T>& a, unsigned
 }
 #endif
 
-/// The most split-kernel blocks with a ring of kRingTiles tiles that an SM holds: what the
-/// largest shared memory of an SM we build for (an H200's, 228 KiB) leaves room for
-/// (blocks_fitting, as the plan counts them) — three with the small rings (d = 64, or two
-/// tiles at d = 128), one with four or more at d = 128. The launch bounds keep registers
-/// from allowing fewer, and leave the one-block kernels every register they can use.
+/// The most blocks an SM holds with this ring, by the largest SM we build for (an H200's
+/// 228 KiB, as the plan counts them): 3 with the small rings, 1 with four tiles or more at
+/// d = 128. The launch bounds keep registers from allowing fewer.
 template <int kD, int kRingTiles>
 constexpr int kMostBlocksPerSm = blocks_fitting(kH200.smem_per_sm, kD, kRingTiles);
 
@@ -476,15 +421,11 @@ __global__ void __launch_bounds__(kThreads, (kMostBlocksPerSm<kD, kStages>))
 
 // ---------------------------------------------------------------------------------
 // Hopper: the ring filled by TMA from a producer warp (split_kernel_tma).
-//
-// The producer's lane 0 copies each tile of K and of V with one TMA tensor copy (step 07's
-// tile maps: a 64-key tile lands as two 64-column panels with the 128-byte swizzle), both
-// completing on the slot's `full` mbarrier, which it arms with the tile's bytes. Each
-// compute warp waits on `full` for its tile and, done with it, arrives on the slot's
-// `empty` mbarrier; the producer waits on `empty` (all four warps) before it refills the
-// slot. A slot's n-th fill is phase n of both barriers, so a wait's parity is n mod 2.
-// What the compute warps lose: the 16 cp.async a thread issued a tile, and the block
-// barrier that made every thread's copies visible and freed the slot.
+// The producer's lane 0 copies each K and V tile with one tensor copy onto the slot's
+// `full` mbarrier; each compute warp waits on `full`, and arrives on `empty` when done
+// with the slot; the producer waits on `empty` before refilling it. A slot's n-th fill is
+// phase n of both, so a wait's parity is n mod 2. The compute warps no longer issue
+// copies nor meet at a block barrier every tile.
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900  // (unused, and so not compiled, before Hopper)
 /// A tile's panel (step07::swizzled): 64 keys × 64 columns, 128 bytes a key, 8 KiB.
@@ -492,9 +433,7 @@ constexpr std::uint32_t kPanelBytes = kTileKeys * 128;
 
 /// A TMA tensor copy of tile (key row `row`, K/V head `head`) of `map` into dst, completing
 /// on bar, its L2 lines evict-first (PTX ISA, "cp.async.bulk.tensor", the .L2::cache_hint
-/// qualifier, which libcu++'s cuda::ptx lacks) or as any load (hopper::load_tile). (Only
-/// row t1 reads evict-first by TMA: every shape production fills by TMA streams more K and
-/// V than reads_evict_first's bound.)
+/// qualifier, which libcu++'s cuda::ptx lacks) or as any load (hopper::load_tile).
 __device__ __forceinline__ void load_tile_tma(const CUtensorMap* map, void* dst, std::uint64_t* bar, int row, int head,
                                               step06::NoL2Hint) {
   hopper::load_tile(map, dst, bar, row, head);
@@ -635,23 +574,14 @@ __global__ void __launch_bounds__(kThreadsTma, 1)
 #endif
 }
 
-/// The parts of each row merged: one thread block a row, 256 threads = d/4 column quads ×
-/// J lanes (8 at d = 128, 16 at d = 64). A part's (O/ℓ, L) is the partial state
-/// (m = L, ℓ = 1, O/ℓ) — e^L·1 = e^m·ℓ — and an empty part's (0, −∞) has ℓ = 0. The merge
-/// rule for S parts at once: their statistics first — the common max M and ℓ = Σ e^(L_s − M),
-/// by warp 0 as a tree of merges (stats_tree), and every part's weight against the common
-/// max, e^(L_s − M) (online::rescale), once —, then O = Σ e^(L_s − M)·O_s / ℓ. The loads of the sum are
-/// independent of each other — lane j takes the parts s ≡ j (mod J) — where a fold of
-/// the O's would make each wait for the last.
+/// The parts of each row merged: one block a row, 256 threads = d/4 column quads × J
+/// lanes. The statistics of all parts first (M, ℓ and every weight e^(L_s − M), once),
+/// then O = Σ e^(L_s − M)·O_s / ℓ, lane j taking parts s ≡ j (mod J): independent loads,
+/// where a fold of the O's would make each wait for the last.
 template <class T, int kD>
 __global__ void __launch_bounds__(kCombineThreads)
     combine_kernel(const SplitArgs<T> a, const Tags tags) {
 #if FA_STEP06_ARCH_OK
-#if __CUDA_ARCH__ >= 900
-  // Launched early: each row waits for its own parts' tags (below) or, in g1, for the whole
-  // split kernel to be done and its partials visible. (Launched after it, neither is needed.)
-  if (tags.at == nullptr) cudaGridDependencySynchronize();
-#endif
   const std::size_t rows = a.rows, row = blockIdx.x;
   const float *part_o = a.part_o, *part_lse = a.part_lse;
   // The row's unit, and so its number of parts: row = (batch·H + h)·N + n is packed row
@@ -666,18 +596,13 @@ __global__ void __launch_bounds__(kCombineThreads)
   __shared__ float4 sums[kLanes][kQuads];    // each lane's share of Σ e^(L_s − M)·O_s
   const int q = threadIdx.x % kQuads, j = threadIdx.x / kQuads;
   if (threadIdx.x < 32) {
-    // The statistics, as a tree: lane i merges the L's of parts i, i + 32, … in turn
-    // (ℓ = 1 each, 0 for an empty part), then the 32 lanes' states are merged pairwise
-    // (xor butterfly, lane 0 keeping the left part first: the model's stats_tree). The
-    // rule is associative, so any order is the merge of all parts; in order, 32 merges
-    // wait each on the last, in a tree 5 levels do. Then each part's weight, once.
+    // The statistics as a tree: lane i folds parts i, i + 32, …, then a butterfly (lane 0
+    // keeps the left part first: the model's stats_tree): 5 dependent levels, not 32.
     float m = -INFINITY, l = 0.0f;
     for (int s = threadIdx.x; s < parts; s += 32) {
-#if __CUDA_ARCH__ >= 900
-      if (tags.at != nullptr) {  // part s announced: its block's writes are visible to this thread from here on
-        const cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> tag(tags.at[std::size_t(s) * rows + row]);
-        while (tag.load(cuda::memory_order_acquire) != tags.tag) __nanosleep(200);
-      }
+#if __CUDA_ARCH__ >= 900  // (launched early, on Hopper only: part s announced, its block's writes visible from here on)
+      const cuda::atomic_ref<unsigned long long, cuda::thread_scope_device> tag(tags.at[std::size_t(s) * rows + row]);
+      while (tag.load(cuda::memory_order_acquire) != tags.tag) __nanosleep(200);
 #endif
       const float L = part_lse[std::size_t(s) * rows + row];
       ws[s] = L;
@@ -712,8 +637,8 @@ __global__ void __launch_bounds__(kCombineThreads)
 
 /// Whether the code that runs here for the merge kernel was compiled for sm_90 or later
 /// (from PTX of 9.0 or later): only then is it launched early, its rows waiting for their
-/// parts' tags (or, g1, for the whole split kernel). A PTX build of 8.0 JIT-compiled for
-/// Hopper has neither wait, and is launched after the splits, as on every older GPU.
+/// parts' tags. A PTX build of 8.0 JIT-compiled for Hopper has no wait, and is launched
+/// after the splits, as on every older GPU.
 template <class T, int kD>
 bool merge_waits() {
   static const bool kWaits = [] {
@@ -746,22 +671,23 @@ void launch_tma(const Problem& p, const NativeFwdArgs& a, const SplitArgs<T>& ar
   split_kernel_tma<T, kD, kStages><<<unsigned(args.plan.blocks), kThreadsTma, smem, st>>>(args, tags, kmap, vmap);
 }
 
-/// The split kernel with a ring of kStages tiles (and the merge kernel where the plan needs it).
+/// The split kernel with a ring of kStages tiles (and the merge kernel where the plan needs
+/// it); tma: the ring filled by a producer warp (ring_by_tma: d = 128 only).
 template <class T, int kD, int kStages>
-void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const SplitPlan& sp, const Variant& v) {
+void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const SplitPlan& sp, KvLines kv, bool tma) {
   const std::size_t smem = smem_bytes(kD, kStages);
   set_smem_limit(split_kernel<T, kD, kStages>, smem);
   float* part_o = static_cast<float*>(ws);
   float* part_lse = part_o ? part_o + std::size_t(most_parts(sp)) * p.elems() : nullptr;
   // The tags after the partials (8-byte aligned), where the merge kernel is launched early
-  // and waits for them (not in g1; not launched late; no workspace where nothing merges).
-  const bool early = v.merge != Merge::kernel_late && merge_waits<T, kD>();
+  // and waits for them (no workspace where nothing merges).
+  const bool early = merge_waits<T, kD>();
   Tags tags{nullptr, next_tag()};
-  if (early && !v.grid_wait && sp.merge_kernel()) {
+  if (early && sp.merge_kernel()) {
     const std::uintptr_t end = reinterpret_cast<std::uintptr_t>(part_lse + most_parts(sp) * p.rows());
     tags.at = reinterpret_cast<unsigned long long*>((end + 7) & ~std::uintptr_t(7));
   }
-  const SplitArgs<T> args{p.N, p.keys(), p.H, p.group(), row_blocks(p), p.rows(), p.causal, p.softmax_scale(), v.kv, sp,
+  const SplitArgs<T> args{p.N, p.keys(), p.H, p.group(), row_blocks(p), p.rows(), p.causal, p.softmax_scale(), kv, sp,
                           static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
                           static_cast<T*>(a.o), a.lse, part_o, part_lse};
   if (sp.cluster > 1) {  // the units' parts merged in their clusters: no second kernel
@@ -769,7 +695,7 @@ void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const
                      smem, st, args, tags);
     return;
   }
-  if (v.fill == Fill::tma) {  // (d = 128, Hopper, no cluster's merge: run() decided)
+  if (tma) {
     if constexpr (kD == 128) launch_tma<T, kD, kStages>(p, a, args, tags, st);
   } else {
     split_kernel<T, kD, kStages><<<unsigned(sp.blocks), kThreads, smem, st>>>(args, tags);
@@ -810,57 +736,43 @@ GpuShape small_blocks(GpuShape g) {
   return g;
 }
 
-/// ring: the tiles of the ring at d = 128 (ring_tiles(p, sp, g), or a lesson row's).
+/// The test hooks of the production forward: a fixed split count, or this GPU seen as one
+/// that gives a block 99 KiB. Hook{}: production as it runs here.
+struct Hook {
+  int splits = 0;             ///< 0: the plan's
+  bool small_blocks = false;  ///< small_blocks(this_gpu())
+};
+GpuShape shape_for(const Hook& h) { return h.small_blocks ? small_blocks(this_gpu()) : this_gpu(); }
+SplitPlan plan_for(const Problem& p, const GpuShape& g, const Hook& h) {
+  return with_clusters(h.splits > 0 ? fixed_plan(p, h.splits) : plan(p, g), g);
+}
+
 template <class T>
-void run_t(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const SplitPlan& sp, int ring,
-           const Variant& v) {
-  if (p.d == 64) return launch<T, 64, 4>(p, a, ws, st, sp, v);  // stages(64, ·) = 4 on every GPU
-  if (ring == kDeepRing) return launch<T, 128, kDeepRing>(p, a, ws, st, sp, v);
-  ring == 4 ? launch<T, 128, 4>(p, a, ws, st, sp, v) : launch<T, 128, 2>(p, a, ws, st, sp, v);
+void run_t(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const SplitPlan& sp, int ring, KvLines kv,
+           bool tma) {
+  if (p.d == 64) return launch<T, 64, 4>(p, a, ws, st, sp, kv, tma);  // stages(64, ·) = 4 on every GPU
+  if (ring == kDeepRing) return launch<T, 128, kDeepRing>(p, a, ws, st, sp, kv, tma);
+  ring == 4 ? launch<T, 128, 4>(p, a, ws, st, sp, kv, tma) : launch<T, 128, 2>(p, a, ws, st, sp, kv, tma);
 }
 
-/// The GPU as the step sees it: this one, or (kSmall) as small_blocks.
-template <bool kSmall>
-GpuShape shape_here() {
-  return kSmall ? small_blocks(this_gpu()) : this_gpu();
-}
-/// The plan of row v for GPU g.
-SplitPlan plan_for(const Problem& p, const GpuShape& g, const Variant& v) {
-  const SplitPlan cut = v.splits > 0                  ? fixed_plan(p, v.splits)
-                        : v.cut == Cut::whole_units ? unit_plan(p, g)
-                        : v.cut == Cut::shared      ? shared_plan(p, g)
-                                                    : plan(p, g);
-  return v.merge == Merge::cluster ? with_clusters(cut, g) : cut;
-}
-
-template <const Variant& kV>
+/// The forward: the plan, the ring's depth, its filling and the reads' L2 hint, all
+/// decided for this problem on this GPU.
+template <const Hook& kH>
 void run(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st) {
-  const GpuShape g = shape_here<kV.small_blocks>();
-  const SplitPlan sp = plan_for(p, g, kV);
-  const int ring = kV.ring ? kV.ring : ring_tiles(p, sp, g);
-  if (p.d == 128 && smem_bytes(128, ring) > g.smem_per_block)  // a lesson row's ring on a GPU that has no room for it
-    throw Error("step08: a ring of " + std::to_string(ring) + " K/V tiles at d = 128 takes " +
-                std::to_string(smem_bytes(128, ring) / 1024) + " KiB of shared memory a block; this GPU gives " +
-                std::to_string(g.smem_per_block / 1024));
-  Variant v = kV;  // the row, its K/V reads' hint decided for this problem
-  if (v.kv == KvLines::by_size) v.kv = reads_evict_first(p, g) ? KvLines::evict_first : KvLines::normal;
-  if (v.fill == Fill::by_plan) v.fill = ring_by_tma(p, sp, g) ? Fill::tma : Fill::cp_async;
-  if (v.fill == Fill::tma && !ring_can_take_tma(p, sp, g)) v.fill = Fill::cp_async;  // (t1 elsewhere)
-  p.dtype == DType::bf16 ? run_t<__nv_bfloat16>(p, a, ws, st, sp, ring, v) : run_t<__half>(p, a, ws, st, sp, ring, v);
+  const GpuShape g = shape_for(kH);
+  const SplitPlan sp = plan_for(p, g, kH);
+  const KvLines kv = reads_evict_first(p, g) ? KvLines::evict_first : KvLines::normal;
+  const int ring = ring_tiles(p, sp, g);
+  const bool tma = ring_by_tma(p, sp, g);
+  p.dtype == DType::bf16 ? run_t<__nv_bfloat16>(p, a, ws, st, sp, ring, kv, tma)
+                         : run_t<__half>(p, a, ws, st, sp, ring, kv, tma);
 }
 
-template <const Variant& kV>
+template <const Hook& kH>
 std::size_t workspace(const Problem& p) {
-  return workspace_bytes(p, plan_for(p, shape_here<kV.small_blocks>(), kV));
+  return workspace_bytes(p, plan_for(p, shape_for(kH), kH));
 }
 
-}  // namespace
-
-GpuShape device_shape() { return this_gpu(); }
-SplitPlan device_plan(const Problem& p) { return plan_for(p, shape_here<false>(), Variant{}); }
-SplitPlan device_plan_small_blocks(const Problem& p) { return plan_for(p, shape_here<true>(), Variant{}); }
-
-namespace {
 template <int kD, int kStages>
 int occupancy() {
   int n = 0;
@@ -869,72 +781,38 @@ int occupancy() {
                                                               smem_bytes(kD, kStages)));
   return n;
 }
+
+constexpr Hook kProduction{}, kSmall{0, true}, kSplits1{1}, kSplits2{2}, kSplits8{8}, kSplits32{32}, kSplits128{128};
+template <const Hook& kH>
+constexpr GpuForward forward(const char* name) {
+  return {.name = name,
+          .max_d = 128,
+          .workspace_bytes = workspace<kH>,
+          .workspace_what = "the parts' partial O/l and L (fp32)",
+          .run = nullptr,
+          .run_native = run<kH>,
+          .only_d = kSupportedD,
+          .min_sm = kMinSm,
+          .exact_sm = false,
+          .decode = true};
+}
+
 }  // namespace
 
+GpuShape device_shape() { return this_gpu(); }
+SplitPlan device_plan(const Problem& p) { return plan_for(p, this_gpu(), kProduction); }
+SplitPlan device_plan_small_blocks(const Problem& p) { return plan_for(p, shape_for(kSmall), kSmall); }
 int device_blocks_per_sm(int d) {
   if (d == 64) return occupancy<64, 4>();
   return stages(128, this_gpu()) == 4 ? occupancy<128, 4>() : occupancy<128, 2>();
 }
 
-constexpr const char* kWhat = "the parts' partial O/l and L (fp32)";
-/// The production forward and the rows of note 08's tables, each a Variant of it.
-template <const Variant& kV>
-constexpr GpuForward forward(const char* name, const int* only_d = kSupportedD) {
-  return {name, 128, workspace<kV>, kWhat, nullptr, run<kV>, only_d, kMinSm, false, true};
-}
-constexpr Variant kPlan{}, kSplits1{1}, kSplits2{2}, kSplits8{8}, kSplits32{32}, kSplits128{128};
-constexpr Variant kSmall{0, /*small_blocks=*/true}, kLate{0, false, Merge::kernel_late};
-constexpr Variant kKernel{0, false, Merge::kernel_early};
-constexpr Variant ring_of(int tiles) {
-  Variant v;
-  v.ring = tiles;
-  return v;
-}
-constexpr Variant kDeep = ring_of(kDeepRing), kRing4 = ring_of(4);
-constexpr Variant cut_by(Cut c) {
-  Variant v;
-  v.cut = c;
-  return v;
-}
-constexpr Variant kUnits = cut_by(Cut::whole_units), kShared = cut_by(Cut::shared);
-constexpr Variant reads(KvLines kv) {
-  Variant v;
-  v.kv = kv;
-  return v;
-}
-constexpr Variant kPlainReads = reads(KvLines::normal), kEvictFirst = reads(KvLines::evict_first);
-constexpr Variant grid_wait() {
-  Variant v;
-  v.merge = Merge::kernel_early;
-  v.grid_wait = true;
-  return v;
-}
-constexpr Variant kGridWait = grid_wait();
-constexpr Variant filled_by(Fill f) {
-  Variant v;
-  v.fill = f;
-  return v;
-}
-constexpr Variant kTma = filled_by(Fill::tma), kCpAsync = filled_by(Fill::cp_async);
-const GpuForward kForward = forward<kPlan>("step08 forward");
+const GpuForward kForward = forward<kProduction>("step08 forward");
 const GpuForward kForwardFixed[kFixedSplitCount] = {
     forward<kSplits1>("s1: one split"),    forward<kSplits2>("s2: 2 splits"),         forward<kSplits8>("s8: 8 splits"),
     forward<kSplits32>("s32: 32 splits"), forward<kSplits128>("s128: 128 splits"),
 };
 const GpuForward kForwardSmallBlocks = forward<kSmall>("r2: the RTX 30xx/40xx ring");
-const GpuForward kForwardLateMerge = forward<kLate>("m1: the merge kernel launched after the splits");
-const GpuForward kForwardMergeKernel = forward<kKernel>("m2: the merge kernel wherever it splits, no cluster's merge");
-const GpuForward kForwardDeepRing = forward<kDeep>("r6: a ring of six K/V tiles at every shape at d = 128", kDeepRingD);
-const GpuForward kForwardRing4 = forward<kRing4>("r4: a ring of four K/V tiles at every shape at d = 128", kDeepRingD);
-const GpuForward kForwardUnitSplits = forward<kUnits>("w1: whole units' splits at every shape");
-const GpuForward kForwardShared = forward<kShared>("k1: the tiles shared by a wave of blocks at every shape");
-const GpuForward kForwardPlainReads = forward<kPlainReads>("l0: the K/V reads without an L2 hint at every shape");
-const GpuForward kForwardEvictFirst = forward<kEvictFirst>("l1: the K/V reads evict-first in the L2 at every shape");
-const GpuForward kForwardGridWait =
-    forward<kGridWait>("g1: m2 with the merge kernel waiting for the whole split kernel, not its rows' parts");
-const GpuForward kForwardTma =
-    forward<kTma>("t1: the ring filled by TMA from a producer warp wherever it can be (Hopper, d = 128)", kDeepRingD);
-const GpuForward kForwardCpAsync = forward<kCpAsync>("c1: the ring filled by the warps' cp.async at every shape");
 static_assert(kFixedSplits[0] == 1 && kFixedSplits[1] == 2 && kFixedSplits[2] == 8 && kFixedSplits[3] == 32 &&
                   kFixedSplits[4] == 128,
               "kForwardFixed follows kFixedSplits");

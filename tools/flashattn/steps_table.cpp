@@ -147,17 +147,9 @@ std::vector<StepEntry> make_table() {
 #ifdef FA_HAVE_CUDA
   for (const GpuForward& v : step08::kForwardFixed) t.back().forward_versions.push_back(&v);
   t.back().forward_versions.push_back(&step08::kForwardSmallBlocks);
-  t.back().forward_versions.push_back(&step08::kForwardLateMerge);
-  t.back().forward_versions.push_back(&step08::kForwardMergeKernel);
-  t.back().forward_versions.push_back(&step08::kForwardDeepRing);
-  t.back().forward_versions.push_back(&step08::kForwardRing4);
-  t.back().forward_versions.push_back(&step08::kForwardUnitSplits);
-  t.back().forward_versions.push_back(&step08::kForwardShared);
-  t.back().forward_versions.push_back(&step08::kForwardPlainReads);
-  t.back().forward_versions.push_back(&step08::kForwardEvictFirst);
-  t.back().forward_versions.push_back(&step08::kForwardGridWait);
-  t.back().forward_versions.push_back(&step08::kForwardTma);
-  t.back().forward_versions.push_back(&step08::kForwardCpAsync);
+  t.back().forward_versions.push_back(&step08::kLessonOneSplit);
+  t.back().forward_versions.push_back(&step08::kLessonFold);
+  t.back().forward_versions.push_back(&step08::kLessonStatsFirst);
 #endif
   t.back().model_traced = [](const Problem& p, const Qkv& in, online::Trace* trace, int) {
     return step08::model_forward(p, in, h200_plan(p), trace);
