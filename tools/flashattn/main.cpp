@@ -20,6 +20,7 @@
 #include <new>
 #include <sstream>
 
+#include "common/cli.hpp"
 #include "common/compare.hpp"
 #include "common/npy.hpp"
 #include "reference/reference.hpp"
@@ -64,27 +65,9 @@ Usage:
 Exit status: 0 on success, 2 on bad input (one line on stderr, nothing written).
 )";
 
-struct Args {
-  std::map<std::string, std::string> kv;
-  bool causal = false;
-};
-
-Args parse(int argc, char** argv, int first, const std::vector<std::string>& with_value) {
-  Args a;
-  for (int i = first; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (k == "--causal") {
-      a.causal = true;
-      continue;
-    }
-    bool known = false;
-    for (const auto& w : with_value) known |= (k == w);
-    if (!known) throw Error("unknown option '" + printable(k, 40) + "' (see flashattn --help)");
-    if (i + 1 >= argc) throw Error("option " + k + " needs a value");
-    a.kv[k] = argv[++i];
-  }
-  return a;
-}
+// The options (common/cli.hpp): unknown, repeated or value-less options are refused.
+using cli::Args;
+using cli::parse;
 
 int to_int(const std::string& s, const std::string& what) {
   try {
@@ -351,6 +334,10 @@ int run(const Args& a) {
         throw Error(printable(path, 200) + ": K has shape " + shape_tuple(h.shape) + " but Q has " + shape_tuple(sh) +
                     " (K and V must be Q's shape but for the number of keys and of heads: [.., H_kv, N_kv, d] for "
                     "Q's [.., H, N, d])");
+      // No keys or no K/V heads (where Q has some): 0 would read as "as many as Q's".
+      if ((h.shape[n - 2] == 0 && sh[n - 2] != 0) || (n >= 3 && h.shape[n - 3] == 0 && sh[n - 3] != 0))
+        throw Error(printable(path, 200) + ": K has shape " + shape_tuple(h.shape) +
+                    ": attention needs at least one key (N_kv >= 1) and one K/V head");
       kv_sh = h.shape;
     } else if (who == "V" && h.shape != kv_sh) {
       throw Error(printable(path, 200) + ": V has shape " + shape_tuple(h.shape) + " but K has " + shape_tuple(kv_sh) +
