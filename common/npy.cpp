@@ -1194,13 +1194,12 @@ void OutputFiles::commit(const std::vector<std::string>& inputs) {
           lost += "; could not put back " + printable(items_[m].path, 200) + " (" + errno_text(e) + ")" +
                   (done[m].how == kCreated ? std::string()
                                            : ": its old content is in " + printable(dirs.of(m).path, 200) + "/" +
-                                                 done[m].keep);
+                                                 done[m].keep + ", which the next run there removes: move it first");
       }
       for (std::size_t m = done.size(); m < items_.size(); ++m) ::unlinkat(dirs.of(m).fd, temps[m].c_str(), 0);
-      fail(items_[k].path, (why.empty() ? "cannot replace it" : why) + " (" + errno_text(err) + ")" +
-                               (lost.empty() ? (done.empty() ? "; no output file was written"
-                                                             : "; " + put_back + " put back as before: no output file changed")
-                                             : lost));
+      std::string outcome = done.empty() ? "; no output file was written" : "";
+      if (!put_back.empty()) outcome = "; " + put_back + " put back as before" + (lost.empty() ? ": no output file changed" : "");
+      fail(items_[k].path, (why.empty() ? "cannot replace it" : why) + " (" + errno_text(err) + ")" + outcome + lost);
     }
     if (pause > 0) ::usleep(useconds_t(pause) * 1000);
   }
