@@ -1,17 +1,22 @@
 #include "common/npy.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <random>
+#include <utility>
 
 #include "common/problem.hpp"
 
@@ -587,7 +592,9 @@ struct InputFile {
   int fd = -1;
   std::size_t size = 0;
   InputFile(const std::string& path) {
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO (or a device) must not wait for a writer; the type
+    // is checked before anything is read, and the flag cleared for a regular file.
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) fail(path, "cannot open (" + errno_text(errno) + ")");
     struct stat st{};
     if (::fstat(fd, &st) != 0) {
@@ -597,7 +604,15 @@ struct InputFile {
     }
     if (!S_ISREG(st.st_mode)) {
       ::close(fd);
-      fail(path, S_ISDIR(st.st_mode) ? "is a directory, not a .npy file" : "is not a regular file");
+      fail(path, S_ISDIR(st.st_mode)    ? "is a directory, not a .npy file"
+                 : S_ISFIFO(st.st_mode) ? "is a FIFO (a named pipe), not a regular file: refusing to wait on it"
+                                        : "is not a regular file (a device or socket)");
+    }
+    const int flags = ::fcntl(fd, F_GETFL);
+    if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+      const int e = errno;
+      ::close(fd);
+      fail(path, "cannot open (" + errno_text(e) + ")");
     }
     size = std::size_t(st.st_size);
   }
@@ -765,85 +780,253 @@ void check_target(const std::string& path) {
     fail(path, "cannot create files in " + printable(dir, 200) + " (" + errno_text(errno) + ")");
 }
 
-// The temporaries being written, for the signal handler: fixed buffers, no allocation.
-// The signals that remove them before the process dies.
-constexpr int kSignals = 4;
-constexpr int kCaught[kSignals] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-constexpr int kMaxTemps = 16;
-char g_temps[kMaxTemps][4096];
+// ---- the commit: temporaries, a lock, swaps that can be undone -------------------------
+//
+// This program's own temporaries are named ".flashattn.XXXXXX.new" (an output being
+// written; once swapped with its target, the target's old content) and
+// ".flashattn.XXXXXX.old" (a copy of a target's old content, where the file system
+// cannot swap two names). Short and of fixed length, so that any output name the file
+// system allows works; recognisable, so that the next commit in that directory, holding
+// its lock, removes what a crash (SIGKILL, power) left there.
+
+constexpr char kOwnPrefix[] = ".flashattn.";
+constexpr std::size_t kOwnPrefixLength = sizeof kOwnPrefix - 1;
+constexpr std::size_t kRandomLength = 6;
+
+bool is_own_temporary(const char* name) {
+  if (std::strncmp(name, kOwnPrefix, kOwnPrefixLength) != 0) return false;
+  for (std::size_t k = kOwnPrefixLength; k < kOwnPrefixLength + kRandomLength; ++k)
+    if (!std::isalnum(static_cast<unsigned char>(name[k]))) return false;  // (stops at the '\0' too)
+  const char* rest = name + kOwnPrefixLength + kRandomLength;
+  return std::strcmp(rest, ".new") == 0 || std::strcmp(rest, ".old") == 0;
+}
+
+/// ".flashattn.XXXXXX" with six random letters and digits.
+std::string random_stem() {
+  static const char kAlnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  static std::mt19937_64 rng;
+  static pid_t seeded_for = 0;
+  if (seeded_for != ::getpid()) {  // (a forked child must not repeat its parent's names)
+    seeded_for = ::getpid();
+    rng.seed(std::random_device{}() ^ (std::uint64_t(seeded_for) << 32));
+  }
+  std::string s = kOwnPrefix;
+  for (std::size_t k = 0; k < kRandomLength; ++k) s.push_back(kAlnum[rng() % (sizeof kAlnum - 1)]);
+  return s;
+}
+
+// The signals that end a process by default and can be caught. While the temporaries
+// are written, their handler removes them before the process ends; while targets are
+// replaced, they are blocked and delivered once every target is whole and consistent.
+constexpr int kEnding[] = {SIGINT,  SIGTERM, SIGHUP,    SIGQUIT, SIGPIPE, SIGALRM,
+                           SIGUSR1, SIGUSR2, SIGVTALRM, SIGPROF, SIGXCPU};
+constexpr int kEndingCount = int(sizeof kEnding / sizeof kEnding[0]);
+constexpr int kMaxFiles = 16;
+
+// The temporaries being written, for the handler: fixed buffers, no allocation.
+struct TempName {
+  int dir = -1;
+  char name[32] = {};
+};
+TempName g_temps[kMaxFiles];
 volatile sig_atomic_t g_temp_count = 0;
 
 extern "C" void remove_temps_and_die(int sig) {
   for (int k = 0; k < g_temp_count; ++k)
-    if (g_temps[k][0]) ::unlink(g_temps[k]);
+    if (g_temps[k].name[0]) ::unlinkat(g_temps[k].dir, g_temps[k].name, 0);
   ::signal(sig, SIG_DFL);
-  ::raise(sig);
+  ::raise(sig);  // delivered when the handler returns: the process ends as the signal says
 }
 
-/// Installs the handlers for the lifetime of a commit and puts the old ones back.
+sigset_t ending_set() {
+  sigset_t s;
+  sigemptyset(&s);
+  for (int sig : kEnding) sigaddset(&s, sig);
+  return s;
+}
+
+/// For the lifetime of a commit: the handlers while writing, then (hold) the signals
+/// blocked while replacing. Afterwards the old handlers, then the old mask: a signal
+/// that came meanwhile ends the process only now, with every target whole.
 class SignalGuard {
  public:
   SignalGuard() {
     struct sigaction sa{};
     sa.sa_handler = remove_temps_and_die;
     sigemptyset(&sa.sa_mask);
-    for (int k = 0; k < kSignals; ++k) ::sigaction(kCaught[k], &sa, &old_[k]);
+    for (int k = 0; k < kEndingCount; ++k) ::sigaction(kEnding[k], &sa, &old_[k]);
     struct sigaction ign{};
-    ign.sa_handler = SIG_IGN;
+    ign.sa_handler = SIG_IGN;  // a file-size limit: the write fails with EFBIG, reported as such
     sigemptyset(&ign.sa_mask);
     ::sigaction(SIGXFSZ, &ign, &old_xfsz_);
   }
+  void hold() {
+    const sigset_t s = ending_set();
+    ::pthread_sigmask(SIG_BLOCK, &s, &before_);
+    held_ = true;
+  }
   ~SignalGuard() {
-    for (int k = 0; k < kSignals; ++k) ::sigaction(kCaught[k], &old_[k], nullptr);
-    ::sigaction(SIGXFSZ, &old_xfsz_, nullptr);
     g_temp_count = 0;
+    for (int k = 0; k < kEndingCount; ++k) ::sigaction(kEnding[k], &old_[k], nullptr);
+    ::sigaction(SIGXFSZ, &old_xfsz_, nullptr);
+    if (held_) ::pthread_sigmask(SIG_SETMASK, &before_, nullptr);
   }
   SignalGuard(const SignalGuard&) = delete;
   SignalGuard& operator=(const SignalGuard&) = delete;
 
  private:
-  struct sigaction old_[kSignals];
+  struct sigaction old_[kEndingCount];
   struct sigaction old_xfsz_;
+  sigset_t before_;
+  bool held_ = false;
 };
 
-/// Writes `bytes` to a new temporary beside `target`; returns its path. Throws with
-/// the errno of the call that failed (the temporary removed).
-std::string write_temp(const std::string& target, const std::string& bytes, int slot) {
-  std::string tmpl = dir_of(target) + "/." + base_of(target) + ".XXXXXX";
-  if (tmpl.size() >= sizeof g_temps[0]) fail(target, "the path is too long");
-  std::vector<char> name(tmpl.begin(), tmpl.end());
-  name.push_back('\0');
-  // The temporary exists from mkstemp on: the signals wait until the handler knows its
-  // name, or a signal in between would leave it behind.
-  sigset_t caught, before;
-  sigemptyset(&caught);
-  for (int sig : kCaught) sigaddset(&caught, sig);
-  ::pthread_sigmask(SIG_BLOCK, &caught, &before);
-  const int fd = ::mkstemp(name.data());
-  const int made = errno;
-  if (fd >= 0) {
-    std::memcpy(g_temps[slot], name.data(), name.size());
-    g_temp_count = slot + 1;
-  }
-  ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
-  if (fd < 0) fail(target, "cannot create a file in " + printable(dir_of(target), 200) + " (" + errno_text(made) + ")");
-  const std::string tmp(name.data());
-  auto give_up = [&](const char* what, int e) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    g_temps[slot][0] = '\0';
-    fail(target, std::string("cannot ") + what + " (" + errno_text(e) + ")");
+/// The targets' directories, each opened once and locked (flock) for the commit, in
+/// the order of (device, inode) so that two runs never wait on each other in a circle.
+/// A second run writing into one of them waits here until the first has finished.
+class Directories {
+ public:
+  struct Dir {
+    int fd = -1;       // for the *at calls, the lock and the final fsync
+    int lock_fd = -1;  // a lock file, where a directory cannot be locked itself (NFS)
+    bool listable = false;
+    dev_t dev = 0;
+    ino_t ino = 0;
+    std::string path;
   };
+
+  /// Opens and locks the directory of every target; index(k) is target k's.
+  explicit Directories(const std::vector<std::string>& targets) {
+    try {
+      open_and_lock(targets);
+    } catch (...) {
+      close_all();
+      throw;
+    }
+  }
+  ~Directories() { close_all(); }
+  Directories(const Directories&) = delete;
+  Directories& operator=(const Directories&) = delete;
+
+  const Dir& of(std::size_t target) const { return dirs_[index_[target]]; }
+
+  /// Removes the temporaries a crashed commit left (this one holds every lock).
+  void remove_stale() const {
+    for (const Dir& d : dirs_) {
+      if (!d.listable) continue;
+      const int fd = ::openat(d.fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (fd < 0) continue;
+      DIR* listing = ::fdopendir(fd);
+      if (!listing) {
+        ::close(fd);
+        continue;
+      }
+      std::vector<std::string> stale;
+      while (const dirent* e = ::readdir(listing))
+        if (is_own_temporary(e->d_name)) stale.push_back(e->d_name);
+      ::closedir(listing);
+      for (const auto& name : stale) ::unlinkat(d.fd, name.c_str(), 0);
+    }
+  }
+
+  /// Best effort: the renames on disk before the program says it is done.
+  void sync() const {
+    for (const Dir& d : dirs_)
+      if (d.listable) ::fsync(d.fd);
+  }
+
+ private:
+  std::vector<Dir> dirs_;
+  std::vector<std::size_t> index_;
+
+  void open_and_lock(const std::vector<std::string>& targets) {
+    for (const auto& t : targets) {
+      const std::string path = dir_of(t);
+      int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      const bool listable = fd >= 0;
+      if (fd < 0 && errno == EACCES) fd = ::open(path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);  // write-only
+      if (fd < 0) fail(t, "its directory " + printable(path, 200) + " cannot be opened (" + errno_text(errno) + ")");
+      struct stat st{};
+      ::fstat(fd, &st);
+      std::size_t found = dirs_.size();
+      for (std::size_t m = 0; m < dirs_.size(); ++m)
+        if (dirs_[m].dev == st.st_dev && dirs_[m].ino == st.st_ino) found = m;
+      if (found == dirs_.size()) {
+        dirs_.push_back({fd, -1, listable, st.st_dev, st.st_ino, path});
+      } else {
+        ::close(fd);
+      }
+      index_.push_back(found);
+    }
+    std::vector<std::size_t> order(dirs_.size());
+    for (std::size_t m = 0; m < order.size(); ++m) order[m] = m;
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return std::pair(dirs_[a].dev, dirs_[a].ino) < std::pair(dirs_[b].dev, dirs_[b].ino);
+    });
+    for (std::size_t m : order) lock(dirs_[m]);
+  }
+
+  void close_all() {
+    for (const Dir& d : dirs_) {
+      if (d.lock_fd >= 0) ::close(d.lock_fd);
+      ::close(d.fd);
+    }
+    dirs_.clear();
+  }
+
+  static void lock(Dir& d) {
+    int r;
+    while ((r = ::flock(d.fd, LOCK_EX)) != 0 && errno == EINTR) {
+    }
+    if (r == 0) return;
+    // A file system that cannot lock a directory: a lock file in it instead.
+    d.lock_fd = ::openat(d.fd, ".flashattn.lock", O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+    while (d.lock_fd >= 0 && (r = ::flock(d.lock_fd, LOCK_EX)) != 0 && errno == EINTR) {
+    }
+    if (d.lock_fd < 0 || r != 0)
+      throw Error(printable(d.path, 200) + ": cannot lock the directory against another run writing there (" +
+                  errno_text(errno) + "); no output file was written");
+  }
+};
+
+/// Writes `bytes` to a new temporary in `dir` beside `target`; returns its name (in
+/// that directory). Throws with the errno of the call that failed (the temporary removed).
+std::string write_temp(const Directories::Dir& dir, const std::string& target, const std::string& bytes, int slot) {
   // The mode np.save would leave: the existing file's, else 0666 less the umask.
   struct stat st{};
   mode_t mode;
-  if (::stat(target.c_str(), &st) == 0) {
+  if (::fstatat(dir.fd, base_of(target).c_str(), &st, 0) == 0) {
     mode = st.st_mode & 07777;
   } else {
     const mode_t mask = ::umask(0);
     ::umask(mask);
     mode = 0666 & ~mask;
   }
+  // The handler knows the name before the file exists, and a name that was taken
+  // already is forgotten before a signal can act on it: the signals wait meanwhile.
+  const sigset_t ending = ending_set();
+  std::string name;
+  int fd = -1, made = 0;
+  for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) {
+    name = random_stem() + ".new";
+    sigset_t before;
+    ::pthread_sigmask(SIG_BLOCK, &ending, &before);
+    std::memcpy(g_temps[slot].name, name.c_str(), name.size() + 1);
+    g_temps[slot].dir = dir.fd;
+    g_temp_count = slot + 1;
+    fd = ::openat(dir.fd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    made = errno;
+    if (fd < 0) g_temps[slot].name[0] = '\0';
+    ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
+    if (fd < 0 && made != EEXIST) break;
+  }
+  if (fd < 0) fail(target, "cannot create a file in " + printable(dir.path, 200) + " (" + errno_text(made) + ")");
+  auto give_up = [&](const char* what, int e) {
+    ::close(fd);
+    ::unlinkat(dir.fd, name.c_str(), 0);
+    g_temps[slot].name[0] = '\0';
+    fail(target, std::string("cannot ") + what + " (" + errno_text(e) + ")");
+  };
   if (::fchmod(fd, mode) != 0) give_up("set its permissions", errno);
   for (std::size_t done = 0; done < bytes.size();) {
     const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
@@ -854,11 +1037,53 @@ std::string write_temp(const std::string& target, const std::string& bytes, int 
   if (::fsync(fd) != 0) give_up("write (flushing to disk)", errno);
   if (::close(fd) != 0) {
     const int e = errno;
-    ::unlink(tmp.c_str());
-    g_temps[slot][0] = '\0';
+    ::unlinkat(dir.fd, name.c_str(), 0);
+    g_temps[slot].name[0] = '\0';
     fail(target, "cannot write (closing: " + errno_text(e) + ")");
   }
-  return tmp;
+  return name;
+}
+
+/// Copies file `from` to a new file `to` (both in directory `dir`), flushed to disk;
+/// false with errno set if it could not.
+bool copy_file(int dir, const std::string& from, const std::string& to) {
+  const int in = ::openat(dir, from.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+  if (in < 0) return false;
+  const int out = ::openat(dir, to.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  bool ok = out >= 0;
+  char buf[1 << 16];
+  while (ok) {
+    const ssize_t r = ::read(in, buf, sizeof buf);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      ok = r == 0;
+      break;
+    }
+    for (ssize_t done = 0; ok && done < r;) {
+      const ssize_t w = ::write(out, buf + done, std::size_t(r - done));
+      if (w < 0 && errno == EINTR) continue;
+      ok = w > 0;
+      done += w > 0 ? w : 0;
+    }
+  }
+  ok = ok && ::fsync(out) == 0;
+  const int e = errno;
+  ::close(in);
+  if (out >= 0) ::close(out);
+  if (!ok && out >= 0) ::unlinkat(dir, to.c_str(), 0);
+  errno = e;
+  return ok;
+}
+
+/// Test hooks: a pause after each target is replaced (to signal or race a commit
+/// half-way), and the copy path of file systems that cannot swap two names.
+long pause_ms() {
+  const char* s = std::getenv("FA_TEST_COMMIT_PAUSE_MS");
+  return s ? std::strtol(s, nullptr, 10) : 0;
+}
+bool force_copy() {
+  const char* s = std::getenv("FA_TEST_COMMIT_COPY");
+  return s && *s && std::strcmp(s, "0") != 0;
 }
 
 }  // namespace
@@ -886,38 +1111,101 @@ void OutputFiles::add(const std::string& path, const std::vector<long long>& sha
 void OutputFiles::commit(const std::vector<std::string>& inputs) {
   std::vector<std::string> paths;
   for (const auto& it : items_) paths.push_back(it.path);
-  if (items_.size() > std::size_t(kMaxTemps)) throw Error("too many output files at once");
+  if (items_.size() > std::size_t(kMaxFiles)) throw Error("too many output files at once");
   check_output_paths(paths, inputs);
 
-  const SignalGuard guard;
+  // Locked before anything is written (a Ctrl-C while waiting just ends the program).
+  const Directories dirs(paths);
+  dirs.remove_stale();
+  SignalGuard guard;
   std::vector<std::string> temps;
   auto cleanup = [&] {
-    for (const auto& t : temps) ::unlink(t.c_str());
+    for (std::size_t k = 0; k < temps.size(); ++k) ::unlinkat(dirs.of(k).fd, temps[k].c_str(), 0);
   };
-  for (std::size_t k = 0; k < items_.size(); ++k) {
-    try {
-      temps.push_back(write_temp(items_[k].path, items_[k].bytes, int(k)));
-    } catch (const Error& e) {
-      cleanup();
-      throw Error(std::string(e.what()) + "; no output file was written");
-    }
-  }
   try {
+    for (std::size_t k = 0; k < items_.size(); ++k)
+      temps.push_back(write_temp(dirs.of(k), items_[k].path, items_[k].bytes, int(k)));
     check_output_paths(paths, inputs);  // again: nothing may have appeared in the way meanwhile
   } catch (const Error& e) {
     cleanup();
     throw Error(std::string(e.what()) + "; no output file was written");
   }
+
+  // Replace the targets one by one, keeping what each held, so that a refusal half-way
+  // (an append-only or immutable file, a sticky directory, a full disk for a copy) puts
+  // every earlier one back. An existing target is swapped with its temporary
+  // (RENAME_EXCHANGE: the name never points at nothing, the temporary's name then holds
+  // the old content); where the file system cannot swap, its content is copied aside
+  // first. A crash at any point leaves every target whole, old or new.
+  guard.hold();
+  enum How { kSwapped, kCopied, kCreated };
+  struct Done {
+    How how;
+    std::string keep;  // what holds the old content: the temporary's name, or the copy's
+  };
+  std::vector<Done> done;
+  const long pause = pause_ms();
+  const bool copy = force_copy();
   for (std::size_t k = 0; k < items_.size(); ++k) {
-    if (std::rename(temps[k].c_str(), items_[k].path.c_str()) != 0) {
-      const int e = errno;
-      std::string done;
-      for (std::size_t m = 0; m < k; ++m) done += (done.empty() ? "" : ", ") + printable(items_[m].path, 200);
-      for (std::size_t m = k; m < temps.size(); ++m) ::unlink(temps[m].c_str());
-      fail(items_[k].path, "cannot rename into place (" + errno_text(e) + ")" +
-                               (done.empty() ? "; no output file was written" : "; already replaced: " + done));
+    const int dir = dirs.of(k).fd;
+    const std::string name = base_of(items_[k].path);
+    const char* tmp = temps[k].c_str();
+    struct stat st{};
+    int err = 0;
+    std::string why;
+    if (::fstatat(dir, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
+      if (!copy && ::renameat2(dir, tmp, dir, name.c_str(), RENAME_EXCHANGE) == 0) {
+        done.push_back({kSwapped, temps[k]});
+      } else if (!copy && errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) {
+        err = errno;
+      } else {
+        const std::string old = temps[k].substr(0, temps[k].size() - 4) + ".old";
+        if (!copy_file(dir, name, old)) {
+          err = errno;
+          why = "cannot keep a copy of its old content";
+        } else if (::renameat(dir, tmp, dir, name.c_str()) != 0) {
+          err = errno;
+          ::unlinkat(dir, old.c_str(), 0);
+        } else {
+          done.push_back({kCopied, old});
+        }
+      }
+    } else if (errno != ENOENT) {
+      err = errno;
+    } else if (::renameat2(dir, tmp, dir, name.c_str(), RENAME_NOREPLACE) == 0 ||
+               ((errno == EINVAL || errno == ENOSYS) && ::renameat(dir, tmp, dir, name.c_str()) == 0)) {
+      done.push_back({kCreated, ""});
+    } else {
+      err = errno;
     }
+    if (err) {
+      // Put back, latest first, every target replaced so far (its old content is in
+      // `keep`; a target that did not exist is removed); then the unused temporaries.
+      std::string put_back, lost;
+      for (std::size_t m = done.size(); m-- > 0;) {
+        const int dm = dirs.of(m).fd;
+        const std::string nm = base_of(items_[m].path);
+        const bool ok = done[m].how == kCreated ? ::unlinkat(dm, nm.c_str(), 0) == 0
+                                                : ::renameat(dm, done[m].keep.c_str(), dm, nm.c_str()) == 0;
+        const int e = errno;
+        if (ok)
+          put_back = printable(items_[m].path, 200) + (put_back.empty() ? "" : ", ") + put_back;
+        else
+          lost += "; could not put back " + printable(items_[m].path, 200) + " (" + errno_text(e) + ")" +
+                  (done[m].how == kCreated ? std::string()
+                                           : ": its old content is in " + printable(dirs.of(m).path, 200) + "/" +
+                                                 done[m].keep + ", which the next run there removes: move it first");
+      }
+      for (std::size_t m = done.size(); m < items_.size(); ++m) ::unlinkat(dirs.of(m).fd, temps[m].c_str(), 0);
+      std::string outcome = done.empty() ? "; no output file was written" : "";
+      if (!put_back.empty()) outcome = "; " + put_back + " put back as before" + (lost.empty() ? ": no output file changed" : "");
+      fail(items_[k].path, (why.empty() ? "cannot replace it" : why) + " (" + errno_text(err) + ")" + outcome + lost);
+    }
+    if (pause > 0) ::usleep(useconds_t(pause) * 1000);
   }
+  for (std::size_t m = 0; m < done.size(); ++m)
+    if (done[m].how != kCreated) ::unlinkat(dirs.of(m).fd, done[m].keep.c_str(), 0);
+  dirs.sync();
   items_.clear();
 }
 

@@ -46,7 +46,8 @@ NpyHeader parse_npy_header(const std::string& bytes, std::size_t file_size, cons
 NpyHeader read_npy_header(const std::string& path);
 
 /// Reads one .npy file; throws fa::Error naming the file and what is wrong
-/// (missing, not a regular file, not a .npy, a header NumPy would read otherwise,
+/// (missing, not a regular file: a FIFO or device is refused without waiting on it;
+/// not a .npy, a header NumPy would read otherwise,
 /// wrong dtype, Fortran order, truncated, trailing bytes).
 NpyArray read_npy(const std::string& path);
 
@@ -69,14 +70,27 @@ std::string printable(const std::string& s, std::size_t max = 60);
 void check_output_paths(const std::vector<std::string>& outputs, const std::vector<std::string>& inputs);
 
 /// Writes several output files all-or-nothing. Each goes first to a new temporary
-/// file beside its target (mkstemp: ".<name>.XXXXXX", a name nobody else owns),
-/// written in full and flushed to disk; only when every one was written are they
-/// renamed over their targets (an existing target keeps its permission bits). On
-/// any failure the temporaries are removed, no target is created or changed, and the
-/// error says why (the errno of the call that failed). While it writes, SIGINT,
-/// SIGTERM, SIGHUP and SIGQUIT remove the temporaries before the program ends, and
-/// SIGXFSZ (a file-size limit) is ignored so that the write fails with EFBIG and is
-/// reported like any other. (SIGKILL cannot be caught: a hidden temporary can stay.)
+/// beside its target (".flashattn.XXXXXX.new": short, so any name the file system allows
+/// works as a target), written in full and flushed to disk. Only then are the targets
+/// replaced, one by one, each keeping what it held (swapped with its temporary by
+/// renameat2(RENAME_EXCHANGE), or copied aside where the file system cannot swap); if
+/// one is refused (an append-only or immutable file, a sticky directory, ...) every
+/// earlier one is put back and the error says so. An existing target keeps its
+/// permission bits.
+///
+/// Concurrent commits into the same directory take turns: each holds an exclusive
+/// flock on the directory of every target (a ".flashattn.lock" file in it where the file
+/// system cannot lock a directory) from before the first write to the last rename, so
+/// the outputs of one commit all come from it. Signals: while the temporaries are
+/// written, SIGINT, SIGTERM, SIGHUP, SIGQUIT (and the other signals that end a process)
+/// remove them before the process ends; while the targets are replaced they are blocked,
+/// and delivered once every target holds the new data (or, after a refusal, the old).
+/// SIGXFSZ is ignored so that a file-size limit fails the write with EFBIG. A SIGKILL or
+/// a crash leaves every target whole, old or new; the hidden ".flashattn.XXXXXX.new" and
+/// ".old" files it may leave beside them are removed by the next commit there.
+///
+/// Test hooks (environment): FA_TEST_COMMIT_PAUSE_MS pauses after each target is
+/// replaced; FA_TEST_COMMIT_COPY=1 takes the copy path of file systems that cannot swap.
 class OutputFiles {
  public:
   void add(const std::string& path, const std::vector<long long>& shape, const std::vector<float>& data);

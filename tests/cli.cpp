@@ -73,6 +73,12 @@ std::string first_word(const std::string& path) {
   f >> w;
   return w;
 }
+std::string slurp_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
 void remove_all(std::initializer_list<const char*> paths) {
   for (auto p : paths) std::remove(p);
 }
@@ -195,6 +201,9 @@ TEST_CASE("flashattn rejects bad input with one line, status 2, and writes nothi
   nan[5] = std::nanf("");
   save("cli_nan.npy", {p.N, p.d}, nan);
   std::ofstream("cli_text.npy") << "not numpy";
+  save("cli_k0.npy", {0, 4}, {});
+  save("cli_q4.npy", {1, 2, p.N, p.d}, random_tensor(std::size_t(2) * p.N * p.d, 2));
+  save("cli_h0.npy", {1, 0, p.N, p.d}, {});
   // An existing output file must survive a failed run untouched.
   std::ofstream("cli_keep.npy") << "precious";
 
@@ -216,6 +225,19 @@ TEST_CASE("flashattn rejects bad input with one line, status 2, and writes nothi
       {"run --step reference --q cli_q.npy --k cli_k.npy --v cli_v.npy", "missing --out"},
       {"frobnicate", "unknown command"},
       {"run --step reference --bogus 1", "unknown option"},
+      // A forgotten value is not a file named "--causal"; an option given twice is not a guess.
+      {"run --step reference --q cli_q.npy --k cli_k.npy --v cli_v.npy --out --causal",
+       "option --out needs a value, not the option '--causal'"},
+      {"run --step reference --q cli_q.npy --k cli_k.npy --v cli_v.npy --out cli_keep.npy --out cli_l.npy",
+       "option --out is given twice"},
+      {"run --step reference --q cli_q.npy --k cli_k.npy --v cli_v.npy --out cli_keep.npy --causal --causal",
+       "option --causal is given twice"},
+      {"tour --N 10 --N 20", "option --N is given twice"},
+      // K or V without keys (N_kv = 0) or without heads: refused about K, before anything runs.
+      {"run --step reference --q cli_q.npy --k cli_k0.npy --v cli_k0.npy --out cli_keep.npy",
+       "cli_k0.npy: K has shape (0, 4): attention needs at least one key"},
+      {"run --step reference --q cli_q4.npy --k cli_h0.npy --v cli_h0.npy --out cli_keep.npy",
+       "cli_h0.npy: K has shape (1, 0, 9, 4): attention needs at least one key"},
   };
   for (const Case& c : cases) {
     INFO("flashattn " << c.args);
@@ -227,9 +249,10 @@ TEST_CASE("flashattn rejects bad input with one line, status 2, and writes nothi
     CHECK(test::contains(r.err, c.says));
     CHECK(first_word("cli_keep.npy") == "precious");  // an existing file survives
     CHECK_FALSE(exists("cli_l.npy"));
+    CHECK_FALSE(exists("--causal"));
   }
   remove_all({"cli_q.npy", "cli_k.npy", "cli_v.npy", "cli_k8.npy", "cli_empty.npy", "cli_nan.npy", "cli_text.npy",
-              "cli_keep.npy", "cli_out.txt", "cli_err.txt"});
+              "cli_keep.npy", "cli_k0.npy", "cli_q4.npy", "cli_h0.npy", "cli_out.txt", "cli_err.txt"});
 }
 
 TEST_CASE("flashattn never loses or corrupts a file: colliding, odd and failing outputs", "[cpu]") {
@@ -281,6 +304,66 @@ TEST_CASE("flashattn never loses or corrupts a file: colliding, odd and failing 
   ::rmdir("cli_dir");
   remove_all({"cli_q.npy", "cli_k.npy", "cli_v.npy", "cli_keep.npy", "cli_other.npy", "cli_link.npy", "cli_out.txt",
               "cli_err.txt"});
+}
+
+TEST_CASE("flashattn refuses a FIFO as an input at once; writes a 250-character output name", "[cpu]") {
+  REQUIRE(kInPrivateDir);
+  const Problem p = test::make(1, 1, 17, 8, false);
+  write_inputs(p, 8, true);
+  REQUIRE(::mkfifo("cli_fifo.npy", 0644) == 0);
+  // (timeout: a program that waited on the FIFO would be ended with status 124)
+  for (const char* opt : {"--q", "--k", "--v"}) {
+    std::string args = std::string("run --step reference ") + kIn + " --out cli_o.npy";
+    const std::string was = std::string(opt) + " cli_" + (opt + 2) + ".npy";
+    args.replace(args.find(was), was.size(), std::string(opt) + " cli_fifo.npy");
+    INFO(args);
+    const Result r = shell("timeout 20 " + std::string(FA_FLASHATTN) + " " + args);
+    INFO("stderr: " << r.err);
+    CHECK(r.status == 2);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(test::contains(r.err, "cli_fifo.npy: is a FIFO"));
+    CHECK_FALSE(exists("cli_o.npy"));
+  }
+  const std::string name = std::string(246, 'o') + ".npy";
+  const Result r = flashattn(std::string("run --step reference ") + kIn + " --out " + name + " --lse cli_l.npy");
+  INFO(r.err);
+  CHECK(r.status == 0);
+  CHECK(read_npy(name).shape == std::vector<long long>{p.N, p.d});
+  remove_all({"cli_q.npy", "cli_k.npy", "cli_v.npy", "cli_fifo.npy", "cli_l.npy", name.c_str(), "cli_out.txt",
+              "cli_err.txt"});
+}
+
+TEST_CASE("flashattn: two runs writing the same outputs at once take turns (O and L from one run)", "[cpu]") {
+  REQUIRE(kInPrivateDir);
+  const Problem p = test::make(1, 2, 33, 16, false);
+  const Qkv a = random_qkv(p, 21), b = random_qkv(p, 22);
+  const std::vector<long long> sh = {p.B, p.H, p.N, p.d};
+  save("cli_qa.npy", sh, a.q), save("cli_ka.npy", sh, a.k), save("cli_va.npy", sh, a.v);
+  save("cli_qb.npy", sh, b.q), save("cli_kb.npy", sh, b.k), save("cli_vb.npy", sh, b.v);
+  auto cmd = [](char x, const std::string& o, const std::string& l) {
+    return std::string(FA_FLASHATTN) + " run --step reference --q cli_q" + x + ".npy --k cli_k" + x + ".npy --v cli_v" +
+           x + ".npy --out " + o + " --lse " + l;
+  };
+  // Each run alone first: what its O and L are.
+  REQUIRE(shell(cmd('a', "cli_oa.npy", "cli_la.npy")).status == 0);
+  REQUIRE(shell(cmd('b', "cli_ob.npy", "cli_lb.npy")).status == 0);
+  const std::string oa = slurp_file("cli_oa.npy"), la = slurp_file("cli_la.npy"), ob = slurp_file("cli_ob.npy"),
+                    lb = slurp_file("cli_lb.npy");
+  REQUIRE(oa != ob);
+  int mixed = 0, failed = 0;
+  for (int trial = 0; trial < 20; ++trial) {
+    // A pause between O and L (the test hook) widens the window two unlocked runs would mix in.
+    const Result r = shell("export FA_TEST_COMMIT_PAUSE_MS=" + std::to_string(trial % 4 * 5) + "; " +
+                           cmd('a', "cli_o.npy", "cli_l.npy") + " & a=$!; " + cmd('b', "cli_o.npy", "cli_l.npy") +
+                           " & b=$!; wait $a && wait $b");
+    failed += r.status != 0;
+    const std::string o = slurp_file("cli_o.npy"), l = slurp_file("cli_l.npy");
+    mixed += !((o == oa && l == la) || (o == ob && l == lb));
+  }
+  CHECK(failed == 0);
+  CHECK(mixed == 0);
+  remove_all({"cli_qa.npy", "cli_ka.npy", "cli_va.npy", "cli_qb.npy", "cli_kb.npy", "cli_vb.npy", "cli_oa.npy",
+              "cli_la.npy", "cli_ob.npy", "cli_lb.npy", "cli_o.npy", "cli_l.npy", "cli_out.txt", "cli_err.txt"});
 }
 
 TEST_CASE("flashattn reads what NumPy reads, refuses the rest before reading on, and checks results", "[cpu]") {

@@ -4,13 +4,17 @@
 // directories, devices and links, or that fail half-way. CI runs these under
 // AddressSanitizer and UndefinedBehaviorSanitizer (FA_SANITIZE).
 #include <dirent.h>
+#include <fcntl.h>
+#include <linux/fs.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -319,7 +323,7 @@ TEST_CASE("npy: a commit writes all or nothing, with the real reason, and leaves
     const std::string e = test::error_of([&] { f.commit(); });
     CHECK(test::contains(e, "No such file or directory"));
     CHECK(slurp("keep.npy") == "precious");
-    CHECK(count_prefixed(".keep.npy.") == 0);
+    CHECK(count_prefixed(".flashattn.") == 0);
     std::remove("keep.npy");
   }
   SECTION("a user's own O.npy.partial is neither used nor removed; modes are kept") {
@@ -334,7 +338,7 @@ TEST_CASE("npy: a commit writes all or nothing, with the real reason, and leaves
     struct stat st{};
     REQUIRE(::stat("O.npy", &st) == 0);
     CHECK((st.st_mode & 0777) == 0640);
-    CHECK(count_prefixed(".O.npy.") == 0);
+    CHECK(count_prefixed(".flashattn.") == 0);
     std::remove("O.npy.partial");
     std::remove("O.npy");
   }
@@ -354,7 +358,7 @@ TEST_CASE("npy: a commit writes all or nothing, with the real reason, and leaves
     CHECK(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 0);
     CHECK(slurp("big.npy") == "old");
-    CHECK(count_prefixed(".big.npy.") == 0);
+    CHECK(count_prefixed(".flashattn.") == 0);
     std::remove("big.npy");
   }
   SECTION("killed while writing: the temporaries go with the process") {
@@ -371,7 +375,7 @@ TEST_CASE("npy: a commit writes all or nothing, with the real reason, and leaves
     }
     bool seen = false;
     for (int k = 0; k < 20000 && !seen; ++k) {
-      seen = count_prefixed(".slow.npy.") > 0;
+      seen = count_prefixed(".flashattn.") > 0;
       if (!seen) usleep(100);
     }
     kill(pid, SIGTERM);
@@ -379,11 +383,322 @@ TEST_CASE("npy: a commit writes all or nothing, with the real reason, and leaves
     REQUIRE(waitpid(pid, &status, 0) == pid);
     if (seen && WIFSIGNALED(status)) {
       CHECK(WTERMSIG(status) == SIGTERM);
-      CHECK(count_prefixed(".slow.npy.") == 0);
+      CHECK(count_prefixed(".flashattn.") == 0);
       CHECK(!exists("slow.npy"));
     } else {
       WARN("the commit finished before the signal: nothing to check");
       std::remove("slow.npy");
     }
   }
+}
+
+// ---- inputs that are not files, long names, and the commit under signals and races ------
+
+namespace {
+
+/// Waits up to `seconds` for child `pid`; kills it and returns -1 if it is still running.
+int wait_for(pid_t pid, double seconds) {
+  for (int k = 0; k < int(seconds * 1000); ++k) {
+    int status = 0;
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return status;
+    usleep(1000);
+  }
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return -1;
+}
+
+/// In a forked child: the default disposition for the signals the tests send (Catch
+/// catches some of them to report a crash), no core files.
+void plain_child() {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) ::signal(sig, SIG_DFL);
+  rlimit none{0, 0};
+  setrlimit(RLIMIT_CORE, &none);
+}
+
+/// The first float of an .npy file this program wrote, or NaN if it is not one (yet).
+float first_value(const std::string& path) {
+  const std::string s = slurp(path);
+  if (s.size() < 132 || s.compare(0, 6, "\x93NUMPY") != 0) return std::nanf("");
+  float x;
+  std::memcpy(&x, s.data() + 128, 4);
+  return x;
+}
+
+/// Waits (up to 20 s) until `path` holds an .npy file whose first value is `x`.
+bool wait_until_value(const std::string& path, float x) {
+  for (int k = 0; k < 20000; ++k) {
+    if (first_value(path) == x) return true;
+    usleep(1000);
+  }
+  return false;
+}
+
+/// Commits O.npy and L.npy, each 64 floats of `x`, with the test hooks given.
+void commit_pair(float x, const char* pause_ms, bool copy) {
+  if (pause_ms) setenv("FA_TEST_COMMIT_PAUSE_MS", pause_ms, 1);
+  if (copy) setenv("FA_TEST_COMMIT_COPY", "1", 1);
+  OutputFiles f;
+  f.add("O.npy", {64}, std::vector<float>(64, x));
+  f.add("L.npy", {64}, std::vector<float>(64, x));
+  f.commit();
+}
+
+}  // namespace
+
+TEST_CASE("npy: a FIFO, a directory or a device as an input is refused at once, never waited on", "[cpu]") {
+  REQUIRE(kDir.ok);
+  REQUIRE(::mkfifo("fifo.npy", 0644) == 0);
+  // In a child: if opening the FIFO waited for a writer, the child would hang (and be killed).
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const std::string a = test::error_of([] { read_npy_header("fifo.npy"); });
+    const std::string b = test::error_of([] { read_npy("fifo.npy"); });
+    _exit(test::contains(a, "fifo.npy: is a FIFO") && test::contains(b, "is a FIFO") ? 0 : 1);
+  }
+  const int status = wait_for(pid, 10);
+  INFO("the reader waited on the FIFO (status -1) or did not refuse it");
+  CHECK(status != -1);
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  CHECK(test::contains(test::error_of([] { read_npy_header("/dev/null"); }), "not a regular file (a device"));
+  CHECK(test::contains(test::error_of([] { read_npy_header("."); }), "is a directory"));
+  std::remove("fifo.npy");
+}
+
+TEST_CASE("npy: output names as long as the file system allows (250 and 255 characters)", "[cpu]") {
+  REQUIRE(kDir.ok);
+  for (std::size_t length : {250, 255}) {
+    const std::string name = std::string(length - 4, 'n') + ".npy";
+    INFO("a name of " << name.size() << " characters");
+    OutputFiles f;
+    f.add(name, {2}, {1.0f, 2.0f});
+    f.add("short.npy", {1}, {3.0f});
+    CHECK(test::error_of([&] { f.commit(); }).empty());
+    CHECK(read_npy(name).data == std::vector<float>{1, 2});
+    std::remove(name.c_str());
+    std::remove("short.npy");
+  }
+  CHECK(count_prefixed(".") == 2);  // "." and "..": no temporaries
+}
+
+TEST_CASE("npy: a signal during the commit is held until every target is whole", "[cpu]") {
+  REQUIRE(kDir.ok);
+  for (bool copy : {false, true})
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE}) {
+      INFO("signal " << sig << (copy ? ", the copy path" : ", swaps"));
+      test::write_file("O.npy", "old O");
+      test::write_file("L.npy", "old L");
+      const pid_t pid = fork();
+      if (pid == 0) {
+        plain_child();
+        commit_pair(7, "300", copy);  // 300 ms after each target: the signal lands between O and L
+        _exit(0);
+      }
+      // O is replaced, L not yet: the signal now.
+      const bool replaced = wait_until_value("O.npy", 7);
+      CHECK(replaced);
+      kill(pid, sig);
+      const int status = wait_for(pid, 20);
+      CHECK((status != -1 && WIFSIGNALED(status) && WTERMSIG(status) == sig));  // delivered after the commit
+      CHECK(first_value("O.npy") == 7);
+      CHECK(first_value("L.npy") == 7);
+      CHECK(count_prefixed(".flashattn.") == 0);
+      std::remove("O.npy");
+      std::remove("L.npy");
+    }
+}
+
+TEST_CASE("npy: SIGKILL during the commit leaves whole files; the next commit there removes its leftovers", "[cpu]") {
+  REQUIRE(kDir.ok);
+  for (bool copy : {false, true}) {
+    INFO((copy ? "the copy path" : "swaps"));
+    test::write_file("O.npy", "old O");
+    test::write_file("L.npy", "old L");
+    const pid_t pid = fork();
+    if (pid == 0) {
+      plain_child();
+      commit_pair(5, "2000", copy);
+      _exit(0);
+    }
+    CHECK(wait_until_value("O.npy", 5));
+    kill(pid, SIGKILL);
+    const int status = wait_for(pid, 20);
+    CHECK((status != -1 && WIFSIGNALED(status)));
+    CHECK(first_value("O.npy") == 5);  // new and whole
+    CHECK(slurp("L.npy") == "old L");  // old and whole
+    CHECK(count_prefixed(".flashattn.") >= 1);  // hidden, named as this program's own
+    CHECK(count_prefixed(".flashattn.lock") == 0);
+    OutputFiles f;
+    f.add("other.npy", {1}, {1.0f});
+    f.commit();
+    CHECK(count_prefixed(".flashattn.") == 0);
+    for (const char* p : {"O.npy", "L.npy", "other.npy"}) std::remove(p);
+  }
+}
+
+TEST_CASE("npy: two commits to the same outputs take turns: O and L always come from one", "[cpu]") {
+  REQUIRE(kDir.ok);
+  // Forced: B starts while A pauses between O and L. Without the lock B would write
+  // both in that pause and A's L would land last: O from B, L from A.
+  for (bool copy : {false, true}) {
+    INFO((copy ? "the copy path" : "swaps"));
+    const pid_t a = fork();
+    if (a == 0) {
+      plain_child();
+      commit_pair(1, "500", copy);
+      _exit(0);
+    }
+    CHECK(wait_until_value("O.npy", 1));
+    const pid_t b = fork();
+    if (b == 0) {
+      plain_child();
+      commit_pair(2, nullptr, copy);
+      _exit(0);
+    }
+    const int sa = wait_for(a, 20), sb = wait_for(b, 20);
+    CHECK((sa != -1 && WIFEXITED(sa) && WEXITSTATUS(sa) == 0));
+    CHECK((sb != -1 && WIFEXITED(sb) && WEXITSTATUS(sb) == 0));
+    CHECK(first_value("O.npy") == 2);
+    CHECK(first_value("L.npy") == 2);
+  }
+  // Free-running, 20 times: the pair always matches.
+  int mixed = 0;
+  for (int trial = 0; trial < 20; ++trial) {
+    pid_t kids[2];
+    for (int k = 0; k < 2; ++k) {
+      kids[k] = fork();
+      if (kids[k] == 0) {
+        plain_child();
+        commit_pair(float(10 + k), "2", false);
+        _exit(0);
+      }
+    }
+    for (pid_t kid : kids) CHECK(wait_for(kid, 20) == 0);
+    mixed += first_value("O.npy") != first_value("L.npy");
+  }
+  CHECK(mixed == 0);
+  CHECK(count_prefixed(".flashattn.") == 0);
+  std::remove("O.npy");
+  std::remove("L.npy");
+}
+
+// ---- refusals half-way: root only (ctest "npy append-only", "npy sticky") ----------------
+// These need root (chattr, other users' files); where they cannot run they say why and
+// exit 77, which CTest reports as "Not Run", never as passed.
+
+namespace {
+
+[[noreturn]] void not_run(const std::string& why) {
+  std::printf("NOT RUN: %s\n", why.c_str());
+  std::fflush(stdout);
+  std::_Exit(77);
+}
+
+/// Sets or clears an inode flag (FS_APPEND_FL, FS_IMMUTABLE_FL) as chattr does; the errno if not.
+int set_flag(const char* path, int flag, bool on) {
+  const int fd = ::open(path, O_RDONLY | O_NONBLOCK);
+  if (fd < 0) return errno;
+  int flags = 0;
+  int e = ::ioctl(fd, FS_IOC_GETFLAGS, &flags) == 0 ? 0 : errno;
+  if (!e) {
+    flags = on ? (flags | flag) : (flags & ~flag);
+    e = ::ioctl(fd, FS_IOC_SETFLAGS, &flags) == 0 ? 0 : errno;
+  }
+  ::close(fd);
+  return e;
+}
+
+}  // namespace
+
+TEST_CASE("npy: an append-only or immutable target half-way: every earlier one is put back", "[append-only]") {
+  REQUIRE(kDir.ok);
+  test::write_file("probe", "x");
+  const int e = set_flag("probe", FS_APPEND_FL, true);
+  set_flag("probe", FS_APPEND_FL, false);
+  std::remove("probe");
+  if (e) not_run(std::string("cannot set the append-only flag here (chattr +a: ") + std::strerror(e) +
+                 "; it needs root and a file system with inode flags)");
+  for (int flag : {FS_APPEND_FL, FS_IMMUTABLE_FL})
+    for (bool copy : {false, true})
+      for (bool o_exists : {true, false}) {
+        INFO((flag == FS_APPEND_FL ? "append-only" : "immutable") << (copy ? ", the copy path" : ", swaps")
+                                                                  << (o_exists ? ", O existed" : ", O new"));
+        if (o_exists) test::write_file("O.npy", "old O");
+        test::write_file("L.npy", "old L");
+        REQUIRE(set_flag("L.npy", flag, true) == 0);
+        if (copy) setenv("FA_TEST_COMMIT_COPY", "1", 1);
+        OutputFiles f;
+        f.add("O.npy", {2}, {1.0f, 2.0f});
+        f.add("L.npy", {2}, {1.0f, 2.0f});
+        const std::string err = test::error_of([&] { f.commit(); });
+        unsetenv("FA_TEST_COMMIT_COPY");
+        set_flag("L.npy", flag, false);
+        INFO(err);
+        // Immutable: access() already says no, so it is refused before anything is written.
+        CHECK(test::contains(err, flag == FS_IMMUTABLE_FL
+                                      ? "L.npy: cannot be written (Operation not permitted)"
+                                      : "L.npy: cannot replace it (Operation not permitted); O.npy put back as before"));
+        CHECK(err.find('\n') == std::string::npos);
+        if (o_exists) CHECK(slurp("O.npy") == "old O");
+        else CHECK_FALSE(exists("O.npy"));
+        CHECK(slurp("L.npy") == "old L");
+        CHECK(count_prefixed(".flashattn.") == 0);
+        std::remove("O.npy");
+        std::remove("L.npy");
+      }
+}
+
+TEST_CASE("npy: another user's file in a sticky directory half-way: every earlier one is put back", "[sticky]") {
+  if (::geteuid() != 0) not_run("needs root, to make files of two other users in a sticky directory");
+  char dir[] = "/tmp/fa_sticky_XXXXXX";  // (the private directory is root's, closed to others)
+  REQUIRE(mkdtemp(dir) != nullptr);
+  REQUIRE(::chmod(dir, 01777) == 0);
+  const uid_t student = 65533, other = 65534;
+  const std::string o = std::string(dir) + "/O.npy", l = std::string(dir) + "/L.npy";
+  auto cannot = [&](const std::string& why) {
+    std::remove(o.c_str());
+    std::remove(l.c_str());
+    ::rmdir(dir);
+    not_run(why);
+  };
+  for (bool copy : {false, true}) {
+    INFO((copy ? "the copy path" : "swaps"));
+    test::write_file(o, "old O");
+    test::write_file(l, "old L");
+    if (::chown(o.c_str(), student, student) != 0 || ::chown(l.c_str(), other, other) != 0)
+      cannot(std::string("cannot give files to users 65533 and 65534 here (") + std::strerror(errno) + ")");
+    REQUIRE(::chmod(l.c_str(), 0666) == 0);  // writable by all: access() says yes, the sticky bit says no
+    const pid_t pid = fork();
+    if (pid == 0) {
+      plain_child();
+      if (setgid(student) != 0 || setuid(student) != 0) _exit(3);
+      if (copy) setenv("FA_TEST_COMMIT_COPY", "1", 1);
+      OutputFiles f;
+      f.add(o, {2}, {1.0f, 2.0f});
+      f.add(l, {2}, {1.0f, 2.0f});
+      const std::string err = test::error_of([&] { f.commit(); });
+      std::printf("child: %s\n", err.c_str());
+      _exit(test::contains(err, "L.npy: cannot replace it (Operation not permitted)") &&
+                    test::contains(err, "O.npy put back as before")
+                ? 0
+                : 1);
+    }
+    const int status = wait_for(pid, 20);
+    if (status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 3)
+      cannot("cannot switch to another user here (setuid)");
+    CHECK((status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0));
+    CHECK(slurp(o) == "old O");
+    CHECK(slurp(l) == "old L");
+    int left = 0;
+    if (DIR* d = opendir(dir)) {
+      while (dirent* e = readdir(d)) left += std::strncmp(e->d_name, ".flashattn.", 11) == 0;
+      closedir(d);
+    }
+    CHECK(left == 0);
+    std::remove(o.c_str());
+    std::remove(l.c_str());
+  }
+  ::rmdir(dir);
 }

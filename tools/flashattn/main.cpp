@@ -23,6 +23,7 @@
 #include <new>
 #include <sstream>
 
+#include "common/cli.hpp"
 #include "common/compare.hpp"
 #include "common/npy.hpp"
 #include "reference/reference.hpp"
@@ -77,27 +78,9 @@ Usage:
 Exit status: 0 on success, 2 on bad input (one line on stderr, nothing written).
 )";
 
-struct Args {
-  std::map<std::string, std::string> kv;
-  bool causal = false;
-};
-
-Args parse(int argc, char** argv, int first, const std::vector<std::string>& with_value) {
-  Args a;
-  for (int i = first; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (k == "--causal") {
-      a.causal = true;
-      continue;
-    }
-    bool known = false;
-    for (const auto& w : with_value) known |= (k == w);
-    if (!known) throw Error("unknown option '" + printable(k, 40) + "' (see flashattn --help)");
-    if (i + 1 >= argc) throw Error("option " + k + " needs a value");
-    a.kv[k] = argv[++i];
-  }
-  return a;
-}
+// The options (common/cli.hpp): unknown, repeated or value-less options are refused.
+using cli::Args;
+using cli::parse;
 
 int to_int(const std::string& s, const std::string& what) {
   try {
@@ -406,6 +389,10 @@ Inputs read_inputs(const Args& a, const StepEntry& s, bool want_bwd, const std::
         throw Error(printable(path, 200) + ": K has shape " + shape_tuple(h.shape) + " but Q has " + shape_tuple(sh) +
                     " (K and V must be Q's shape but for the number of keys and of heads: [.., H_kv, N_kv, d] for "
                     "Q's [.., H, N, d])");
+      // No keys or no K/V heads (where Q has some): 0 would read as "as many as Q's".
+      if ((h.shape[n - 2] == 0 && sh[n - 2] != 0) || (n >= 3 && h.shape[n - 3] == 0 && sh[n - 3] != 0))
+        throw Error(printable(path, 200) + ": K has shape " + shape_tuple(h.shape) +
+                    ": attention needs at least one key (N_kv >= 1) and one K/V head");
       kv_sh = h.shape;
     } else if (who == "V" && h.shape != kv_sh) {
       throw Error(printable(path, 200) + ": V has shape " + shape_tuple(h.shape) + " but K has " + shape_tuple(kv_sh) +
@@ -464,7 +451,8 @@ int ranks_of(const Args& a, const StepEntry& s) {
   return r;
 }
 
-int run(const Args& a, bool model) {
+int run(const Args& a) {
+  const bool model = a.has("--model");
   if (!a.kv.count("--step")) throw Error("missing --step (see flashattn list)");
   const StepEntry& s = find_step(a.kv.at("--step"));
   if (!a.kv.count("--out")) throw Error("missing --out O.npy");
@@ -592,15 +580,10 @@ int trace(const Args& a) {
 
 int main(int argc, char** argv) {
   try {
-    // --model (run's flag without a value) is taken out before the options are parsed.
-    std::vector<char*> args(argv, argv + argc);
-    const auto flag = std::find_if(args.begin(), args.end(), [](const char* x) { return std::string(x) == "--model"; });
-    const bool model = flag != args.end();
-    if (model) args.erase(flag);
-    argc = int(args.size());
-    argv = args.data();
     const std::string cmd = argc > 1 ? argv[1] : "tour";
-    if (model && cmd != "run") throw Error("--model is an option of flashattn run");
+    if (cmd != "run" && std::find_if(argv + 1, argv + argc, [](const char* x) { return std::string(x) == "--model"; }) !=
+                            argv + argc)
+      throw Error("--model is an option of flashattn run");
     if (cmd == "--help" || cmd == "-h" || cmd == "help") {
       std::cout << kHelp;
       return 0;
@@ -625,8 +608,8 @@ int main(int argc, char** argv) {
       }
       return run(parse(argc, argv, 2,
                        {"--step", "--q", "--k", "--v", "--out", "--lse", "--scale", "--dtype", "--do", "--dq", "--dk",
-                        "--dv", "--ranks"}),
-                 model);
+                        "--dv", "--ranks"},
+                       {"--causal", "--model"}));
     }
     throw Error("unknown command '" + printable(cmd, 40) +
                 "' (commands: tour, run, trace, list, traffic; see flashattn --help)");
