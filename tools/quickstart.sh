@@ -4,6 +4,7 @@
 #
 #   bash tools/quickstart.sh           # no GPU (or --cpu): the cpu preset, build-cpu/
 #                                      # with a GPU and nvcc: every step, build/
+#   bash tools/quickstart.sh --cuda    # every step with nvcc, GPU or not (CI: the kernels compile)
 #
 # Then, without a GPU: notes/00_reference.md, and the first exercise
 #   /usr/bin/python3 tools/course/exercise.py start 01-flops
@@ -11,8 +12,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cpu=0
-if [ "${1:-}" = "--cpu" ]; then cpu=1; shift; fi
+mode=auto
+case "${1:-}" in --cpu) mode=cpu; shift ;; --cuda) mode=cuda; shift ;; esac
 
 # Debian/Ubuntu packages: compiler, CMake, Ninja, Eigen, Catch2, Doxygen, and Python with
 # NumPy and Matplotlib (the course's scripts: exercise.py, plot_trace.py, plot_traffic.py).
@@ -37,7 +38,8 @@ py=/usr/bin/python3
 if ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export PATH=/usr/local/cuda/bin:$PATH; fi
 # A GPU to run on: nvidia-smi finds one and nvcc is there. Otherwise the CPU-only build
 # (the models, their tests, the exercises): minutes instead of the kernels' half hour.
-if [ $cpu -eq 0 ] && command -v nvcc >/dev/null && nvidia-smi -L 2>/dev/null | grep -q GPU; then
+if [ $mode = cuda ] && ! command -v nvcc >/dev/null; then echo "--cuda: no nvcc found"; exit 1; fi
+if [ $mode = cuda ] || { [ $mode = auto ] && command -v nvcc >/dev/null && nvidia-smi -L 2>/dev/null | grep -q GPU; }; then
   dir=build
   cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
   cmake --build build
