@@ -6,6 +6,7 @@ import csv
 import glob
 import os
 import re
+import statistics
 
 from .data import (AB07, BWD07_D256, ROOT, WORD, ab_medians, best_peer, bold, bold3, compare07, decode08, decode08_ab,
                    fmt_bytes, fmt_ms, load, order08, production07, rel, span, text, vs_peers08, yes)
@@ -628,6 +629,34 @@ def bench09(D):
     return out
 
 
+def train(D):
+    """The small GPT trained with SDPA and with the steps (python/examples/train_all.sh): each step's curve and final
+    validation loss against the band of SDPA runs that differ only in the order of the data, and the time an iteration."""
+    rows = load(D.path("train"), "train_summary.csv")
+    if not rows:
+        raise ValueError("no train/train_summary.csv")
+    sdpa_ms = {}
+    for r in rows:
+        if r["attention"] == "sdpa" and r["ms_per_iter"]:
+            sdpa_ms.setdefault(r["dtype"], []).append(float(r["ms_per_iter"]))
+    out = [f"A decoder-only transformer on characters (the Python standard library's source), one seed for the weights, "
+           f"on {D.device_of('train', 'device.txt')}. The band: SDPA under {len(sdpa_ms.get('bf16', []))} orders of the "
+           "data; each step with the first order. Curve: the mean training loss over each 100 iterations "
+           "(`python/examples/train_all.sh`, `curves.py`).", "",
+           "| type | parameters | attention | curve points inside the band | final validation loss | the band's | "
+           "ms an iteration | × SDPA's (median) |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r["attention"] == "sdpa":
+            continue
+        base = statistics.median(sdpa_ms[r["dtype"]])
+        ms = float(r["ms_per_iter"])
+        out.append(f"| {r['dtype']} | {int(r['params']) / 1e6:.2f} M | step {r['attention']} | {r['points_inside']} of "
+                   f"{r['points']} | {r['final_val_loss']} | {r['band_final_val'].replace('-', '–')} | {ms:.2f} | "
+                   f"{base / ms:.2f} |")
+    out += ["", f"![train_curves]({rel(D.path('train', 'train_curves.png'))})"]
+    return out
+
+
 TABLES = {
     # README
     "steps": steps, "claims": claims, "figures": figures, "speed": speed,
@@ -645,5 +674,6 @@ TABLES = {
     # note 08
     "step08-lesson": lesson08, "step08-decode": decode, "ctest08": transcript("ctest08.txt"),
     # note 09
+    "train": train,
     "step09-bench": bench09, "test09": transcript("test09.txt", "nccl09.txt"),
 }
