@@ -17,7 +17,9 @@ using namespace fa;
 
 namespace {
 
-fa_shape shape_of(const Problem& p) { return {p.B, p.H, p.H_kv, p.N, p.N_kv, p.d, int(p.causal), int(p.dtype)}; }
+fa_shape shape_of(const Problem& p) {
+  return {p.B, p.H, p.H_kv, p.N, p.N_kv, p.d, int(p.causal), int(p.dtype), p.scale.value_or(0.0f)};
+}
 
 /// What fa_plan answers for step `step` at shape s: "" when it makes a plan, else its message.
 std::string refusal(const char* step, bool backward, const fa_shape& s) {
@@ -108,7 +110,9 @@ TEST_CASE("capi: a plan's forward writes what the host wrapper's forward writes,
   grouped.N_kv = 1000, grouped.H_kv = 2;
   Problem fp16 = test::make(2, 3, 113, 64, false);
   fp16.dtype = DType::fp16;
-  const std::vector<Case> cases = {{"06", bf16(test::make(2, 3, 113, 64, true))}, {"06", fp16},
+  Problem scaled = bf16(test::make(1, 2, 113, 64, true));  // fa_shape.scale reaches the kernel
+  scaled.scale = 0.3f;
+  const std::vector<Case> cases = {{"06", bf16(test::make(2, 3, 113, 64, true))}, {"06", fp16}, {"06", scaled},
                                    {"07", bf16(test::make(2, 3, 113, 128, true))}, {"07", bf16(test::make(1, 2, 1000, 64, false))},
                                    {"07s1", bf16(test::make(2, 3, 113, 128, true))},
                                    {"08", grouped}, {"08", bf16(test::make(1, 2, 1, 128, false))}};
