@@ -17,7 +17,9 @@ using namespace fa;
 
 namespace {
 
-fa_shape shape_of(const Problem& p) { return {p.B, p.H, p.H_kv, p.N, p.N_kv, p.d, int(p.causal), int(p.dtype)}; }
+fa_shape shape_of(const Problem& p) {
+  return {p.B, p.H, p.H_kv, p.N, p.N_kv, p.d, int(p.causal), int(p.dtype), p.scale.value_or(0.0f)};
+}
 
 /// What fa_plan answers for step `step` at shape s: "" when it makes a plan, else its message.
 std::string refusal(const char* step, bool backward, const fa_shape& s) {
@@ -86,9 +88,8 @@ TEST_CASE("capi: fa_plan refuses in the step's own words, before anything runs",
   decode.N_kv = 1000;
   CHECK(test::contains(refusal("07", false, decode), "takes as many keys as queries"));
   // A version of a step's note table, by fa_bench --versions' id.
-  CHECK(test::contains(refusal("07s9", false, p), "step 07 has no version '07s9' (its versions: 07h0, 07h1"));
-  CHECK(test::contains(refusal("07s1", false, p), "(got d = 64)"));  // s1 is written for d = 128 alone
-  CHECK(test::contains(refusal("07s1", true, p), "step 07s1 has no GPU backward"));
+  CHECK(test::contains(refusal("07s9", false, p), "step 07 has no version '07s9' (its versions: 07h1, 07h2"));
+  CHECK(test::contains(refusal("07h4", true, p), "step 07h4 has no GPU backward"));
   Problem bad = p;
   bad.N = 0;
   CHECK(!refusal("06", false, bad).empty());
@@ -108,9 +109,11 @@ TEST_CASE("capi: a plan's forward writes what the host wrapper's forward writes,
   grouped.N_kv = 1000, grouped.H_kv = 2;
   Problem fp16 = test::make(2, 3, 113, 64, false);
   fp16.dtype = DType::fp16;
-  const std::vector<Case> cases = {{"06", bf16(test::make(2, 3, 113, 64, true))}, {"06", fp16},
+  Problem scaled = bf16(test::make(1, 2, 113, 64, true));  // fa_shape.scale reaches the kernel
+  scaled.scale = 0.3f;
+  const std::vector<Case> cases = {{"06", bf16(test::make(2, 3, 113, 64, true))}, {"06", fp16}, {"06", scaled},
                                    {"07", bf16(test::make(2, 3, 113, 128, true))}, {"07", bf16(test::make(1, 2, 1000, 64, false))},
-                                   {"07s1", bf16(test::make(2, 3, 113, 128, true))},
+                                   {"07h4", bf16(test::make(2, 3, 113, 128, true))},
                                    {"08", grouped}, {"08", bf16(test::make(1, 2, 1, 128, false))}};
   for (const Case& c : cases) {
     const Problem& p = c.p;

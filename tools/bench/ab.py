@@ -59,7 +59,8 @@ CODE = {"fp32": 0, "bf16": 1, "fp16": 2}  # fa_shape.dtype
 
 
 class Shape(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_int) for n in ("B", "H", "H_kv", "N", "N_kv", "d", "causal", "dtype")]
+    _fields_ = [(n, ctypes.c_int) for n in ("B", "H", "H_kv", "N", "N_kv", "d", "causal", "dtype")] + [
+        ("scale", ctypes.c_float)]  # 0: 1/sqrt(d)
 
 
 class Steps:
