@@ -6,6 +6,7 @@
 // Versions measured and not kept (b5: staggered query blocks; b12: dQ before dK) are in
 // git history (commit 1615be1); their figures stay in the note.
 #include "steps/06_tensor_cores/backward.cuh"
+#include "steps/06_tensor_cores/versions.cuh"
 
 namespace fa::step06 {
 namespace {
@@ -31,7 +32,7 @@ __global__ void __launch_bounds__(32 * V(kD).warps)
     version_dkdv_kernel(int N, int Np, bool causal, float scale, const T* __restrict__ q, const T* __restrict__ k,
                 const T* __restrict__ v, const T* __restrict__ dout, const float* __restrict__ l2,
                 const float* __restrict__ dsum, float* __restrict__ dq_acc, T* __restrict__ dk, T* __restrict__ dv) {
-#if FA_STEP06_ARCH_OK  // compiled out before sm_80 (mma.cuh)
+#if FA_MMA_ARCH_OK  // compiled out before sm_80 (common/cuda/mma.cuh)
   constexpr BwdVersion B = V(kD);
   static_assert(!B.shared && !B.addr_once, "the shared layout, and what b11 changes in it, are the other kernel's");
   constexpr int kWarps = B.warps, kMT = B.m_tiles, kK = B.keys(), kThreads = 32 * kWarps;
@@ -66,7 +67,7 @@ __global__ void __launch_bounds__(32 * V(kD).warps)
   float dk_acc[kMT][kD / 8][4] = {}, dv_acc[kMT][kD / 8][4] = {};  // rows g, g+8 of the warp's key tiles
   for (int it = 0; it < blocks - first; ++it) {
     const int q0 = q_block(it) * kQ, buf = it % 2;
-    begin_block<B.late_load>(it + 1, blocks - first, [&] { qt.template load<kThreads>(q_block(it + 1), 1 - buf, N, head, stat, q, dout, l2, dsum); });
+    version_begin_block<B.late_load>(it + 1, blocks - first, [&] { qt.template load<kThreads>(q_block(it + 1), 1 - buf, N, head, stat, q, dout, l2, dsum); });
     const T *Qb = Qs + buf * kQ * kW, *dOb = dOs + buf * kQ * kW;
     const float *Lb = Lsm + buf * kQ, *Db = Dsm + buf * kQ;
     const bool mask = k0 + kK > N || q0 + kQ > N || (causal && k0 + w0 + 16 * kMT - 1 > q0);
@@ -145,7 +146,7 @@ __global__ void __launch_bounds__(32 * V(kD).warps)
         atomic_add2(dst + 8 * dt, dq[0][dt][2 * h], dq[0][dt][2 * h + 1]);
       }
     }
-    end_block<B.late_load>();  // dSs and buffer `buf` are free for the next iteration
+    version_end_block<B.late_load>();  // dSs and buffer `buf` are free for the next iteration
   }
   store_dkdv<T, kD>(dk, dv, dk_acc, dv_acc, scale, head, k0 + w0, 0, N);  // dK = scale·Σ dSᵀ·Q
 #endif
@@ -169,7 +170,7 @@ __global__ void __launch_bounds__(256)
                        const T* __restrict__ v, const T* __restrict__ dout, const float* __restrict__ l2,
                        const float* __restrict__ dsum, float* __restrict__ dq_acc, T* __restrict__ dk,
                        T* __restrict__ dv) {
-#if FA_STEP06_ARCH_OK  // compiled out before sm_80 (mma.cuh)
+#if FA_MMA_ARCH_OK  // compiled out before sm_80 (common/cuda/mma.cuh)
   constexpr BwdVersion B = V(kD);
   static_assert(B.warps == 8 && B.m_tiles == 2 && B.shared && B.mask_branch,
                 "the 4 × 2 and 2 × 4 warp layouts of 32-row tiles, the mask behind a branch");
@@ -220,7 +221,7 @@ __global__ void __launch_bounds__(256)
   float dk_acc[2][kDN / 8][4] = {}, dv_acc[2][kDN / 8][4] = {};  // keys kw + 16mt + g (+8), columns nw..
   for (int i = first; i < blocks; ++i) {
     const int q0 = i * kQ, buf = (i - first) % 2;
-    // begin_block's step (mma.cuh) spelled out: this is the code measured on the GPU;
+    // mma::begin_block's step spelled out: this is the code measured on the GPU;
     // through the helper nvcc schedules two index computations differently.
     if constexpr (B.late_load) {
       cp_async_wait<0>();  // block i landed (this thread's copies) ...
@@ -330,7 +331,7 @@ __global__ void __launch_bounds__(256)
     dkdv_product(dv_acc, Pts, dOb);  // dV += Pᵀ·dO
     dkdv_product(dk_acc, dSs, Qb);   // dK += dSᵀ·Q
     dq_product();
-    end_block<B.late_load>();  // Pᵀ, dSᵀ and buffer `buf` are free for the next iteration
+    version_end_block<B.late_load>();  // Pᵀ, dSᵀ and buffer `buf` are free for the next iteration
   }
   store_dkdv<T, kD>(dk, dv, dk_acc, dv_acc, scale, head, k0 + kw, nw, N);
 #endif

@@ -11,8 +11,9 @@
 #include "common/cuda_check.cuh"
 #include "steps/02_fused/tile.hpp"
 #include "steps/03_online_softmax/online_softmax.hpp"
-#include "steps/06_tensor_cores/mma.cuh"
+#include "common/cuda/mma.cuh"
 #include "steps/06_tensor_cores/step06.hpp"
+#include "steps/06_tensor_cores/versions.cuh"
 
 namespace fa::step06 {
 namespace {
@@ -35,7 +36,7 @@ template <class T, int kD, bool kCausal, Version V>
 __global__ void __launch_bounds__(128)
     version_kernel(int N, bool causal, float scale, const T* __restrict__ q, const T* __restrict__ k,
                    const T* __restrict__ v, T* __restrict__ o, float* __restrict__ lse) {
-#if FA_STEP06_ARCH_OK  // compiled out before sm_80 (mma.cuh)
+#if FA_MMA_ARCH_OK  // compiled out before sm_80 (common/cuda/mma.cuh)
   constexpr FwdVersion kV = V(kCausal, kD);
   constexpr int kMT = kV.m_tiles, kBc = kV.keys, kRows = 16 * kMT * 4;  // query rows per block: 4 warps
   constexpr int kThreads = 128, kW = smem_cols(kD);  // kW: a shared tile's columns
@@ -67,7 +68,7 @@ __global__ void __launch_bounds__(128)
 
   for (int j = 0; j <= last; ++j) {
     const int k0 = j * kBc, buf = j % 2;
-    begin_block<false>(j + 1, last + 1, [&] {  // tile j+1 into the other buffer
+    version_begin_block<false>(j + 1, last + 1, [&] {  // tile j+1 into the other buffer
       const int k1 = k0 + kBc;
       copy_tile_async<kThreads, kD, kBc>(Ks + (1 - buf) * kBc * kW, k + head + std::size_t(k1) * kD, N - k1);
       copy_tile_async<kThreads, kD, kBc>(Vs + (1 - buf) * kBc * kW, v + head + std::size_t(k1) * kD, N - k1);
@@ -183,7 +184,7 @@ __global__ void __launch_bounds__(128)
 
     // O += P·V_j, P rounded to 16 bits (the one rounding inside the algorithm).
     gemm_pv<T, kD, kMT, kBc>(acc, pa, smem_u32(Vs + buf * kBc * kW));
-    end_block<false>();
+    version_end_block<false>();
   }
 
   // Epilogue: O = acc / ℓ in 16 bits, L = m + log ℓ (m back in units of scale·s).

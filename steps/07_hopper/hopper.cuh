@@ -25,7 +25,7 @@
 #include <cstdint>
 
 #include "common/problem.hpp"
-#include "steps/06_tensor_cores/mma.cuh"  // smem_u32: a shared-space address
+#include "common/cuda/mma.cuh"  // smem_u32: a shared-space address
 #include "steps/07_hopper/step07.hpp"     // kPanel, swizzled: the panel layout
 
 // wgmma and setmaxnreg exist only in the sm_90a target (step 07 builds for nothing

@@ -45,7 +45,7 @@
 #include "common/gpu.hpp"
 #include "steps/02_fused/tile.hpp"
 #include "steps/03_online_softmax/online_softmax.hpp"
-#include "steps/06_tensor_cores/mma.cuh"
+#include "common/cuda/mma.cuh"
 #include "steps/06_tensor_cores/step06.hpp"
 #include "steps/07_hopper/hopper.cuh"
 #include "steps/08_split_kv/step08.hpp"

@@ -42,7 +42,7 @@
 #include <vector>
 
 #include "common/cuda_check.cuh"
-#include "steps/06_tensor_cores/mma.cuh"
+#include "common/cuda/mma.cuh"
 #include "steps/08_split_kv/step08.hpp"
 
 namespace {
