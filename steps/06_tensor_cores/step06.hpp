@@ -116,12 +116,12 @@ constexpr Tolerance kBf16Reorder{4e-3, 1.6e-2, "bf16 (8-bit mantissa) P and O af
 constexpr Tolerance kFp16Reorder{5e-4, 2e-3, "fp16 (11-bit mantissa) P and O after reordered fp32 sums"};
 
 extern const GpuForward kForward;
-constexpr int kForwardVersionCount = 10;
-/// The forward versions of the note's table (versions_forward.cu), for the bench and tests.
+constexpr int kForwardVersionCount = 5;
+/// The rows of the note's forward table before production (versions_forward.cu).
 extern const GpuForward kForwardVersions[kForwardVersionCount];
 extern const GpuBackward kBackward;
-constexpr int kBackwardVersionCount = 11;
-/// The backward versions of the note's table (versions_backward.cu), for the bench and tests.
+constexpr int kBackwardVersionCount = 6;
+/// The rows of the note's backward table before production (versions_backward.cu).
 extern const GpuBackward kBackwardVersions[kBackwardVersionCount];
 
 }  // namespace fa::step06
