@@ -313,6 +313,12 @@ void run(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) {
 
 }  // namespace
 
-const GpuBackward kBackward{"step06 backward", 256, workspace_bytes, kWorkspace, nullptr, run, kSupportedD, kMinSm};
+const GpuBackward kBackward{.name = "step06 backward",
+                            .max_d = 256,
+                            .workspace_bytes = workspace_bytes,
+                            .workspace_what = kWorkspace,
+                            .run_native = run,
+                            .only_d = kSupportedD,
+                            .min_sm = kMinSm};
 
 }  // namespace fa::step06

@@ -77,6 +77,11 @@ void run(const Problem& p, const NativeFwdArgs& a, void*, Stream s) {
 
 }  // namespace
 
-const GpuForward kForward{"step06 forward", 256, no_workspace, "", nullptr, run, kSupportedD, kMinSm, false, true};
+const GpuForward kForward{.name = "step06 forward",
+                          .max_d = 256,
+                          .run_native = run,
+                          .only_d = kSupportedD,
+                          .min_sm = kMinSm,
+                          .decode = true};
 
 }  // namespace fa::step06
