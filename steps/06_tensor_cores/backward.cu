@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(128)
 ///   dQ += dS·K (64 queries × d, over the keys): 2 (queries) × 4 (d) warps of 32 × d/4;
 ///     at d = 96, where d/4 is not a pair of 8-column tiles, 4 × 2 of 16 × 48
 /// Every address in the loop is a base computed before it plus XORs with constants
-/// and immediate offsets (mma.cuh, "Addressing").
+/// and immediate offsets (common/cuda/mma.cuh, "Addressing").
 template <class T, int kD, int kKW>
 __global__ void __launch_bounds__(256)
     dkdv_shared_kernel(int N, int Np, bool causal, float scale, const T* __restrict__ q, const T* __restrict__ k,
