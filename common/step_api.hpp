@@ -44,12 +44,17 @@ struct NativeBwdArgs {
   void *dq, *dk, *dv;
 };
 
+/// The workspace_bytes of a step that needs no scratch memory.
+inline std::size_t no_workspace(const Problem&) { return 0; }
+
+/// A forward step, written with designated initialisers: `.name` and `.max_d` always,
+/// the other fields where they differ from their defaults.
 struct GpuForward {
-  const char* name;                                      ///< "step01 forward"
-  int max_d;                                             ///< largest head dimension supported
-  std::size_t (*workspace_bytes)(const Problem&);        ///< scratch the step needs in device memory
-  const char* workspace_what;                            ///< what the scratch holds, for error messages
-  void (*run)(const Problem&, const FwdArgs&, void* workspace, Stream);  ///< fp32 steps
+  const char* name;                                                   ///< "step01 forward"
+  int max_d;                                                          ///< largest head dimension supported (0: any)
+  std::size_t (*workspace_bytes)(const Problem&) = no_workspace;      ///< scratch the step needs in device memory
+  const char* workspace_what = "";                                    ///< what the scratch holds, for error messages
+  void (*run)(const Problem&, const FwdArgs&, void* workspace, Stream) = nullptr;  ///< fp32 steps
   /// 16-bit steps: run on tensors of p.dtype (null for fp32-only steps).
   void (*run_native)(const Problem&, const NativeFwdArgs&, void* workspace, Stream) = nullptr;
   /// Head dimensions the step takes, when it takes only some (0-terminated); empty: 1..max_d.
@@ -64,19 +69,18 @@ struct GpuForward {
   bool decode = false;
 };
 
+/// A backward step, written as GpuForward.
 struct GpuBackward {
   const char* name;
   int max_d;
-  std::size_t (*workspace_bytes)(const Problem&);
-  const char* workspace_what;
-  void (*run)(const Problem&, const BwdArgs&, void* workspace, Stream);  ///< fp32 steps
+  std::size_t (*workspace_bytes)(const Problem&) = no_workspace;
+  const char* workspace_what = "";
+  void (*run)(const Problem&, const BwdArgs&, void* workspace, Stream) = nullptr;  ///< fp32 steps
   void (*run_native)(const Problem&, const NativeBwdArgs&, void* workspace, Stream) = nullptr;  ///< 16-bit steps
   const int* only_d = nullptr;  ///< as GpuForward::only_d
   int min_sm = 0;               ///< as GpuForward::min_sm
   bool exact_sm = false;        ///< as GpuForward::exact_sm
 };
-
-inline std::size_t no_workspace(const Problem&) { return 0; }
 
 /// Whether kernels that take head dimensions up to max_d (0: any), and only those in
 /// the 0-terminated list only_d where it is not null, run at head dimension d.

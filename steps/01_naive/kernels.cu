@@ -175,9 +175,20 @@ void launch_rowdot(std::size_t rows, int d, const float* dout, const float* o, f
   FA_CHECK_LAUNCH();
 }
 
-const GpuForward kForward{"step01 forward", 0, forward_ws, "S and P (2·B·H·N² floats)", forward_run};
-const GpuForward kForwardNoSoftmax{"step01 forward (no softmax)", 0, forward_nosoftmax_ws, "S (B·H·N² floats)",
-                                   forward_nosoftmax_run};
-const GpuBackward kBackward{"step01 backward", 0, backward_ws, "P and dP/dS (2·B·H·N² floats) and D", backward_run};
+const GpuForward kForward{.name = "step01 forward",
+                          .max_d = 0,
+                          .workspace_bytes = forward_ws,
+                          .workspace_what = "S and P (2·B·H·N² floats)",
+                          .run = forward_run};
+const GpuForward kForwardNoSoftmax{.name = "step01 forward (no softmax)",
+                                   .max_d = 0,
+                                   .workspace_bytes = forward_nosoftmax_ws,
+                                   .workspace_what = "S (B·H·N² floats)",
+                                   .run = forward_nosoftmax_run};
+const GpuBackward kBackward{.name = "step01 backward",
+                            .max_d = 0,
+                            .workspace_bytes = backward_ws,
+                            .workspace_what = "P and dP/dS (2·B·H·N² floats) and D",
+                            .run = backward_run};
 
 }  // namespace fa::step01

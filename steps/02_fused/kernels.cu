@@ -53,6 +53,6 @@ void run(const Problem& p, const FwdArgs& a, void*, Stream s) {
 
 }  // namespace
 
-const GpuForward kForward{"step02 forward (no softmax)", kMaxD, no_workspace, "", run};
+const GpuForward kForward{.name = "step02 forward (no softmax)", .max_d = kMaxD, .run = run};
 
 }  // namespace fa::step02

@@ -53,7 +53,7 @@ void run(const Problem& p, const FwdArgs& a, void*, Stream s) {
 
 }  // namespace
 
-const GpuForward kForward{"step03 forward", kMaxD, no_workspace, "", run<true>};
-const GpuForward kForwardNoSoftmax{"step03 forward (softmax compiled out)", kMaxD, no_workspace, "", run<false>};
+const GpuForward kForward{.name = "step03 forward", .max_d = kMaxD, .run = run<true>};
+const GpuForward kForwardNoSoftmax{.name = "step03 forward (softmax compiled out)", .max_d = kMaxD, .run = run<false>};
 
 }  // namespace fa::step03

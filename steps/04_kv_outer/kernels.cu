@@ -98,8 +98,15 @@ std::size_t workspace(const Problem& p) { return 2 * p.rows() * sizeof(float); }
 
 }  // namespace
 
-const GpuForward kForward{"step04 forward", kMaxD, workspace, "m and l (2·B·H·N floats)", run_default};
-const GpuForward kForwardAlgorithm1{"step04 forward (G = T_r)", kMaxD, workspace, "m and l (2·B·H·N floats)",
-                                    run_algorithm1};
+const GpuForward kForward{.name = "step04 forward",
+                          .max_d = kMaxD,
+                          .workspace_bytes = workspace,
+                          .workspace_what = "m and l (2·B·H·N floats)",
+                          .run = run_default};
+const GpuForward kForwardAlgorithm1{.name = "step04 forward (G = T_r)",
+                                    .max_d = kMaxD,
+                                    .workspace_bytes = workspace,
+                                    .workspace_what = "m and l (2·B·H·N floats)",
+                                    .run = run_algorithm1};
 
 }  // namespace fa::step04

@@ -135,6 +135,10 @@ void run(const Problem& p, const BwdArgs& a, void* ws, Stream s) {
 
 }  // namespace
 
-const GpuBackward kBackward{"step05 backward", kMaxD, workspace_bytes, "D (B·H·N floats)", run};
+const GpuBackward kBackward{.name = "step05 backward",
+                            .max_d = kMaxD,
+                            .workspace_bytes = workspace_bytes,
+                            .workspace_what = "D (B·H·N floats)",
+                            .run = run};
 
 }  // namespace fa::step05

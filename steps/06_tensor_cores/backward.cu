@@ -31,7 +31,7 @@ __global__ void __launch_bounds__(128)
     dkdv_kernel(int N, int Np, bool causal, float scale, const T* __restrict__ q, const T* __restrict__ k,
                 const T* __restrict__ v, const T* __restrict__ dout, const float* __restrict__ l2,
                 const float* __restrict__ dsum, float* __restrict__ dq_acc, T* __restrict__ dk, T* __restrict__ dv) {
-#if FA_STEP06_ARCH_OK  // compiled out before sm_80 (mma.cuh)
+#if FA_MMA_ARCH_OK  // compiled out before sm_80 (common/cuda/mma.cuh)
   constexpr int kWarps = 4, kMT = 2, kK = 16 * kMT * kWarps, kThreads = 32 * kWarps;
   constexpr int kH = kQ / 2;         // queries per pass over the scores: two halves of the block
   constexpr int kW = smem_cols(kD);  // a shared tile's columns
@@ -156,14 +156,14 @@ __global__ void __launch_bounds__(128)
 ///   dQ += dS·K (64 queries × d, over the keys): 2 (queries) × 4 (d) warps of 32 × d/4;
 ///     at d = 96, where d/4 is not a pair of 8-column tiles, 4 × 2 of 16 × 48
 /// Every address in the loop is a base computed before it plus XORs with constants
-/// and immediate offsets (mma.cuh, "Addressing").
+/// and immediate offsets (common/cuda/mma.cuh, "Addressing").
 template <class T, int kD, int kKW>
 __global__ void __launch_bounds__(256)
     dkdv_shared_kernel(int N, int Np, bool causal, float scale, const T* __restrict__ q, const T* __restrict__ k,
                        const T* __restrict__ v, const T* __restrict__ dout, const float* __restrict__ l2,
                        const float* __restrict__ dsum, float* __restrict__ dq_acc, T* __restrict__ dk,
                        T* __restrict__ dv) {
-#if FA_STEP06_ARCH_OK  // compiled out before sm_80 (mma.cuh)
+#if FA_MMA_ARCH_OK  // compiled out before sm_80 (common/cuda/mma.cuh)
   constexpr int kK = 32 * kKW, kThreads = 256, kW = smem_cols(kD);
   constexpr int kOW = 8 / kKW;                       // warps along the queries (Sᵀ) or d (dK, dV)
   constexpr int kSN = kQ / kOW / 8, kDN = kD / kOW;  // a warp's 8-query tiles of Sᵀ; its columns of dK, dV
@@ -313,6 +313,12 @@ void run(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) {
 
 }  // namespace
 
-const GpuBackward kBackward{"step06 backward", 256, workspace_bytes, kWorkspace, nullptr, run, kSupportedD, kMinSm};
+const GpuBackward kBackward{.name = "step06 backward",
+                            .max_d = 256,
+                            .workspace_bytes = workspace_bytes,
+                            .workspace_what = kWorkspace,
+                            .run_native = run,
+                            .only_d = kSupportedD,
+                            .min_sm = kMinSm};
 
 }  // namespace fa::step06

@@ -9,12 +9,15 @@
 
 #include <cstdint>
 
+#include "common/cuda/mma.cuh"
 #include "common/cuda_check.cuh"
 #include "steps/02_fused/tile.hpp"
-#include "steps/06_tensor_cores/mma.cuh"
 #include "steps/06_tensor_cores/step06.hpp"
 
 namespace fa::step06 {
+
+using namespace mma;  // mma.sync, ldmatrix, cp.async and the warp-level products
+
 namespace {
 
 constexpr int kQ = kBwdQueries;  // queries per step of the inner loop
@@ -30,7 +33,7 @@ template <class T, int kD>
 __global__ void preprocess_kernel(int N, int Np, int rows, const T* __restrict__ o, const T* __restrict__ dout,
                                   const float* __restrict__ lse, float* __restrict__ l2, float* __restrict__ dsum,
                                   float* __restrict__ zero = nullptr, int* __restrict__ counter = nullptr) {
-#if FA_STEP06_ARCH_OK  // compiled out before sm_80 (mma.cuh)
+#if FA_MMA_ARCH_OK  // compiled out before sm_80 (common/cuda/mma.cuh)
 #if __CUDA_ARCH__ >= 900
   // The dK/dV kernel after this one may be launched early (step 07: launch_early); its
   // blocks wait for this grid's writes before they read them.
@@ -78,6 +81,25 @@ struct QueryTiles {
     copy_floats_async<kThreads>(D + buf * kQ, dsum + stat + q0, kQ);
   }
 };
+
+/// The mask on a warp's accumulator tiles: element x of tile [mt][nt] sits at row
+/// row0 + 16·mt + g + 8·(x / 2) and column col0 + 8·nt + 2t + x % 2 (the C layout
+/// of common/cuda/mma.cuh); where drop(row, column) says so it becomes `fill` (−∞ for a score, 0 for
+/// a probability). Called behind the warp-uniform test of whether the tiles can meet
+/// the mask at all, so that almost every block skips the comparisons. (The forward
+/// writes the same loop out over S: through this helper ptxas orders its index
+/// arithmetic differently.)
+template <int kMT, int kNT, class Drop>
+__device__ __forceinline__ void mask_tiles(float (&acc)[kMT][kNT][4], int row0, int col0, float fill, Drop drop) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int x = 0; x < 4; ++x)
+        if (drop(row0 + 16 * mt + g + 8 * (x / 2), col0 + 8 * nt + 2 * t + x % 2)) acc[mt][nt][x] = fill;
+}
 
 /// dK = scale·acc_k and dV = acc_v in 16 bits: kMT 16-row tiles of a warp from key
 /// row0 on, kNT 8-column tiles from column col0 on; keys past N are not written.
@@ -148,7 +170,7 @@ __device__ __forceinline__ void add_dq(float* dst, const float (&dq)[kMT][kNT][4
 /// dQ = scale·accumulator in 16 bits, four elements per thread (n is a multiple of 4).
 template <class T>
 __global__ void convert_kernel(std::size_t n, float scale, const float* __restrict__ acc, T* __restrict__ dq) {
-#if FA_STEP06_ARCH_OK  // compiled out before sm_80 (mma.cuh)
+#if FA_MMA_ARCH_OK  // compiled out before sm_80 (common/cuda/mma.cuh)
   const std::size_t e = 4 * (std::size_t(blockIdx.x) * blockDim.x + threadIdx.x);
   if (e >= n) return;
   const float4 a = *reinterpret_cast<const float4*>(acc + e);

@@ -29,7 +29,7 @@ template <class T, int kD, bool kCausal>
 __global__ void __launch_bounds__(forward_tile(kCausal, kD).threads())
     forward_kernel(int N, int Nk, int H, int group, bool causal, float scale, const T* __restrict__ q,
                    const T* __restrict__ k, const T* __restrict__ v, T* __restrict__ o, float* __restrict__ lse) {
-#if FA_STEP06_ARCH_OK  // compiled out before sm_80 (mma.cuh)
+#if FA_MMA_ARCH_OK  // compiled out before sm_80 (common/cuda/mma.cuh)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   constexpr int kRows = forward_tile(kCausal, kD).rows();
   // The grid is (heads, query blocks); block y takes query block T_r − 1 − y, so with the
@@ -77,6 +77,11 @@ void run(const Problem& p, const NativeFwdArgs& a, void*, Stream s) {
 
 }  // namespace
 
-const GpuForward kForward{"step06 forward", 256, no_workspace, "", nullptr, run, kSupportedD, kMinSm, false, true};
+const GpuForward kForward{.name = "step06 forward",
+                          .max_d = 256,
+                          .run_native = run,
+                          .only_d = kSupportedD,
+                          .min_sm = kMinSm,
+                          .decode = true};
 
 }  // namespace fa::step06

@@ -6,12 +6,14 @@
 
 #include <cstdint>
 
+#include "common/cuda/mma.cuh"
 #include "steps/02_fused/tile.hpp"
 #include "steps/03_online_softmax/online_softmax.hpp"
-#include "steps/06_tensor_cores/mma.cuh"
 #include "steps/06_tensor_cores/step06.hpp"
 
 namespace fa::step06 {
+
+using namespace mma;  // mma.sync, ldmatrix, cp.async and the warp-level products
 
 /// A forward block's shared memory: Q_i ([B_r][smem_cols(d)], swizzled), then two
 /// buffers each of K_j and V_j ([2][B_c][smem_cols(d)]), from a 1024-byte aligned base.

@@ -1,11 +1,19 @@
-// Step 06's backward as note 06 measured it, one idea at a time: the versions of the
-// lesson's backward table (b1 … b11; b13 is the production kernel, backward.cu). Each
-// is a configuration with named fields (BwdVersion) built from the one before it; two
-// kernels take them all — the one with 16·m_tiles keys per warp, and FlashAttention-2's
-// shared warp layouts (b8 on, at d = 128) — so every bench run re-measures the table.
-// Versions measured and not kept (b5: staggered query blocks; b12: dQ before dK) are in
-// git history (commit 1615be1); their figures stay in the note.
+// Step 06's backward as note 06 teaches it, one idea a row: the versions of the lesson's
+// backward table. Production (backward.cu) is the table's last row.
+//   b1   dK/dV outer, 64 keys per block (4 warps × 16), dQ by fp32 float2 atomics
+//   b2   128 keys per block, 8 warps of 16
+//   b6   + the mask behind a warp-uniform branch (with the heaviest key blocks first,
+//        and b1's 64-key blocks at d = 64)
+//   b7   + 32 keys per warp at d = 64 (4 warps, 128 keys; queries in two halves of 32)
+//   b8   + FlashAttention-2's warp layouts at d = 128, Pᵀ and dSᵀ through shared memory
+//   b11  + one barrier fewer per query block, and at d = 128 the loop's addresses
+//        computed once
+// Two kernels take them: 16·m_tiles keys per warp (version_dkdv_kernel), and
+// FlashAttention-2's shared warp layouts (version_shared_kernel, b8 on, at d = 128);
+// each version is a configuration with named fields (BwdVersion). The versions not
+// kept are described in notes/lab/06_versions.md.
 #include "steps/06_tensor_cores/backward.cuh"
+#include "steps/06_tensor_cores/versions.cuh"
 
 namespace fa::step06 {
 namespace {
@@ -31,7 +39,7 @@ __global__ void __launch_bounds__(32 * V(kD).warps)
     version_dkdv_kernel(int N, int Np, bool causal, float scale, const T* __restrict__ q, const T* __restrict__ k,
                 const T* __restrict__ v, const T* __restrict__ dout, const float* __restrict__ l2,
                 const float* __restrict__ dsum, float* __restrict__ dq_acc, T* __restrict__ dk, T* __restrict__ dv) {
-#if FA_STEP06_ARCH_OK  // compiled out before sm_80 (mma.cuh)
+#if FA_MMA_ARCH_OK  // compiled out before sm_80 (common/cuda/mma.cuh)
   constexpr BwdVersion B = V(kD);
   static_assert(!B.shared && !B.addr_once, "the shared layout, and what b11 changes in it, are the other kernel's");
   constexpr int kWarps = B.warps, kMT = B.m_tiles, kK = B.keys(), kThreads = 32 * kWarps;
@@ -66,7 +74,7 @@ __global__ void __launch_bounds__(32 * V(kD).warps)
   float dk_acc[kMT][kD / 8][4] = {}, dv_acc[kMT][kD / 8][4] = {};  // rows g, g+8 of the warp's key tiles
   for (int it = 0; it < blocks - first; ++it) {
     const int q0 = q_block(it) * kQ, buf = it % 2;
-    begin_block<B.late_load>(it + 1, blocks - first, [&] { qt.template load<kThreads>(q_block(it + 1), 1 - buf, N, head, stat, q, dout, l2, dsum); });
+    version_begin_block<B.late_load>(it + 1, blocks - first, [&] { qt.template load<kThreads>(q_block(it + 1), 1 - buf, N, head, stat, q, dout, l2, dsum); });
     const T *Qb = Qs + buf * kQ * kW, *dOb = dOs + buf * kQ * kW;
     const float *Lb = Lsm + buf * kQ, *Db = Dsm + buf * kQ;
     const bool mask = k0 + kK > N || q0 + kQ > N || (causal && k0 + w0 + 16 * kMT - 1 > q0);
@@ -145,7 +153,7 @@ __global__ void __launch_bounds__(32 * V(kD).warps)
         atomic_add2(dst + 8 * dt, dq[0][dt][2 * h], dq[0][dt][2 * h + 1]);
       }
     }
-    end_block<B.late_load>();  // dSs and buffer `buf` are free for the next iteration
+    version_end_block<B.late_load>();  // dSs and buffer `buf` are free for the next iteration
   }
   store_dkdv<T, kD>(dk, dv, dk_acc, dv_acc, scale, head, k0 + w0, 0, N);  // dK = scale·Σ dSᵀ·Q
 #endif
@@ -169,7 +177,7 @@ __global__ void __launch_bounds__(256)
                        const T* __restrict__ v, const T* __restrict__ dout, const float* __restrict__ l2,
                        const float* __restrict__ dsum, float* __restrict__ dq_acc, T* __restrict__ dk,
                        T* __restrict__ dv) {
-#if FA_STEP06_ARCH_OK  // compiled out before sm_80 (mma.cuh)
+#if FA_MMA_ARCH_OK  // compiled out before sm_80 (common/cuda/mma.cuh)
   constexpr BwdVersion B = V(kD);
   static_assert(B.warps == 8 && B.m_tiles == 2 && B.shared && B.mask_branch,
                 "the 4 × 2 and 2 × 4 warp layouts of 32-row tiles, the mask behind a branch");
@@ -220,7 +228,7 @@ __global__ void __launch_bounds__(256)
   float dk_acc[2][kDN / 8][4] = {}, dv_acc[2][kDN / 8][4] = {};  // keys kw + 16mt + g (+8), columns nw..
   for (int i = first; i < blocks; ++i) {
     const int q0 = i * kQ, buf = (i - first) % 2;
-    // begin_block's step (mma.cuh) spelled out: this is the code measured on the GPU;
+    // mma::begin_block's step spelled out: this is the code measured on the GPU;
     // through the helper nvcc schedules two index computations differently.
     if constexpr (B.late_load) {
       cp_async_wait<0>();  // block i landed (this thread's copies) ...
@@ -330,7 +338,7 @@ __global__ void __launch_bounds__(256)
     dkdv_product(dv_acc, Pts, dOb);  // dV += Pᵀ·dO
     dkdv_product(dk_acc, dSs, Qb);   // dK += dSᵀ·Q
     dq_product();
-    end_block<B.late_load>();  // Pᵀ, dSᵀ and buffer `buf` are free for the next iteration
+    version_end_block<B.late_load>();  // Pᵀ, dSᵀ and buffer `buf` are free for the next iteration
   }
   store_dkdv<T, kD>(dk, dv, dk_acc, dv_acc, scale, head, k0 + kw, nw, N);
 #endif
@@ -357,71 +365,62 @@ void run(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s) {
   p.d == 64 ? run_d<V, 64>(p, a, ws, s) : run_d<V, 128>(p, a, ws, s);
 }
 
-// The versions of the note's backward table, each as the one before it plus one idea.
+// The versions of the note's backward table, each as the one before it plus its idea.
 FA_HD constexpr BwdVersion b1(int) { return {.warps = 4, .m_tiles = 1}; }  // 64 keys per block, 4 warps of 16
 FA_HD constexpr BwdVersion b2(int d) {  // 128 keys per block, 8 warps of 16
   BwdVersion b = b1(d);
   b.warps = 8;
   return b;
 }
-FA_HD constexpr BwdVersion b3(int d) {  // + the heaviest key blocks first
+FA_HD constexpr BwdVersion b6(int d) {  // + the mask behind a warp-uniform branch
   BwdVersion b = b2(d);
-  b.heavy_first = true;
-  return b;
-}
-FA_HD constexpr BwdVersion b4(int d) {  // b3 with b1's 64-key blocks at d = 64
-  BwdVersion b = b3(d);
-  if (d == 64) b.warps = 4;
-  return b;
-}
-FA_HD constexpr BwdVersion b6(int d) {  // b4 with the mask behind a warp-uniform branch
-  BwdVersion b = b4(d);
+  b.heavy_first = true;      // (the lab's b3: the heaviest key blocks first)
+  if (d == 64) b.warps = 4;  // (b4: b1's 64-key blocks at d = 64)
   b.mask_branch = true;
   return b;
 }
-FA_HD constexpr BwdVersion b7(int d) {  // b6 with 32 keys per warp at d = 64 (queries in halves of 32)
+FA_HD constexpr BwdVersion b7(int d) {  // + 32 keys per warp at d = 64 (queries in halves of 32)
   BwdVersion b = b6(d);
   if (d == 64) b.m_tiles = 2;
   return b;
 }
-FA_HD constexpr BwdVersion b8(int d) {  // b7, and at d = 128 FlashAttention-2's warp layouts
+FA_HD constexpr BwdVersion b8(int d) {  // + FlashAttention-2's warp layouts at d = 128
   BwdVersion b = b7(d);
   if (d == 128) b.m_tiles = 2, b.shared = true;
   return b;
 }
-FA_HD constexpr BwdVersion b9(int d) {  // b8 with one barrier fewer per query block at d = 128
+FA_HD constexpr BwdVersion b11(int d) {  // + one barrier fewer; at d = 128 addresses computed once
   BwdVersion b = b8(d);
-  if (d == 128) b.late_load = true;
-  return b;
-}
-FA_HD constexpr BwdVersion b10(int d) {  // b9's barrier also at d = 64
-  BwdVersion b = b9(d);
-  b.late_load = true;
-  return b;
-}
-FA_HD constexpr BwdVersion b11(int d) {  // b10 with the d = 128 loop's addresses computed once
-  BwdVersion b = b10(d);
+  b.late_load = true;  // (the lab's b9 at d = 128, b10 at d = 64)
   if (d == 128) b.addr_once = true;
   return b;
 }
-// b13 = b11 with Sᵀ and dPᵀ back to back: backward.cu (at d = 64 it is b10's kernel).
+// Production (backward.cu) = b11 with Sᵀ and dPᵀ computed back to back (at d = 64 it
+// is b11's kernel).
 static_assert(b11(64).keys() == backward_keys(64) && b11(128).keys() == backward_keys(128),
-              "b13 (the production kernels) keeps b11's blocks");
+              "production keeps b11's blocks");
 
 }  // namespace
 
 const GpuBackward kBackwardVersions[kBackwardVersionCount] = {
-    {"b1: 64 keys per block, 4 warps", 128, workspace_bytes, kWorkspace, nullptr, run<b1>, kVersionD, kMinSm},
-    {"b2: 128 keys per block, 8 warps", 128, workspace_bytes, kWorkspace, nullptr, run<b2>, kVersionD, kMinSm},
-    {"b3: + heaviest key blocks first", 128, workspace_bytes, kWorkspace, nullptr, run<b3>, kVersionD, kMinSm},
-    {"b4: b3 with 64-key blocks at d = 64", 128, workspace_bytes, kWorkspace, nullptr, run<b4>, kVersionD, kMinSm},
-    {"b6: b4 with the mask behind a warp-uniform branch", 128, workspace_bytes, kWorkspace, nullptr, run<b6>, kVersionD, kMinSm},
-    {"b7: b6 with 32 keys per warp at d = 64", 128, workspace_bytes, kWorkspace, nullptr, run<b7>, kVersionD, kMinSm},
-    {"b8: b7, FlashAttention-2's warp layouts at d = 128", 128, workspace_bytes, kWorkspace, nullptr, run<b8>, kVersionD, kMinSm},
-    {"b9: b8 with one barrier fewer per query block", 128, workspace_bytes, kWorkspace, nullptr, run<b9>, kVersionD, kMinSm},
-    {"b10: b9 with one barrier fewer also at d = 64", 128, workspace_bytes, kWorkspace, nullptr, run<b10>, kVersionD, kMinSm},
-    {"b11: b10 with addresses computed once at d = 128", 128, workspace_bytes, kWorkspace, nullptr, run<b11>, kVersionD, kMinSm},
-    {"b13: b11 with the S and dP products back to back", 128, workspace_bytes, kWorkspace, nullptr, kBackward.run_native, kVersionD, kMinSm},
+    {.name = "b1: 64 keys per block, 4 warps",
+     .max_d = 128, .workspace_bytes = workspace_bytes, .workspace_what = kWorkspace, .run_native = run<b1>,
+     .only_d = kVersionD, .min_sm = kMinSm},
+    {.name = "b2: 128 keys per block, 8 warps",
+     .max_d = 128, .workspace_bytes = workspace_bytes, .workspace_what = kWorkspace, .run_native = run<b2>,
+     .only_d = kVersionD, .min_sm = kMinSm},
+    {.name = "b6: + heaviest key blocks first, the mask behind a branch",
+     .max_d = 128, .workspace_bytes = workspace_bytes, .workspace_what = kWorkspace, .run_native = run<b6>,
+     .only_d = kVersionD, .min_sm = kMinSm},
+    {.name = "b7: + 32 keys per warp at d = 64",
+     .max_d = 128, .workspace_bytes = workspace_bytes, .workspace_what = kWorkspace, .run_native = run<b7>,
+     .only_d = kVersionD, .min_sm = kMinSm},
+    {.name = "b8: + FlashAttention-2's warp layouts at d = 128",
+     .max_d = 128, .workspace_bytes = workspace_bytes, .workspace_what = kWorkspace, .run_native = run<b8>,
+     .only_d = kVersionD, .min_sm = kMinSm},
+    {.name = "b11: + one barrier fewer, addresses computed once at d = 128",
+     .max_d = 128, .workspace_bytes = workspace_bytes, .workspace_what = kWorkspace, .run_native = run<b11>,
+     .only_d = kVersionD, .min_sm = kMinSm},
 };
 
 }  // namespace fa::step06

@@ -1,21 +1,28 @@
-// Step 06's forward as note 06 measured it, one idea at a time: the versions of the
-// lesson's table (v3 … v14; v15 is the production kernel, forward.cu). Each version
-// is a configuration with named fields (FwdVersion) built from the one before it, so
-// the list at the end of this file reads as the table: "v5 = v4 with two 16-row tiles
-// per warp". One kernel takes them all, so every bench run re-measures the table.
-// Versions that were measured and not kept (v6, v6b, v9, v9c, v11) are in git history
-// (commit 1615be1); their figures stay in the note. v1 (plain 32-bit shared loads)
-// and v2 (padded rows) are older still.
+// Step 06's forward as note 06 teaches it, one idea a row: the versions of the lesson's
+// forward table. Production (forward.cu) is the table's last row.
+//   v3   mma.sync, ldmatrix from XOR-swizzled shared memory, cp.async double-buffered K/V
+//   v4   + exp2 with the softmax scale folded into one FFMA
+//   v5   + 128 query rows per block, 32 per warp: each K/V fragment feeds two mma
+//   v12  + the mask's comparisons behind a warp-uniform branch (with three smaller steps:
+//        the heaviest query blocks first, ℓ summed across the quad once, 64-row blocks
+//        when causal at d = 64)
+//   v13  + O and ℓ rescaled only when a row's max grows by more than 2^8
+// One kernel takes them all, each a configuration with named fields (FwdVersion), so
+// that every bench run re-measures the table. The rows v1 and v2 and the versions not
+// kept are described in notes/lab/06_versions.md.
 #include <cstdint>
 
+#include "common/cuda/mma.cuh"
 #include "common/cuda_check.cuh"
 #include "steps/02_fused/tile.hpp"
 #include "steps/03_online_softmax/online_softmax.hpp"
-#include "steps/06_tensor_cores/mma.cuh"
 #include "steps/06_tensor_cores/step06.hpp"
+#include "steps/06_tensor_cores/versions.cuh"
 
 namespace fa::step06 {
 namespace {
+
+using namespace mma;
 
 /// One version of the forward kernel (4 warps; at d = 64 or 128), by what it adds.
 struct FwdVersion {
@@ -35,7 +42,7 @@ template <class T, int kD, bool kCausal, Version V>
 __global__ void __launch_bounds__(128)
     version_kernel(int N, bool causal, float scale, const T* __restrict__ q, const T* __restrict__ k,
                    const T* __restrict__ v, T* __restrict__ o, float* __restrict__ lse) {
-#if FA_STEP06_ARCH_OK  // compiled out before sm_80 (mma.cuh)
+#if FA_MMA_ARCH_OK  // compiled out before sm_80 (common/cuda/mma.cuh)
   constexpr FwdVersion kV = V(kCausal, kD);
   constexpr int kMT = kV.m_tiles, kBc = kV.keys, kRows = 16 * kMT * 4;  // query rows per block: 4 warps
   constexpr int kThreads = 128, kW = smem_cols(kD);  // kW: a shared tile's columns
@@ -67,7 +74,7 @@ __global__ void __launch_bounds__(128)
 
   for (int j = 0; j <= last; ++j) {
     const int k0 = j * kBc, buf = j % 2;
-    begin_block<false>(j + 1, last + 1, [&] {  // tile j+1 into the other buffer
+    version_begin_block<false>(j + 1, last + 1, [&] {  // tile j+1 into the other buffer
       const int k1 = k0 + kBc;
       copy_tile_async<kThreads, kD, kBc>(Ks + (1 - buf) * kBc * kW, k + head + std::size_t(k1) * kD, N - k1);
       copy_tile_async<kThreads, kD, kBc>(Vs + (1 - buf) * kBc * kW, v + head + std::size_t(k1) * kD, N - k1);
@@ -183,7 +190,7 @@ __global__ void __launch_bounds__(128)
 
     // O += P·V_j, P rounded to 16 bits (the one rounding inside the algorithm).
     gemm_pv<T, kD, kMT, kBc>(acc, pa, smem_u32(Vs + buf * kBc * kW));
-    end_block<false>();
+    version_end_block<false>();
   }
 
   // Epilogue: O = acc / ℓ in 16 bits, L = m + log ℓ (m back in units of scale·s).
@@ -233,8 +240,8 @@ void run(const Problem& p, const NativeFwdArgs& a, void*, Stream s) {
     p.d == 64 ? run_d<V, 64, false>(p, a, s) : run_d<V, 128, false>(p, a, s);
 }
 
-// The versions of the note's table, each as the one before it plus one idea.
-FA_HD constexpr FwdVersion v3(bool, int) { return {.m_tiles = 1, .keys = 64}; }  // swizzled shared memory (v2: padded rows)
+// The versions of the note's table, each as the one before it plus its idea.
+FA_HD constexpr FwdVersion v3(bool, int) { return {.m_tiles = 1, .keys = 64}; }  // swizzled shared memory
 FA_HD constexpr FwdVersion v4(bool c, int d) {  // + exp2, the scale folded into one FFMA
   FwdVersion v = v3(c, d);
   v.exp2 = true;
@@ -245,24 +252,11 @@ FA_HD constexpr FwdVersion v5(bool c, int d) {  // + 128 query rows per block, 3
   v.m_tiles = 2;
   return v;
 }
-FA_HD constexpr FwdVersion v7(bool c, int d) {  // causal: v4's 64-row blocks, the heaviest first; else v5
-  if (!c) return v5(c, d);
-  FwdVersion v = v4(c, d);
-  v.heavy_first = true;
-  return v;
-}
-FA_HD constexpr FwdVersion v8(bool c, int d) {  // + ℓ summed across the quad once, at the end
-  FwdVersion v = v7(c, d);
-  v.lazy_sum = v.heavy_first = true;
-  return v;
-}
-FA_HD constexpr FwdVersion v10(bool c, int d) {  // v8, but 128-row blocks when causal at d = 128
-  FwdVersion v = v8(c, d);
-  if (c && d == 128) v.m_tiles = 2;
-  return v;
-}
 FA_HD constexpr FwdVersion v12(bool c, int d) {  // + the mask behind a warp-uniform branch
-  FwdVersion v = v10(c, d);
+  FwdVersion v = v5(c, d);
+  v.heavy_first = true;          // (the lab's v7: the longest causal query blocks first)
+  v.lazy_sum = true;             // (v8: the quad adds its parts of ℓ once, at the end)
+  if (c && d == 64) v.m_tiles = 1;  // (v7, v10: 64-row blocks when causal at d = 64)
   v.mask_branch = true;
   return v;
 }
@@ -271,29 +265,27 @@ FA_HD constexpr FwdVersion v13(bool c, int d) {  // + O and ℓ rescaled only wh
   v.lazy_rescale = true;
   return v;
 }
-FA_HD constexpr FwdVersion v14(bool c, int d) {  // v13 with 128-key blocks at d = 64 without the mask
-  FwdVersion v = v13(c, d);
-  if (!c && d == 64) v.keys = 128;
-  return v;
-}
-// v15 = v14 with the next block's copies issued after the opening barrier: forward.cu.
-static_assert(v14(true, 64).m_tiles * 64 == forward_br(true, 64) && v14(false, 64).keys == forward_bc(false, 64) &&
-                  v14(true, 128).m_tiles * 64 == forward_br(true, 128) && v14(false, 128).keys == forward_bc(false, 128),
-              "v15 (the production kernel) keeps v14's blocks");
+// Production (forward.cu) = v13 with 128-key blocks at d = 64 without the mask, and the
+// next block's copies issued after the opening barrier (one barrier fewer per block).
+static_assert(v13(true, 64).m_tiles * 64 == forward_br(true, 64) && v13(false, 64).m_tiles * 64 == forward_br(false, 64) &&
+                  v13(true, 128).m_tiles * 64 == forward_br(true, 128) &&
+                  v13(false, 128).m_tiles * 64 == forward_br(false, 128) && v13(true, 64).keys == forward_bc(true, 64) &&
+                  v13(true, 128).keys == forward_bc(true, 128) && v13(false, 128).keys == forward_bc(false, 128),
+              "production keeps v13's blocks except its 128 keys at d = 64 without the mask");
 
 }  // namespace
 
 const GpuForward kForwardVersions[kForwardVersionCount] = {
-    {"v3: swizzled shared memory", 128, no_workspace, "", nullptr, run<v3>, kVersionD, kMinSm},
-    {"v4: + exp2, scale folded", 128, no_workspace, "", nullptr, run<v4>, kVersionD, kMinSm},
-    {"v5: + 128-row blocks", 128, no_workspace, "", nullptr, run<v5>, kVersionD, kMinSm},
-    {"v7: 64-row blocks when causal, heaviest first", 128, no_workspace, "", nullptr, run<v7>, kVersionD, kMinSm},
-    {"v8: + row sums reduced once, at the end", 128, no_workspace, "", nullptr, run<v8>, kVersionD, kMinSm},
-    {"v10: v8, but 128-row blocks when causal at d = 128", 128, no_workspace, "", nullptr, run<v10>, kVersionD, kMinSm},
-    {"v12: + the mask behind a warp-uniform branch", 128, no_workspace, "", nullptr, run<v12>, kVersionD, kMinSm},
-    {"v13: + O and l rescaled only when a max jumps by > 2^8", 128, no_workspace, "", nullptr, run<v13>, kVersionD, kMinSm},
-    {"v14: v13 with 128-key blocks at d = 64", 128, no_workspace, "", nullptr, run<v14>, kVersionD, kMinSm},
-    {"v15: v14 with one barrier fewer per K/V block", 128, no_workspace, "", nullptr, kForward.run_native, kVersionD, kMinSm},
+    {.name = "v3: swizzled shared memory",
+     .max_d = 128, .run_native = run<v3>, .only_d = kVersionD, .min_sm = kMinSm},
+    {.name = "v4: + exp2, scale folded",
+     .max_d = 128, .run_native = run<v4>, .only_d = kVersionD, .min_sm = kMinSm},
+    {.name = "v5: + 128-row blocks",
+     .max_d = 128, .run_native = run<v5>, .only_d = kVersionD, .min_sm = kMinSm},
+    {.name = "v12: + heaviest first, l summed once, the mask behind a branch",
+     .max_d = 128, .run_native = run<v12>, .only_d = kVersionD, .min_sm = kMinSm},
+    {.name = "v13: + O and l rescaled only when a max jumps by > 2^8",
+     .max_d = 128, .run_native = run<v13>, .only_d = kVersionD, .min_sm = kMinSm},
 };
 
 }  // namespace fa::step06

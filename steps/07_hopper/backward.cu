@@ -292,8 +292,8 @@ __device__ __forceinline__ void store_dkdv(unsigned char* dk_tile, unsigned char
     for (int n = 0; n < N / 8; ++n) {
       const std::uint32_t at = swizzled(kRowsPerConsumer, r, col0 + 8 * n + 2 * t);
       *reinterpret_cast<std::uint32_t*>(dk_tile + at) =
-          step06::Mma<T>::pack(scale * dk[4 * n + 2 * h], scale * dk[4 * n + 2 * h + 1]);
-      *reinterpret_cast<std::uint32_t*>(dv_tile + at) = step06::Mma<T>::pack(dv[4 * n + 2 * h], dv[4 * n + 2 * h + 1]);
+          mma::Mma<T>::pack(scale * dk[4 * n + 2 * h], scale * dk[4 * n + 2 * h + 1]);
+      *reinterpret_cast<std::uint32_t*>(dv_tile + at) = mma::Mma<T>::pack(dv[4 * n + 2 * h], dv[4 * n + 2 * h + 1]);
     }
   }
 }
@@ -486,7 +486,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       // Pᵀ (fp32 in st), masked where a key is past N or (causal) after the query.
       wgmma_wait<1>(st);
 #pragma unroll
-      for (int x = 0; x < kQi / 2; ++x) st[x] = step06::exp2_approx(fmaf(st[x], mul, -l2[8 * (x / 4) + 2 * t + x % 2]));
+      for (int x = 0; x < kQi / 2; ++x) st[x] = mma::exp2_approx(fmaf(st[x], mul, -l2[8 * (x / 4) + 2 * t + x % 2]));
       if (key0 - g + 16 > N || (prm.causal && key0 - g + 15 > q0)) {  // warp-uniform: the warp's 16 keys
 #pragma unroll
         for (int x = 0; x < kQi / 2; ++x)
@@ -773,7 +773,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       // Pᵀ and dSᵀ = Pᵀ∘(dPᵀ − D_i), in fp32, masked as in dkdv_kernel.
       wgmma_wait<1>(st);
 #pragma unroll
-      for (int x = 0; x < kQ / 4; ++x) st[x] = step06::exp2_approx(fmaf(st[x], mul, -l2[8 * (x / 4) + 2 * t + x % 2]));
+      for (int x = 0; x < kQ / 4; ++x) st[x] = mma::exp2_approx(fmaf(st[x], mul, -l2[8 * (x / 4) + 2 * t + x % 2]));
       if (key0 - g + 16 > N || (prm.causal && key0 - g + 15 > q0 + half)) {  // warp-uniform: the warp's 16 keys
 #pragma unroll
         for (int x = 0; x < kQ / 4; ++x)
@@ -803,9 +803,9 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         for (int h = 0; h < 2; ++h) {
           const std::uint32_t at = swizzled(kWideKeys, 16 * warp + g + 8 * h, half + 8 * n + 2 * t);
           *reinterpret_cast<std::uint32_t*>(p_tile + at) =
-              step06::Mma<T>::pack(st[4 * n + 2 * h], st[4 * n + 2 * h + 1]);
+              mma::Mma<T>::pack(st[4 * n + 2 * h], st[4 * n + 2 * h + 1]);
           *reinterpret_cast<std::uint32_t*>(ds_tile + at) =
-              step06::Mma<T>::pack(dpt[4 * n + 2 * h], dpt[4 * n + 2 * h + 1]);
+              mma::Mma<T>::pack(dpt[4 * n + 2 * h], dpt[4 * n + 2 * h + 1]);
         }
       cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // ordinary stores, read by wgmma
       named_sync(ds_bar(step), 128 * kBwdConsumers);
@@ -907,7 +907,7 @@ __global__ void __launch_bounds__(256) convert_kernel(int N, int d, int q_blocks
     const int q = f / (kPanel / 2), col = 2 * (f % (kPanel / 2)), row = i * kQi + q;
     if (row < N)
       *reinterpret_cast<std::uint32_t*>(dq + (bh * N + row) * d + panel * kPanel + col) =
-          step06::Mma<T>::pack(scale * rows[q * kPad + col], scale * rows[q * kPad + col + 1]);
+          mma::Mma<T>::pack(scale * rows[q * kPad + col], scale * rows[q * kPad + col + 1]);
   }
 #endif
 }

@@ -7,7 +7,7 @@
 
 #include "steps/02_fused/tile.hpp"
 #include "steps/03_online_softmax/online_softmax.hpp"
-#include "steps/06_tensor_cores/mma.cuh"
+#include "common/cuda/mma.cuh"
 #include "steps/06_tensor_cores/step06.hpp"
 #include "steps/07_hopper/hopper.cuh"
 #include "steps/07_hopper/step07.hpp"
@@ -180,7 +180,7 @@ struct Consumer {
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffffu, mx[h], 2));
         const float m_new = fmaxf(m[h], mx[h]);
         // 0 on the first block (m = −∞); −∞ − (−∞) kept out.
-        alpha[h] = step06::exp2_approx(m[h] * mul - (m_new == -INFINITY ? 0.0f : m_new * mul));
+        alpha[h] = mma::exp2_approx(m[h] * mul - (m_new == -INFINITY ? 0.0f : m_new * mul));
         m[h] = m_new;
       }
       ms[h] = m[h] == -INFINITY ? 0.0f : m[h] * mul;
@@ -188,7 +188,7 @@ struct Consumer {
     float sum[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int x = 0; x < kBc / 2; ++x) {  // one FFMA and one MUFU.EX2 per score
-      s[x] = step06::exp2_approx(fmaf(s[x], mul, -ms[x % 4 / 2]));
+      s[x] = mma::exp2_approx(fmaf(s[x], mul, -ms[x % 4 / 2]));
       sum[x % 4 / 2] += s[x];
     }
 #pragma unroll
@@ -269,7 +269,7 @@ struct Consumer {
 #pragma unroll
       for (int n = 0; n < kD / 8; ++n)
         *reinterpret_cast<std::uint32_t*>(o_tile + swizzled(kRowsPerConsumer, r, 8 * n + 2 * t)) =
-            step06::Mma<T>::pack(o[4 * n + 2 * h] * inv, o[4 * n + 2 * h + 1] * inv);
+            mma::Mma<T>::pack(o[4 * n + 2 * h] * inv, o[4 * n + 2 * h + 1] * inv);
       const int row = r0 + g + 8 * h;
       if (t == 0 && row < N) lse[std::size_t(bh) * N + row] = online::lse(m[h] * scale, l[h]);
     }

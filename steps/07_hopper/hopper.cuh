@@ -6,13 +6,13 @@
 #include <cstdint>
 
 #include "common/cuda/hopper.cuh"
-#include "steps/06_tensor_cores/mma.cuh"  // smem_u32, Mma<T>::pack
-#include "steps/07_hopper/step07.hpp"     // swizzled: the panel layout; TileOrder
+#include "common/cuda/mma.cuh"         // smem_u32, Mma<T>::pack
+#include "steps/07_hopper/step07.hpp"  // swizzled: the panel layout; TileOrder
 
 namespace fa::step07 {
 
 using namespace fa::hopper;  // TMA, mbarriers, wgmma, setmaxnreg, named barriers, TileRing
-using step06::smem_u32;
+using mma::smem_u32;
 static_assert(kPanel == hopper::kPanel, "step 07's panel layout is the one TMA and wgmma take");
 
 /// An m64 accumulator (64 × N fp32: N/2 registers a thread) rounded to 16 bits as the A
@@ -23,7 +23,7 @@ __device__ __forceinline__ void to_a(const float (&acc)[N / 2], std::uint32_t (&
 #pragma unroll
   for (int kk = 0; kk < N / 16; ++kk)
 #pragma unroll
-    for (int r = 0; r < 4; ++r) a[kk][r] = step06::Mma<T>::pack(acc[8 * kk + 2 * r], acc[8 * kk + 2 * r + 1]);
+    for (int r = 0; r < 4; ++r) a[kk][r] = mma::Mma<T>::pack(acc[8 * kk + 2 * r], acc[8 * kk + 2 * r + 1]);
 }
 
 /// Where register r of k step kk of an A fragment lies in a panel-layout tile of `rows`

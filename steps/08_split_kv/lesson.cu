@@ -17,18 +17,18 @@
 #include "common/cuda_check.cuh"
 #include "steps/02_fused/tile.hpp"
 #include "steps/03_online_softmax/online_softmax.hpp"
-#include "steps/06_tensor_cores/mma.cuh"
+#include "common/cuda/mma.cuh"
 #include "steps/06_tensor_cores/step06.hpp"
 #include "steps/08_split_kv/step08.hpp"
 
 namespace fa::step08 {
 namespace {
 
-using step06::cp_async_commit;
-using step06::cp_async_wait;
-using step06::exp2_approx;
+using mma::cp_async_commit;
+using mma::cp_async_wait;
+using mma::exp2_approx;
 using step06::smem_cols;
-using step06::smem_u32;
+using mma::smem_u32;
 
 template <class T>
 struct LessonArgs {
@@ -48,13 +48,13 @@ struct LessonArgs {
 /// block's part of them) written.
 template <class T, int kD, int kStages>
 __global__ void __launch_bounds__(kThreads) lesson_split_kernel(const LessonArgs<T> a) {
-#if FA_STEP06_ARCH_OK
+#if FA_MMA_ARCH_OK
   constexpr int kW = smem_cols(kD);
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   T* Qs = reinterpret_cast<T*>(smem_raw);  // [kRows][kW], swizzled
   T* Ks = Qs + kRows * kW;                 // [kStages][kTileKeys][kW]: the ring
   T* Vs = Ks + kStages * kTileKeys * kW;   // [kStages][kTileKeys][kW]
-  step06::require_aligned_smem(smem_raw);
+  mma::require_aligned_smem(smem_raw);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 
   // This block's chunk: tiles [t0, t1) of unit u (row block rb of K/V head kvh), part `part` of its rows.
@@ -70,15 +70,15 @@ __global__ void __launch_bounds__(kThreads) lesson_split_kernel(const LessonArgs
   auto load_tile = [&](int tile) {
     const int k0 = tile * kTileKeys, slot = (tile - t0) % kStages;
     const std::size_t from = kv_head + std::size_t(k0) * kD;
-    step06::copy_tile_async<kThreads, kD, kTileKeys, true>(Ks + slot * kTileKeys * kW, a.k + from, last_key - k0);
-    step06::copy_tile_async<kThreads, kD, kTileKeys, true>(Vs + slot * kTileKeys * kW, a.v + from, last_key - k0);
+    mma::copy_tile_async<kThreads, kD, kTileKeys, true>(Ks + slot * kTileKeys * kW, a.k + from, last_key - k0);
+    mma::copy_tile_async<kThreads, kD, kTileKeys, true>(Vs + slot * kTileKeys * kW, a.v + from, last_key - k0);
   };
 
   float acc[1][kD / 8][4] = {};  // O_w: rows g, g+8 × columns 2t, 2t+1 of each 8-column tile
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
 
   // Prologue: Q, then the ring's first tiles, one commit group each; Q into registers.
-  if (t0 < t1) step06::copy_tile_async<kThreads, kD, kRows>(Qs, a.q + base * kD, rows);
+  if (t0 < t1) mma::copy_tile_async<kThreads, kD, kRows>(Qs, a.q + base * kD, rows);
   cp_async_commit();
   for (int st = 0; st < kStages - 1; ++st) {
     if (t0 + st < t1) load_tile(t0 + st);
@@ -87,8 +87,8 @@ __global__ void __launch_bounds__(kThreads) lesson_split_kernel(const LessonArgs
   cp_async_wait<kStages - 1>();
   __syncthreads();
   std::uint32_t qa[kD / 16][1][4];
-  step06::load_a_fragments<kD, 1>(qa, smem_u32(Qs), 0, lane);
-  const std::uint32_t k_at = step06::b_fragments_at<kD>(smem_u32(Ks), kKeysPerWarp * warp, lane);
+  mma::load_a_fragments<kD, 1>(qa, smem_u32(Qs), 0, lane);
+  const std::uint32_t k_at = mma::b_fragments_at<kD>(smem_u32(Ks), kKeysPerWarp * warp, lane);
 
   for (int tile = t0; tile < t1; ++tile) {
     const int at = (tile - t0) % kStages * kTileKeys;  // the tile's first row in the ring
@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kThreads) lesson_split_kernel(const LessonArgs
     const int k0 = tile * kTileKeys + kKeysPerWarp * warp;
 
     float s[1][kKeysPerWarp / 8][4] = {};  // S: 16 rows × this warp's 16 keys
-    step06::gemm_abt_regs<T, kD, 1, kKeysPerWarp / 8>(s, qa, k_at + at * kW * sizeof(T));
+    mma::gemm_abt_regs<T, kD, 1, kKeysPerWarp / 8>(s, qa, k_at + at * kW * sizeof(T));
     if (k0 + kKeysPerWarp > Nk || (a.causal && k0 + kKeysPerWarp - 1 > Nk - N))
       for (int nt = 0; nt < kKeysPerWarp / 8; ++nt)
         for (int x = 0; x < 4; ++x) {  // x = 2h + e: row g + 8h, key 8nt + 2t + e
@@ -126,8 +126,8 @@ __global__ void __launch_bounds__(kThreads) lesson_split_kernel(const LessonArgs
       for (int dt = 0; dt < kD / 8; ++dt) acc[0][dt][2 * h] *= alpha, acc[0][dt][2 * h + 1] *= alpha;
     }
     std::uint32_t pa[1][1][4];  // P rounded to 16 bits, the A operand of P·V
-    step06::to_a<T>(pa[0][0], s[0][0], s[0][1]);
-    step06::gemm_pv<T, kD, 1, kKeysPerWarp>(acc, pa, smem_u32(Vs + (at + kKeysPerWarp * warp) * kW));
+    mma::to_a<T>(pa[0][0], s[0][0], s[0][1]);
+    mma::gemm_pv<T, kD, 1, kKeysPerWarp>(acc, pa, smem_u32(Vs + (at + kKeysPerWarp * warp) * kW));
   }
 
   // Epilogue, in the ring (free once every copy landed): the four warps' (m, ℓ, O) merged

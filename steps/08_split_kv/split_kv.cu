@@ -28,18 +28,18 @@
 #include "common/gpu.hpp"
 #include "steps/02_fused/tile.hpp"
 #include "steps/03_online_softmax/online_softmax.hpp"
-#include "steps/06_tensor_cores/mma.cuh"
+#include "common/cuda/mma.cuh"
 #include "steps/06_tensor_cores/step06.hpp"
 #include "steps/08_split_kv/step08.hpp"
 
 namespace fa::step08 {
 namespace {
 
-using step06::cp_async_commit;
-using step06::cp_async_wait;
-using step06::exp2_approx;
+using mma::cp_async_commit;
+using mma::cp_async_wait;
+using mma::exp2_approx;
 using step06::smem_cols;
-using step06::smem_u32;
+using mma::smem_u32;
 
 /// The merge rule's statistics (m, ℓ) of a row's parts, merged across a warp's 32 lanes
 /// pairwise (xor butterfly). Every lane ends with the same max; lane 0's ℓ is the one the
@@ -164,7 +164,7 @@ __device__ __forceinline__ void online_step(const SplitArgs<T>& a, float (&s)[1]
     for (int dt = 0; dt < kD / 8; ++dt)
 #pragma unroll
       for (int x = 0; x < 4; ++x) acc[0][dt][x] *= alpha[x / 2];
-  step06::to_a<T>(pa[0][0], s[0][0], s[0][1]);
+  mma::to_a<T>(pa[0][0], s[0][0], s[0][1]);
 }
 
 /// Where a piece of a block's chunk works: its unit's K/V head kvh and packed rows r0 … r0 + 15
@@ -274,7 +274,7 @@ __device__ __forceinline__ void finish_piece(const SplitArgs<T>& a, const PieceA
 /// One piece of a block's chunk (PieceAt), through a ring of kStages tiles.
 template <class T, int kD, int kStages>
 __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const PieceAt& pc, const Tags& tags) {
-#if FA_STEP06_ARCH_OK
+#if FA_MMA_ARCH_OK
   constexpr int kW = smem_cols(kD);
   static_assert(EpilogueSmem<kD>::kFloats * sizeof(float) <= 2 * kStages * kTileKeys * kW * sizeof(T),
                 "the epilogue's per-warp states and the cluster's part fit in the ring they reuse");
@@ -283,7 +283,7 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const PieceAt& 
   T* Ks = Qs + kRows * kW;                 // [kStages][kTileKeys][kW]: the ring
   T* Vs = Ks + kStages * kTileKeys * kW;   // [kStages][kTileKeys][kW]
 
-  step06::require_aligned_smem(smem_raw);
+  mma::require_aligned_smem(smem_raw);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int Nk = a.Nk, r0 = pc.r0, rows = pc.rows, t0 = pc.t0, t1 = pc.t1;
   const std::size_t base = pc.base, kv_head = std::size_t(pc.kvh) * Nk * kD;
@@ -291,22 +291,22 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const PieceAt& 
   const float mul = a.scale * step06::kLog2e;  // exp(scale·(s − m)) = 2^(s·mul − m·mul)
 
   auto slot_of = [&](int tile) { return (tile - t0) % kStages; };  // the ring's slot holding `tile`
-  const step06::L2Hint once = step06::l2_evict_first();  // (used where a.kv asks for it)
+  const mma::L2Hint once = mma::l2_evict_first();  // (used where a.kv asks for it)
   auto load_tile = [&](int tile) {  // tile `tile` of this head into its slot of the ring
     const int k0 = tile * kTileKeys, slot = slot_of(tile);
     auto copy = [&](auto hint) {
       const std::size_t from = kv_head + std::size_t(k0) * kD;
-      step06::copy_tile_async<kThreads, kD, kTileKeys, true>(Ks + slot * kTileKeys * kW, a.k + from, last_key - k0, hint);
-      step06::copy_tile_async<kThreads, kD, kTileKeys, true>(Vs + slot * kTileKeys * kW, a.v + from, last_key - k0, hint);
+      mma::copy_tile_async<kThreads, kD, kTileKeys, true>(Ks + slot * kTileKeys * kW, a.k + from, last_key - k0, hint);
+      mma::copy_tile_async<kThreads, kD, kTileKeys, true>(Vs + slot * kTileKeys * kW, a.v + from, last_key - k0, hint);
     };
-    a.kv == KvLines::evict_first ? copy(once) : copy(step06::NoL2Hint{});
+    a.kv == KvLines::evict_first ? copy(once) : copy(mma::NoL2Hint{});
   };
 
   float acc[1][kD / 8][4] = {};  // O_w: [m-tile][8-column n-tile][register] (rows g, g+8 × columns 2t, 2t+1)
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g, g+8: max (units of s), this lane's part of ℓ
 
   // Prologue: Q, then the first kStages − 1 tiles, one commit group each.
-  if (t0 < t1) step06::copy_tile_async<kThreads, kD, kRows>(Qs, a.q + base * kD, rows);
+  if (t0 < t1) mma::copy_tile_async<kThreads, kD, kRows>(Qs, a.q + base * kD, rows);
   cp_async_commit();
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) {
@@ -317,10 +317,10 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const PieceAt& 
   cp_async_wait<kStages - 1>();  // Q landed (this thread's copies) ...
   __syncthreads();               // ... everyone's
   std::uint32_t qa[kD / 16][1][4];  // [16-column k step][m-tile][register]
-  step06::load_a_fragments<kD, 1>(qa, smem_u32(Qs), 0, lane);
+  mma::load_a_fragments<kD, 1>(qa, smem_u32(Qs), 0, lane);
   // This lane's ldmatrix address of its warp's 16 keys in slot 0's first tile; a tile
   // further on is a whole number of tiles (16 KiB at d = 128) further.
-  const std::uint32_t k_at = step06::b_fragments_at<kD>(smem_u32(Ks), kKeysPerWarp * warp, lane);
+  const std::uint32_t k_at = mma::b_fragments_at<kD>(smem_u32(Ks), kKeysPerWarp * warp, lane);
 
   // Main loop over the chunk's tiles.
   for (int tile = t0; tile < t1; ++tile) {
@@ -336,13 +336,13 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const PieceAt& 
 
     // S = Q·K_wᵀ: 16 rows × this warp's 16 keys.
     float s[1][kKeysPerWarp / 8][4] = {};  // [m-tile][8-key n-tile][register]
-    step06::gemm_abt_regs<T, kD, 1, kKeysPerWarp / 8>(s, qa, k_at + at * kW * sizeof(T));
+    mma::gemm_abt_regs<T, kD, 1, kKeysPerWarp / 8>(s, qa, k_at + at * kW * sizeof(T));
 
     std::uint32_t pa[1][1][4];  // [m-tile][16-key k-chunk][register]: P as the A operand of P·V
     online_step<T, kD>(a, s, acc, m, l, pa, k0, r0, g, t, mul);
 
     // O_w += P·V_w, P rounded to 16 bits (the one rounding inside the algorithm).
-    step06::gemm_pv<T, kD, 1, kKeysPerWarp>(acc, pa, smem_u32(Vt));
+    mma::gemm_pv<T, kD, 1, kKeysPerWarp>(acc, pa, smem_u32(Vt));
   }
 
   finish_piece<T, kD>(a, pc, tags, acc, m, l, true);
@@ -401,7 +401,7 @@ constexpr int kMostBlocksPerSm = blocks_fitting(kH200.smem_per_sm, kD, kRingTile
 template <class T, int kD, int kStages>
 __global__ void __launch_bounds__(kThreads, (kMostBlocksPerSm<kD, kStages>))
     split_kernel(const SplitArgs<T> a, const Tags tags) {
-#if FA_STEP06_ARCH_OK  // compiled out before sm_80 (step 06's mma.cuh)
+#if FA_MMA_ARCH_OK  // compiled out before sm_80 (common/cuda/mma.cuh)
 #if __CUDA_ARCH__ >= 900
   // Programmatic dependent launch (CUDA C++ Programming Guide, "Programmatic Dependent
   // Launch and Synchronization"): the merge kernel may be launched from now on; its blocks
@@ -435,11 +435,11 @@ constexpr std::uint32_t kPanelBytes = kTileKeys * 128;
 /// on bar, its L2 lines evict-first (PTX ISA, "cp.async.bulk.tensor", the .L2::cache_hint
 /// qualifier, which libcu++'s cuda::ptx lacks) or as any load (hopper::load_tile).
 __device__ __forceinline__ void load_tile_tma(const CUtensorMap* map, void* dst, std::uint64_t* bar, int row, int head,
-                                              step06::NoL2Hint) {
+                                              mma::NoL2Hint) {
   hopper::load_tile(map, dst, bar, row, head);
 }
 __device__ __forceinline__ void load_tile_tma(const CUtensorMap* map, void* dst, std::uint64_t* bar, int row, int head,
-                                              step06::L2Hint h) {
+                                              mma::L2Hint h) {
   asm volatile(
       "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
       " [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n" ::"r"(smem_u32(dst)),
@@ -493,16 +493,16 @@ __device__ __forceinline__ int run_piece_tma(const SplitArgs<T>& a, const PieceA
           load_tile_tma(vmap, Vs + slot * kTileBytes, &full[slot], tile * kTileKeys, kvh, hint);
         }
       };
-      a.kv == KvLines::evict_first ? fill(step06::l2_evict_first()) : fill(step06::NoL2Hint{});
+      a.kv == KvLines::evict_first ? fill(mma::l2_evict_first()) : fill(mma::NoL2Hint{});
     }
   } else {
     // Prologue: Q by the compute warps (cp.async), into registers once.
-    if (t0 < t1) step06::copy_tile_async<kThreads, kD, kRows>(Qs, a.q + base * kD, rows);
+    if (t0 < t1) mma::copy_tile_async<kThreads, kD, kRows>(Qs, a.q + base * kD, rows);
     cp_async_commit();
     cp_async_wait<0>();
     hopper::named_sync(1, kThreads);  // the compute warps' copies of Q (the producer is not waited for)
     std::uint32_t qa[kD / 16][1][4];  // [16-column k step][m-tile][register]
-    step06::load_a_fragments<kD, 1>(qa, smem_u32(Qs), 0, lane);
+    mma::load_a_fragments<kD, 1>(qa, smem_u32(Qs), 0, lane);
     // This lane's ldmatrix rows in slot 0: K's B fragments (keys 16w + lane%8 + 8·(lane/16),
     // 8-column chunk (lane/8)%2 of a k step) and V's transposed ones (keys 16w + lane%8 +
     // 8·((lane/8)%2), chunk lane/16 of a 16-column step). The k step kk (n step dt) is the
@@ -520,14 +520,14 @@ __device__ __forceinline__ int run_piece_tma(const SplitArgs<T>& a, const PieceA
 
       // S = Q·K_wᵀ: 16 rows × this warp's 16 keys, the k steps in two chains.
       float s[1][kKeysPerWarp / 8][4] = {};  // [m-tile][8-key n-tile][register]
-      step06::gemm_abt_regs_at<T, kD, 1, kKeysPerWarp / 8>(
+      mma::gemm_abt_regs_at<T, kD, 1, kKeysPerWarp / 8>(
           s, qa, [kt](int kk) { return (kt ^ (32u * (kk % 4))) + (kk / 4) * kPanelBytes; }, 128);
 
       std::uint32_t pa[1][1][4];  // [m-tile][16-key k-chunk][register]: P as the A operand of P·V
       online_step<T, kD>(a, s, acc, m, l, pa, k0, r0, g, t, mul);
 
       // O_w += P·V_w, P rounded to 16 bits, V read transposed.
-      step06::gemm_pv_at<T, 1, kKeysPerWarp, kD>(
+      mma::gemm_pv_at<T, 1, kKeysPerWarp, kD>(
           acc, pa, [vt](int, int dt) { return (vt ^ (16u * (dt % 8))) + (dt / 8) * kPanelBytes; });
       __syncwarp();
       if (lane == 0) hopper::arrive(&empty[slot]);  // this warp is done with the slot
@@ -551,7 +551,7 @@ __global__ void __launch_bounds__(kThreadsTma, 1)
 #if __CUDA_ARCH__ >= 900
   cudaTriggerProgrammaticLaunchCompletion();  // (as split_kernel)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  step06::require_aligned_smem(smem_raw);
+  mma::require_aligned_smem(smem_raw);
   std::uint64_t* full = ring_barriers<kD, kStages>(smem_raw);  // [kStages]
   std::uint64_t* empty = full + kStages;                       // [kStages]
   if (threadIdx.x == kThreads) {  // the producer's lane 0
@@ -581,7 +581,7 @@ __global__ void __launch_bounds__(kThreadsTma, 1)
 template <class T, int kD>
 __global__ void __launch_bounds__(kCombineThreads)
     combine_kernel(const SplitArgs<T> a, const Tags tags) {
-#if FA_STEP06_ARCH_OK
+#if FA_MMA_ARCH_OK
   const std::size_t rows = a.rows, row = blockIdx.x;
   const float *part_o = a.part_o, *part_lse = a.part_lse;
   // The row's unit, and so its number of parts: row = (batch·H + h)·N + n is packed row

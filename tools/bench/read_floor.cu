@@ -42,7 +42,7 @@
 #include <vector>
 
 #include "common/cuda_check.cuh"
-#include "steps/06_tensor_cores/mma.cuh"
+#include "common/cuda/mma.cuh"
 #include "steps/08_split_kv/step08.hpp"
 
 namespace {
@@ -83,11 +83,11 @@ __device__ __forceinline__ void work(long long cycles) {
 /// at key row 64t of the whole K (and V), whichever head they belong to.
 template <int kStages>
 __device__ __forceinline__ void load_tile(T* ring, const T* k, const T* v, long long tile, int slot) {
-#if FA_STEP06_ARCH_OK
+#if FA_MMA_ARCH_OK
   const std::size_t from = std::size_t(tile) * kTileKeys * kD;
   T* ks = ring + slot * kTileKeys * kW;
-  fa::step06::copy_tile_async<kThreads, kD, kTileKeys, true>(ks, k + from, kTileKeys);
-  fa::step06::copy_tile_async<kThreads, kD, kTileKeys, true>(ks + kStages * kTileKeys * kW, v + from, kTileKeys);
+  fa::mma::copy_tile_async<kThreads, kD, kTileKeys, true>(ks, k + from, kTileKeys);
+  fa::mma::copy_tile_async<kThreads, kD, kTileKeys, true>(ks + kStages * kTileKeys * kW, v + from, kTileKeys);
 #endif
 }
 
@@ -95,24 +95,24 @@ __device__ __forceinline__ void load_tile(T* ring, const T* k, const T* v, long 
 template <int kStages>
 __global__ void __launch_bounds__(kThreads)
     read_static(const T* k, const T* v, long long tiles, long long cycles, BlockTimes* times) {
-#if FA_STEP06_ARCH_OK
+#if FA_MMA_ARCH_OK
   extern __shared__ __align__(1024) unsigned char smem[];
   T* ring = reinterpret_cast<T*>(smem);
   const unsigned long long start = global_ns();
   const long long t0 = blockIdx.x * tiles / gridDim.x, t1 = (blockIdx.x + 1) * tiles / gridDim.x;
   for (int s = 0; s < kStages - 1; ++s) {
     if (t0 + s < t1) load_tile<kStages>(ring, k, v, t0 + s, s);
-    fa::step06::cp_async_commit();
+    fa::mma::cp_async_commit();
   }
   for (long long t = t0; t < t1; ++t) {  // step 08's loop without the math
-    fa::step06::cp_async_wait<kStages - 2>();
+    fa::mma::cp_async_wait<kStages - 2>();
     __syncthreads();
     const long long next = t + kStages - 1;
     if (next < t1) load_tile<kStages>(ring, k, v, next, int((next - t0) % kStages));
-    fa::step06::cp_async_commit();
+    fa::mma::cp_async_commit();
     work(cycles);
   }
-  fa::step06::cp_async_wait<0>();
+  fa::mma::cp_async_wait<0>();
   if (threadIdx.x == 0) times[blockIdx.x] = {start, global_ns(), t1 - t0};
 #endif
 }
@@ -128,7 +128,7 @@ template <int kStages, int kChunk>
 __global__ void __launch_bounds__(kThreads)
     read_flow(const T* k, const T* v, long long tiles, int lead, long long cycles, unsigned* counter,
               BlockTimes* times) {
-#if FA_STEP06_ARCH_OK
+#if FA_MMA_ARCH_OK
   extern __shared__ __align__(1024) unsigned char smem[];
   __shared__ long long ids[16];
   T* ring = reinterpret_cast<T*>(smem);
@@ -159,25 +159,25 @@ __global__ void __launch_bounds__(kThreads)
   for (int s = 0; s < kStages - 1; ++s) {
     const long long t = tile_at(s);
     if (t >= 0) load_tile<kStages>(ring, k, v, t, s);
-    fa::step06::cp_async_commit();
+    fa::mma::cp_async_commit();
   }
   long long done = 0;
   int next_slot = kStages - 1;  // the loader's slot
   for (int j = 0;; ++j) {
-    fa::step06::cp_async_wait<kStages - 2>();
+    fa::mma::cp_async_wait<kStages - 2>();
     __syncthreads();
     const int at = j + kStages - 1;  // the loader's position
     if (threadIdx.x == 0) events(at);
     const long long t = tile_at(at);
     if (t >= 0) load_tile<kStages>(ring, k, v, t, next_slot);
-    fa::step06::cp_async_commit();
+    fa::mma::cp_async_commit();
     next_slot = next_slot + 1 == kStages ? 0 : next_slot + 1;
     const long long mine = tile_at(j);
     if (mine == -1) break;
     done += mine >= 0;
     if (mine >= 0) work(cycles);
   }
-  fa::step06::cp_async_wait<0>();
+  fa::mma::cp_async_wait<0>();
   if (threadIdx.x == 0) times[blockIdx.x] = {start, global_ns(), done};
 #endif
 }

@@ -1,7 +1,8 @@
-// Step 06's warp-level building blocks, shared by its forward and backward
-// kernels: the mma.sync instruction, ldmatrix, cp.async and the step of a two-stage
-// cp.async pipeline, the swizzled tile layout and a fast exp2. Everything else here
-// is one PTX instruction or an address formula.
+// The warp-level building blocks of the mma.sync kernels (steps 06 and 08): the
+// mma.sync instruction and its fragments, ldmatrix, cp.async and the step of a
+// two-stage cp.async pipeline, the swizzled tile layout, a fast exp2, and the two
+// warp-level products built from them. Each is one PTX instruction, an address
+// formula or a loop over them; what the kernels compute with them lives in the steps.
 //
 // mma.sync.m16n8k16 (A 16×16 row-major, B 16×8 column-major, fp32 C 16×8): in the
 // fragments, lane = 4g + t holds
@@ -10,6 +11,7 @@
 //   C: rows g and g+8, columns 2t, 2t+1                   (4 floats)
 // so a row of a C tile lives in the 4 lanes of a quad, and two C tiles side by
 // side (16×16) are, once rounded to 16 bits, exactly one A fragment.
+// (PTX ISA: "Warp Level Matrix Multiply-Accumulate Instructions", m16n8k16.)
 #pragma once
 
 #include <cuda_bf16.h>
@@ -17,22 +19,21 @@
 
 #include <cstdint>
 
-// The oldest architecture step 06 runs on: sm_80 (Ampere), for mma.sync on bf16
-// (m16n8k16) and cp.async. A build that also targets an older GPU (sm_75, a T4)
-// compiles every step-06 kernel body out of that architecture — the instructions
-// would not assemble there — and the host side refuses to launch them on such a
-// GPU with one line (kMinSm in step06.hpp, GpuForward::min_sm). Each kernel body sits inside
-// `#if FA_STEP06_ARCH_OK`; the host pass and sm_80 on see the whole body.
+// The oldest architecture these instructions assemble on: sm_80 (Ampere), for mma.sync
+// on bf16 (m16n8k16) and cp.async. A build that also targets an older GPU (sm_75, a T4)
+// compiles the kernel bodies that use them out of that architecture — each sits inside
+// `#if FA_MMA_ARCH_OK` — and the host side refuses to launch them on such a GPU with one
+// line (GpuForward::min_sm). The host pass and sm_80 on see the whole body.
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
-#define FA_STEP06_ARCH_OK 1
+#define FA_MMA_ARCH_OK 1
 #else
-#define FA_STEP06_ARCH_OK 0
-// That pass sees the kernels' compile-time fields (forward.cu's Version, say)
-// declared and never used: warning 177, an error under FA_WERROR.
+#define FA_MMA_ARCH_OK 0
+// That pass sees the kernels' compile-time fields declared and never used: warning
+// 177, an error under FA_WERROR.
 #pragma nv_diag_suppress 177
 #endif
 
-namespace fa::step06 {
+namespace fa::mma {
 
 /// The one instruction, per element type: D = A·B + D, fp32 accumulators.
 template <class T>
@@ -80,25 +81,6 @@ __device__ __forceinline__ void to_a(std::uint32_t (&a)[4], const float (&c0)[4]
   a[3] = Mma<T>::pack(c1[2], c1[3]);
 }
 
-/// The mask on a warp's accumulator tiles: element x of tile [mt][nt] sits at row
-/// row0 + 16·mt + g + 8·(x / 2) and column col0 + 8·nt + 2t + x % 2 (the C layout
-/// above); where drop(row, column) says so it becomes `fill` (−∞ for a score, 0 for
-/// a probability). Called behind the warp-uniform test of whether the tiles can meet
-/// the mask at all, so that almost every block skips the comparisons. (The backward
-/// kernels' Pᵀ mask. The forward writes the same loop out over S: through this helper
-/// ptxas orders its index arithmetic differently from the binary that was measured.)
-template <int kMT, int kNT, class Drop>
-__device__ __forceinline__ void mask_tiles(float (&acc)[kMT][kNT][4], int row0, int col0, float fill, Drop drop) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-#pragma unroll
-  for (int mt = 0; mt < kMT; ++mt)
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-      for (int x = 0; x < 4; ++x)
-        if (drop(row0 + 16 * mt + g + 8 * (x / 2), col0 + 8 * nt + 2 * t + x % 2)) acc[mt][nt][x] = fill;
-}
-
 /// A pointer into shared memory as a 32-bit shared-space address: what ldmatrix
 /// and cp.async take, and half the registers of a generic 64-bit pointer.
 __device__ __forceinline__ std::uint32_t smem_u32(const void* p) {
@@ -134,8 +116,7 @@ __host__ __device__ constexpr int smem_cols(int d) { return (d + 63) / 64 * 64; 
 /// A tile of kCols 16-bit elements per row, unpadded, with its 16-byte chunks
 /// swizzled: chunk c of row r is stored at chunk c ^ (r % 8). The 8 rows an
 /// ldmatrix reads at one logical chunk land in 8 different physical chunks, i.e.
-/// in all 32 banks once — no conflicts, and no padding bytes (version 2 padded
-/// every row by 16 bytes for the same effect).
+/// in all 32 banks once — no conflicts, and no padding bytes.
 template <int kCols>
 struct Swizzled {
   static_assert(kCols % 64 == 0, "rows of at least 128 bytes: 8 chunks to permute");
@@ -222,39 +203,18 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 /// The top of iteration i of a two-stage cp.async pipeline: make block i's tiles
-/// visible to the whole thread block and start the copies of block next = i+1 if
-/// next < end (load_next issues them). Two orders:
-///   kLateLoad = true (the production kernels): wait for block i, barrier, issue i+1 —
-///     every warp has passed the barrier, so it is done with the buffer i+1
-///     overwrites: one barrier per iteration;
-///   kLateLoad = false (the early versions of note 06): issue i+1, wait for block i
-///     only, barrier — the other buffer must be free already, so the iteration ends
-///     with a second barrier (end_block).
-template <bool kLateLoad = true, class F>
+/// visible to the whole thread block, then start the copies of block next = i+1 into
+/// the other buffer if next < end (load_next issues them). After the barrier every
+/// warp is done with iteration i-1, i.e. with the buffer block i+1 overwrites: one
+/// barrier per iteration.
+template <class F>
 __device__ __forceinline__ void begin_block(int next, int end, F&& load_next) {
-  if constexpr (kLateLoad) {
-    cp_async_wait<0>();  // block i: this thread's copies landed ...
-    __syncthreads();     // ... everyone's, and every warp is done with iteration i-1
-    if (next < end) {
-      load_next();
-      cp_async_commit();
-    }
-  } else {
-    if (next < end) {  // the other buffer is free since the barrier that ended iteration i-1
-      load_next();
-      cp_async_commit();
-      cp_async_wait<1>();  // block i landed; block i+1 may still be in flight
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();  // every thread's copies of block i are visible to all
+  cp_async_wait<0>();  // block i: this thread's copies landed ...
+  __syncthreads();     // ... everyone's, and every warp is done with iteration i-1
+  if (next < end) {
+    load_next();
+    cp_async_commit();
   }
-}
-/// The end of an iteration: with the early order, every warp must be done with this
-/// iteration's buffer before the next iteration refills it.
-template <bool kLateLoad>
-__device__ __forceinline__ void end_block() {
-  if constexpr (!kLateLoad) __syncthreads();
 }
 
 /// p[0] += a, p[1] += b in device memory (p 8-byte aligned), atomically per element:
@@ -441,4 +401,4 @@ __device__ __forceinline__ void gemm_pv(float (&acc)[kMT][kN / 8][4], const std:
   }
 }
 
-}  // namespace fa::step06
+}  // namespace fa::mma
