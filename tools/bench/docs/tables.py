@@ -381,7 +381,7 @@ def step06(D, dtype="bf16"):
     """Step 06 (production kernels) beside PyTorch's backends, every shape, one run."""
     rows, p = load(D.folder, "bench06.csv"), load(D.folder, "peers06.csv")
     backends = [("flash", "FA-2")] + ([("cudnn", "cuDNN")] if any(x["impl"] == "torch-cudnn" for x in p) else [])
-    out = [f"{dtype}, B = 1, H = 65536 / N, on {D.device}: step 06 (as shipped: forward v15, backward b13) and "
+    out = [f"{dtype}, B = 1, H = 65536 / N, on {D.device}: step 06 (production: forward v15, backward b13) and "
            f"PyTorch's `scaled_dot_product_attention` with one backend at a time, measured in one run (median of "
            f"10, L2 flushed). Ratio: step 06's TFLOP/s over the backend's (≥ 1.0: step 06 is as fast or faster).",
            "", "| direction | d | causal | N | step 06 ms | step 06 TFLOP/s | "
@@ -397,14 +397,14 @@ def step06(D, dtype="bf16"):
             cells.append(f"{float(f['tflops']):.1f} | {t / float(f['tflops']):.2f}" if f else "— | —")
         out.append(f"| {WORD[r['dir']]} | {r['d']} | {yes(r['causal'])} | {r['N']} | {fmt_ms(r['ms'])} | {t:.1f} | "
                    + " | ".join(cells) + " |")
-    diffs = []  # how much the reference itself moves between sessions
+    diffs = []  # how much the reference itself moves between runs
     for r in load(D.folder, "peers06_v2.csv"):
         f = D.find(p, impl=r["impl"], dir=r["dir"], dtype=r["dtype"], N=r["N"], d=r["d"], causal=r["causal"])
         if r["impl"] == "torch-flash" and r["status"] == "ok" and f:
             diffs.append(float(r["tflops"]) / float(f["tflops"]))
     if diffs:
         out += ["", f"FlashAttention-2 itself varies between runs: its forward on the same {len(diffs)} shapes, "
-                f"measured in an earlier session (peers06_v2.csv), was between {min(diffs):.2f}× and "
+                f"measured in an earlier run (peers06_v2.csv), was between {min(diffs):.2f}× and "
                 f"{max(diffs):.2f}× of this run's. Ratios near 1.0 are within that noise."]
     record = fa2_record(D, rows, p, dtype)
     return out + (["", record[0].upper() + record[1:] + "."] if record else [])
