@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The device call for counter.patch; written 2026-12-04, run on 2026-12-05 (what it brought back: counter/).
-# Here (any machine with nvcc): git apply notes/results/h200/tries/step08_flow/counter.patch, configure with
+# Here (any machine with nvcc): git apply notes/lab/results/h200/tries/step08_flow/counter.patch, configure with
 # -DCMAKE_CUDA_ARCHITECTURES=90, build step08_tests fa_capi fa_read_floor, and copy the three binaries into
 # build-exp/bin/. On the device (carry build-exp/bin; FA_COMMIT names the tree):
-#   FA_COMMIT="<sha>+counter.patch" bash notes/results/h200/tries/step08_flow/call.sh
+#   FA_COMMIT="<sha>+counter.patch" bash notes/lab/results/h200/tries/step08_flow/call.sh
 # It writes $OUT/all.tgz: the board's part number (the machine's class: note 08's appendix, "The H200s of the
 # last calls"), step 08's GPU tests, the three sanitizers on the counter's test case, then, at note 08's 40
 # decoding shapes, production beside the patch's rows n1 (production before the counter), f1 (the counter at
