@@ -46,14 +46,24 @@ import statistics
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.nn.attention.bias import causal_lower_right
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peers import BACKENDS, DTYPES, device_fields, l2_flush_buffer  # noqa: E402
-from peers_decode import decode_shapes, ints  # noqa: E402
+# torch and the peers' helpers (which import it): bound by import_torch, once there is something to time.
+torch = F = sdpa_kernel = causal_lower_right = BACKENDS = DTYPES = device_fields = l2_flush_buffer = None
+decode_shapes = ints = None
+
+
+def import_torch():
+    """Binds the names above; --help needs none of them."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+    from torch.nn.attention.bias import causal_lower_right
+    from peers import BACKENDS, DTYPES, device_fields, l2_flush_buffer
+    from peers_decode import decode_shapes, ints
+    globals().update(torch=torch, F=F, sdpa_kernel=sdpa_kernel, causal_lower_right=causal_lower_right,
+                     BACKENDS=BACKENDS, DTYPES=DTYPES, device_fields=device_fields, l2_flush_buffer=l2_flush_buffer,
+                     decode_shapes=decode_shapes, ints=ints)
+
 
 CODE = {"fp32": 0, "bf16": 1, "fp16": 2}  # fa_shape.dtype
 
@@ -203,7 +213,7 @@ class Case:
         step, _, name = impl.partition("@")
         S = self.libs[name]
         lib = S.lib
-        # A backward lesson row (07b4, 07b5, 07b6) has no forward of its own: its O and L are the step's.
+        # A backward version (07det) has no forward of its own: its O and L are the step's.
         fplan, fws = S.plan(step if self.dir == "fwd" else step[:2], False, self.shape)
         self.plans.append((S, fplan))
         o = torch.full_like(self.q, float("nan"))
@@ -298,6 +308,7 @@ def main():
                     help="check PyTorch's backends' forward too, against the same reference as the steps (fp32 where "
                          "it fits), print every error, and leave a backend that differs untimed")
     a = ap.parse_args()
+    import_torch()
     if a.decode and a.dir == "bwd":
         sys.exit("ab.py: decoding shapes have no backward here")
     a.impls = (a.impls or ("08,06,torch-cudnn,torch-flash,torch-efficient" if a.decode else "07,06,torch-cudnn,torch-flash")).split(",")

@@ -6,10 +6,10 @@ its fixed costs; the tiles are handed, in order, to whichever SM (block slot) is
 list scheduling, as the hardware starts a grid's blocks and as a persistent grid's counter
 hands out tiles. The model's finishing time ÷ the work divided evenly over the slots is the
 tail: 1.00 is none. Three orders: head after head (a head's heaviest tile first);
-heaviest first across a section of heads (TileOrder, steps/07_hopper/step07.hpp: sections a
+heaviest first across a section of heads (steps/07_hopper/step07.hpp's tile_order: sections a
 power of two of heads that divides B·H, whose bytes take at most two thirds of the H200's 60 MiB L2);
-and head after head up to the last section and heaviest first across that one (Heaviest::last_section, lesson
-rows h11 and b15; production takes it where a head has at most SMs / 8 tiles, Heaviest::by_wave).
+and head after head up to the last section, heaviest first across that one (tile_order's choice
+where a head has at most SMs / 8 tiles).
 
     python3 tools/bench/order_model.py            # every causal shape of note 07's tables
 """
@@ -37,8 +37,8 @@ def section(heads, bytes_a_head):
 
 def tails(cost, blocks, heads, bytes_a_head, slots):
     """(head after head, sectioned, last section only) tails for `heads` heads of `blocks` tiles, cost(p) the
-    p-th heaviest's. The third (h11, b15): head after head up to the last section, heaviest first
-    across that one."""
+    p-th heaviest's. The third: head after head up to the last section, heaviest first across that
+    one."""
     head_major = [cost(p) + 1 for _ in range(heads) for p in range(blocks)]
     s = section(heads, bytes_a_head)
     sectioned = [cost(p) + 1 for _ in range(heads // s) for p in range(blocks) for _ in range(s)]
@@ -56,9 +56,9 @@ def tile_rows(direction, d, N):
     return 64 if d == 256 else 128
 
 
-def by_wave(blocks, sms=SMS):
-    """Heaviest::by_wave's choice (step07.hpp): the last section's order where a head's `blocks` tiles are at most
-    an eighth of the SMs, every section's elsewhere."""
+def last_section_only(blocks, sms=SMS):
+    """tile_order's choice (step07.hpp): the last section only where a head's `blocks` tiles are at most an
+    eighth of the SMs, every section elsewhere."""
     return 8 * blocks <= sms
 
 

@@ -46,8 +46,8 @@ if [ "$PHASE" != bench ] && [ "$PHASE" != fwd ] && [ "$PHASE" != short ] && [ "$
 fi
 [ $rc -ne 0 ] && exit $rc
 if [ "$PHASE" = test ] || [ "$PHASE" = short ]; then
-  # Short problems at d = 64 (note 07, "Short problems"): lesson rows h1 and h7, the
-  # production forward, which runs one of them (two_blocks_an_sm), and cuDNN, one run.
+  # Short problems at d = 64 (note 07, "Short problems"): the lesson rows, the production
+  # forward, which runs h1's kernel or h9's (two_blocks_an_sm), and cuDNN, one run.
   mkdir -p "$R/short07"; cp "$R/device07.txt" "$R/short07/"
   for tokens in 131072 524288; do
     "$BUILD/tools/bench/fa_bench" --steps 07 --versions --dtype bf16 --d 64 --N 1024,2048,4096,8192 --dir fwd \

@@ -2,8 +2,8 @@
 # Step 08 on the GPU machine in one call: build (sm_90), the GPU tests of steps 08 and
 # 06 (whose forward step 08 is measured against) and of the CLI, compute-sanitizer
 # (memcheck, racecheck, synccheck) on step 08, the SASS facts, and the decoding bench:
-# step 08 (and its fixed split counts) beside step 06 and PyTorch's backends, with the
-# GPU's copy bandwidth.
+# step 08 (and its versions: fixed split counts, 08r2, note 08's lesson rows) beside step 06
+# and PyTorch's backends, with the GPU's copy bandwidth.
 #   [PHASE=test|all|final] bash tools/device/step08_check.sh [build-dir]
 # (final: the whole build and the whole ctest — every step's GPU tests — instead of the
 #  three test programs, then the sanitizers and the bench as in `all`)
