@@ -1,16 +1,9 @@
 // Step 01 — naive GPU attention: S and P written to device memory in full.
-//
-// Adds over the CPU reference: the GPU. Attention is computed the way a framework
-// would without fusion (lecture p8–9), one kernel per operation:
-//   S = scale·Q·Kᵀ   (tiled GEMM)          → N×N per head in device memory
-//   P = softmax(S)   (one block per row)   → N×N per head in device memory, and L
-//   O = P·V          (tiled GEMM)
-// plus the no-softmax path O = (scale·QKᵀ)V that step 02 fuses, and the standard
-// backward that materializes P, dP and dS.
-// Leaves for step 02: fusion — never writing S to device memory.
-// Limits: device memory grows as 2·B·H·N²·4 bytes; the launcher refuses, with the
-// numbers, a problem the GPU cannot hold. Any d.
-// Note: notes/01_naive.md.
+// Adds over the CPU reference: the GPU, one kernel per operation as a framework without
+// fusion runs it (lecture p8–9): S = scale·Q·Kᵀ and P = softmax(S), N×N per head in device
+// memory, then O = P·V; the no-softmax path step 02 fuses; the backward with P, dP, dS.
+// Leaves for step 02: never writing S. Limits: 2·B·H·N² floats of device memory (a
+// problem the GPU cannot hold is refused with the numbers); any d. Note: notes/01_naive.md.
 #pragma once
 
 #include <vector>
@@ -21,8 +14,7 @@
 
 namespace fa::step01 {
 
-/// Square tile of the GEMM kernel: a 32×32 block of C per thread block, the
-/// inner dimension walked 32 at a time through shared memory.
+/// The GEMM's tile: 32×32 of C a thread block, the inner dimension 32 at a time.
 constexpr int kTile = 32;
 
 // ---- CPU model: the kernels' algorithm over counted "HBM" arrays -------------

@@ -1,13 +1,8 @@
 // Step 02 — fusion without softmax: O = (scale·Q·Kᵀ)·V in one kernel.
-//
-// Adds over step 01: kernel fusion (lecture p10–20). A thread block owns B_r query
-// rows; it walks the K/V blocks of B_c rows through shared memory, computes the
-// B_r×B_c tile S_ij = scale·Q_i·K_jᵀ on chip and adds S_ij·V_j into an output
-// tile kept in registers. S never reaches device memory; only O is written.
-// Leaves for step 03: the softmax, whose row-wise normaliser needs a whole row.
-// Limits: d <= 256 (register accumulator width); causal masks S_ij = 0 for j > i
-// and skips the blocks wholly above the diagonal.
-// Note: notes/02_fused.md.
+// Adds over step 01: fusion (lecture p10–20). A block owns B_r query rows, walks the K/V
+// blocks through shared memory and adds S_ij·V_j, S_ij = scale·Q_i·K_jᵀ made on chip, into
+// O in registers: S never reaches device memory. Leaves for step 03: the softmax, whose
+// normaliser needs a whole row. Limits: d <= 256. Note: notes/02_fused.md.
 #pragma once
 
 #include "common/hbm.hpp"
