@@ -27,7 +27,7 @@ namespace {
 using mma::cp_async_commit;
 using mma::cp_async_wait;
 using mma::exp2_approx;
-using step06::smem_cols;
+using mma::smem_cols;
 using mma::smem_u32;
 
 template <class T>

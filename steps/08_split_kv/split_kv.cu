@@ -38,7 +38,7 @@ namespace {
 using mma::cp_async_commit;
 using mma::cp_async_wait;
 using mma::exp2_approx;
-using step06::smem_cols;
+using mma::smem_cols;
 using mma::smem_u32;
 
 /// The merge rule's statistics (m, ℓ) of a row's parts, merged across a warp's 32 lanes

@@ -50,7 +50,7 @@ namespace {
 using fa::step08::kThreads;   // step 08's block: 128 threads
 using fa::step08::kTileKeys;  // and its K/V tile: 64 keys
 constexpr int kD = 128;
-constexpr int kW = fa::step06::smem_cols(kD);
+constexpr int kW = fa::mma::smem_cols(kD);
 using T = __nv_bfloat16;
 
 void check(cudaError_t e, const char* what) {
