@@ -81,6 +81,13 @@ void check_same_bits(const Problem& p, const ForwardOut& got, const ForwardOut& 
   FA_CHECK_CLOSE("O, " + what, got.o, want.o, tol::kBitExact, test::shape_o(p));
   FA_CHECK_CLOSE("L, " + what, got.lse, want.lse, tol::kBitExact, test::shape_l(p));
 }
+/// A lesson row against production where their merges may order the statistics
+/// differently (production's cluster merge and its split epilogue: on an H100, L of a few
+/// rows one fp32 unit apart): the 16-bit reorder tolerance for O, fp32's for L.
+void check_close(const Problem& p, const ForwardOut& got, const ForwardOut& want, const std::string& what) {
+  FA_CHECK_CLOSE("O, " + what, got.o, want.o, reorder(p.dtype), test::shape_o(p));
+  FA_CHECK_CLOSE("L, " + what, got.lse, want.lse, tol::kFp32Forward, test::shape_l(p));
+}
 }  // namespace
 
 TEST_CASE("step08 model meets the error budget of its 16-bit type, at every split count", "[cpu]") {
@@ -440,11 +447,11 @@ std::vector<Problem> fixed_split_shapes(int d) {
 }
 }  // namespace
 
-TEST_CASE("step08 lesson rows 2 and 4 at every fixed split count: production's bits", "[gpu]") {
+TEST_CASE("step08 lesson rows 2 and 4 at every fixed split count: production's results", "[gpu]") {
   // Row 4's kernels (lesson.cu: a ring of two tiles, the merge kernel after the splits)
-  // do production's arithmetic in its order: the ring's depth, TMA or cp.async, the L2
-  // hint, the cluster's merge and the early launch change when things happen, not what is
-  // computed. One split is row 2.
+  // compute what production computes; the ring's depth, TMA or cp.async, the L2 hint and
+  // the early launch change when things happen, and the cluster's merge the order of the
+  // statistics (check_close). One split is row 2.
   for (int d : kAllD)
     for (const Problem& p : fixed_split_shapes(d)) {
       if (test::quick() && p.N_kv > 3000) continue;
@@ -456,10 +463,10 @@ TEST_CASE("step08 lesson rows 2 and 4 at every fixed split count: production's b
                      << (step08::ring_by_tma(p, s, step08::device_shape()) ? ", by TMA" : "") << ")");
         const ForwardOut prod = gpu::forward(step08::kForwardFixed[i], p, in, true);
         if (i == 0) check_budget(p, in, prod, "kernel");
-        check_same_bits(p, gpu::forward(step08::kLessonStatsFirstFixed[i], p, in, true), prod, "row 4 vs production");
+        check_close(p, gpu::forward(step08::kLessonStatsFirstFixed[i], p, in, true), prod, "row 4 vs production");
       }
-      check_same_bits(p, gpu::forward(step08::kLessonOneSplit, p, in, true),
-                      gpu::forward(step08::kForwardFixed[0], p, in, true), "row 2 vs production's one split");
+      check_close(p, gpu::forward(step08::kLessonOneSplit, p, in, true),
+                  gpu::forward(step08::kForwardFixed[0], p, in, true), "row 2 vs production's one split");
     }
 }
 
@@ -467,7 +474,7 @@ TEST_CASE("step08 lesson rows 3 and 4 on their plan: the budget, and production 
           "[gpu]") {
   // Rows 3 and 4 cut whole units for a ring of two tiles (device_lesson_plan); production
   // takes the same plan as an RTX 30xx/40xx (kForwardSmallBlocks) unless it shares the
-  // tiles. Row 4 gives its bits there; row 3's fold adds the parts in another order.
+  // tiles. Row 4 gives its results there; row 3's fold adds the parts in another order.
   int same_plan = 0;
   for (int d : kAllD)
     for (const Problem& p : {decode(1, 32, 1, 20000, 4, d, false), decode(2, 8, 16, 3000, 8, d, true),
@@ -485,7 +492,7 @@ TEST_CASE("step08 lesson rows 3 and 4 on their plan: the budget, and production 
       FA_CHECK_CLOSE("L of row 3 vs row 4", fold.lse, row4.lse, tol::kFp32Forward, test::shape_l(p));
       if (s.units == prod_plan.units && s.tiles == prod_plan.tiles && s.blocks == prod_plan.blocks) {
         ++same_plan;
-        check_same_bits(p, row4, gpu::forward(step08::kForwardSmallBlocks, p, in, true), "row 4 vs production");
+        check_close(p, row4, gpu::forward(step08::kForwardSmallBlocks, p, in, true), "row 4 vs production");
       }
     }
   CHECK(same_plan > 0);

@@ -27,6 +27,10 @@ def _shape(q, k, causal, scale):
                        _capi.DTYPE_CODES[str(q.dtype).removeprefix("torch.")], float(scale))
 
 
+def _forward_id(step):
+    return "04" if step == "05" else step  # step 05 is a backward; its forward is step 04's
+
+
 def _backward_id(step, deterministic):
     return step + "det" if deterministic else step
 
@@ -40,7 +44,7 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sca
             deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """O and L = m + log ℓ (fp32, [B, H, N]) of step `step`; `deterministic` is for the backward."""
     lib = _capi.library()
-    plan, nbytes = lib.plan(step, False, _shape(q, k, causal, scale))
+    plan, nbytes = lib.plan(_forward_id(step), False, _shape(q, k, causal, scale))
     o = torch.empty_like(q)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     ws = _workspace(nbytes, q.device)

@@ -52,8 +52,10 @@ def to_bhnd(t, layout):
     return t if layout == "bhnd" else t.transpose(1, 2)
 
 
-def rel(got, want):
-    return ((got.float() - want.float()).abs().max() / want.float().abs().max().clamp_min(1e-30)).item()
+def rel(got, want, scale=None):
+    """max |got − want| over max |want| (or over `scale`, where want may vanish: dQ at N = 1 is 0)."""
+    den = want.float().abs().max() if scale is None else torch.tensor(float(scale))
+    return ((got.float() - want.float()).abs().max() / den.clamp_min(1e-30)).item()
 
 
 # fp32 steps against fp32 math: reordered sums only. 16-bit steps: inputs rounded the same, P and O
@@ -77,8 +79,12 @@ def test_forward_and_gradients_match_math_sdpa(step, dtype, tol, layout, causal,
     do = torch.randn_like(o)
     dq, dk, dv = torch.autograd.grad(o, (q, k, v), do)
     dqm, dkm, dvm = torch.autograd.grad(om, (qm, km, vm), to_bhnd(do.float(), layout))
+    # With one key dS = P∘(dP − D) = 0, so dQ and dK vanish: their errors over a floor of
+    # 1e-3 of dP's scale, |dO|·|V|, where they are that small.
+    floor = 1e-3 * do.float().abs().max().item() * vm.abs().max().item()
     for name, got, want in (("dQ", dq, dqm), ("dK", dk, dkm), ("dV", dv, dvm)):
-        assert rel(to_bhnd(got, layout), want) < 3 * tol, name
+        sc = max(want.abs().max().item(), floor)
+        assert rel(to_bhnd(got, layout), want, sc) < 3 * tol, name
 
 
 @gpu
