@@ -19,6 +19,7 @@
 #include "steps/06_tensor_cores/step06.hpp"
 #include "steps/07_hopper/step07.hpp"
 #include "tests/check.hpp"
+#include "tests/cli_run.hpp"
 #ifdef FA_HAVE_CUDA
 #include "common/gpu.hpp"
 #endif
@@ -27,57 +28,20 @@ using namespace fa;
 
 namespace {
 
-// Every file these tests write is relative to a private directory: CTest and the
-// sanitizer script may run several copies of this executable at once.
-struct PrivateDir {
-  char path[32] = "/tmp/fa_cli_XXXXXX";
-  bool ok = mkdtemp(path) != nullptr && chdir(path) == 0;
-  ~PrivateDir() {
-    std::remove("cli_out.txt");
-    std::remove("cli_err.txt");
-    if (ok && chdir("/") == 0) rmdir(path);
-  }
-} kPrivateDir;
+using test::exists;
+using test::flashattn;
+using test::Result;
+using test::save;
+using test::shell;
+
+test::PrivateDir kPrivateDir("fa_cli");
 const bool kInPrivateDir = kPrivateDir.ok;
-
-struct Result {
-  int status;
-  std::string err, out;
-};
-
-/// Runs a shell command line, returning its exit status, its stderr and its stdout.
-Result shell(const std::string& line) {
-  const std::string cmd = "(" + line + ") >cli_out.txt 2>cli_err.txt";
-  const int raw = std::system(cmd.c_str());
-  auto text = [](const char* path) {
-    std::ifstream f(path);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-  };
-  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, text("cli_err.txt"), text("cli_out.txt")};
-}
-/// Runs flashattn with `args`.
-Result flashattn(const std::string& args) { return shell(std::string(FA_FLASHATTN) + " " + args); }
-
-void save(const std::string& path, const std::vector<long long>& shape, const std::vector<float>& data) {
-  OutputFiles f;
-  f.add(path, shape, data);
-  f.commit();
-}
-bool exists(const std::string& p) { return std::ifstream(p).good(); }
 /// The first whitespace-separated word of a file ("" if none).
 std::string first_word(const std::string& path) {
   std::ifstream f(path);
   std::string w;
   f >> w;
   return w;
-}
-std::string slurp_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 void remove_all(std::initializer_list<const char*> paths) {
   for (auto p : paths) std::remove(p);
@@ -347,8 +311,8 @@ TEST_CASE("flashattn: two runs writing the same outputs at once take turns (O an
   // Each run alone first: what its O and L are.
   REQUIRE(shell(cmd('a', "cli_oa.npy", "cli_la.npy")).status == 0);
   REQUIRE(shell(cmd('b', "cli_ob.npy", "cli_lb.npy")).status == 0);
-  const std::string oa = slurp_file("cli_oa.npy"), la = slurp_file("cli_la.npy"), ob = slurp_file("cli_ob.npy"),
-                    lb = slurp_file("cli_lb.npy");
+  const std::string oa = test::slurp("cli_oa.npy"), la = test::slurp("cli_la.npy"), ob = test::slurp("cli_ob.npy"),
+                    lb = test::slurp("cli_lb.npy");
   REQUIRE(oa != ob);
   int mixed = 0, failed = 0;
   for (int trial = 0; trial < 20; ++trial) {
@@ -357,7 +321,7 @@ TEST_CASE("flashattn: two runs writing the same outputs at once take turns (O an
                            cmd('a', "cli_o.npy", "cli_l.npy") + " & a=$!; " + cmd('b', "cli_o.npy", "cli_l.npy") +
                            " & b=$!; wait $a && wait $b");
     failed += r.status != 0;
-    const std::string o = slurp_file("cli_o.npy"), l = slurp_file("cli_l.npy");
+    const std::string o = test::slurp("cli_o.npy"), l = test::slurp("cli_l.npy");
     mixed += !((o == oa && l == la) || (o == ob && l == lb));
   }
   CHECK(failed == 0);

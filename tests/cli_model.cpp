@@ -12,50 +12,21 @@
 #include "common/npy.hpp"
 #include "reference/reference.hpp"
 #include "tests/check.hpp"
+#include "tests/cli_run.hpp"
 #include "tools/flashattn/steps_table.hpp"
 
 using namespace fa;
 
 namespace {
 
-// Every file these tests write is relative to a private directory (CTest may run several
-// copies of this executable at once).
-struct PrivateDir {
-  char path[40] = "/tmp/fa_cli_model_XXXXXX";
-  bool ok = mkdtemp(path) != nullptr && chdir(path) == 0;
-  ~PrivateDir() {
-    for (const char* f : {"q.npy", "k.npy", "v.npy", "do.npy", "o.npy", "l.npy", "dq.npy", "dk.npy", "dv.npy",
-                          "t.csv", "out.txt", "err.txt"})
-      std::remove(f);
-    if (ok && chdir("/") == 0) rmdir(path);
-  }
-} kPrivateDir;
+using test::exists;
+using test::flashattn;
+using test::Result;
+using test::slurp;
 
-struct Result {
-  int status;
-  std::string out, err;
-};
+test::PrivateDir kPrivateDir("fa_cli_model");
 
-std::string slurp(const char* path) {
-  std::ifstream f(path);
-  std::stringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
-
-Result flashattn(const std::string& args) {
-  const std::string cmd = std::string(FA_FLASHATTN) + " " + args + " >out.txt 2>err.txt";
-  const int raw = std::system(cmd.c_str());
-  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, slurp("out.txt"), slurp("err.txt")};
-}
-
-bool exists(const char* path) { return std::ifstream(path).good(); }
-
-void save(const char* path, const Problem& p, const std::vector<float>& x) {
-  OutputFiles f;
-  f.add(path, {p.B, p.H, p.N, p.d}, x);
-  f.commit();
-}
+void save(const char* path, const Problem& p, const std::vector<float>& x) { test::save(path, {p.B, p.H, p.N, p.d}, x); }
 
 const char* kIn = "--q q.npy --k k.npy --v v.npy";
 
