@@ -101,10 +101,7 @@ bool takes_decode(const GpuBackward&) { return false; }  // the backwards: self-
 
 template <class Step>
 void check_supported(const Step& s, const Problem& p) {
-  if (takes_decode(s))
-    p.validate();
-  else
-    p.validate_self_attention(s.name);
+  p.validate_for(s.name, takes_decode(s) ? Problem::kDecode : Problem::kSelfAttention);
   if (!takes_d(s.max_d, s.only_d, p.d)) {
     if (!s.only_d)  // a range: 1..max_d
       throw Error(std::string(s.name) + " supports head dimensions up to d = " + std::to_string(s.max_d) +

@@ -10,7 +10,9 @@ std::string Problem::str() const {
   s << "B=" << B << " H=" << H << " N=" << N;
   if (keys() != N) s << " N_kv=" << keys();
   if (kv_heads_per_batch() != H) s << " H_kv=" << kv_heads_per_batch();
-  s << " d=" << d << (causal ? " causal" : "")
+  s << " d=" << d << (causal ? " causal" : "");
+  if (windowed()) s << " window=" << window_left << "," << window_right;
+  s
     << " scale=" << softmax_scale();
   if (dtype != DType::fp32) s << " " << dtype_name(dtype);
   return s.str();
@@ -54,18 +56,33 @@ void Problem::validate() const {
   if (causal && keys() < N)
     throw Error("causal attention with fewer keys than queries: the queries are the last N of the N_kv positions, "
                 "so N_kv must be at least N (got " + str() + ")");
+  if (window_left < -1 || window_right < -1)
+    throw Error("a window's sides must be at least 0, or -1 for no bound (got " + str() + ")");
+  if (windowed() && keys() < N)
+    throw Error("a window with fewer keys than queries: each query must see its own position, so N_kv must be at "
+                "least N (got " + str() + ")");
   if (scale && !(std::isfinite(*scale) && *scale > 0))
     throw Error("the softmax scale must be a finite positive number (got " + std::to_string(*scale) + ")");
 }
 
-void Problem::validate_self_attention(const std::string& who) const {
+void Problem::validate_for(const std::string& who, unsigned takes) const {
   validate();
-  if (keys() != N)
+  if (keys() != N && !(takes & kDecode))
     throw Error(who + " takes as many keys as queries (got N = " + std::to_string(N) + " queries, N_kv = " +
                 std::to_string(keys()) + " keys)");
-  if (kv_heads_per_batch() != H)
+  if (kv_heads_per_batch() != H && !(takes & (kDecode | kGroups)))
     throw Error(who + " takes one K/V head per query head (got H = " + std::to_string(H) + ", H_kv = " +
                 std::to_string(kv_heads_per_batch()) + ")");
+  if (windowed() && !(takes & kWindow))
+    throw Error(who + " takes no window (got window = " + std::to_string(window_left) + "," +
+                std::to_string(window_right) + ")");
+}
+
+double Problem::pairs() const {
+  if (!windowed()) return causal ? double(N) * keys() - double(N) * N / 2 : double(N) * keys();
+  double s = 0;
+  for (int i = 0; i < N; ++i) s += last_key(i) - first_key(i) + 1;
+  return s;
 }
 
 namespace {

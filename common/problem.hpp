@@ -6,6 +6,7 @@
 // matrix, so a kernel sees B·H independent attention problems.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -33,12 +34,16 @@ float round_to(DType t, float x);
 /// with N_kv set, N queries against N_kv keys (decoding: a few new queries against a long
 /// cache), the queries being the last N of the N_kv positions; with H_kv set, grouped-query
 /// attention: H/H_kv consecutive query heads share one K/V head (h reads K/V head h / (H/H_kv)).
+/// With a window (FlashAttention's window_size = (left, right)), the query at position t sees
+/// the keys t − left … t + right only; −1 leaves a side unbounded, and causal caps right at 0.
 struct Problem {
   int B = 1, H = 1, N = 1, d = 64;
   int N_kv = 0;                   ///< keys (and values) per head; 0: N, self-attention
   int H_kv = 0;                   ///< K/V heads; 0: H (one per query head)
   bool causal = false;            ///< query i attends to keys j <= i + keys() − N only
   std::optional<float> scale{};   ///< softmax scale; default 1/sqrt(d)
+  int window_left = -1;           ///< keys a query sees before its own position; -1: all of them
+  int window_right = -1;          ///< keys a query sees after its own position; -1: all (causal: none)
   DType dtype = DType::fp32;      ///< element type of Q, K, V, O on the device
 
   float softmax_scale() const { return scale ? *scale : 1.0f / std::sqrt(float(d)); }
@@ -52,19 +57,37 @@ struct Problem {
   /// The K/V head that query head bh = b·H + h reads: b·H_kv + h / group().
   std::size_t kv_head(std::size_t bh) const { return bh / H * kv_heads_per_batch() + bh % H / group(); }
   std::size_t kv_elems() const { return kv_heads() * std::size_t(keys()) * d; }  ///< elements of K (and V)
-  /// Forward FLOPs by the usual convention 4·B·H·N·N_kv·d (two N×N_kv×d matrix
-  /// products); causal: the pairs a query sees, N·N_kv − N²/2 (N²/2 when N_kv = N).
-  double flops_forward() const {
-    const double pairs = causal ? double(N) * keys() - double(N) * N / 2 : double(N) * keys();
-    return 4.0 * double(heads()) * pairs * d;
-  }
+  bool windowed() const { return window_left >= 0 || window_right >= 0; }
+  // The band of scores that count: query row i sits at position i + keys() − N and sees keys
+  // first_key(i) … last_key(i); key k is seen by query rows first_query(k) … last_query(k)
+  // (none where first > last). Both ends move up with i and with k.
+  int first_key(int i) const { return window_left < 0 ? 0 : std::max(0, i + keys() - N - window_left); }
+  int right() const { return causal ? 0 : window_right; }  ///< the band's right side (-1: unbounded)
+  int last_key(int i) const { return right() < 0 ? keys() - 1 : std::min(keys() - 1, i + keys() - N + right()); }
+  int first_query(int k) const { return right() < 0 ? 0 : std::max(0, k - right() - (keys() - N)); }
+  int last_query(int k) const { return window_left < 0 ? N - 1 : std::min(N - 1, k + window_left - (keys() - N)); }
+  bool sees(int i, int k) const { return first_key(i) <= k && k <= last_key(i); }
+  /// Forward FLOPs by the usual convention 4·B·H·pairs·d (two N×N_kv×d matrix products).
+  double flops_forward() const { return 4.0 * double(heads()) * pairs() * d; }
+  /// The (query, key) pairs a head computes: N·N_kv, N²/2 off with the causal mask (the
+  /// convention), and with a window the band's pairs, counted.
+  double pairs() const;
   std::string str() const;        ///< "B=2 H=3 N=113 d=64 causal scale=0.125" (and "N_kv=…", "H_kv=…" when set)
   /// Throws fa::Error on N, d, B, H < 1, N_kv < 0, H_kv < 0 or not dividing H, causal with
   /// fewer keys than queries, or a bad scale.
   void validate() const;
-  /// validate(), and throws unless there are as many keys as queries and one K/V head per
-  /// query head: `who` (a step's kernel or model) computes self-attention only.
-  void validate_self_attention(const std::string& who) const;
+  /// What a step's kernel or model takes beyond self-attention, one K/V head a query head
+  /// (flags, or-ed).
+  enum Takes : unsigned {
+    kSelfAttention = 0,
+    kDecode = 1,  ///< fewer queries than keys (N_kv ≠ N), and grouped K/V heads
+    kGroups = 2,  ///< grouped K/V heads (H_kv ≠ H)
+    kWindow = 4,  ///< a window
+  };
+  /// validate(), and throws unless `who` (a step's kernel or model) takes what p asks for.
+  void validate_for(const std::string& who, unsigned takes) const;
+  /// validate_for(who, kSelfAttention): as many keys as queries, one K/V head a query head, no window.
+  void validate_self_attention(const std::string& who) const { validate_for(who, kSelfAttention); }
 };
 
 /// Q, K, V on the host.

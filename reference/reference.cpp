@@ -24,19 +24,15 @@ void check_sizes(const Problem& p, std::size_t q, std::size_t k, std::size_t v) 
                 "B·H_kv·N_kv·d = " + std::to_string(p.kv_elems()) + " for " + p.str());
 }
 
-/// The last key query i sees: all of them, or (causal) the one at its own position —
-/// the queries are the last N of the N_kv positions.
-int last_key(const Problem& p, int i) { return p.causal ? p.keys() - p.N + i : p.keys() - 1; }
-
-// One head: P = softmax(scale·Q·Kᵀ) with the causal mask (N × N_kv), and L.
+// One head: P = softmax(scale·Q·Kᵀ) over the keys each query sees (N × N_kv), and L.
 MatD probabilities(const Problem& p, const MapD& Q, const MapD& K, double* lse) {
   MatD S = double(p.softmax_scale()) * (Q * K.transpose());
   for (int i = 0; i < p.N; ++i) {
-    const int last = last_key(p, i);  // keys 0..last are visible to query i
-    const double m = S.row(i).head(last + 1).maxCoeff();
+    const int first = p.first_key(i), last = p.last_key(i);  // the keys query i sees
+    const double m = S.row(i).segment(first, last - first + 1).maxCoeff();
     double l = 0;
-    for (int j = 0; j <= last; ++j) l += std::exp(S(i, j) - m);
-    for (int j = 0; j < p.keys(); ++j) S(i, j) = j <= last ? std::exp(S(i, j) - m) / l : 0.0;
+    for (int j = first; j <= last; ++j) l += std::exp(S(i, j) - m);
+    for (int j = 0; j < p.keys(); ++j) S(i, j) = p.sees(i, j) ? std::exp(S(i, j) - m) / l : 0.0;
     if (lse) lse[i] = m + std::log(l);
   }
   return S;
@@ -73,7 +69,8 @@ std::vector<float> forward_nosoftmax(const Problem& p, const Qkv& in) {
     MapD Q(q.data() + bh * head, p.N, p.d), K(k.data() + kvh * kv, p.keys(), p.d), V(v.data() + kvh * kv, p.keys(), p.d);
     MatD S = double(p.softmax_scale()) * (Q * K.transpose());
     for (int i = 0; i < p.N; ++i)
-      for (int j = last_key(p, i) + 1; j < p.keys(); ++j) S(i, j) = 0.0;
+      for (int j = 0; j < p.keys(); ++j)
+        if (!p.sees(i, j)) S(i, j) = 0.0;
     Eigen::Map<MatD>(o.data() + bh * head, p.N, p.d) = S * V;
   }
   return narrow(o);

@@ -2,7 +2,9 @@
 // accumulating in double. Slow, obvious, and correct.
 //
 //   S = scale·Q·Kᵀ            (causal: S_ij = −∞ for j > i; with N_kv keys for N queries,
-//                              the queries are the last N positions: j > i + N_kv − N)
+//                              the queries are the last N positions: j > i + N_kv − N;
+//                              a window (left, right): also j < t − left or j > t + right,
+//                              t = i + N_kv − N the query's position)
 //   P = softmax(S) row-wise,  L_i = m_i + log ℓ_i = log Σ_j exp(S_ij)
 //   O = P·V
 // Backward, with dO given and D_i = Σ_c dO_ic·O_ic:

@@ -24,6 +24,7 @@ namespace fa::test {
 
 inline Shape shape_o(const Problem& p) { return {{p.B, p.H, p.N, p.d}}; }
 inline Shape shape_l(const Problem& p) { return {{p.B, p.H, p.N}}; }
+inline Shape shape_kv(const Problem& p) { return {{p.B, p.kv_heads_per_batch(), p.keys(), p.d}}; }
 
 /// Builds a problem; `scale` < 0 means the default 1/sqrt(d).
 inline Problem make(int B, int H, int N, int d, bool causal, float scale = -1) {

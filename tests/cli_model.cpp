@@ -76,6 +76,30 @@ TEST_CASE("flashattn run --model: every step's model on .npy tensors, as the mod
   }
 }
 
+TEST_CASE("flashattn run --model --step 07: grouped K/V heads and a window, as the model gives them", "[cpu]") {
+  REQUIRE(kPrivateDir.ok);
+  Problem p = test::make(1, 4, 70, 64, true);
+  p.H_kv = 2, p.window_left = 20, p.window_right = 0, p.dtype = DType::bf16;
+  const Qkv in = random_qkv(p, 9);
+  const std::vector<float> dout = random_tensor(p.elems(), 10);
+  save("q.npy", p, in.q), save("do.npy", p, dout);
+  test::save("k.npy", {1, 2, 70, 64}, in.k), test::save("v.npy", {1, 2, 70, 64}, in.v);
+  const Result r = flashattn("run --model --step 07 --causal --window 20,-1 " + std::string(kIn) +
+                             " --out o.npy --lse l.npy --do do.npy --dq dq.npy --dk dk.npy --dv dv.npy");
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  const ModelForward m = find_step("07").model(p, in);
+  const Grads g = find_step("07").model_backward(p, in, m.out, dout).grads;
+  FA_CHECK_CLOSE("O (file) vs the model's", read_npy("o.npy").data, m.out.o, tol::kBitExact, test::shape_o(p));
+  FA_CHECK_CLOSE("L (file) vs the model's", read_npy("l.npy").data, m.out.lse, tol::kBitExact, test::shape_l(p));
+  FA_CHECK_CLOSE("dQ (file) vs the model's", read_npy("dq.npy").data, g.dq, tol::kBitExact, test::shape_o(p));
+  FA_CHECK_CLOSE("dK (file) vs the model's", read_npy("dk.npy").data, g.dk, tol::kBitExact, test::shape_kv(p));
+  FA_CHECK_CLOSE("dV (file) vs the model's", read_npy("dv.npy").data, g.dv, tol::kBitExact, test::shape_kv(p));
+  CHECK(read_npy("dk.npy").shape == std::vector<long long>{1, 2, 70, 64});
+  for (const char* f : {"o.npy", "l.npy", "dq.npy", "dk.npy", "dv.npy", "k.npy", "v.npy", "do.npy", "q.npy"})
+    std::remove(f);
+}
+
 TEST_CASE("flashattn run --model refuses what a model cannot do, in one line, writing nothing", "[cpu]") {
   REQUIRE(kPrivateDir.ok);
   const Problem p = test::make(1, 1, 17, 16, false);
@@ -91,6 +115,10 @@ TEST_CASE("flashattn run --model refuses what a model cannot do, in one line, wr
       {"run --model --step 09 " + std::string(kIn) + " --out o.npy", "d = "},  // step 09 takes d = 64, 128, …
       {"run --model --step 06 --dtype fp32 " + std::string(kIn) + " --out o.npy", "bf16 or fp16"},
       {"list --model", "--model is an option of flashattn run"},
+      {"run --model --step 07 --window 3 " + std::string(kIn) + " --out o.npy", "--window takes LEFT,RIGHT"},
+      {"run --model --step 07 --window 3,x " + std::string(kIn) + " --out o.npy", "--window's right side"},
+      {"run --model --step 07 --window -2,0 " + std::string(kIn) + " --out o.npy", "--window's left side"},
+      {"run --model --step 06 --window 4,0 " + std::string(kIn) + " --out o.npy", "step06 takes no window"},
   };
   for (const auto& [args, says] : cases) {
     INFO("flashattn " << args);

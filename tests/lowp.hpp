@@ -86,8 +86,8 @@ inline void check_grads_close(const char* what, const Problem& p, const Grads& g
                               const Tolerance& tl) {
   INFO(what);
   FA_CHECK_CLOSE("dQ", got.dq, want.dq, tl, test::shape_o(p));
-  FA_CHECK_CLOSE("dK", got.dk, want.dk, tl, test::shape_o(p));
-  FA_CHECK_CLOSE("dV", got.dv, want.dv, tl, test::shape_o(p));
+  FA_CHECK_CLOSE("dK", got.dk, want.dk, tl, test::shape_kv(p));
+  FA_CHECK_CLOSE("dV", got.dv, want.dv, tl, test::shape_kv(p));
 }
 
 /// Kernel against its model or another step: the 16-bit reorder tolerance of p's type.

@@ -5,8 +5,11 @@
 // few 16-bit units: the fp32 sums run in another order (wgmma's, over other blocks).
 // The backward likewise, by the rule for gradients (3× the naive error), and its
 // deterministic mode twice, bit for bit.
+#include <algorithm>
 #include <array>
 #include <iterator>
+#include <tuple>
+#include <utility>
 
 #include "reference/reference.hpp"
 #include "steps/06_tensor_cores/step06.hpp"
@@ -231,6 +234,205 @@ TEST_CASE("step07 backward model refuses d = 32 and fp32; its traffic is the for
                 b = step07::traffic_backward(p);
   CHECK(m.read == b.read);
   CHECK(m.written == b.written);
+}
+
+// ---- Grouped K/V heads and a sliding window (the model; the kernels take self-attention).
+
+namespace {
+Problem grouped(int H_kv, Problem p) {
+  p.H_kv = H_kv;
+  return p;
+}
+Problem windowed(int left, int right, Problem p) {
+  p.window_left = left, p.window_right = right;
+  return p;
+}
+/// K and V of a grouped problem repeated for every query head: the same problem, one K/V head a query head.
+Qkv repeated(const Problem& p, const Qkv& in) {
+  const std::size_t head = std::size_t(p.keys()) * p.d;
+  Qkv out{in.q, std::vector<float>(p.heads() * head), std::vector<float>(p.heads() * head)};
+  for (std::size_t bh = 0; bh < p.heads(); ++bh)
+    for (std::size_t e = 0; e < head; ++e) {
+      out.k[bh * head + e] = in.k[p.kv_head(bh) * head + e];
+      out.v[bh * head + e] = in.v[p.kv_head(bh) * head + e];
+    }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("step07 model with grouped K/V heads (groups 1, 2, 4, 8 and H) meets the budgets", "[cpu]") {
+  for (int H_kv : {16, 8, 4, 2, 1})
+    for (int N : {17, 113})
+      for (bool causal : {false, true}) {
+        const Problem p = grouped(H_kv, lowp(make(1, 16, N, 64, causal), N == 17 ? DType::fp16 : DType::bf16));
+        INFO(p.str() << ", seeds 111, 112");
+        const Qkv in = inputs(p, 111);
+        const std::vector<float> dout = grad_out(p, 112);
+        const ForwardOut fwd = step07::model_forward(p, in).out;
+        check_budget(p, in, fwd, "model");
+        check_grad_budget(p, in, dout, step07::model_backward(p, in, fwd, dout).grads, "model");
+      }
+}
+
+TEST_CASE("step07 grouped K/V heads: the forward and dQ are those of K, V repeated, bit for bit; dK, dV a group's sum",
+          "[cpu]") {
+  // A grouped head's scores are those of its query head against the shared K/V: the same
+  // arithmetic as with K and V copied for every query head. dK and dV sum over the group;
+  // with dO zero but for one query head of each group, the others add exact zeros, so a
+  // K/V head's gradients are that one head's, bit for bit (exercise 07-group).
+  for (int d : {64, 128}) {
+    const Problem p = grouped(2, lowp(make(2, 8, 113, d, true), DType::bf16)), r = grouped(0, p);
+    INFO(p.str());
+    const Qkv in = inputs(p, 121), rin = repeated(p, in);
+    const ForwardOut got = step07::model_forward(p, in).out, want = step07::model_forward(r, rin).out;
+    FA_CHECK_CLOSE("O", got.o, want.o, tol::kBitExact, test::shape_o(p));
+    FA_CHECK_CLOSE("L", got.lse, want.lse, tol::kBitExact, test::shape_l(p));
+    for (int lone = 0; lone < p.group(); ++lone) {
+      INFO("dO nonzero for query head " << lone << " of each group only");
+      std::vector<float> dout = grad_out(p, 122);
+      for (std::size_t bh = 0; bh < p.heads(); ++bh)
+        if (int(bh % p.H % p.group()) != lone)
+          std::fill(dout.begin() + bh * p.N * p.d, dout.begin() + (bh + 1) * p.N * p.d, 0.0f);
+      const Grads g = step07::model_backward(p, in, got, dout).grads, w = step07::model_backward(r, rin, want, dout).grads;
+      FA_CHECK_CLOSE("dQ", g.dq, w.dq, tol::kBitExact, test::shape_o(p));
+      std::vector<float> dk(p.kv_elems()), dv(p.kv_elems());
+      const std::size_t head = std::size_t(p.N) * p.d;
+      for (std::size_t bh = 0; bh < p.heads(); ++bh)
+        if (int(bh % p.H % p.group()) == lone)
+          for (std::size_t e = 0; e < head; ++e) {
+            dk[p.kv_head(bh) * head + e] = w.dk[bh * head + e];
+            dv[p.kv_head(bh) * head + e] = w.dv[bh * head + e];
+          }
+      FA_CHECK_CLOSE("dK", g.dk, dk, tol::kBitExact, test::shape_kv(p));
+      FA_CHECK_CLOSE("dV", g.dv, dv, tol::kBitExact, test::shape_kv(p));
+    }
+  }
+}
+
+TEST_CASE("a window's band, written out: which keys each query sees", "[cpu]") {
+  // Rows: queries 0..5 (positions 2..7: N = 6 queries, N_kv = 8 keys); columns: keys 0..7.
+  Problem p = windowed(2, 1, make(1, 1, 6, 64, false));
+  p.N_kv = 8;
+  const char* band[] = {"11110000", "01111000", "00111100", "00011110", "00001111", "00000111"};
+  Problem c = windowed(2, 1, p);
+  c.causal = true;  // causal: right = 0
+  const char* causal_band[] = {"11100000", "01110000", "00111000", "00011100", "00001110", "00000111"};
+  for (int i = 0; i < 6; ++i)
+    for (int k = 0; k < 8; ++k) {
+      INFO("query " << i << ", key " << k);
+      CHECK(p.sees(i, k) == (band[i][k] == '1'));
+      CHECK(c.sees(i, k) == (causal_band[i][k] == '1'));
+    }
+  // first_query, last_query and the block ranges agree with sees(), for every window.
+  for (int N : {1, 7, 20})
+    for (int extra : {0, 5})
+      for (int left : {-1, 0, 1, 3, 30})
+        for (int right : {-1, 0, 2, 30})
+          for (bool causal : {false, true}) {
+            Problem q = windowed(left, right, make(1, 1, N, 64, causal));
+            q.N_kv = N + extra;
+            INFO(q.str());
+            for (int k = 0; k < q.keys(); ++k)
+              for (int i = 0; i < N; ++i) CHECK(q.sees(i, k) == (q.first_query(k) <= i && i <= q.last_query(k)));
+            for (int i = 0; i < N; ++i) CHECK(q.sees(i, q.first_key(i)));
+            double pairs = 0;
+            for (int i = 0; i < N; ++i)
+              for (int k = 0; k < q.keys(); ++k) pairs += q.sees(i, k);
+            if (q.windowed()) CHECK(q.pairs() == pairs);
+          }
+}
+
+TEST_CASE("the reference with a window equals attention under the mask written out", "[cpu]") {
+  const std::tuple<int, int, bool> windows[] = {{0, 0, false},  {16, 0, false}, {5, 3, false}, {-1, 7, false},
+                                                {64, -1, false}, {9, 4, true},   {-1, 0, false}};
+  for (auto [left, right, causal] : windows) {
+    const Problem p = windowed(left, right, make(1, 2, 113, 16, causal));
+    INFO(p.str());
+    const Qkv in = random_qkv(p, 131);
+    const ForwardOut got = reference::forward(p, in);
+    std::vector<float> o(p.elems()), lse(p.rows());
+    for (std::size_t h = 0; h < p.heads(); ++h)
+      for (int i = 0; i < p.N; ++i) {
+        std::vector<double> s(p.N, -INFINITY);
+        double m = -INFINITY, l = 0;
+        for (int j = 0; j < p.N; ++j) {
+          const bool shown = (left < 0 || j >= i - left) && (right < 0 || j <= i + right) && !(causal && j > i);
+          if (!shown) continue;
+          s[j] = 0;
+          for (int c = 0; c < p.d; ++c) s[j] += double(in.q[(h * p.N + i) * p.d + c]) * in.k[(h * p.N + j) * p.d + c];
+          s[j] *= p.softmax_scale();
+          m = std::max(m, s[j]);
+        }
+        for (int j = 0; j < p.N; ++j) l += std::exp(s[j] - m);
+        for (int c = 0; c < p.d; ++c) {
+          double acc = 0;
+          for (int j = 0; j < p.N; ++j) acc += std::exp(s[j] - m) / l * in.v[(h * p.N + j) * p.d + c];
+          o[(h * p.N + i) * p.d + c] = float(acc);
+        }
+        lse[h * p.N + i] = float(m + std::log(l));
+      }
+    FA_CHECK_CLOSE("O", got.o, o, tol::kFp32Forward, test::shape_o(p));
+    FA_CHECK_CLOSE("L", got.lse, lse, tol::kFp32Forward, test::shape_l(p));
+  }
+}
+
+TEST_CASE("step07 model with a sliding window meets the budgets, causal and not", "[cpu]") {
+  const std::pair<int, int> windows[] = {{0, 0}, {16, 0}, {5, 3}, {-1, 7}, {64, -1}, {1000, 1000}};
+  for (auto [left, right] : windows)
+    for (int N : {17, 113, 300})
+      for (bool causal : {false, true}) {
+        if (test::quick() && N == 300) continue;
+        const Problem p = windowed(left, right, lowp(make(1, 2, N, N == 300 ? 128 : 64, causal), DType::bf16));
+        INFO(p.str() << ", seeds 141, 142");
+        const Qkv in = inputs(p, 141);
+        const std::vector<float> dout = grad_out(p, 142);
+        const ForwardOut fwd = step07::model_forward(p, in).out;
+        check_budget(p, in, fwd, "model");
+        check_grad_budget(p, in, dout, step07::model_backward(p, in, fwd, dout).grads, "model");
+      }
+  // A window wider than the sequence is no window: the same bits as without one.
+  const Problem p = lowp(make(1, 2, 113, 64, true), DType::bf16), w = windowed(200, 200, p);
+  const Qkv in = inputs(p, 143);
+  const ForwardOut a = step07::model_forward(p, in).out, b = step07::model_forward(w, in).out;
+  FA_CHECK_CLOSE("O", b.o, a.o, tol::kBitExact, test::shape_o(p));
+}
+
+TEST_CASE("step07 model skips the tiles outside the window: its traffic falls with the window and is the formula's",
+          "[cpu]") {
+  for (const Problem& p : {windowed(100, 0, lowp(make(1, 2, 300, 64, true), DType::bf16)),
+                           windowed(40, 70, grouped(1, lowp(make(1, 2, 300, 128, false), DType::bf16)))}) {
+    INFO(p.str());
+    const Qkv in = inputs(p, 151);
+    const ModelForward mf = step07::model_forward(p, in);
+    const Traffic f = step07::traffic_forward(p), b = step07::traffic_backward(p),
+                  mb = step07::model_backward(p, in, mf.out, in.q).traffic;
+    CHECK(mf.traffic.read == f.read);
+    CHECK(mf.traffic.written == f.written);
+    CHECK(mb.read == b.read);
+    CHECK(mb.written == b.written);
+  }
+  // At N = 8192, d = 128 (causal): each halving of the window takes K/V reads down.
+  Problem p = lowp(make(1, 1, 8192, 128, true), DType::bf16);
+  std::uint64_t fwd = step07::traffic_forward(p).read, bwd = step07::traffic_backward(p).read;
+  for (int left : {4096, 1024, 256}) {
+    const Problem w = windowed(left, 0, p);
+    INFO(w.str());
+    CHECK(step07::traffic_forward(w).read < fwd);
+    CHECK(step07::traffic_backward(w).read < bwd);
+    fwd = step07::traffic_forward(w).read, bwd = step07::traffic_backward(w).read;
+  }
+}
+
+TEST_CASE("grouped heads and windows: the steps that do not take them say so", "[cpu]") {
+  const Problem g = grouped(1, lowp(make(1, 2, 17, 64, false), DType::bf16));
+  const Problem w = windowed(4, 0, lowp(make(1, 2, 17, 64, false), DType::bf16));
+  const Qkv ig = random_qkv(g, 1), iw = random_qkv(w, 1);
+  CHECK(test::contains(test::error_of([&] { step06::model_backward(g, ig, {ig.q, std::vector<float>(g.rows())}, ig.q); }),
+                       "step06 takes one K/V head per query head"));
+  CHECK(test::contains(test::error_of([&] { step06::model_forward(w, iw); }), "step06 takes no window"));
+  Problem bad = w;
+  bad.window_left = -2;
+  CHECK(test::contains(test::error_of([&] { step07::model_forward(bad, iw); }), "at least 0, or -1"));
 }
 
 #ifdef FA_HAVE_CUDA

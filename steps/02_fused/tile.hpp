@@ -67,12 +67,31 @@ FA_HD bool masked(int query, int key, int N, bool causal) { return key >= N || (
 /// Rows of block `blk` (blocks of `rows` rows) that lie inside the sequence.
 FA_HD int valid_rows(int N, int blk, int rows) { return N - blk * rows < rows ? N - blk * rows : rows; }
 
+/// Blocks first … last (none where last < first).
+struct BlockRange {
+  int first, last;
+};
+/// The K/V blocks query block i needs: from the one holding the first key its first row sees
+/// to the one holding the last key its last row sees (a window's or the mask's band; all of
+/// them without either). Blocks outside are skipped, not just masked.
+inline BlockRange kv_block_range(const Problem& p, int i, int br = kBr, int bc = kBc) {
+  const int q0 = i * br, q1 = std::min(p.N, q0 + br) - 1;
+  return {p.first_key(q0) / bc, p.last_key(q1) / bc};
+}
+/// The query blocks that need K/V block j: the rows that see one of its keys.
+inline BlockRange q_block_range(const Problem& p, int j, int br = kBr, int bc = kBc) {
+  const int first = p.first_query(j * bc), last = p.last_query(std::min(p.keys(), (j + 1) * bc) - 1);
+  return first > last ? BlockRange{0, -1} : BlockRange{first / br, last / br};
+}
+
 /// Σ over query blocks i of the K/V rows that block i visits: N_kv·T_r without a
-/// mask; with the causal mask, the K/V blocks up to the diagonal.
+/// mask; with the causal mask, the K/V blocks up to the diagonal; with a window, its band.
 inline std::uint64_t kv_rows_visited(const Problem& p, int br = kBr, int bc = kBc) {
   std::uint64_t s = 0;
-  for (int i = 0; i < q_blocks(p.N, br); ++i)
-    s += std::uint64_t(std::min(p.keys(), (last_kv_block(p.N, p.causal, i, br, bc, p.keys()) + 1) * bc));
+  for (int i = 0; i < q_blocks(p.N, br); ++i) {
+    const BlockRange r = kv_block_range(p, i, br, bc);
+    s += std::uint64_t(std::min(p.keys(), (r.last + 1) * bc) - r.first * bc);
+  }
   return s;
 }
 
@@ -80,9 +99,10 @@ inline std::uint64_t kv_rows_visited(const Problem& p, int br = kBr, int bc = kB
 /// K/V-outer pass re-reads Q_i, dO_i once per such visit): N·T_c without a mask.
 inline std::uint64_t q_rows_visited(const Problem& p, int br = kBr, int bc = kBc) {
   std::uint64_t s = 0;
-  for (int j = 0; j < kv_blocks(p.N, bc); ++j)
-    for (int i = first_q_block(p.causal, j, br, bc); i < q_blocks(p.N, br); ++i)
-      s += std::uint64_t(valid_rows(p.N, i, br));
+  for (int j = 0; j < kv_blocks(p.keys(), bc); ++j) {
+    const BlockRange r = q_block_range(p, j, br, bc);
+    for (int i = r.first; i <= r.last; ++i) s += std::uint64_t(valid_rows(p.N, i, br));
+  }
   return s;
 }
 

@@ -10,11 +10,8 @@
 
 namespace fa::step06 {
 
-void require_lowp(const Problem& p, const char* step, const int* only_d, bool decode) {
-  if (decode)
-    p.validate();
-  else
-    p.validate_self_attention(step);
+void require_lowp(const Problem& p, const char* step, const int* only_d, unsigned takes) {
+  p.validate_for(step, takes);
   if (p.dtype == DType::fp32) throw Error(std::string(step) + " computes in bf16 or fp16: set the problem's dtype");
   if (!takes_d(0, only_d, p.d))
     throw Error(std::string(step) + " supports d = " + d_list(only_d) + " (got d = " + std::to_string(p.d) + ")");
@@ -33,7 +30,7 @@ Qkv rounded_inputs(const Problem& p, const Qkv& in) {
 }
 
 ModelForward model_forward(const Problem& p, const Qkv& in) {
-  require_lowp(p, "step06", kSupportedD, true);
+  require_lowp(p, "step06", kSupportedD, Problem::kDecode);
   return model_forward_tiled(p, in, forward_br(p.causal, p.d), forward_bc(p.causal, p.d));
 }
 
@@ -43,7 +40,7 @@ ModelForward model_forward_tiled(const Problem& p, const Qkv& in, int kBr, int k
   // The device holds 16-bit tensors: rounding happens once, on the way in.
   Hbm Q(rounded(in.q, t), r.traffic), K(rounded(in.k, t), r.traffic), V(rounded(in.v, t), r.traffic);
   Hbm O(p.elems(), r.traffic), L(p.rows(), r.traffic);
-  const int N = p.N, Nk = p.keys(), off = Nk - N, d = p.d;  // query row r sits at position r + off
+  const int N = p.N, Nk = p.keys(), d = p.d;
   const float scale = p.softmax_scale();
   std::vector<float> s(kBc);
   for (std::size_t bh = 0; bh < p.heads(); ++bh) {
@@ -57,7 +54,8 @@ ModelForward model_forward_tiled(const Problem& p, const Qkv& in, int kBr, int k
       std::vector<float> m(kBr, -INFINITY), l(kBr, 0.0f);
       for (int rr = 0; rr < rows; ++rr)
         for (int c = 0; c < d; ++c) Qi[rr * d + c] = Q.load(head + std::size_t(q0 + rr) * d + c);
-      for (int j = 0; j <= tiles::last_kv_block(N, p.causal, i, kBr, kBc, Nk); ++j) {
+      const tiles::BlockRange band = tiles::kv_block_range(p, i, kBr, kBc);
+      for (int j = band.first; j <= band.last; ++j) {
         const int k0 = j * kBc, kv = std::min(kBc, Nk - k0);
         for (int rr = 0; rr < kv; ++rr)
           for (int c = 0; c < d; ++c) {
@@ -69,7 +67,7 @@ ModelForward model_forward_tiled(const Problem& p, const Qkv& in, int kBr, int k
           for (int c = 0; c < kBc; ++c) {
             float dot = 0.0f;
             for (int x = 0; x < d; ++x) dot += Qi[rr * d + x] * (c < kv ? Kj[c * d + x] : 0.0f);
-            const bool masked = c >= kv || (p.causal && k0 + c > q0 + rr + off);
+            const bool masked = c >= kv || !p.sees(q0 + rr, k0 + c);
             s[c] = masked ? -INFINITY : scale * dot;
             mx = std::max(mx, s[c]);
           }
@@ -115,7 +113,7 @@ Traffic traffic_forward_tiled(const Problem& p, int br, int bc) {
 }
 
 ForwardOut naive_lowp(const Problem& p, const Qkv& in) {
-  require_lowp(p, "naive", kSupportedD, true);
+  require_lowp(p, "naive", kSupportedD, Problem::kDecode | Problem::kWindow);
   const DType t = p.dtype;
   const auto q = rounded(in.q, t), k = rounded(in.k, t), v = rounded(in.v, t);
   ForwardOut out{std::vector<float>(p.elems()), std::vector<float>(p.rows())};
@@ -124,19 +122,19 @@ ForwardOut naive_lowp(const Problem& p, const Qkv& in) {
   for (std::size_t bh = 0; bh < p.heads(); ++bh) {
     const std::size_t head = bh * N * d, kv_head = p.kv_head(bh) * Nk * d;
     for (int i = 0; i < N; ++i) {
-      const int vis = p.causal ? i + Nk - N + 1 : Nk;  // the queries are the last N positions
+      const int first = p.first_key(i), vis = p.last_key(i) + 1;  // the keys query i sees
       float m = -INFINITY, l = 0.0f;
-      for (int j = 0; j < vis; ++j) {
+      for (int j = first; j < vis; ++j) {
         float dot = 0.0f;
         for (int x = 0; x < d; ++x) dot += q[head + std::size_t(i) * d + x] * k[kv_head + std::size_t(j) * d + x];
         S[j] = round_to(t, p.softmax_scale() * dot);  // S materialized in 16 bits
         m = std::max(m, S[j]);
       }
-      for (int j = 0; j < vis; ++j) l += std::exp(S[j] - m);
-      for (int j = 0; j < vis; ++j) S[j] = round_to(t, std::exp(S[j] - m) / l);  // P in 16 bits
+      for (int j = first; j < vis; ++j) l += std::exp(S[j] - m);
+      for (int j = first; j < vis; ++j) S[j] = round_to(t, std::exp(S[j] - m) / l);  // P in 16 bits
       for (int x = 0; x < d; ++x) {
         float o = 0.0f;
-        for (int j = 0; j < vis; ++j) o += S[j] * v[kv_head + std::size_t(j) * d + x];
+        for (int j = first; j < vis; ++j) o += S[j] * v[kv_head + std::size_t(j) * d + x];
         out.o[head + std::size_t(i) * d + x] = round_to(t, o);
       }
       out.lse[bh * N + i] = m + std::log(l);

@@ -52,8 +52,8 @@ inline constexpr int kVersionD[] = {64, 128, 0};                 ///< the note's
 /// Throws fa::Error unless p is bf16 or fp16 self-attention with d in kSupportedD.
 void require_supported(const Problem& p);
 /// The same check for any 16-bit step named `step`, its 0-terminated head dimensions
-/// only_d; with `decode`, N_kv ≠ N and H_kv ≠ H are taken.
-void require_lowp(const Problem& p, const char* step, const int* only_d, bool decode = false);
+/// only_d, and what it takes beyond self-attention.
+void require_lowp(const Problem& p, const char* step, const int* only_d, unsigned takes = Problem::kSelfAttention);
 
 /// CPU model: the kernel's tiles, rounding where it rounds (inputs, P, O).
 ModelForward model_forward(const Problem& p, const Qkv& in);

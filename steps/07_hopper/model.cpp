@@ -5,7 +5,9 @@
 
 namespace fa::step07 {
 
-void require_supported(const Problem& p) { step06::require_lowp(p, "step07", kSupportedD); }
+void require_supported(const Problem& p) {
+  step06::require_lowp(p, "step07", kSupportedD, Problem::kGroups | Problem::kWindow);
+}
 
 ModelForward model_forward(const Problem& p, const Qkv& in) {
   require_supported(p);
@@ -32,7 +34,7 @@ static_assert(backward_keys(64) == step06::backward_keys(64) && backward_keys(12
               "step 07's backward blocks own step 06's keys");
 
 ModelBackward model_backward(const Problem& p, const Qkv& in, const ForwardOut& fwd, const std::vector<float>& dout) {
-  step06::require_lowp(p, "step07 backward", kBackwardD);
+  step06::require_lowp(p, "step07 backward", kBackwardD, Problem::kGroups | Problem::kWindow);
   return step06::model_backward_tiled(p, in, fwd, dout, backward_keys(p.d), backward_queries(p.d));
 }
 

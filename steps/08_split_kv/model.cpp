@@ -12,7 +12,7 @@
 
 namespace fa::step08 {
 
-void require_supported(const Problem& p) { step06::require_lowp(p, "step08", kSupportedD, true); }
+void require_supported(const Problem& p) { step06::require_lowp(p, "step08", kSupportedD, Problem::kDecode); }
 
 int row_blocks(const Problem& p) { return (p.group() * p.N + kRows - 1) / kRows; }
 int kv_tiles(const Problem& p) { return (p.keys() + kTileKeys - 1) / kTileKeys; }

@@ -49,7 +49,7 @@ Usage:
       traffic. Without a CUDA device the CPU model of each step runs instead.
   flashattn run --step ID [--model] --q Q.npy --k K.npy --v V.npy --out O.npy
                 [--lse L.npy] [--causal] [--scale S] [--dtype bf16|fp16] [--ranks n]
-                [--do dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]
+                [--window LEFT,RIGHT] [--do dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]
       Runs one step on your tensors (float32 or float64 .npy, C order, shape
       [N, d], [H, N, d] or [B, H, N, d]) and writes float32 results. With --do
       and the three gradient paths it also runs the step's backward. --model
@@ -59,8 +59,10 @@ Usage:
       K and V may hold another number of rows than Q ([.., N_kv, d]: N queries
       against N_kv keys, the queries the last N positions) and fewer heads
       ([.., H_kv, N_kv, d], H_kv dividing H: grouped-query attention); the
-      reference, step 06's forward and step 08 take that, the other steps
-      self-attention only.
+      reference, step 06's forward and step 08 take that, step 07's model the
+      grouped heads, the other steps self-attention only. --window LEFT,RIGHT
+      (FlashAttention's window_size; -1 leaves a side open): the query at
+      position t sees keys t-LEFT..t+RIGHT only (the reference and step 07's model).
   flashattn trace --step 03|04|08|09 --q Q.npy --k K.npy --v V.npy --row R
                   [--causal] [--csv FILE]
       One query row's online softmax as the step's CPU model computes it: m, l,
@@ -427,6 +429,16 @@ Inputs read_inputs(const Args& a, const StepEntry& s, bool want_bwd, const std::
       throw Error("--scale must be a number (got '" + printable(t, 40) + "')");
     p.scale = x;
   }
+  if (a.kv.count("--window")) {  // FlashAttention's window_size: LEFT,RIGHT, -1 for an open side
+    const std::string& w = a.kv.at("--window");
+    const std::size_t comma = w.find(',');
+    auto side = [&](const std::string& x, const char* which) {
+      return x == "-1" ? -1 : to_int(x, std::string("--window's ") + which + " side (or -1)");
+    };
+    if (comma == std::string::npos) throw Error("--window takes LEFT,RIGHT (got '" + printable(w, 40) + "')");
+    p.window_left = side(w.substr(0, comma), "left");
+    p.window_right = side(w.substr(comma + 1), "right");
+  }
   p.validate();
 
   auto load = [&](const char* opt, const char* name, const std::vector<long long>& shape) {
@@ -607,7 +619,7 @@ int main(int argc, char** argv) {
         return 0;
       }
       return run(parse(argc, argv, 2,
-                       {"--step", "--q", "--k", "--v", "--out", "--lse", "--scale", "--dtype", "--do", "--dq", "--dk",
+                       {"--step", "--q", "--k", "--v", "--out", "--lse", "--scale", "--window", "--dtype", "--do", "--dq", "--dk",
                         "--dv", "--ranks"},
                        {"--causal", "--model"}));
     }
