@@ -4,6 +4,8 @@
 // and merged. So: the fp64 reference by FlashAttention's rule (at most twice a naive
 // same-dtype computation's error), its CPU model, step 06 on the same problem, and any
 // split count against one split (the merge's reordering: a few 16-bit units).
+#include <algorithm>
+#include <cmath>
 #include <iterator>
 
 #include "reference/reference.hpp"
@@ -361,6 +363,106 @@ TEST_CASE("step08 refuses fp32, other head dimensions and groups that do not div
   CHECK(test::contains(test::error_of([&] { g.validate(); }), "H_kv (K/V heads) must divide H"));
   const Problem c = decode(1, 1, 50, 40, 1, 64, true);
   CHECK(test::contains(test::error_of([&] { c.validate(); }), "N_kv must be at least N"));
+}
+
+// ---- A paged cache (the model; the kernels take a contiguous cache).
+
+namespace {
+/// The contiguous cache of p in a pool of pages of `page` positions, shuffled, with `spare`
+/// pages no sequence uses; the rows no sequence uses are NaN (never to be read).
+struct Paged {
+  step08::PagedKv kv;
+  Qkv pools;
+};
+Paged paged(const Problem& p, const Qkv& in, int page, int spare, std::vector<int> lengths = {}) {
+  Paged r;
+  r.kv.page = page;
+  r.kv.lengths = std::move(lengths);
+  const int pps = r.kv.pages_per_seq(p);
+  r.kv.pool = p.B * pps + spare;
+  std::vector<int> perm(std::size_t(r.kv.pool));
+  for (int x = 0; x < r.kv.pool; ++x) perm[std::size_t(x)] = x;
+  std::uint64_t seed = 0x9E3779B97F4A7C15ull;
+  for (std::size_t x = perm.size() - 1; x > 0; --x) {  // Fisher–Yates, a fixed stream
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    std::swap(perm[x], perm[std::size_t(seed >> 33) % (x + 1)]);
+  }
+  r.kv.table.assign(perm.begin(), perm.begin() + std::size_t(p.B) * pps);
+  const std::size_t elems = std::size_t(r.kv.pool) * p.kv_heads_per_batch() * page * p.d;
+  r.pools = {in.q, std::vector<float>(elems, NAN), std::vector<float>(elems, NAN)};
+  for (int b = 0; b < p.B; ++b)
+    for (int h = 0; h < p.kv_heads_per_batch(); ++h)
+      for (int key = 0; key < r.kv.length(p, b); ++key)
+        for (int c = 0; c < p.d; ++c) {
+          const std::size_t from = ((std::size_t(b) * p.kv_heads_per_batch() + h) * p.keys() + key) * p.d + c;
+          r.pools.k[r.kv.row(p, b, h, key) + c] = in.k[from];
+          r.pools.v[r.kv.row(p, b, h, key) + c] = in.v[from];
+        }
+  return r;
+}
+}  // namespace
+
+TEST_CASE("step08 model on a paged cache: shuffled pages give the contiguous cache's bits (exercise 08-page)",
+          "[cpu]") {
+  for (int page : {16, 64, 256})
+    for (bool causal : {false, true}) {
+      const Problem p = decode(2, 4, 3, 1000, 2, 64, causal);  // 1000 keys: no multiple of a page
+      INFO(p.str() << ", pages of " << page);
+      const Qkv in = inputs(p, 161);
+      const Paged pg = paged(p, in, page, 3);
+      for (const step08::SplitPlan& s : {step08::fixed_plan(p, 1), step08::fixed_plan(p, 3), step08::plan(p, step08::kH200)}) {
+        INFO(cut(s));
+        const ModelForward got = step08::model_forward_paged(p, pg.pools, pg.kv, s), want = step08::model_forward(p, in, s);
+        check_same_bits(p, got.out, want.out, "paged vs contiguous");
+        CHECK(got.traffic.read == want.traffic.read);
+      }
+    }
+}
+
+TEST_CASE("step08 model on a paged cache: sequences of different lengths in one call, each within the budget",
+          "[cpu]") {
+  const std::vector<int> lengths = {1000, 37, 300, 4};
+  for (bool causal : {false, true}) {
+    const Problem p = decode(4, 4, 4, 1000, 4, 128, causal);
+    const Qkv in = inputs(p, 171);
+    const Paged pg = paged(p, in, 32, 0, lengths);
+    for (const step08::SplitPlan& s : {step08::fixed_plan(p, 1), step08::fixed_plan(p, 8), step08::plan(p, step08::kH200)}) {
+      const ForwardOut got = step08::model_forward_paged(p, pg.pools, pg.kv, s).out;
+      for (int b = 0; b < p.B; ++b) {  // sequence b alone, its cache contiguous
+        Problem one = p;
+        one.B = 1, one.N_kv = lengths[std::size_t(b)];
+        INFO(one.str() << " (sequence " << b << "), " << cut(s));
+        const std::size_t q = std::size_t(p.H) * p.N * p.d, kv = std::size_t(p.kv_heads_per_batch()) * p.keys() * p.d;
+        Qkv seq{std::vector<float>(in.q.begin() + b * q, in.q.begin() + (b + 1) * q), {}, {}};
+        for (int h = 0; h < p.kv_heads_per_batch(); ++h) {
+          const auto from = in.k.begin() + b * kv + std::size_t(h) * p.keys() * p.d;
+          seq.k.insert(seq.k.end(), from, from + std::size_t(one.N_kv) * p.d);
+          const auto vfrom = in.v.begin() + b * kv + std::size_t(h) * p.keys() * p.d;
+          seq.v.insert(seq.v.end(), vfrom, vfrom + std::size_t(one.N_kv) * p.d);
+        }
+        const std::size_t rows = std::size_t(p.H) * p.N;
+        const ForwardOut mine{std::vector<float>(got.o.begin() + b * q, got.o.begin() + (b + 1) * q),
+                              std::vector<float>(got.lse.begin() + b * rows, got.lse.begin() + (b + 1) * rows)};
+        check_budget(one, seq, mine, "paged model");
+      }
+    }
+  }
+}
+
+TEST_CASE("step08 paged cache: a bad page size, table, length or pool is refused in one line", "[cpu]") {
+  const Problem p = decode(2, 4, 3, 100, 2, 64, false);
+  const Qkv in = inputs(p, 181);
+  const Paged good = paged(p, in, 16, 1);
+  auto error_with = [&](auto change) {
+    Paged x = good;
+    change(x);
+    return test::error_of([&] { step08::model_forward_paged(p, x.pools, x.kv, step08::fixed_plan(p, 1)); });
+  };
+  CHECK(test::contains(error_with([](Paged& x) { x.kv.page = 8; }), "16 to 256 positions"));
+  CHECK(test::contains(error_with([](Paged& x) { x.kv.table[3] = x.kv.pool; }), "is not a page of the pool"));
+  CHECK(test::contains(error_with([](Paged& x) { x.kv.table.pop_back(); }), "page table must be B × 7"));
+  CHECK(test::contains(error_with([](Paged& x) { x.kv.lengths = {100, 2}; }), "its 3 queries are its last"));
+  CHECK(test::contains(error_with([](Paged& x) { x.pools.k.pop_back(); }), "holds"));
 }
 
 #ifdef FA_HAVE_CUDA

@@ -166,6 +166,43 @@ void stats_tree(const std::vector<float>& ls, float& mm, float& ll) {
 }
 }  // namespace
 
+std::size_t PagedKv::row(const Problem& p, int b, int h, int key) const {
+  // exercise 08-page: the element offset of key `key` of K/V head h of sequence b — its page from the table (row b, column key / page), then head h's rows in that page, then the key's row in them
+  // stub: (void)p, (void)b, (void)h;
+  // stub: return std::size_t(key) * p.d;
+  const int at = table[std::size_t(b) * pages_per_seq(p) + key / page];
+  return ((std::size_t(at) * p.kv_heads_per_batch() + h) * page + key % page) * p.d;
+  // end exercise
+}
+
+void PagedKv::validate(const Problem& p, std::size_t k_elems) const {
+  if (page < 16 || page > 256 || page % 16)
+    throw Error("a page holds 16 to 256 positions, a multiple of 16 (got " + std::to_string(page) + ")");
+  if (pool < 1) throw Error("a paged cache needs at least one page");
+  const std::size_t want = std::size_t(pool) * p.kv_heads_per_batch() * page * p.d;
+  if (k_elems != want)
+    throw Error("a pool of " + std::to_string(pool) + " pages of [H_kv, page, d] = [" +
+                std::to_string(p.kv_heads_per_batch()) + ", " + std::to_string(page) + ", " + std::to_string(p.d) +
+                "] holds " + std::to_string(want) + " elements of K and of V (got " + std::to_string(k_elems) + ")");
+  if (table.size() != std::size_t(p.B) * pages_per_seq(p))
+    throw Error("the page table must be B × " + std::to_string(pages_per_seq(p)) + " (⌈N_kv / page⌉) entries (got " +
+                std::to_string(table.size()) + ")");
+  if (!lengths.empty() && lengths.size() != std::size_t(p.B))
+    throw Error("one length a sequence: " + std::to_string(p.B) + " (got " + std::to_string(lengths.size()) + ")");
+  for (int b = 0; b < p.B; ++b) {
+    const int len = length(p, b);
+    if (len < p.N || len > p.keys())
+      throw Error("sequence " + std::to_string(b) + " holds " + std::to_string(len) + " keys: its " +
+                  std::to_string(p.N) + " queries are its last, and the table holds " + std::to_string(p.keys()));
+    for (int x = 0; x * page < len; ++x) {
+      const int at = table[std::size_t(b) * pages_per_seq(p) + x];
+      if (at < 0 || at >= pool)
+        throw Error("page table entry (" + std::to_string(b) + ", " + std::to_string(x) + ") = " + std::to_string(at) +
+                    " is not a page of the pool (0 … " + std::to_string(pool - 1) + ")");
+    }
+  }
+}
+
 ModelForward model_forward(const Problem& p, const Qkv& in, const SplitPlan& s) { return model_forward(p, in, s, nullptr); }
 
 namespace {
@@ -183,7 +220,8 @@ void trace_warps(online::Trace& tr, const std::string& stage, int k0, int k1, co
 }
 }  // namespace
 
-ModelForward model_forward(const Problem& p, const Qkv& in, const SplitPlan& s, online::Trace* trace) {
+namespace {
+ModelForward forward(const Problem& p, const Qkv& in, const SplitPlan& s, online::Trace* trace, const PagedKv* paged) {
   require_supported(p);
   ModelForward r;
   const DType t = p.dtype;
@@ -204,9 +242,13 @@ ModelForward model_forward(const Problem& p, const Qkv& in, const SplitPlan& s, 
     for (long long from = s.begin(b); from < s.end(b);) {
       const SplitPlan::Piece pc = s.piece(from, s.end(b));
       from += pc.t1 - pc.t0;
-      const std::size_t kv_head = std::size_t(pc.unit / rbs) * Nk * d, base = base_of(pc.unit);
+      const std::size_t kvh = std::size_t(pc.unit / rbs), base = base_of(pc.unit);
       const int rb = int(pc.unit % rbs), r0 = rb * kRows, rows = unit_rows(G, N, rbs, pc.unit);
-      const int t0 = pc.t0, t1 = std::min(pc.t1, tile_end(N, Nk, G, p.causal, rb));
+      // Key `key` of the unit's K/V head: in its contiguous head, or in its sequence's page.
+      const int seq = int(kvh / p.kv_heads_per_batch()), h = int(kvh % p.kv_heads_per_batch());
+      const int len = paged ? paged->length(p, seq) : Nk;  // the sequence's keys
+      auto row_of = [&](int key) { return paged ? paged->row(p, seq, h, key) : (kvh * Nk + key) * d; };
+      const int t0 = pc.t0, t1 = std::min(pc.t1, tile_end(N, len, G, p.causal, rb));
       const std::size_t part = std::size_t(b - s.first(pc.unit));  // this block's part of the unit's rows
       OnChip chip(std::size_t(kRows) * d + 2 * std::size_t(kTileKeys) * d + std::size_t(kWarps) * kRows * (d + 2) +
                   kRows * kKeysPerWarp);
@@ -223,21 +265,20 @@ ModelForward model_forward(const Problem& p, const Qkv& in, const SplitPlan& s, 
         for (int rr = 0; rr < rows; ++rr)
           for (int c = 0; c < d; ++c) Qi[rr * d + c] = Q.load((base + rr) * d + c);
       for (int tile = t0; tile < t1; ++tile) {
-        const int k0 = tile * kTileKeys, nk = std::min(kTileKeys, Nk - k0);
-        for (int kk = 0; kk < nk; ++kk)
-          for (int c = 0; c < d; ++c) {
-            Kj[kk * d + c] = K.load(kv_head + std::size_t(k0 + kk) * d + c);
-            Vj[kk * d + c] = V.load(kv_head + std::size_t(k0 + kk) * d + c);
-          }
+        const int k0 = tile * kTileKeys, nk = std::min(kTileKeys, len - k0);
+        for (int kk = 0; kk < nk; ++kk) {
+          const std::size_t at = row_of(k0 + kk);
+          for (int c = 0; c < d; ++c) Kj[kk * d + c] = K.load(at + c), Vj[kk * d + c] = V.load(at + c);
+        }
         for (int w = 0; w < kWarps; ++w)  // warp w: keys k0 + 16w … of the tile
           for (int rr = 0; rr < rows; ++rr) {
-            const int pos = Nk - N + (r0 + rr) % N;  // the query's position among the keys
+            const int pos = len - N + (r0 + rr) % N;  // the query's position among the keys
             float sc[kKeysPerWarp], mx = -INFINITY;
             for (int c = 0; c < kKeysPerWarp; ++c) {
               const int kk = kKeysPerWarp * w + c, key = k0 + kk;
               float dot = 0.0f;
               for (int x = 0; x < d && kk < nk; ++x) dot += Qi[rr * d + x] * Kj[kk * d + x];
-              sc[c] = key >= Nk || (p.causal && key > pos) ? -INFINITY : scale * dot;
+              sc[c] = key >= len || (p.causal && key > pos) ? -INFINITY : scale * dot;
               mx = std::max(mx, sc[c]);
             }
             float& mw = m[w * kRows + rr];
@@ -313,6 +354,18 @@ ModelForward model_forward(const Problem& p, const Qkv& in, const SplitPlan& s, 
   }
   r.out = {O.take(), L.take()};
   return r;
+}
+}  // namespace
+
+ModelForward model_forward(const Problem& p, const Qkv& in, const SplitPlan& s, online::Trace* trace) {
+  return forward(p, in, s, trace, nullptr);
+}
+
+ModelForward model_forward_paged(const Problem& p, const Qkv& in, const PagedKv& kv, const SplitPlan& s) {
+  require_supported(p);
+  kv.validate(p, in.k.size());
+  if (in.v.size() != in.k.size()) throw Error("the pools of K and V must be the same size");
+  return forward(p, in, s, nullptr, &kv);
 }
 
 }  // namespace fa::step08

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
 #include "common/hd.hpp"
 #include "common/hbm.hpp"
@@ -181,6 +182,28 @@ ModelForward model_forward(const Problem& p, const Qkv& in, const SplitPlan& s);
 Traffic traffic_forward(const Problem& p, const SplitPlan& s);
 /// The same in bytes (16-bit Q, K, V, O; fp32 L and partials).
 double traffic_bytes(const Problem& p, const SplitPlan& s);
+
+// ---- A paged K/V cache (vLLM's PagedAttention): the same blocks and merges, one
+// indirection a key. Note 08, "A paged cache".
+
+/// K and V as a pool of pages of `page` positions, a page [H_kv, page, d] (each K/V head's
+/// rows of those positions, contiguous); sequence b's keys at positions page·x … in page
+/// table[b·pages_per_seq + x]. Sequence b holds lengths[b] keys (empty: p.keys() each),
+/// its N queries the last N of them; p.keys() is the longest, the table's width its pages.
+struct PagedKv {
+  int page = 16;             ///< positions a page: 16 … 256, a multiple of 16 (a warp's keys)
+  int pool = 0;              ///< pages in K and V: they hold pool·H_kv·page·d elements each
+  std::vector<int> table;    ///< B × pages_per_seq(p) page numbers, row by row
+  std::vector<int> lengths;  ///< keys of each sequence, N … p.keys(); empty: p.keys()
+  int pages_per_seq(const Problem& p) const { return (p.keys() + page - 1) / page; }
+  int length(const Problem& p, int b) const { return lengths.empty() ? p.keys() : lengths[std::size_t(b)]; }
+  /// Element offset of key `key` of K/V head h (of H_kv) of sequence b in K (or V), row 0.
+  std::size_t row(const Problem& p, int b, int h, int key) const;
+  /// Throws fa::Error unless the table, the lengths and K, V of k_elems elements fit p.
+  void validate(const Problem& p, std::size_t k_elems) const;
+};
+/// The model on a paged cache: in.k and in.v are the pools.
+ModelForward model_forward_paged(const Problem& p, const Qkv& in, const PagedKv& kv, const SplitPlan& s);
 
 /// The current GPU (CUDA builds): its shape, the plan on it, blocks an SM by the
 /// occupancy calculator, and the plans of kForwardSmallBlocks and lesson rows 3–4.
