@@ -13,6 +13,7 @@
 #include "reference/reference.hpp"
 #include "tests/check.hpp"
 #include "tests/cli_run.hpp"
+#include "steps/07_hopper/step07.hpp"
 #include "tools/flashattn/steps_table.hpp"
 
 using namespace fa;
@@ -96,6 +97,29 @@ TEST_CASE("flashattn run --model --step 07: grouped K/V heads and a window, as t
   FA_CHECK_CLOSE("dK (file) vs the model's", read_npy("dk.npy").data, g.dk, tol::kBitExact, test::shape_kv(p));
   FA_CHECK_CLOSE("dV (file) vs the model's", read_npy("dv.npy").data, g.dv, tol::kBitExact, test::shape_kv(p));
   CHECK(read_npy("dk.npy").shape == std::vector<long long>{1, 2, 70, 64});
+  // A ragged batch: sequences of 30, 1 and 39 rows packed into the 70 (forward and backward).
+  const Result rr = flashattn("run --model --step 07 --causal --seqlens 30,1,39 " + std::string(kIn) +
+                              " --out o.npy --lse l.npy --do do.npy --dq dq.npy --dk dk.npy --dv dv.npy");
+  INFO(rr.err);
+  REQUIRE(rr.status == 0);
+  Problem pr = p;
+  pr.window_left = -1, pr.window_right = -1;
+  const std::vector<int> offsets = {0, 30, 31, 70};
+  const ModelForward mr = step07::model_forward_ragged(pr, in, offsets);
+  const Grads gr = step07::model_backward_ragged(pr, in, mr.out, dout, offsets).grads;
+  FA_CHECK_CLOSE("ragged O (file) vs the model's", read_npy("o.npy").data, mr.out.o, tol::kBitExact, test::shape_o(p));
+  FA_CHECK_CLOSE("ragged L (file) vs the model's", read_npy("l.npy").data, mr.out.lse, tol::kBitExact, test::shape_l(p));
+  FA_CHECK_CLOSE("ragged dK (file) vs the model's", read_npy("dk.npy").data, gr.dk, tol::kBitExact, test::shape_kv(p));
+  for (const auto& [args, says] :
+       {std::pair<std::string, const char*>{"--step 07 --seqlens 30,39", "the sum of --seqlens (69"},
+        {"--step 07 --seqlens 30,0,40", "at least 1"},
+        {"--step 06 --seqlens 70", "is step 07's model's"}}) {
+    const Result bad = flashattn("run --model " + args + " " + std::string(kIn) + " --out x.npy");
+    INFO(args << ": " << bad.err);
+    CHECK(bad.status == 2);
+    CHECK(test::contains(bad.err, says));
+    CHECK_FALSE(exists("x.npy"));
+  }
   for (const char* f : {"o.npy", "l.npy", "dq.npy", "dk.npy", "dv.npy", "k.npy", "v.npy", "do.npy", "q.npy"})
     std::remove(f);
 }

@@ -435,6 +435,73 @@ TEST_CASE("grouped heads and windows: the steps that do not take them say so", "
   CHECK(test::contains(test::error_of([&] { step07::model_forward(bad, iw); }), "at least 0, or -1"));
 }
 
+TEST_CASE("step07 model on a ragged batch: each sequence its own attention, no padding computed", "[cpu]") {
+  // Lengths 1, 17, 1000 and mixed, packed into one [1, H, T, d]; each sequence against the
+  // reference on its rows alone, and the packed problem against the reference under the
+  // block-diagonal mask written out (a key of another sequence has no weight).
+  const std::vector<int> cases[] = {{1}, {17}, {1000}, {1, 17, 1000, 3}, {130, 129, 1, 64}};
+  for (const std::vector<int>& lengths : cases)
+    for (bool causal : {false, true}) {
+      if (test::quick() && lengths.size() == 1 && lengths[0] == 1000) continue;
+      std::vector<int> offsets = {0};
+      for (int n : lengths) offsets.push_back(offsets.back() + n);
+      const Problem p = grouped(2, lowp(make(1, 4, offsets.back(), 64, causal), DType::bf16));
+      INFO(p.str() << ", " << lengths.size() << " sequences");
+      const Qkv in = inputs(p, 191);
+      const std::vector<float> dout = grad_out(p, 192);
+      const ModelForward mf = step07::model_forward_ragged(p, in, offsets);
+      const ModelBackward mb = step07::model_backward_ragged(p, in, mf.out, dout, offsets);
+      Traffic padded{};
+      for (int b = 0; b < int(lengths.size()); ++b) {
+        const Problem one = step07::sequence(p, offsets, b);
+        const int at = offsets[std::size_t(b)], n = one.N;
+        INFO("sequence " << b << ": " << one.str());
+        auto rows = [&](const std::vector<float>& x, std::size_t heads, int width) {
+          std::vector<float> out;
+          for (std::size_t h = 0; h < heads; ++h)
+            out.insert(out.end(), x.begin() + (h * p.N + at) * width, x.begin() + (h * p.N + at + n) * width);
+          return out;
+        };
+        const Qkv mine{rows(in.q, p.heads(), p.d), rows(in.k, p.kv_heads(), p.d), rows(in.v, p.kv_heads(), p.d)};
+        const ForwardOut f{rows(mf.out.o, p.heads(), p.d), rows(mf.out.lse, p.heads(), 1)};
+        check_budget(one, mine, f, "ragged model");
+        check_grad_budget(one, mine, rows(dout, p.heads(), p.d),
+                          {rows(mb.grads.dq, p.heads(), p.d), rows(mb.grads.dk, p.kv_heads(), p.d),
+                           rows(mb.grads.dv, p.kv_heads(), p.d)},
+                          "ragged model");
+        Problem longest = one;
+        longest.N = *std::max_element(lengths.begin(), lengths.end());
+        const Traffic t = step07::traffic_forward(longest);
+        padded.read += t.read, padded.written += t.written;
+      }
+      // No padding: the packed batch moves no more than B sequences padded to the longest.
+      CHECK(mf.traffic.read <= padded.read);
+      if (lengths.size() > 1) CHECK(mf.traffic.read < padded.read);
+    }
+  // The block-diagonal mask, written out, on the packed problem: the reference per query.
+  const std::vector<int> offsets = {0, 5, 6, 20};
+  const Problem p = lowp(make(1, 1, 20, 64, true), DType::bf16);
+  const Qkv in = inputs(p, 193);
+  const ForwardOut got = step07::model_forward_ragged(p, in, offsets).out;
+  for (int i = 0; i < p.N; ++i) {
+    const int b = int(std::upper_bound(offsets.begin(), offsets.end(), i) - offsets.begin()) - 1;
+    double m = -INFINITY, l = 0, o0 = 0;
+    for (int pass = 0; pass < 2; ++pass)
+      for (int j = offsets[std::size_t(b)]; j <= i; ++j) {  // keys of its own sequence, up to itself
+        double s = 0;
+        for (int c = 0; c < p.d; ++c) s += double(in.q[std::size_t(i) * p.d + c]) * in.k[std::size_t(j) * p.d + c];
+        s *= p.softmax_scale();
+        if (pass == 0) m = std::max(m, s);
+        else l += std::exp(s - m), o0 += std::exp(s - m) * in.v[std::size_t(j) * p.d];
+      }
+    INFO("query " << i << " of sequence " << b);
+    CHECK(std::fabs(got.o[std::size_t(i) * p.d] - o0 / l) <= 1e-2);
+    CHECK(std::fabs(got.lse[std::size_t(i)] - (m + std::log(l))) <= 1e-4);
+  }
+  CHECK(test::contains(test::error_of([&] { step07::model_forward_ragged(p, in, {0, 5, 5, 20}); }), "empty"));
+  CHECK(test::contains(test::error_of([&] { step07::model_forward_ragged(p, in, {0, 5, 19}); }), "from 0 to N = 20"));
+}
+
 #ifdef FA_HAVE_CUDA
 /// The forward version whose name starts with `id` and a colon.
 const GpuForward& forward_version(const char* id) {

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "common/hd.hpp"
 #include "common/hbm.hpp"
@@ -172,6 +173,25 @@ FA_HD constexpr int backward_queries(int d) { return d == 64 ? 96 : d == 128 ? 8
 /// Step 06's model with step 07's blocks (backward_keys × backward_queries). Throws unless d is in kBackwardD.
 ModelBackward model_backward(const Problem& p, const Qkv& in, const ForwardOut& fwd, const std::vector<float>& dout);
 Traffic traffic_backward(const Problem& p);  ///< elements, as step 06's
+
+// ---- Ragged batches (note 07, "Attention as models use it").
+//
+// Sequences of different lengths packed one after another, with no padding: Q, K, V and O
+// are [1, H, T, d] (K, V: H_kv heads) and L [1, H, T], T the total, and `offsets` cuts the
+// T rows of every head — sequence b is rows offsets[b] … offsets[b + 1] − 1 (FlashAttention's
+// cu_seqlens). Attention stays inside a sequence: the packed problem under a block-diagonal
+// mask, which the blocks never cross, so no tile of padding or of another sequence is
+// computed. p is the packed problem (B = 1, N = N_kv = T); causal and the window apply
+// within each sequence.
+
+/// Throws fa::Error unless offsets start at 0, rise by at least 1 and end at p.N (B = 1).
+void require_offsets(const Problem& p, const std::vector<int>& offsets);
+/// Sequence b of a ragged batch as a problem of its own (B = 1, N = its length).
+Problem sequence(const Problem& p, const std::vector<int>& offsets, int b);
+/// The model of each sequence on its rows: the blocks, the roundings, the traffic of each.
+ModelForward model_forward_ragged(const Problem& p, const Qkv& in, const std::vector<int>& offsets);
+ModelBackward model_backward_ragged(const Problem& p, const Qkv& in, const ForwardOut& fwd,
+                                    const std::vector<float>& dout, const std::vector<int>& offsets);
 
 // ---- The exports.
 

@@ -32,6 +32,7 @@
 #include "steps/03_online_softmax/step03.hpp"
 #include "steps/02_fused/step02.hpp"
 #include "steps/01_naive/step01.hpp"
+#include "steps/07_hopper/step07.hpp"
 #ifdef FA_HAVE_CUDA
 #include "common/gpu.hpp"
 #endif
@@ -49,7 +50,8 @@ Usage:
       traffic. Without a CUDA device the CPU model of each step runs instead.
   flashattn run --step ID [--model] --q Q.npy --k K.npy --v V.npy --out O.npy
                 [--lse L.npy] [--causal] [--scale S] [--dtype bf16|fp16] [--ranks n]
-                [--window LEFT,RIGHT] [--do dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]
+                [--window LEFT,RIGHT] [--seqlens n1,n2,...]
+                [--do dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]
       Runs one step on your tensors (float32 or float64 .npy, C order, shape
       [N, d], [H, N, d] or [B, H, N, d]) and writes float32 results. With --do
       and the three gradient paths it also runs the step's backward. --model
@@ -63,6 +65,9 @@ Usage:
       grouped heads, the other steps self-attention only. --window LEFT,RIGHT
       (FlashAttention's window_size; -1 leaves a side open): the query at
       position t sees keys t-LEFT..t+RIGHT only (the reference and step 07's model).
+      --seqlens n1,n2,... (step 07's model): a ragged batch, sequences of those
+      lengths packed one after another in Q, K, V [H, T, d], T their sum;
+      attention (and the mask, and the window) stays inside each sequence.
   flashattn trace --step 03|04|08|09 --q Q.npy --k K.npy --v V.npy --row R
                   [--causal] [--csv FILE]
       One query row's online softmax as the step's CPU model computes it: m, l,
@@ -454,6 +459,21 @@ Inputs read_inputs(const Args& a, const StepEntry& s, bool want_bwd, const std::
   return r;
 }
 
+/// --seqlens n1,n2,… (a ragged batch, step 07's model): the offsets they cut Q's rows at; empty without it.
+std::vector<int> offsets_of(const Args& a, const StepEntry& s, bool model) {
+  if (!a.kv.count("--seqlens")) return {};
+  if (s.id != "07" || !model)
+    throw Error("--seqlens (a ragged batch) is step 07's model's: add --step 07 --model");
+  std::vector<int> offsets = {0};
+  for (const std::string& n : cli::words(a.kv.at("--seqlens"))) {
+    const int len = to_int(n, "each of --seqlens");
+    if (len < 1) throw Error("each of --seqlens must be at least 1 (an empty sequence has no attention)");
+    if (offsets.back() > (1 << 30) - len) throw Error("--seqlens add up to more than 2^30 rows");
+    offsets.push_back(offsets.back() + len);
+  }
+  return offsets;
+}
+
 /// --ranks R for step 09's model (0: its default); refused for any other step.
 int ranks_of(const Args& a, const StepEntry& s) {
   if (!a.kv.count("--ranks")) return 0;
@@ -496,14 +516,22 @@ int run(const Args& a) {
   const std::vector<long long>&sh = x.sh, &kv_sh = x.kv_sh;
 
   std::vector<long long> lshape(sh.begin(), sh.end() - 1);
-  const ForwardOut out = model ? run_model(s, p, x.in, nullptr, ranks).out : s.forward(p, x.in);
+  const std::vector<int> offsets = offsets_of(a, s, model);
+  if (!offsets.empty() && (p.B != 1 || offsets.back() != p.N))
+    throw Error("a ragged batch is packed into one sequence: Q [H, T, d] or [1, H, T, d] with T the sum of --seqlens (" +
+                std::to_string(offsets.back()) + "; got " + p.str() + ")");
+  const ForwardOut out = !offsets.empty() ? step07::model_forward_ragged(p, x.in, offsets).out
+                         : model          ? run_model(s, p, x.in, nullptr, ranks).out
+                                          : s.forward(p, x.in);
   require_finite_result(out.o, sh, s.id, "O");
   if (s.softmax) require_finite_result(out.lse, lshape, s.id, "L");
   OutputFiles files;
   files.add(a.kv.at("--out"), sh, out.o);
   if (a.kv.count("--lse")) files.add(a.kv.at("--lse"), lshape, out.lse);
   if (want_bwd) {
-    const Grads g = model ? s.model_backward(p, x.in, out, x.dO).grads : s.backward(p, x.in, out, x.dO);
+    const Grads g = !offsets.empty() ? step07::model_backward_ragged(p, x.in, out, x.dO, offsets).grads
+                    : model          ? s.model_backward(p, x.in, out, x.dO).grads
+                                     : s.backward(p, x.in, out, x.dO);
     require_finite_result(g.dq, sh, s.id, "dQ");
     require_finite_result(g.dk, kv_sh, s.id, "dK");
     require_finite_result(g.dv, kv_sh, s.id, "dV");
@@ -619,8 +647,8 @@ int main(int argc, char** argv) {
         return 0;
       }
       return run(parse(argc, argv, 2,
-                       {"--step", "--q", "--k", "--v", "--out", "--lse", "--scale", "--window", "--dtype", "--do", "--dq", "--dk",
-                        "--dv", "--ranks"},
+                       {"--step", "--q", "--k", "--v", "--out", "--lse", "--scale", "--window", "--seqlens", "--dtype", "--do",
+                        "--dq", "--dk", "--dv", "--ranks"},
                        {"--causal", "--model"}));
     }
     throw Error("unknown command '" + printable(cmd, 40) +
