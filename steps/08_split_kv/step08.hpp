@@ -10,6 +10,8 @@
 // or on Hopper a cluster merging through distributed shared memory.
 // Leaves for step 09: the same merge across GPUs. Limits: d = 64 or 128, bf16 or fp16,
 // N_kv ≥ N (causal within the last N positions), H_kv dividing H; sm_80 and newer.
+// The CPU model also reads a paged cache through a block table (PagedKv); the kernels a
+// contiguous one.
 // Note: notes/08_split_kv.md. Kernels: split_kv.cu (production), lesson.cu (rows 2–4).
 #pragma once
 
