@@ -56,8 +56,8 @@ void Problem::validate() const {
   if (causal && keys() < N)
     throw Error("causal attention with fewer keys than queries: the queries are the last N of the N_kv positions, "
                 "so N_kv must be at least N (got " + str() + ")");
-  if (window_left < -1 || window_right < -1)
-    throw Error("a window's sides must be at least 0, or -1 for no bound (got " + str() + ")");
+  if (window_left < -1 || window_right < -1 || window_left > (1 << 30) || window_right > (1 << 30))
+    throw Error("a window's sides must be 0 to 2^30, or -1 for no bound (got " + str() + ")");
   if (windowed() && keys() < N)
     throw Error("a window with fewer keys than queries: each query must see its own position, so N_kv must be at "
                 "least N (got " + str() + ")");

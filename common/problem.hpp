@@ -70,7 +70,8 @@ struct Problem {
   /// Forward FLOPs by the usual convention 4·B·H·pairs·d (two N×N_kv×d matrix products).
   double flops_forward() const { return 4.0 * double(heads()) * pairs() * d; }
   /// The (query, key) pairs a head computes: N·N_kv, N²/2 off with the causal mask (the
-  /// convention), and with a window the band's pairs, counted.
+  /// convention), and with a window the band's pairs, counted — so a window that leaves the
+  /// causal band as it is counts its exact N(N+1)/2, not the convention's N²/2.
   double pairs() const;
   std::string str() const;        ///< "B=2 H=3 N=113 d=64 causal scale=0.125" (and "N_kv=…", "H_kv=…" when set)
   /// Throws fa::Error on N, d, B, H < 1, N_kv < 0, H_kv < 0 or not dividing H, causal with

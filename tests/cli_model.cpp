@@ -142,6 +142,7 @@ TEST_CASE("flashattn run --model refuses what a model cannot do, in one line, wr
       {"run --model --step 07 --window 3 " + std::string(kIn) + " --out o.npy", "--window takes LEFT,RIGHT"},
       {"run --model --step 07 --window 3,x " + std::string(kIn) + " --out o.npy", "--window's right side"},
       {"run --model --step 07 --window -2,0 " + std::string(kIn) + " --out o.npy", "--window's left side"},
+      {"run --model --step 07 --seqlens 17, " + std::string(kIn) + " --out o.npy", "--seqlens takes n1,n2"},
       {"run --model --step 06 --window 4,0 " + std::string(kIn) + " --out o.npy", "step06 takes no window"},
   };
   for (const auto& [args, says] : cases) {

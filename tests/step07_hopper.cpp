@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "reference/reference.hpp"
+#include "steps/02_fused/tile.hpp"
 #include "steps/06_tensor_cores/step06.hpp"
 #include "steps/07_hopper/step07.hpp"
 #include "tests/check.hpp"
@@ -335,6 +336,23 @@ TEST_CASE("a window's band, written out: which keys each query sees", "[cpu]") {
             for (int k = 0; k < q.keys(); ++k)
               for (int i = 0; i < N; ++i) CHECK(q.sees(i, k) == (q.first_query(k) <= i && i <= q.last_query(k)));
             for (int i = 0; i < N; ++i) CHECK(q.sees(i, q.first_key(i)));
+            for (int br : {1, 4, 16})  // the block ranges: every seen key inside, a seen key in the first and the last
+              for (int bc : {1, 3, 16}) {
+                INFO("blocks " << br << " x " << bc);
+                for (int b = 0; b * br < N; ++b) {
+                  const tiles::BlockRange r = tiles::kv_block_range(q, b, br, bc);
+                  auto seen_in = [&](int blk) {
+                    for (int i = b * br; i < std::min(N, (b + 1) * br); ++i)
+                      for (int k = blk * bc; k < std::min(q.keys(), (blk + 1) * bc); ++k)
+                        if (q.sees(i, k)) return true;
+                    return false;
+                  };
+                  CHECK(seen_in(r.first));
+                  CHECK(seen_in(r.last));
+                  CHECK_FALSE((r.first > 0 && seen_in(r.first - 1)));
+                  CHECK_FALSE((r.last + 1 < tiles::kv_blocks(q.keys(), bc) && seen_in(r.last + 1)));
+                }
+              }
             double pairs = 0;
             for (int i = 0; i < N; ++i)
               for (int k = 0; k < q.keys(); ++k) pairs += q.sees(i, k);
@@ -432,7 +450,7 @@ TEST_CASE("grouped heads and windows: the steps that do not take them say so", "
   CHECK(test::contains(test::error_of([&] { step06::model_forward(w, iw); }), "step06 takes no window"));
   Problem bad = w;
   bad.window_left = -2;
-  CHECK(test::contains(test::error_of([&] { step07::model_forward(bad, iw); }), "at least 0, or -1"));
+  CHECK(test::contains(test::error_of([&] { step07::model_forward(bad, iw); }), "0 to 2^30, or -1"));
 }
 
 TEST_CASE("step07 model on a ragged batch: each sequence its own attention, no padding computed", "[cpu]") {
@@ -499,7 +517,7 @@ TEST_CASE("step07 model on a ragged batch: each sequence its own attention, no p
     CHECK(std::fabs(got.lse[std::size_t(i)] - (m + std::log(l))) <= 1e-4);
   }
   CHECK(test::contains(test::error_of([&] { step07::model_forward_ragged(p, in, {0, 5, 5, 20}); }), "empty"));
-  CHECK(test::contains(test::error_of([&] { step07::model_forward_ragged(p, in, {0, 5, 19}); }), "from 0 to N = 20"));
+  CHECK(test::contains(test::error_of([&] { step07::model_forward_ragged(p, in, {0, 5, 19}); }), "end at N = 20 (got 0,5,19)"));
 }
 
 #ifdef FA_HAVE_CUDA

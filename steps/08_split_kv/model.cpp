@@ -188,7 +188,8 @@ void PagedKv::validate(const Problem& p, std::size_t k_elems) const {
     throw Error("the page table must be B × " + std::to_string(pages_per_seq(p)) + " (⌈N_kv / page⌉) entries (got " +
                 std::to_string(table.size()) + ")");
   if (!lengths.empty() && lengths.size() != std::size_t(p.B))
-    throw Error("one length a sequence: " + std::to_string(p.B) + " (got " + std::to_string(lengths.size()) + ")");
+    throw Error("the lengths need one entry a sequence, B = " + std::to_string(p.B) + " (got " +
+                std::to_string(lengths.size()) + ")");
   for (int b = 0; b < p.B; ++b) {
     const int len = length(p, b);
     if (len < p.N || len > p.keys())

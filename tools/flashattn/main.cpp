@@ -464,8 +464,10 @@ std::vector<int> offsets_of(const Args& a, const StepEntry& s, bool model) {
   if (!a.kv.count("--seqlens")) return {};
   if (s.id != "07" || !model)
     throw Error("--seqlens (a ragged batch) is step 07's model's: add --step 07 --model");
+  const std::string& lengths = a.kv.at("--seqlens");
+  if (lengths.empty() || lengths.back() == ',') throw Error("--seqlens takes n1,n2,... (got '" + printable(lengths, 40) + "')");
   std::vector<int> offsets = {0};
-  for (const std::string& n : cli::words(a.kv.at("--seqlens"))) {
+  for (const std::string& n : cli::words(lengths)) {
     const int len = to_int(n, "each of --seqlens");
     if (len < 1) throw Error("each of --seqlens must be at least 1 (an empty sequence has no attention)");
     if (offsets.back() > (1 << 30) - len) throw Error("--seqlens add up to more than 2^30 rows");
