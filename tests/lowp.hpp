@@ -54,6 +54,18 @@ inline void check_budget(const Problem& p, const Qkv& in, const ForwardOut& got,
   }
 }
 
+/// K and V of a grouped problem repeated for every query head: the same problem with H_kv = H.
+inline Qkv repeated_kv(const Problem& p, const Qkv& in) {
+  Qkv e{in.q, {}, {}};
+  const std::size_t head = std::size_t(p.keys()) * p.d;
+  for (std::size_t bh = 0; bh < p.heads(); ++bh) {
+    const std::size_t from = p.kv_head(bh) * head;
+    e.k.insert(e.k.end(), in.k.begin() + std::ptrdiff_t(from), in.k.begin() + std::ptrdiff_t(from + head));
+    e.v.insert(e.v.end(), in.v.begin() + std::ptrdiff_t(from), in.v.begin() + std::ptrdiff_t(from + head));
+  }
+  return e;
+}
+
 /// A gradient of the output, representable in p.dtype.
 inline std::vector<float> grad_out(const Problem& p, std::uint64_t seed) {
   return step06::rounded(random_qkv(p, seed).q, p.dtype);

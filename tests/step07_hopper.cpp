@@ -248,17 +248,6 @@ Problem windowed(int left, int right, Problem p) {
   p.window_left = left, p.window_right = right;
   return p;
 }
-/// K and V of a grouped problem repeated for every query head: the same problem, one K/V head a query head.
-Qkv repeated(const Problem& p, const Qkv& in) {
-  const std::size_t head = std::size_t(p.keys()) * p.d;
-  Qkv out{in.q, std::vector<float>(p.heads() * head), std::vector<float>(p.heads() * head)};
-  for (std::size_t bh = 0; bh < p.heads(); ++bh)
-    for (std::size_t e = 0; e < head; ++e) {
-      out.k[bh * head + e] = in.k[p.kv_head(bh) * head + e];
-      out.v[bh * head + e] = in.v[p.kv_head(bh) * head + e];
-    }
-  return out;
-}
 }  // namespace
 
 TEST_CASE("step07 model with grouped K/V heads (groups 1, 2, 4, 8 and H) meets the budgets", "[cpu]") {
@@ -284,7 +273,7 @@ TEST_CASE("step07 grouped K/V heads: the forward and dQ are those of K, V repeat
   for (int d : {64, 128}) {
     const Problem p = grouped(2, lowp(make(2, 8, 113, d, true), DType::bf16)), r = grouped(0, p);
     INFO(p.str());
-    const Qkv in = inputs(p, 121), rin = repeated(p, in);
+    const Qkv in = inputs(p, 121), rin = test::repeated_kv(p, in);
     const ForwardOut got = step07::model_forward(p, in).out, want = step07::model_forward(r, rin).out;
     FA_CHECK_CLOSE("O", got.o, want.o, tol::kBitExact, test::shape_o(p));
     FA_CHECK_CLOSE("L", got.lse, want.lse, tol::kBitExact, test::shape_l(p));

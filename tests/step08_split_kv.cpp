@@ -66,17 +66,6 @@ step08::SplitPlan shared(const Problem& p, long long blocks) {
   return s;
 }
 
-/// K and V of a grouped problem repeated per query head: the same problem with H_kv = H.
-Qkv expanded(const Problem& p, const Qkv& in) {
-  Qkv e{in.q, {}, {}};
-  const std::size_t head = std::size_t(p.keys()) * p.d;
-  for (std::size_t bh = 0; bh < p.heads(); ++bh) {
-    const std::size_t from = p.kv_head(bh) * head;
-    e.k.insert(e.k.end(), in.k.begin() + from, in.k.begin() + from + head);
-    e.v.insert(e.v.end(), in.v.begin() + from, in.v.begin() + from + head);
-  }
-  return e;
-}
 
 /// Two forwards that must agree bit for bit, O and L (`what`: which two).
 void check_same_bits(const Problem& p, const ForwardOut& got, const ForwardOut& want, const std::string& what) {
@@ -146,10 +135,10 @@ TEST_CASE("step08 model: grouped-query attention is the problem with K/V repeate
     INFO(p.str());
     const Qkv in = inputs(p, 84);
     const ForwardOut g = step08::model_forward(p, in, step08::fixed_plan(p, 2)).out;
-    const ForwardOut x = step08::model_forward(e, expanded(p, in), step08::fixed_plan(e, 2)).out;
+    const ForwardOut x = step08::model_forward(e, test::repeated_kv(p, in), step08::fixed_plan(e, 2)).out;
     check_same_bits(p, g, x, "grouped vs K/V repeated");
     // and the reference agrees that they are the same problem
-    FA_CHECK_CLOSE("reference O", reference::forward(p, in).o, reference::forward(e, expanded(p, in)).o,
+    FA_CHECK_CLOSE("reference O", reference::forward(p, in).o, reference::forward(e, test::repeated_kv(p, in)).o,
                    tol::kBitExact, test::shape_o(p));
   }
 }
