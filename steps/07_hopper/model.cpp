@@ -35,8 +35,14 @@ static_assert(backward_keys(64) == step06::backward_keys(64) && backward_keys(12
                   backward_keys(256) == step06::backward_keys(256),
               "step 07's backward blocks own step 06's keys");
 
-ModelBackward model_backward(const Problem& p, const Qkv& in, const ForwardOut& fwd, const std::vector<float>& dout) {
+namespace {
+void require_backward(const Problem& p) {
   step06::require_lowp(p, "step07 backward", kBackwardD, Problem::kGroups | Problem::kWindow);
+}
+}  // namespace
+
+ModelBackward model_backward(const Problem& p, const Qkv& in, const ForwardOut& fwd, const std::vector<float>& dout) {
+  require_backward(p);
   return step06::model_backward_tiled(p, in, fwd, dout, backward_keys(p.d), backward_queries(p.d));
 }
 
@@ -69,21 +75,30 @@ Problem sequence(const Problem& p, const std::vector<int>& offsets, int b) {
 }
 
 namespace {
-/// Rows [from, from + n) of every head of a [heads, T, width] tensor, or back into it.
-std::vector<float> rows_of(const std::vector<float>& x, std::size_t heads, int T, int from, int n, int width) {
-  std::vector<float> out;
-  out.reserve(heads * n * width);
-  for (std::size_t h = 0; h < heads; ++h) {
-    const auto at = x.begin() + std::ptrdiff_t((h * T + from) * std::size_t(width));
-    out.insert(out.end(), at, at + std::ptrdiff_t(n) * width);
+/// Sequence b's rows of the packed tensors: rows offsets[b] … of every head of a [heads, T, width]
+/// tensor (Q, O, dO: the query heads, width d; L: width 1; K, V: the K/V heads), out or back in.
+struct SequenceRows {
+  std::size_t heads, kv_heads;
+  int T, at, n, d;
+  SequenceRows(const Problem& p, const std::vector<int>& offsets, int b)
+      : heads(p.heads()), kv_heads(p.kv_heads()), T(p.N), at(offsets[std::size_t(b)]),
+        n(offsets[std::size_t(b) + 1] - offsets[std::size_t(b)]), d(p.d) {}
+  std::vector<float> of(const std::vector<float>& x, std::size_t hs, int width) const {
+    std::vector<float> out;
+    out.reserve(hs * n * width);
+    for (std::size_t h = 0; h < hs; ++h) {
+      const auto from = x.begin() + std::ptrdiff_t((h * T + at) * std::size_t(width));
+      out.insert(out.end(), from, from + std::ptrdiff_t(n) * width);
+    }
+    return out;
   }
-  return out;
-}
-void put_rows(std::vector<float>& x, const std::vector<float>& part, std::size_t heads, int T, int from, int n, int width) {
-  for (std::size_t h = 0; h < heads; ++h)
-    std::copy(part.begin() + std::ptrdiff_t(h * n * width), part.begin() + std::ptrdiff_t((h + 1) * n * width),
-              x.begin() + std::ptrdiff_t((h * T + from) * std::size_t(width)));
-}
+  void put(std::vector<float>& x, const std::vector<float>& part, std::size_t hs, int width) const {
+    for (std::size_t h = 0; h < hs; ++h)
+      std::copy(part.begin() + std::ptrdiff_t(h * n * width), part.begin() + std::ptrdiff_t((h + 1) * n * width),
+                x.begin() + std::ptrdiff_t((h * T + at) * std::size_t(width)));
+  }
+  Qkv inputs(const Qkv& in) const { return {of(in.q, heads, d), of(in.k, kv_heads, d), of(in.v, kv_heads, d)}; }
+};
 void add(Traffic& t, const Traffic& x) { t.read += x.read, t.written += x.written; }
 }  // namespace
 
@@ -94,13 +109,11 @@ ModelForward model_forward_ragged(const Problem& p, const Qkv& in, const std::ve
   r.out = {std::vector<float>(p.elems()), std::vector<float>(p.rows())};
   const FwdShape blocks = forward_shape(p.d, p.N, p.causal);  // one launch: the packed problem's blocks
   for (int b = 0; b + 1 < int(offsets.size()); ++b) {
-    const Problem one = sequence(p, offsets, b);
-    const int at = offsets[std::size_t(b)];
-    const Qkv mine{rows_of(in.q, p.heads(), p.N, at, one.N, p.d), rows_of(in.k, p.kv_heads(), p.N, at, one.N, p.d),
-                   rows_of(in.v, p.kv_heads(), p.N, at, one.N, p.d)};
-    const ModelForward m = step06::model_forward_tiled(one, mine, blocks.rows, blocks.keys);
-    put_rows(r.out.o, m.out.o, p.heads(), p.N, at, one.N, p.d);
-    put_rows(r.out.lse, m.out.lse, p.heads(), p.N, at, one.N, 1);
+    const SequenceRows rows(p, offsets, b);
+    const ModelForward m =
+        step06::model_forward_tiled(sequence(p, offsets, b), rows.inputs(in), blocks.rows, blocks.keys);
+    rows.put(r.out.o, m.out.o, rows.heads, p.d);
+    rows.put(r.out.lse, m.out.lse, rows.heads, 1);
     add(r.traffic, m.traffic);
   }
   return r;
@@ -108,20 +121,17 @@ ModelForward model_forward_ragged(const Problem& p, const Qkv& in, const std::ve
 
 ModelBackward model_backward_ragged(const Problem& p, const Qkv& in, const ForwardOut& fwd,
                                     const std::vector<float>& dout, const std::vector<int>& offsets) {
-  step06::require_lowp(p, "step07 backward", kBackwardD, Problem::kGroups | Problem::kWindow);
+  require_backward(p);
   require_offsets(p, offsets);
   ModelBackward r;
   r.grads = {std::vector<float>(p.elems()), std::vector<float>(p.kv_elems()), std::vector<float>(p.kv_elems())};
   for (int b = 0; b + 1 < int(offsets.size()); ++b) {
-    const Problem one = sequence(p, offsets, b);
-    const int at = offsets[std::size_t(b)], n = one.N, d = p.d;
-    const Qkv mine{rows_of(in.q, p.heads(), p.N, at, n, d), rows_of(in.k, p.kv_heads(), p.N, at, n, d),
-                   rows_of(in.v, p.kv_heads(), p.N, at, n, d)};
-    const ForwardOut f{rows_of(fwd.o, p.heads(), p.N, at, n, d), rows_of(fwd.lse, p.heads(), p.N, at, n, 1)};
-    const ModelBackward m = model_backward(one, mine, f, rows_of(dout, p.heads(), p.N, at, n, d));
-    put_rows(r.grads.dq, m.grads.dq, p.heads(), p.N, at, n, d);
-    put_rows(r.grads.dk, m.grads.dk, p.kv_heads(), p.N, at, n, d);
-    put_rows(r.grads.dv, m.grads.dv, p.kv_heads(), p.N, at, n, d);
+    const SequenceRows rows(p, offsets, b);
+    const ForwardOut f{rows.of(fwd.o, rows.heads, p.d), rows.of(fwd.lse, rows.heads, 1)};
+    const ModelBackward m = model_backward(sequence(p, offsets, b), rows.inputs(in), f, rows.of(dout, rows.heads, p.d));
+    rows.put(r.grads.dq, m.grads.dq, rows.heads, p.d);
+    rows.put(r.grads.dk, m.grads.dk, rows.kv_heads, p.d);
+    rows.put(r.grads.dv, m.grads.dv, rows.kv_heads, p.d);
     add(r.traffic, m.traffic);
   }
   return r;
