@@ -37,6 +37,19 @@ def total(r):
     return int(r["model_read"]) + int(r["model_written"])
 
 
+def finish(fig, ax, xlabel, title, path):
+    """Both plots' log y axis, labels, grid and legend; then the file."""
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("HBM elements read + written (one head)")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--flashattn", default=None, help="the flashattn program (default: build-cpu's, else build's)")
@@ -59,15 +72,8 @@ def main():
     pts = sorted({(int(r["N"]), float(r["n2d2_over_M"])) for r in by_n if r["step"] == "02"})
     ax.plot(*zip(*pts), "k--", label="N²d²/M")
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("sequence length N")
-    ax.set_ylabel("HBM elements read + written (one head)")
-    ax.set_title("HBM traffic against N (CPU models): d = 64, M = 37800, 104 × 104 blocks")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(os.path.join(a.out, "traffic_vs_n.png"), dpi=100)
-    plt.close(fig)
+    finish(fig, ax, "sequence length N", "HBM traffic against N (CPU models): d = 64, M = 37800, 104 × 104 blocks",
+           os.path.join(a.out, "traffic_vs_n.png"))
 
     by_m = traffic(exe, "1024", "1100,2200,4400,9300,18800,37800")
     fig, ax = plt.subplots(figsize=(7, 5))
@@ -80,15 +86,8 @@ def main():
     pts = sorted({(int(r["M"]), float(r["n2d2_over_M"])) for r in by_m if r["step"] == "02"})
     ax.plot(*zip(*pts), "k--", label="N²d²/M")
     ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("on-chip budget M (elements)")
-    ax.set_ylabel("HBM elements read + written (one head)")
-    ax.set_title("HBM traffic against M (CPU models): N = 1024, d = 64")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(os.path.join(a.out, "traffic_vs_m.png"), dpi=100)
-    plt.close(fig)
+    finish(fig, ax, "on-chip budget M (elements)", "HBM traffic against M (CPU models): N = 1024, d = 64",
+           os.path.join(a.out, "traffic_vs_m.png"))
     print(f"wrote {a.out}/traffic_vs_n.png and traffic_vs_m.png")
 
 
