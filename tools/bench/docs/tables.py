@@ -9,7 +9,7 @@ import re
 import statistics
 
 from .data import (AB07, BWD07_D256, ROOT, WORD, ab_medians, best_peer, bold, bold3, compare07, decode08, decode08_ab,
-                   fmt_bytes, fmt_ms, load, order08, production07, rel, span, text, vs_peers08, yes)
+                   device_words, fmt_bytes, fmt_ms, load, order08, production07, rel, span, text, vs_peers08, yes)
 
 # ---- steps 01-05, the claims, PyTorch's backends (README, notes 01-05, bench.md) ---------------------
 STEP_ROWS = [("01", "fwd", "naive: S, P in device memory", "notes/01_naive.md"),
@@ -630,30 +630,34 @@ def bench09(D):
 
 
 def train(D):
-    """The small GPT trained with SDPA and with the steps (python/examples/train_all.sh): each step's curve and final
-    validation loss against the band of SDPA runs that differ only in the order of the data, and the time an iteration."""
-    rows = load(D.path("train"), "train_summary.csv")
+    """The small GPT trained with SDPA and with the steps (python/examples/train_all.sh): each step against the SDPA run
+    on the same order of the data, held to the band's width (the spread of SDPA under other orders), and the time an
+    iteration. Its folder is notes/results/train, beside the GPUs' folders: its device.txt names the GPU it ran on."""
+    folder = os.path.join(os.path.dirname(D.folder), "train")
+    rows = load(folder, "train_summary.csv")
     if not rows:
-        raise ValueError("no train/train_summary.csv")
+        raise ValueError(f"no {rel(folder)}/train_summary.csv")
     sdpa_ms = {}
     for r in rows:
         if r["attention"] == "sdpa" and r["ms_per_iter"]:
             sdpa_ms.setdefault(r["dtype"], []).append(float(r["ms_per_iter"]))
     out = [f"A decoder-only transformer on characters (the Python standard library's source), one seed for the weights, "
-           f"on {D.device_of('train', 'device.txt')}. The band: SDPA under {len(sdpa_ms.get('bf16', []))} orders of the "
-           "data; each step with the first order. Curve: the mean training loss over each 100 iterations "
+           f"on {device_words(os.path.join(folder, 'device.txt'))}. The band: SDPA under "
+           f"{len(sdpa_ms.get('bf16', []))} orders of the data; each step trains on the first and is held to SDPA's run "
+           "on it, by no more than the band is wide. Curve: the mean training loss over each 100 iterations "
            "(`python/examples/train_all.sh`, `curves.py`).", "",
-           "| type | parameters | attention | curve points inside the band | final validation loss | the band's | "
-           "ms an iteration | × SDPA's (median) |", "|---|---|---|---|---|---|---|---|"]
+           "| type | parameters | attention | curve points within the band's width | largest gap (of the width) | "
+           "final validation loss | SDPA's, same order | the band's | ms an iteration | × SDPA's (median) |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if r["attention"] == "sdpa":
             continue
         base = statistics.median(sdpa_ms[r["dtype"]])
         ms = float(r["ms_per_iter"])
-        out.append(f"| {r['dtype']} | {int(r['params']) / 1e6:.2f} M | step {r['attention']} | {r['points_inside']} of "
-                   f"{r['points']} | {r['final_val_loss']} | {r['band_final_val'].replace('-', '–')} | {ms:.2f} | "
-                   f"{base / ms:.2f} |")
-    out += ["", f"![train_curves]({rel(D.path('train', 'train_curves.png'))})"]
+        out.append(f"| {r['dtype']} | {int(r['params']) / 1e6:.2f} M | step {r['attention']} | {r['points_within']} of "
+                   f"{r['points']} | {r['worst_gap_of_width']} | {r['final_val_loss']} | {r['same_order_val']} | "
+                   f"{r['band_final_val'].replace('-', '–')} | {ms:.2f} | {base / ms:.2f} |")
+    out += ["", f"![train_curves]({rel(os.path.join(folder, 'train_curves.png'))})"]
     return out
 
 
