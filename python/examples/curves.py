@@ -25,6 +25,16 @@ def load(path):
     return runs
 
 
+def band(runs, dtype):
+    """The SDPA runs of `dtype`, by data order, and their band: per curve iteration (as the
+    CSV writes it), the lowest and highest training loss among them."""
+    base = [rs for (t, _), rs in runs.items() if t == dtype and rs[0]["attention"] == "sdpa"]
+    iters = [r["iter"] for r in base[0]] if base else []
+    lo = {i: min(float(rs[k]["train_loss"]) for rs in base) for k, i in enumerate(iters)}
+    hi = {i: max(float(rs[k]["train_loss"]) for rs in base) for k, i in enumerate(iters)}
+    return {rs[0]["data_seed"]: rs for rs in base}, iters, lo, hi
+
+
 def main():
     a = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     a.add_argument("runs")
@@ -35,17 +45,13 @@ def main():
     runs = load(args.runs)
     rows, ok = [], True
     for dtype in sorted({k[0] for k in runs}):
-        base = {name: rs for (t, name), rs in runs.items() if t == dtype and rs[0]["attention"] == "sdpa"}
-        if len(base) < 2:
+        by_seed, _, lo, hi = band(runs, dtype)
+        if len(by_seed) < 2:
             print(f"{dtype}: fewer than two SDPA runs: no band", file=sys.stderr)
             ok = False
             continue
-        iters = [r["iter"] for r in next(iter(base.values()))]
-        lo = {i: min(float(rs[k]["train_loss"]) for rs in base.values()) for k, i in enumerate(iters)}
-        hi = {i: max(float(rs[k]["train_loss"]) for rs in base.values()) for k, i in enumerate(iters)}
-        val_lo = min(float(rs[-1]["val_loss"]) for rs in base.values())
-        val_hi = max(float(rs[-1]["val_loss"]) for rs in base.values())
-        by_seed = {rs[0]["data_seed"]: rs for rs in base.values()}
+        val_lo = min(float(rs[-1]["val_loss"]) for rs in by_seed.values())
+        val_hi = max(float(rs[-1]["val_loss"]) for rs in by_seed.values())
         for (t, name), rs in runs.items():
             if t != dtype:
                 continue
@@ -60,7 +66,8 @@ def main():
             pts = [(r["iter"], float(r["train_loss"])) for r in rs][args.skip:]
             gaps = [(abs(x - ref[i]), hi[i] - lo[i]) for i, x in pts if i in lo and i in ref]
             within = sum(gap <= width for gap, width in gaps)
-            worst = max((gap / width if width > 0 else float(gap > 0) * float("inf") for gap, width in gaps), default=0.0)
+            worst = max((gap / width if width > 0 else float("inf") if gap > 0 else 0.0 for gap, width in gaps),
+                        default=0.0)
             val, val_same = float(rs[-1]["val_loss"]), float(same[-1]["val_loss"])
             ms = [float(r["ms_per_iter"]) for r in rs if r["ms_per_iter"]]
             verdict = "band" if not step else (
@@ -98,14 +105,12 @@ def plot(runs, path):
                              gridspec_kw={"height_ratios": [3, 2]})
     for col, dtype in enumerate(dtypes):
         ax, gap_ax = axes[0][col], axes[1][col]
-        base = [rs for (t, _), rs in runs.items() if t == dtype and rs[0]["attention"] == "sdpa"]
-        by_seed = {rs[0]["data_seed"]: rs for rs in base}
-        it = [int(r["iter"]) for r in base[0]][1:] if base else []
-        if base:
-            lo = [min(float(rs[k]["train_loss"]) for rs in base) for k in range(1, len(base[0]))]
-            hi = [max(float(rs[k]["train_loss"]) for rs in base) for k in range(1, len(base[0]))]
-            ax.fill_between(it, lo, hi, color="0.8", label=f"SDPA, {len(base)} data orders")
-            width = [h - l for l, h in zip(lo, hi)]
+        by_seed, iters, lo, hi = band(runs, dtype)
+        it = [int(i) for i in iters[1:]]
+        if by_seed:
+            ax.fill_between(it, [lo[i] for i in iters[1:]], [hi[i] for i in iters[1:]], color="0.8",
+                            label=f"SDPA, {len(by_seed)} data orders")
+            width = [hi[i] - lo[i] for i in iters[1:]]
             gap_ax.fill_between(it, [-w for w in width], width, color="0.8", label="± the band's width")
         for (t, name), rs in runs.items():
             if t == dtype and rs[0]["attention"] != "sdpa":
@@ -116,7 +121,8 @@ def plot(runs, path):
                     gap_ax.plot(it, [float(r["train_loss"]) - float(s["train_loss"]) for r, s in zip(rs[1:], same[1:])],
                                 lw=1.2, label=label)
         ax.set_ylabel("training loss (mean over each interval)")
-        ax.set_title(f"{dtype}: {base[0][0]['params'] if base else '?'} parameters")
+        params = next(iter(by_seed.values()))[0]["params"] if by_seed else "?"
+        ax.set_title(f"{dtype}: {params} parameters")
         ax.legend()
         ax.set_ylim(top=min(3.0, ax.get_ylim()[1]))
         gap_ax.axhline(0.0, color="0.4", lw=0.6)
