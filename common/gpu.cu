@@ -96,12 +96,14 @@ std::string too_old(int min_sm, bool exact) {
 
 namespace {
 
-bool takes_decode(const GpuForward& s) { return s.decode; }
-bool takes_decode(const GpuBackward&) { return false; }  // the backwards: self-attention
+unsigned takes(const GpuForward& s) {
+  return s.decode ? Problem::kDecode : s.groups ? Problem::kGroups : Problem::kSelfAttention;
+}
+unsigned takes(const GpuBackward& s) { return s.groups ? Problem::kGroups : Problem::kSelfAttention; }
 
 template <class Step>
 void check_supported(const Step& s, const Problem& p) {
-  p.validate_for(s.name, takes_decode(s) ? Problem::kDecode : Problem::kSelfAttention);
+  p.validate_for(s.name, takes(s));
   if (!takes_d(s.max_d, s.only_d, p.d)) {
     if (!s.only_d)  // a range: 1..max_d
       throw Error(std::string(s.name) + " supports head dimensions up to d = " + std::to_string(s.max_d) +
@@ -224,7 +226,7 @@ std::size_t forward_bytes(const GpuForward& s, const Problem& p) {
 }
 
 std::size_t backward_bytes(const GpuBackward& s, const Problem& p) {
-  return 8 * p.elems() * elem_bytes(p) + p.rows() * sizeof(float) + s.workspace_bytes(p);
+  return (6 * p.elems() + 4 * p.kv_elems()) * elem_bytes(p) + p.rows() * sizeof(float) + s.workspace_bytes(p);
 }
 
 ForwardOut forward(const GpuForward& s, const Problem& p, const Qkv& in, bool softmax) {
@@ -259,8 +261,8 @@ Grads backward(const GpuBackward& s, const Problem& p, const Qkv& in, const Forw
     DeviceBuffer<std::uint16_t> q = upload16(t, in.q), k = upload16(t, in.k), v = upload16(t, in.v);
     DeviceBuffer<std::uint16_t> o = upload16(t, fwd.o), dO = upload16(t, dout);
     DeviceBuffer<float> lse(fwd.lse);
-    const std::vector<std::uint16_t> poison(p.elems(), kPoison16);
-    DeviceBuffer<std::uint16_t> dq(poison), dk(poison), dv(poison);
+    const std::vector<std::uint16_t> poison(p.elems(), kPoison16), poison_kv(p.kv_elems(), kPoison16);
+    DeviceBuffer<std::uint16_t> dq(poison), dk(poison_kv), dv(poison_kv);
     DeviceBuffer<char> ws = poisoned_workspace(ws_bytes);
     s.run_native(p, NativeBwdArgs{q.get(), k.get(), v.get(), o.get(), lse.get(), dO.get(), dq.get(), dk.get(), dv.get()},
                  ws.get(), nullptr);
@@ -268,7 +270,7 @@ Grads backward(const GpuBackward& s, const Problem& p, const Qkv& in, const Forw
     return {download16(t, dq), download16(t, dk), download16(t, dv)};
   }
   DeviceBuffer<float> q(in.q), k(in.k), v(in.v), o(fwd.o), lse(fwd.lse), dO(dout);
-  DeviceBuffer<float> dq = poisoned(p.elems()), dk = poisoned(p.elems()), dv = poisoned(p.elems());
+  DeviceBuffer<float> dq = poisoned(p.elems()), dk = poisoned(p.kv_elems()), dv = poisoned(p.kv_elems());
   DeviceBuffer<char> ws = poisoned_workspace(ws_bytes);
   s.run(p, BwdArgs{q.get(), k.get(), v.get(), o.get(), lse.get(), dO.get(), dq.get(), dk.get(), dv.get()},
         ws.get(), nullptr);
@@ -330,9 +332,9 @@ Timing time_backward(const GpuBackward& s, const Problem& p, int reps) {
   if (p.dtype != DType::fp32) {
     const DType t = p.dtype;
     DeviceBuffer<std::uint16_t> q = upload16(t, in.q), k = upload16(t, in.k), v = upload16(t, in.v);
-    DeviceBuffer<std::uint16_t> o = upload16(t, in.v), dO = upload16(t, in.q);
+    DeviceBuffer<std::uint16_t> o = upload16(t, in.q), dO = upload16(t, in.q);
     DeviceBuffer<float> lse(std::vector<float>(p.rows(), std::log(float(p.N))));
-    DeviceBuffer<std::uint16_t> dq(p.elems()), dk(p.elems()), dv(p.elems());
+    DeviceBuffer<std::uint16_t> dq(p.elems()), dk(p.kv_elems()), dv(p.kv_elems());
     DeviceBuffer<char> ws(s.workspace_bytes(p));
     return time_launches(
         [&] {
@@ -341,9 +343,9 @@ Timing time_backward(const GpuBackward& s, const Problem& p, int reps) {
         },
         reps);
   }
-  DeviceBuffer<float> q(in.q), k(in.k), v(in.v), o(in.v), dO(in.q);
+  DeviceBuffer<float> q(in.q), k(in.k), v(in.v), o(in.q), dO(in.q);
   DeviceBuffer<float> lse(std::vector<float>(p.rows(), 1.0f));
-  DeviceBuffer<float> dq(p.elems()), dk(p.elems()), dv(p.elems());
+  DeviceBuffer<float> dq(p.elems()), dk(p.kv_elems()), dv(p.kv_elems());
   DeviceBuffer<char> ws(s.workspace_bytes(p));
   return time_launches(
       [&] {

@@ -67,6 +67,8 @@ struct GpuForward {
   /// Takes decoding shapes: N_kv ≠ N keys (the queries the last N positions) and
   /// grouped-query attention (H_kv ≠ H). Otherwise self-attention only.
   bool decode = false;
+  /// Takes grouped K/V heads (H_kv ≠ H) on self-attention's N_kv = N.
+  bool groups = false;
 };
 
 /// A backward step, written as GpuForward.
@@ -80,6 +82,7 @@ struct GpuBackward {
   const int* only_d = nullptr;  ///< as GpuForward::only_d
   int min_sm = 0;               ///< as GpuForward::min_sm
   bool exact_sm = false;        ///< as GpuForward::exact_sm
+  bool groups = false;          ///< as GpuForward::groups: dK, dV of a K/V head sum over its group
 };
 
 /// Whether kernels that take head dimensions up to max_d (0: any), and only those in

@@ -617,6 +617,13 @@ TEST_CASE("step07 refuses what it does not support", "[gpu]") {
   const Qkv iq = random_qkv(q, 1);
   const ForwardOut fq{iq.q, std::vector<float>(q.rows())};
   CHECK(test::contains(test::error_of([&] { gpu::backward(step07::kBackward, q, iq, fq, iq.q); }), "d = 64, 128, 256"));
+  // A window and the lesson's kernels with grouped heads: the model has them, these kernels not.
+  const Problem w = windowed(16, 0, lowp(make(1, 2, 64, 64, true), DType::bf16));
+  CHECK(test::contains(test::error_of([&] { gpu::forward(step07::kForward, w, random_qkv(w, 1), true); }),
+                       "takes no window"));
+  const Problem g = grouped(1, lowp(make(1, 2, 64, 64, false), DType::bf16));
+  CHECK(test::contains(test::error_of([&] { gpu::forward(step07::kForwardVersions[1], g, random_qkv(g, 1), true); }),
+                       "one K/V head per query head"));
 }
 
 // The backward: against the fp64 reference by FlashAttention's rule for gradients (3×
@@ -685,6 +692,67 @@ TEST_CASE("step07 deterministic backward: two runs bit for bit; dK, dV = the def
         FA_CHECK_CLOSE("dQ vs the default", a.dq, any.dq, step06::kBf16Reorder, test::shape_o(p));
         if (N <= 1000) check_grad_budget(p, in, dout, a, "deterministic");
       }
+}
+
+// Grouped K/V heads on the GPU: the forward reads K/V head bh / G; a backward tile owns a
+// key block of a K/V head and walks the query blocks of its G query heads, dK and dV summed
+// in registers. Against the budgets and the model, and against the same kernels on K and V
+// repeated for every query head: the forward bit for bit (the same loads, the same sums);
+// in the deterministic mode dQ bit for bit (a query block's pieces in key-block order either
+// way), and with dO zero but for one head of each group, dK and dV those of that head alone.
+TEST_CASE("step07 kernels with grouped K/V heads (groups 1, 2, 4, 8 and H), forward and backward", "[gpu]") {
+  for (int H_kv : {16, 8, 4, 2, 1})
+    for (int N : {17, 1000})
+      for (int d : kBwdD)
+        for (bool causal : {false, true}) {
+          if (test::quick() && (N != 17 || H_kv == 8 || H_kv == 2)) continue;
+          const Problem p = grouped(H_kv, lowp(make(1, 16, N, d, causal), DType::bf16));
+          INFO(p.str() << ", seeds 201, 202");
+          const Qkv in = inputs(p, 201);
+          const std::vector<float> dout = grad_out(p, 202);
+          const ForwardOut fwd = gpu::forward(step07::kForward, p, in, true);
+          check_budget(p, in, fwd, "kernel");
+          const ModelForward mf = step07::model_forward(p, in);
+          FA_CHECK_CLOSE("O vs the model", fwd.o, mf.out.o, reorder(p.dtype), test::shape_o(p));
+          const Grads g = gpu::backward(step07::kBackward, p, in, fwd, dout);
+          if (N <= 1000 && !test::quick()) check_grad_budget(p, in, dout, g, "kernel");
+          check_grads_close("vs the model", p, g, step07::model_backward(p, in, fwd, dout).grads, reorder(p.dtype));
+          const Grads det = gpu::backward(step07::kBackwardDeterministic, p, in, fwd, dout);
+          FA_CHECK_CLOSE("dK, deterministic vs the default", det.dk, g.dk, tol::kBitExact, test::shape_kv(p));
+          FA_CHECK_CLOSE("dV, deterministic vs the default", det.dv, g.dv, tol::kBitExact, test::shape_kv(p));
+        }
+}
+
+TEST_CASE("step07 kernels with grouped K/V heads are those on K, V repeated: forward, dQ, and one head's dK, dV",
+          "[gpu]") {
+  for (int d : kBwdD)
+    for (bool causal : {false, true}) {
+      const Problem p = grouped(2, lowp(make(2, 8, test::quick() ? 113 : 1000, d, causal), DType::bf16));
+      const Problem r = grouped(0, p);
+      INFO(p.str() << ", seeds 211, 212");
+      const Qkv in = inputs(p, 211), rin = repeated(p, in);
+      const ForwardOut got = gpu::forward(step07::kForward, p, in, true), want = gpu::forward(step07::kForward, r, rin, true);
+      FA_CHECK_CLOSE("O", got.o, want.o, tol::kBitExact, test::shape_o(p));
+      FA_CHECK_CLOSE("L", got.lse, want.lse, tol::kBitExact, test::shape_l(p));
+      const int lone = 3;  // of each group of 4
+      std::vector<float> dout = grad_out(p, 212);
+      for (std::size_t bh = 0; bh < p.heads(); ++bh)
+        if (int(bh % p.H % p.group()) != lone)
+          std::fill(dout.begin() + bh * p.N * p.d, dout.begin() + (bh + 1) * p.N * p.d, 0.0f);
+      const Grads g = gpu::backward(step07::kBackwardDeterministic, p, in, got, dout);
+      const Grads w = gpu::backward(step07::kBackwardDeterministic, r, rin, want, dout);
+      FA_CHECK_CLOSE("dQ", g.dq, w.dq, tol::kBitExact, test::shape_o(p));
+      std::vector<float> dk(p.kv_elems()), dv(p.kv_elems());
+      const std::size_t head = std::size_t(p.N) * p.d;
+      for (std::size_t bh = 0; bh < p.heads(); ++bh)
+        if (int(bh % p.H % p.group()) == lone)
+          for (std::size_t e = 0; e < head; ++e) {
+            dk[p.kv_head(bh) * head + e] = w.dk[bh * head + e];
+            dv[p.kv_head(bh) * head + e] = w.dv[bh * head + e];
+          }
+      FA_CHECK_CLOSE("dK", g.dk, dk, tol::kBitExact, test::shape_kv(p));
+      FA_CHECK_CLOSE("dV", g.dv, dv, tol::kBitExact, test::shape_kv(p));
+    }
 }
 
 // The persistent grid (a block an SM, each taking tile after tile) against the deterministic

@@ -181,8 +181,9 @@ FA_HD constexpr bool dq_transposed(int queries) { return queries != kRowsPerCons
 
 struct BwdParams {
   int N, Np, q_blocks;
-  TileOrder schedule;  // the order of the T_c·B·H tiles (BwdTile): blocks = T_c
-  int tiles;           // T_c·B·H
+  int group;           // G = H/H_kv: the query heads of a K/V head, which its tiles visit in turn
+  TileOrder schedule;  // the order of the T_c·B·H_kv tiles (BwdTile): blocks = T_c
+  int tiles;           // T_c·B·H_kv
   float scale;
   bool causal, deterministic;
   const float *l2, *dsum;  // preprocess's, [B·H][Np]
@@ -191,7 +192,7 @@ struct BwdParams {
   int* taken;              // tiles taken past the grid's first (next_tile), zeroed by the preprocess
 };
 
-/// The dK/dV kernels' tiles — key block j of head bh — in the order the blocks take them
+/// The dK/dV kernels' tiles — key block j of K/V head bh — in the order the blocks take them
 /// (prm.schedule, a TileOrder: step07.hpp): a head's p-th tile is its key block j = p, so
 /// that with the causal mask the key blocks with the most query blocks to visit come first
 /// (across sections of heads), and in the deterministic mode a tile waits only on tiles taken
@@ -205,10 +206,26 @@ struct BwdTile {
 __device__ __forceinline__ BwdTile bwd_tile(const BwdParams& prm, int tile) {
   return {tile % prm.schedule.blocks, tile / prm.schedule.blocks};
 }
-/// Query blocks the block of key block j (kKeys keys) visits, kQi queries a step.
+/// Query blocks one query head's key block j (kKeys keys) visits, kQi queries a step.
+template <int kQi, int kKeys>
+__device__ __forceinline__ int head_steps(const BwdParams& prm, int j) {
+  return prm.q_blocks - tiles::first_q_block(prm.causal, j, kQi, kKeys);
+}
+/// Steps of key block j's tile: the query blocks of each of its K/V head's G query heads, so
+/// that dK_j and dV_j sum over the group in registers and are written once.
 template <int kQi, int kKeys>
 __device__ __forceinline__ int bwd_steps(const BwdParams& prm, int j) {
-  return prm.q_blocks - tiles::first_q_block(prm.causal, j, kQi, kKeys);
+  return prm.group * head_steps<kQi, kKeys>(prm, j);
+}
+/// Step `it` of the tile of key block j of K/V head kvh: query block i (each head's last to
+/// first) of query head qh = kvh·G + it / (a head's steps).
+struct BwdStep {
+  int i, qh;
+};
+template <int kQi, int kKeys>
+__device__ __forceinline__ BwdStep bwd_step(const BwdParams& prm, int j, int kvh, int it) {
+  const int per_head = head_steps<kQi, kKeys>(prm, j), g = it / per_head;
+  return {q_block(prm.q_blocks, it - g * per_head), kvh * prm.group + g};
 }
 /// A block starts on tile blockIdx.x; the producer takes the next once it has issued a
 /// tile's loads. In a grid of a block a tile (the deterministic mode) there is none; in a
@@ -238,14 +255,15 @@ __device__ void write_dq(const BwdParams& prm, const TileRing& ring, const float
   for (int n = 0;; ++n) {
     const int tile = ring.take(n);
     if (tile >= prm.tiles) break;
-    const auto [j, bh] = bwd_tile(prm, tile);
+    const auto [j, kvh] = bwd_tile(prm, tile);
     const int steps = bwd_steps<kQi, kKeys>(prm, j);
     for (int it = 0; it < steps; ++it) {
-      const int step = done + it, i = q_block(prm.q_blocks, it);
+      const int step = done + it;
+      const auto [i, qh] = bwd_step<kQi, kKeys>(prm, j, kvh, it);
       // This writer's first panel of the step (every kWriters-th after it is its too), or none.
       const int first = kWriters == 1 ? 0 : P::panel(writer, step);
       if (first < 0) continue;
-      cuda::atomic_ref<int, cuda::thread_scope_device> order(prm.order[std::size_t(bh) * prm.q_blocks + i]);
+      cuda::atomic_ref<int, cuda::thread_scope_device> order(prm.order[std::size_t(qh) * prm.q_blocks + i]);
       if (prm.deterministic) {
         while (order.load(cuda::memory_order_acquire) < j * kShares) {
         }
@@ -255,7 +273,7 @@ __device__ void write_dq(const BwdParams& prm, const TileRing& ring, const float
         const int c = P::consumer(step, panel);
         wait(&dq_full[c], P::parity(step, panel));
         cuda::ptx::cp_reduce_async_bulk(cuda::ptx::space_global, cuda::ptx::space_shared, cuda::ptx::op_add,
-                                        prm.dq_acc + dq_piece(bh, prm.q_blocks, i, panel, P::kPanels, kChunk),
+                                        prm.dq_acc + dq_piece(qh, prm.q_blocks, i, panel, P::kPanels, kChunk),
                                         staging + c * kChunk, std::uint32_t(kChunk * 4));
         cuda::ptx::cp_async_bulk_commit_group();
         cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});  // the staging is read
@@ -375,13 +393,14 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     release_registers<kProducerRegs>();
     if (threadIdx.x == 0) {
       int issued = 0;  // query blocks loaded, over the block's tiles: the stages' ring runs on across them
-      auto load_q = [&](int it, int bh) {  // query block `it` of a tile: Q_i, dO_i, L_i, D_i into the next stage
-        const int s = issued % kStages, i = q_block(prm.q_blocks, it);
+      auto load_q = [&](int it, int j, int kvh) {  // step `it` of a tile: Q_i, dO_i, L_i, D_i into the next stage
+        const int s = issued % kStages;
+        const auto [i, qh] = bwd_step<kQi, kBc>(prm, j, kvh, it);
         wait(&bars.q_empty[s], (issued / kStages) % 2 ^ 1);  // a fresh barrier: parity 1 is done
         arrive_expecting(&bars.q_full[s], 2 * L::kQBytes + 2 * kQi * 4);
-        load_tile(&q_map, smem + L::q + s * L::kQBytes, &bars.q_full[s], i * kQi, bh);
-        load_tile(&do_map, smem + L::dout + s * L::kQBytes, &bars.q_full[s], i * kQi, bh);
-        const std::size_t stat = std::size_t(bh) * prm.Np + std::size_t(i) * kQi;
+        load_tile(&q_map, smem + L::q + s * L::kQBytes, &bars.q_full[s], i * kQi, qh);
+        load_tile(&do_map, smem + L::dout + s * L::kQBytes, &bars.q_full[s], i * kQi, qh);
+        const std::size_t stat = std::size_t(qh) * prm.Np + std::size_t(i) * kQi;
         load_stats<kQi>(smem + L::l2 + s * kQi * 4, prm.l2 + stat, &bars.q_full[s]);
         load_stats<kQi>(smem + L::dsum + s * kQi * 4, prm.dsum + stat, &bars.q_full[s]);
         ++issued;
@@ -391,20 +410,20 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
           ring.publish(n, prm.tiles);
           break;
         }
-        const auto [j, bh] = tell_tile(prm.schedule, ring, n, taken);  // key block j: the head's j-th tile
+        const auto [j, kvh] = tell_tile(prm.schedule, ring, n, taken);  // key block j: the head's j-th tile
         const int steps = bwd_steps<kQi, kBc>(prm, j);
         int it = 0;
         if (n > 0) {  // a later tile: its first query blocks load as their stages free, under the last tile's epilogue,
-          for (; it < steps && it < kStages; ++it) load_q(it, bh);
+          for (; it < steps && it < kStages; ++it) load_q(it, j, kvh);
           wait(bars.kv_empty, (n - 1) % 2);  // and K_j, V_j once that epilogue has stored dK, dV out of their buffers
         }
         arrive_expecting(bars.kv_full, 2 * L::kKVBytes);
-        load_tile(&k_map, smem + L::k, bars.kv_full, j * kBc, bh);
-        load_tile(&v_map, smem + L::v, bars.kv_full, j * kBc, bh);
+        load_tile(&k_map, smem + L::k, bars.kv_full, j * kBc, kvh);
+        load_tile(&v_map, smem + L::v, bars.kv_full, j * kBc, kvh);
         // Launched early, this block may have started while the preprocess still runs:
         // K_j and V_j are inputs, but L·log2 e, D and the tile counter are the preprocess's.
         if (n == 0) cudaGridDependencySynchronize();
-        for (; it < steps; ++it) load_q(it, bh);
+        for (; it < steps; ++it) load_q(it, j, kvh);
       }
     } else if (const int w = int(threadIdx.x) / 32 - 1; threadIdx.x % 32 == 0 && w >= 0 && w < kWriters) {
       // warp 1 (at d = 128: and warp 2), one thread: dQ's writer w
@@ -430,7 +449,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   for (int n = 0, done = 0;; ++n) {  // done: the block's steps before this tile (the stages' ring and dQ's pieces)
     const int tile = ring.take(n);
     if (tile >= prm.tiles) break;
-    const auto [j, bh] = bwd_tile(prm, tile);
+    const auto [j, kvh] = bwd_tile(prm, tile);
     const int k0 = j * kBc, steps = bwd_steps<kQi, kBc>(prm, j);
     const int key0 = k0 + kRowsPerConsumer * c + 16 * warp + g;  // this thread's keys: key0, key0 + 8
     wait(bars.kv_full, n % 2);
@@ -457,7 +476,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       staged = true;
     };
     for (int it = 0; it < steps; ++it) {
-      const int step = done + it, s = step % kStages, q0 = q_block(prm.q_blocks, it) * kQi;
+      const int step = done + it, s = step % kStages, q0 = bwd_step<kQi, kBc>(prm, j, kvh, it).i * kQi;
       const std::uint32_t q_tile = smem_u32(smem + L::q + s * L::kQBytes);
       const std::uint32_t do_tile = smem_u32(smem + L::dout + s * L::kQBytes);
       const float* l2 = reinterpret_cast<const float*>(smem + L::l2) + s * kQi;
@@ -589,8 +608,8 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
     named_sync(epilogue_bar(c), 128);
     if (tid == 0) {
-      store_tile(&dk_map, dk_tile, k0 + kRowsPerConsumer * c, bh);
-      store_tile(&dv_map, dv_tile, k0 + kRowsPerConsumer * c, bh);
+      store_tile(&dk_map, dk_tile, k0 + kRowsPerConsumer * c, kvh);
+      store_tile(&dv_map, dv_tile, k0 + kRowsPerConsumer * c, kvh);
       cuda::ptx::cp_async_bulk_commit_group();
       cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
       arrive(bars.kv_empty);
@@ -685,16 +704,17 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     release_registers<kProducerRegs>();
     if (threadIdx.x == 0) {
       int issued = 0;
-      auto load_q = [&](int it, int bh) {
-        const int s = issued % kStages, i = q_block(prm.q_blocks, it);
-        const std::size_t stat = std::size_t(bh) * prm.Np + std::size_t(i) * kQ;
+      auto load_q = [&](int it, int j, int kvh) {
+        const int s = issued % kStages;
+        const auto [i, qh] = bwd_step<kQ, kWideKeys>(prm, j, kvh, it);
+        const std::size_t stat = std::size_t(qh) * prm.Np + std::size_t(i) * kQ;
         wait(&bars.q_empty[s], (issued / kStages) % 2 ^ 1);
         arrive_expecting(&bars.q_full[s], L::kQBytes + kQ * 4);
-        load_tile(&q_map, smem + L::q + s * L::kQBytes, &bars.q_full[s], i * kQ, bh);
+        load_tile(&q_map, smem + L::q + s * L::kQBytes, &bars.q_full[s], i * kQ, qh);
         load_stats(smem + L::l2 + s * kQ * 4, prm.l2 + stat, &bars.q_full[s]);
         wait(bars.do_empty, issued % 2 ^ 1);
         arrive_expecting(bars.do_full, L::kQBytes + kQ * 4);
-        load_tile(&do_map, smem + L::dout, bars.do_full, i * kQ, bh);
+        load_tile(&do_map, smem + L::dout, bars.do_full, i * kQ, qh);
         load_stats(smem + L::dsum, prm.dsum + stat, bars.do_full);
         ++issued;
       };
@@ -703,17 +723,17 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
           ring.publish(n, prm.tiles);
           break;
         }
-        const auto [j, bh] = tell_tile(prm.schedule, ring, n, taken);  // key block j: the head's j-th tile
+        const auto [j, kvh] = tell_tile(prm.schedule, ring, n, taken);  // key block j: the head's j-th tile
         const int steps = bwd_steps<kQ, kWideKeys>(prm, j);
         if (n > 0) {  // as dkdv_kernel, but one query block ahead: dO_i has one stage, and the second
-          load_q(0, bh);  // would wait for the consumers to take the first, which needs K_j, V_j
+          load_q(0, j, kvh);  // would wait for the consumers to take the first, which needs K_j, V_j
           wait(bars.kv_empty, (n - 1) % 2);
         }
         arrive_expecting(bars.kv_full, 2 * L::kKVBytes);
-        load_tile(&k_map, smem + L::k, bars.kv_full, j * kWideKeys, bh);
-        load_tile(&v_map, smem + L::v, bars.kv_full, j * kWideKeys, bh);
+        load_tile(&k_map, smem + L::k, bars.kv_full, j * kWideKeys, kvh);
+        load_tile(&v_map, smem + L::v, bars.kv_full, j * kWideKeys, kvh);
         if (n == 0) cudaGridDependencySynchronize();  // as dkdv_kernel: the preprocess's L·log2 e, D and counter
-        for (int it = n > 0 ? 1 : 0; it < steps; ++it) load_q(it, bh);
+        for (int it = n > 0 ? 1 : 0; it < steps; ++it) load_q(it, j, kvh);
       }
     } else if (threadIdx.x == 32) {  // one writer: a second one cost more here (note 07)
       write_dq<kWideD, kQ, kWideKeys, 1>(prm, ring, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full,
@@ -737,7 +757,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   for (int n = 0, done = 0;; ++n) {  // done: the block's steps before this tile
     const int tile = ring.take(n);
     if (tile >= prm.tiles) break;
-    const auto [j, bh] = bwd_tile(prm, tile);
+    const auto [j, kvh] = bwd_tile(prm, tile);
     const int k0 = j * kWideKeys, steps = bwd_steps<kQ, kWideKeys>(prm, j);
     const int key0 = k0 + 16 * warp + g;  // this thread's keys: key0, key0 + 8
     wait(bars.kv_full, n % 2);
@@ -750,7 +770,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     float dq1[kChunkFloats / 128];
     bool held = false;  // dq1 holds the last step's piece, not yet staged
     for (int it = 0; it < steps; ++it) {
-      const int step = done + it, s = step % kStages, q0 = q_block(prm.q_blocks, it) * kQ;
+      const int step = done + it, s = step % kStages, q0 = bwd_step<kQ, kWideKeys>(prm, j, kvh, it).i * kQ;
       const std::uint32_t q_tile = smem_u32(smem + L::q + s * L::kQBytes);
       const float* l2 = reinterpret_cast<const float*>(smem + L::l2) + s * kQ + half;
       const float* dsum = reinterpret_cast<const float*>(smem + L::dsum) + half;
@@ -859,8 +879,8 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
     named_sync(kEpilogueBar, 128 * kBwdConsumers);
     if (threadIdx.x == 128) {
-      store_tile(&dk_map, dk_tile, k0, bh);
-      store_tile(&dv_map, dv_tile, k0, bh);
+      store_tile(&dk_map, dk_tile, k0, kvh);
+      store_tile(&dv_map, dv_tile, k0, kvh);
       cuda::ptx::cp_async_bulk_commit_group();
       cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
       arrive(bars.kv_empty);
@@ -946,11 +966,12 @@ struct DkdvKernel<T, kWideD> {
   static constexpr std::size_t smem = WideSmem::bytes + 1024;
 };
 
-/// The order of the backward's tiles, key blocks of `keys` keys (TileOrder, step07.hpp): a
-/// head's tiles share its Q and dO (16-bit) and its fp32 dQ accumulator, 8·N·d bytes.
+/// The order of the backward's tiles, key blocks of `keys` keys of the B·H_kv K/V heads
+/// (TileOrder, step07.hpp): a K/V head's tiles share its G query heads' Q and dO (16-bit) and
+/// fp32 dQ accumulators, 8·N·d·G bytes.
 TileOrder backward_order(const Problem& p, int keys) {
-  return tile_order(tiles::kv_blocks(p.N, keys), int(p.heads()), p.causal, 8.0 * p.N * p.d, double(gpu::l2_bytes()),
-                    gpu::sm_count());
+  return tile_order(tiles::kv_blocks(p.N, keys), int(p.kv_heads()), p.causal, 8.0 * p.N * p.d * p.group(),
+                    double(gpu::l2_bytes()), gpu::sm_count());
 }
 
 /// The three kernels. `deterministic`: dQ's pieces added in key-block order, on a grid of a
@@ -974,15 +995,28 @@ void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool d
   FA_CHECK_LAUNCH();
 
   auto map = [&](const void* x, int box) { return make_tile_map(x, p.dtype, N, heads, kD, box); };
+  auto kv_map = [&](const void* x, int box) { return make_tile_map(x, p.dtype, N, p.kv_heads(), kD, box); };
   const TileOrder schedule = backward_order(p, kKeys);
   const int tile_count = schedule.tiles();
-  const BwdParams prm{N,    Np,     qb,       schedule, tile_count, p.softmax_scale(), p.causal, deterministic,
-                      w.l2, w.dsum, w.dq_acc, w.order,  w.taken};
+  const BwdParams prm{.N = N,
+                      .Np = Np,
+                      .q_blocks = qb,
+                      .group = p.group(),
+                      .schedule = schedule,
+                      .tiles = tile_count,
+                      .scale = p.softmax_scale(),
+                      .causal = p.causal,
+                      .deterministic = deterministic,
+                      .l2 = w.l2,
+                      .dsum = w.dsum,
+                      .dq_acc = w.dq_acc,
+                      .order = w.order,
+                      .taken = w.taken};
   set_smem_limit(K::kernel, K::smem);
   const int grid = deterministic ? tile_count : std::min(tile_count, gpu::sm_count());  // a block a tile, or an SM
   launch_early(true, K::kernel, dim3(unsigned(grid)), dim3(128 * (1 + kBwdConsumers)), K::smem, s, map(a.q, kQi),
-               map(a.k, kKeys), map(a.v, kKeys), map(a.dout, kQi), map(a.dk, kRowsPerConsumer),
-               map(a.dv, kRowsPerConsumer), prm);
+               kv_map(a.k, kKeys), kv_map(a.v, kKeys), map(a.dout, kQi), kv_map(a.dk, kRowsPerConsumer),
+               kv_map(a.dv, kRowsPerConsumer), prm);
 
   const unsigned pieces = unsigned(heads * qb * (kD / kPanel));
   launch_early(true, convert_kernel<T, kQi>, dim3(pieces), dim3(256), 0, s, N, kD, qb, p.softmax_scale(),
@@ -1013,7 +1047,8 @@ const GpuBackward kBackward{.name = "step07 backward",
                             .run_native = run_any_order,
                             .only_d = kBackwardD,
                             .min_sm = kSm,
-                            .exact_sm = true};
+                            .exact_sm = true,
+                            .groups = true};
 const GpuBackward kBackwardDeterministic{.name = "det: dQ added in key-block order",
                                          .max_d = 256,
                                          .workspace_bytes = workspace_bytes,
@@ -1022,6 +1057,7 @@ const GpuBackward kBackwardDeterministic{.name = "det: dQ added in key-block ord
                                          .run_native = run_in_order,
                                          .only_d = kBackwardD,
                                          .min_sm = kSm,
-                                         .exact_sm = true};
+                                         .exact_sm = true,
+                                         .groups = true};
 
 }  // namespace fa::step07

@@ -46,7 +46,7 @@ template <class T, int kD, bool kCausal>
 __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     forward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                    const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
-                   float* __restrict__ lse, int N, float scale, const TileOrder order) {
+                   float* __restrict__ lse, int N, int group, float scale, const TileOrder order) {
 #if FA_SM90A
   constexpr FwdTile kTile = forward_tile(kD);  // the block shape: step07.hpp
   constexpr int kBc = kTile.keys, kStages = kTile.stages, kConsumers = kTile.consumers, kRows = kTile.rows();
@@ -67,7 +67,8 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     // ---- Producer warpgroup: one thread issues every copy; the others only give
     //      their registers back.
     release_registers<kProducerRegs>();
-    if (threadIdx.x == 0) produce<kD, kBc, kStages, kConsumers>(&q_map, &k_map, &v_map, smem, bars, q0, last, bh);
+    if (threadIdx.x == 0)
+      produce<kD, kBc, kStages, kConsumers>(&q_map, &k_map, &v_map, smem, bars, q0, last, bh, bh / group);
   } else {
     // ---- Consumer warpgroup c: 64 query rows.
     claim_registers<kTile.consumer_regs()>();
@@ -99,7 +100,7 @@ void launch(const Problem& p, const NativeFwdArgs& a, Stream stream) {
   const std::size_t smem = Smem<kD, kTile.keys, kTile.stages, kTile.consumers>::bytes + 1024;  // + the base's alignment
   set_smem_limit(forward_kernel<T, kD, kCausal>, smem);
   forward_kernel<T, kD, kCausal><<<tile_grid(order), kTile.threads(), smem, stream>>>(
-      m.q, m.k, m.v, m.o, a.lse, p.N, p.softmax_scale(), order);
+      m.q, m.k, m.v, m.o, a.lse, p.N, p.group(), p.softmax_scale(), order);
   FA_CHECK_LAUNCH();
 }
 
@@ -136,7 +137,7 @@ template <class T, int kD, bool kCausal>
 __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     persistent_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                       const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
-                      float* __restrict__ lse, int N, float scale, const TileOrder order, int* taken) {
+                      float* __restrict__ lse, int N, int group, float scale, const TileOrder order, int* taken) {
 #if FA_SM90A
   constexpr FwdTile kTile = forward_tile(kD);
   constexpr int kBc = kTile.keys, kStages = kTile.stages, kConsumers = kTile.consumers, kRows = kTile.rows();
@@ -179,7 +180,7 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
         wait(q_empty, (t % 2) ^ 1);  // a fresh barrier: parity 1 is done
         load_q<kD, kBc, kStages, kConsumers>(&q_map, smem, bars, i * kRows, bh);
         for (int j = 0; j <= last; ++j, ++n)
-          load_kv<kD, kBc, kStages, kConsumers>(&k_map, &v_map, smem, bars, j, n, bh);
+          load_kv<kD, kBc, kStages, kConsumers>(&k_map, &v_map, smem, bars, j, n, bh / group);
       }
     }
   } else {
@@ -244,7 +245,7 @@ void launch_persistent(const Problem& p, const NativeFwdArgs& a, void* workspace
   if (tile_count > grid) FA_CUDA_CHECK(cudaMemsetAsync(taken, 0, sizeof(int), stream));
   set_smem_limit(persistent_kernel<T, kD, kCausal>, P::bytes + 1024);
   persistent_kernel<T, kD, kCausal><<<grid, kTile.threads(), P::bytes + 1024, stream>>>(
-      m.q, m.k, m.v, m.o, a.lse, p.N, p.softmax_scale(), order, taken);
+      m.q, m.k, m.v, m.o, a.lse, p.N, p.group(), p.softmax_scale(), order, taken);
   FA_CHECK_LAUNCH();
 }
 
@@ -296,6 +297,7 @@ const GpuForward kForward{.name = "step07 forward",
                           .run_native = run_forward,
                           .only_d = kSupportedD,
                           .min_sm = kSm,
-                          .exact_sm = true};
+                          .exact_sm = true,
+                          .groups = true};
 
 }  // namespace fa::step07

@@ -85,13 +85,13 @@ __device__ void load_q(const CUtensorMap* q_map, unsigned char* smem, const Barr
     load_tile(q_map, smem + L::q + c * L::kQBytes, b.q_full, q0 + c * kRowsPerConsumer, bh);
 }
 
-/// The producer's work for one tile, by one thread: both consumers' Q, then K/V blocks
-/// 0..last through the ring.
+/// The producer's work for one tile, by one thread: both consumers' Q of query head bh, then
+/// K/V blocks 0..last of K/V head kvh through the ring.
 template <int kD, int kBc, int kStages, int kConsumers>
 __device__ void produce(const CUtensorMap* q_map, const CUtensorMap* k_map, const CUtensorMap* v_map,
-                        unsigned char* smem, const Barriers& b, int q0, int last, int bh) {
+                        unsigned char* smem, const Barriers& b, int q0, int last, int bh, int kvh) {
   load_q<kD, kBc, kStages, kConsumers>(q_map, smem, b, q0, bh);
-  for (int j = 0; j <= last; ++j) load_kv<kD, kBc, kStages, kConsumers>(k_map, v_map, smem, b, j, j, bh);
+  for (int j = 0; j <= last; ++j) load_kv<kD, kBc, kStages, kConsumers>(k_map, v_map, smem, b, j, j, kvh);
 }
 
 /// A consumer warpgroup: 64 query rows of the block, their O, m, ℓ in registers.
@@ -291,7 +291,8 @@ __device__ __forceinline__ void stored() {
 }
 
 /// The four tensor maps of a forward launch: Q and O in 64-row boxes (one consumer's
-/// rows), K and V in boxes of kBc keys.
+/// rows) over B·H heads, K and V in boxes of kBc keys over B·H_kv heads: query head bh
+/// reads K/V head bh / G (G = H/H_kv divides H, so b·H + h over G is b·H_kv + h/G).
 struct ForwardMaps {
   CUtensorMap q, k, v, o;
 };

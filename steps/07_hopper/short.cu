@@ -21,7 +21,7 @@ template <class T, int kD, bool kCausal>
 __global__ void __launch_bounds__(128 * kConsumers, kD == 64 ? 2 : 1)
     short_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                  const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
-                 float* __restrict__ lse, int N, float scale, const TileOrder order) {
+                 float* __restrict__ lse, int N, int group, float scale, const TileOrder order) {
 #if FA_SM90A
   constexpr int kBc = forward_tile(kD).keys, kStages = 2;
   using L = Smem<kD, kBc, kStages, kConsumers>;
@@ -31,7 +31,7 @@ __global__ void __launch_bounds__(128 * kConsumers, kD == 64 ? 2 : 1)
   unsigned char* smem = aligned_smem(smem_raw);
   Barriers bars(smem + L::bars, kStages);
   const auto [i, bh] = grid_tile(order);  // a block a tile, in forward_order's order (tile_grid)
-  const int q0 = i * kShortRows;
+  const int q0 = i * kShortRows, kvh = bh / group;  // query head bh reads K/V head bh / G
   const int last = tiles::last_kv_block(N, kCausal, i, kShortRows, kBc, N);  // N keys: self-attention
   if (threadIdx.x == 0) bars.init(kStages, kConsumers);
   __syncthreads();
@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(128 * kConsumers, kD == 64 ? 2 : 1)
   const bool issuer = threadIdx.x == 0;
   if (issuer) {
     load_q<kD, kBc, kStages, kConsumers>(&q_map, smem, bars, q0, bh);
-    load_kv<kD, kBc, kStages, kConsumers>(&k_map, &v_map, smem, bars, 0, 0, bh);
+    load_kv<kD, kBc, kStages, kConsumers>(&k_map, &v_map, smem, bars, 0, 0, kvh);
   }
   wait(bars.q_full, 0);
 
@@ -50,7 +50,7 @@ __global__ void __launch_bounds__(128 * kConsumers, kD == 64 ? 2 : 1)
   for (int j = 0; j <= last; ++j) {
     const int sj = j % kStages;
     const std::uint32_t phase = (j / kStages) % 2;
-    if (issuer && j + 1 <= last) load_kv<kD, kBc, kStages, kConsumers>(&k_map, &v_map, smem, bars, j + 1, j + 1, bh);
+    if (issuer && j + 1 <= last) load_kv<kD, kBc, kStages, kConsumers>(&k_map, &v_map, smem, bars, j + 1, j + 1, kvh);
     wait(&bars.k_full[sj], phase);
     w.issue_qk(sj);
     w.wait_s();
@@ -75,8 +75,8 @@ void launch(const Problem& p, const NativeFwdArgs& a, Stream stream) {
   const TileOrder order = forward_order(p, kShortRows);
   const std::size_t smem = Smem<kD, kBc, 2, kConsumers>::bytes + 1024;  // + the base's alignment
   set_smem_limit(short_kernel<T, kD, kCausal>, smem);
-  short_kernel<T, kD, kCausal><<<tile_grid(order), 128 * kConsumers, smem, stream>>>(m.q, m.k, m.v, m.o, a.lse, p.N,
-                                                                                    p.softmax_scale(), order);
+  short_kernel<T, kD, kCausal><<<tile_grid(order), 128 * kConsumers, smem, stream>>>(
+      m.q, m.k, m.v, m.o, a.lse, p.N, p.group(), p.softmax_scale(), order);
   FA_CHECK_LAUNCH();
 }
 

@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(kTile.threads(), 1)
 
   if (threadIdx.x < 128) {  // the producer warpgroup
     release_registers<kProducerRegs>();
-    if (threadIdx.x == 0) produce<kD, kBc, kStages, kConsumers>(&q_map, &k_map, &v_map, smem, bars, q0, last, bh);
+    if (threadIdx.x == 0) produce<kD, kBc, kStages, kConsumers>(&q_map, &k_map, &v_map, smem, bars, q0, last, bh, bh);
     return;
   }
   claim_registers<kTile.consumer_regs()>();

@@ -4,7 +4,7 @@
   python3 tools/bench/ab.py --lib BUILD/tools/bench/libfa_capi.so --csv ab.csv
       [--impls 07,06,torch-cudnn,torch-flash] [--dir fwd|bwd] [--dtype bf16]
       [--d 64,128,256] [--N 1024,...,32768] [--causal 0,1] [--tokens 131072,524288]
-      [--rounds 5] [--reps 10] [--pause-ms 0] [--hide-host-us 200] [--check-peers]
+      [--group 1,4,8] [--rounds 5] [--reps 10] [--pause-ms 0] [--hide-host-us 200] [--check-peers]
   python3 tools/bench/ab.py --decode --lib ... [--impls 08,06,torch-cudnn,torch-flash,torch-efficient]
       [--Nq 1,16] [--Nkv 8192,...] [--bh 32,128] [--group 1,8] [--d 128] [--causal 0,1]
   … --alt base=OTHER/libfa_capi.so --impls 08,08@base,…: a step of another build (another
@@ -190,13 +190,26 @@ class Case:
         return out
 
     def torch_fn(self, backend):
-        kw = self.torch_kwargs()
+        try:
+            return self._torch_fn(backend, self.torch_kwargs(), 1)
+        except RuntimeError:
+            if self.H_kv == self.H or self.decode:
+                raise
+        # A backend that does not take enable_gqa: K and V repeated for every query head, as a user would repeat
+        # them — the forward's copies made once, outside the timing (the backend's best case); the backward's
+        # gradients summed back over the group, by the repeat's own backward.
+        kw = {k: v for k, v in self.torch_kwargs().items() if k != "enable_gqa"}
+        return self._torch_fn(backend, kw, self.H // self.H_kv)
+
+    def _torch_fn(self, backend, kw, repeat):
+        rep = (lambda t: t.repeat_interleave(repeat, dim=1)) if repeat > 1 else (lambda t: t)  # noqa: E731
         with sdpa_kernel([BACKENDS[backend]]):
             if self.dir == "fwd":
-                fn = lambda: F.scaled_dot_product_attention(self.q, self.k, self.v, **kw)  # noqa: E731
+                k, v = rep(self.k), rep(self.v)
+                fn = lambda: F.scaled_dot_product_attention(self.q, k, v, **kw)  # noqa: E731
             else:
                 qq, kk, vv = (t.detach().requires_grad_() for t in (self.q, self.k, self.v))
-                o = F.scaled_dot_product_attention(qq, kk, vv, **kw)
+                o = F.scaled_dot_product_attention(qq, rep(kk), rep(vv), **kw)
                 fn = lambda: torch.autograd.grad(o, (qq, kk, vv), self.do, retain_graph=True)  # noqa: E731
             fn()  # refuses here, inside the backend choice, if it does not take the shape
             torch.cuda.synchronize()
@@ -278,7 +291,9 @@ def shapes(a):
             for causal in ints(a.causal):
                 for N in ints(a.N):
                     H = max(1, tokens // N)
-                    yield 1, H, H, N, N, d, causal
+                    for G in ints(a.group):  # grouped K/V heads: G query heads a K/V head, where G divides H
+                        if H % G == 0:
+                            yield 1, H, H // G, N, N, d, causal
 
 
 def main():

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # The steps beside PyTorch's attention in one process, on the same tensors, in alternation
 # (tools/bench/ab.py over libfa_capi.so), on the H200 in one call.
-#   [PHASE=fwd|bwd|host|decode|floor|cluster|pause|gemm|h9|call|det|all, or several: PHASE=fwd,decode]
+#   [PHASE=fwd|bwd|gqa|host|decode|floor|cluster|pause|gemm|h9|call|det|all, or several: PHASE=fwd,decode]
 #   [ROUNDS=5] bash tools/device/ab.sh [build-dir]
 # gemm:   the bf16 matrix-product rate, timed the same way (also in fwd);
 # fwd:    step 07's forward, step 06, cuDNN and FlashAttention-2, d = 64, 128, 256,
 #         N = 1k–32k, causal and not, B·H·N = 131072 and 524288 (note 07's tables);
 # bwd:    the same for the backward;
+# gqa:    step 07 with grouped K/V heads (4 and 8 query heads a K/V head) beside cuDNN and
+#         FlashAttention-2 (enable_gqa; K, V repeated where a backend refuses it), forward and
+#         backward, d = 64, 128, N = 1k–16k, causal and not, B·H·N = 131072;
 # host:   step 07 and cuDNN's backward behind a spin of 200 µs and of 2000 µs, one after the
 #         other (PyTorch's backward enqueues for longer than 200: ab.py's host_us_max; a
 #         longer spin is also a longer rest for the GPU between repeats);
@@ -33,8 +36,8 @@ set -uo pipefail
 source "$(dirname "$0")/start.sh"  # device_start, stamp, build90
 PHASE=${PHASE:-all}; ROUNDS=${ROUNDS:-5}
 for p in ${PHASE//,/ }; do
-  [[ " fwd bwd host decode floor cluster pause gemm h9 call det all " == *" $p "* ]] ||
-    { echo "ab.sh: unknown phase '$p' (fwd, bwd, host, decode, floor, cluster, pause, gemm, h9, call, det, all)"; exit 2; }
+  [[ " fwd bwd gqa host decode floor cluster pause gemm h9 call det all " == *" $p "* ]] ||
+    { echo "ab.sh: unknown phase '$p' (fwd, bwd, gqa, host, decode, floor, cluster, pause, gemm, h9, call, det, all)"; exit 2; }
 done
 device_start "${1:-build-gpu}" device.txt
 build90 fa_capi fa_read_floor || exit 1
@@ -51,6 +54,12 @@ if want fwd || want gemm; then
   cat "$R/gemm.txt"
 fi
 want fwd && run ab07 --dir fwd --causal 0,1
+if want gqa; then
+  for dir in fwd bwd; do
+    run ab07_gqa_$dir --dir $dir --impls 07,torch-cudnn,torch-flash --d 64,128 --N 1024,2048,4096,8192,16384 \
+      --causal 0,1 --tokens 131072 --group 4,8
+  done
+fi
 want h9 && run ab07_h9 --dir fwd --impls 07h7,07h9,torch-cudnn --d "${H9_D:-64,128,256}" --causal 0,1
 if want pause; then
   run ab07_pause0 --dir fwd --impls 07,torch-cudnn --d 128,256 --N 1024,4096,16384 --causal 0,1 --tokens 131072
