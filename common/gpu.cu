@@ -97,9 +97,11 @@ std::string too_old(int min_sm, bool exact) {
 namespace {
 
 unsigned takes(const GpuForward& s) {
-  return s.decode ? Problem::kDecode : s.groups ? Problem::kGroups : Problem::kSelfAttention;
+  return (s.decode ? Problem::kDecode : 0u) | (s.groups ? Problem::kGroups : 0u) | (s.window ? Problem::kWindow : 0u);
 }
-unsigned takes(const GpuBackward& s) { return s.groups ? Problem::kGroups : Problem::kSelfAttention; }
+unsigned takes(const GpuBackward& s) {
+  return (s.groups ? Problem::kGroups : 0u) | (s.window ? Problem::kWindow : 0u);
+}
 
 template <class Step>
 void check_supported(const Step& s, const Problem& p) {

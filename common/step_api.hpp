@@ -69,6 +69,8 @@ struct GpuForward {
   bool decode = false;
   /// Takes grouped K/V heads (H_kv ≠ H) on self-attention's N_kv = N.
   bool groups = false;
+  /// Takes a window (Problem::window_left, window_right).
+  bool window = false;
 };
 
 /// A backward step, written as GpuForward.
@@ -83,6 +85,7 @@ struct GpuBackward {
   int min_sm = 0;               ///< as GpuForward::min_sm
   bool exact_sm = false;        ///< as GpuForward::exact_sm
   bool groups = false;          ///< as GpuForward::groups: dK, dV of a K/V head sum over its group
+  bool window = false;          ///< as GpuForward::window
 };
 
 /// Whether kernels that take head dimensions up to max_d (0: any), and only those in

@@ -617,9 +617,9 @@ TEST_CASE("step07 refuses what it does not support", "[gpu]") {
   const Qkv iq = random_qkv(q, 1);
   const ForwardOut fq{iq.q, std::vector<float>(q.rows())};
   CHECK(test::contains(test::error_of([&] { gpu::backward(step07::kBackward, q, iq, fq, iq.q); }), "d = 64, 128, 256"));
-  // A window and the lesson's kernels with grouped heads: the model has them, these kernels not.
+  // The lesson's kernels take neither a window nor grouped heads: production does.
   const Problem w = windowed(16, 0, lowp(make(1, 2, 64, 64, true), DType::bf16));
-  CHECK(test::contains(test::error_of([&] { gpu::forward(step07::kForward, w, random_qkv(w, 1), true); }),
+  CHECK(test::contains(test::error_of([&] { gpu::forward(step07::kForwardVersions[1], w, random_qkv(w, 1), true); }),
                        "takes no window"));
   const Problem g = grouped(1, lowp(make(1, 2, 64, 64, false), DType::bf16));
   CHECK(test::contains(test::error_of([&] { gpu::forward(step07::kForwardVersions[1], g, random_qkv(g, 1), true); }),
@@ -718,6 +718,35 @@ TEST_CASE("step07 kernels with grouped K/V heads (groups 1, 2, 4, 8 and H), forw
           if (N <= 1000 && !test::quick()) check_grad_budget(p, in, dout, g, "kernel");
           check_grads_close("vs the model", p, g, step07::model_backward(p, in, fwd, dout).grads, reorder(p.dtype));
           const Grads det = gpu::backward(step07::kBackwardDeterministic, p, in, fwd, dout);
+          FA_CHECK_CLOSE("dK, deterministic vs the default", det.dk, g.dk, tol::kBitExact, test::shape_kv(p));
+          FA_CHECK_CLOSE("dV, deterministic vs the default", det.dv, g.dv, tol::kBitExact, test::shape_kv(p));
+        }
+}
+
+// A sliding window on the GPU: a tile visits the K/V blocks of its rows' band only (and a
+// backward tile the query blocks that see its keys), masking across the band's edges. Windows
+// of one key, one-sided, two-sided, wider than the sequence; causal and not; with the
+// deterministic mode, whose key blocks wait only on the blocks that visit the same query block.
+TEST_CASE("step07 kernels with a sliding window: the budgets, the model, both modes", "[gpu]") {
+  const std::pair<int, int> windows[] = {{0, 0}, {16, 0}, {5, 3}, {-1, 7}, {64, -1}, {300, 300}, {1000, 0}};
+  for (auto [left, right] : windows)
+    for (int N : {17, 1000, 2049})
+      for (int d : kBwdD)
+        for (bool causal : {false, true}) {
+          if (test::quick() && (N != 1000 || d == 128)) continue;
+          const Problem p = windowed(left, right, grouped(causal ? 1 : 2, lowp(make(1, 2, N, d, causal), DType::bf16)));
+          INFO(p.str() << ", seeds 221, 222");
+          const Qkv in = inputs(p, 221);
+          const std::vector<float> dout = grad_out(p, 222);
+          const ForwardOut fwd = gpu::forward(step07::kForward, p, in, true);
+          if (N <= 1000) check_budget(p, in, fwd, "kernel");
+          FA_CHECK_CLOSE("O vs the model", fwd.o, step07::model_forward(p, in).out.o, reorder(p.dtype), test::shape_o(p));
+          const Grads g = gpu::backward(step07::kBackward, p, in, fwd, dout);
+          if (N <= 1000 && !test::quick()) check_grad_budget(p, in, dout, g, "kernel");
+          check_grads_close("vs the model", p, g, step07::model_backward(p, in, fwd, dout).grads, reorder(p.dtype));
+          const Grads det = gpu::backward(step07::kBackwardDeterministic, p, in, fwd, dout);
+          const Grads again = gpu::backward(step07::kBackwardDeterministic, p, in, fwd, dout);
+          check_grads_close("deterministic, run 2 vs run 1", p, again, det, tol::kBitExact);
           FA_CHECK_CLOSE("dK, deterministic vs the default", det.dk, g.dk, tol::kBitExact, test::shape_kv(p));
           FA_CHECK_CLOSE("dV, deterministic vs the default", det.dv, g.dv, tol::kBitExact, test::shape_kv(p));
         }

@@ -154,9 +154,6 @@ struct DqPieces {
 
 static_assert(kBwdConsumers == 2, "pieces and the alternating barriers are written for two consumers");
 
-/// Query block i of a block's it-th step: last to first.
-__device__ __forceinline__ int q_block(int q_blocks, int it) { return q_blocks - 1 - it; }
-
 /// The fp32 dQ accumulator's layout: per head and query block, kD/64 pieces of 64
 /// columns, each as the consumers' registers hold it — registers 4u … 4u + 3 of thread
 /// tid of a warpgroup at 512u + 4·tid — so that a warp stages 512 contiguous bytes in
@@ -185,7 +182,10 @@ struct BwdParams {
   TileOrder schedule;  // the order of the T_c·B·H_kv tiles (BwdTile): blocks = T_c
   int tiles;           // T_c·B·H_kv
   float scale;
-  bool causal, deterministic;
+  bool deterministic;
+  // The scores that count: lo ≤ key − query ≤ hi, the diagonals of the window's band with the
+  // causal mask folded in (hi = 0); an open side is ±N, past every diagonal.
+  int lo, hi;
   const float *l2, *dsum;  // preprocess's, [B·H][Np]
   float* dq_acc;           // [B·H][q_blocks][kD/64][a piece: chunk_floats(queries a step)]
   int* order;              // [B·H][q_blocks]: key blocks that have added into query block i
@@ -206,27 +206,49 @@ struct BwdTile {
 __device__ __forceinline__ BwdTile bwd_tile(const BwdParams& prm, int tile) {
   return {tile % prm.schedule.blocks, tile / prm.schedule.blocks};
 }
-/// Query blocks one query head's key block j (kKeys keys) visits, kQi queries a step.
+/// The query blocks of one query head that key block j (kKeys keys) visits, kQi queries a
+/// step: from the block of the first row that sees one of its keys (the mask's and the
+/// window's band) to the block of the last.
+struct QRange {
+  int first, last;
+};
 template <int kQi, int kKeys>
-__device__ __forceinline__ int head_steps(const BwdParams& prm, int j) {
-  return prm.q_blocks - tiles::first_q_block(prm.causal, j, kQi, kKeys);
+__device__ __forceinline__ QRange q_range(const BwdParams& prm, int j) {
+  const int k0 = j * kKeys, k1 = (k0 + kKeys < prm.N ? k0 + kKeys : prm.N) - 1;
+  const int first = k0 - prm.hi, last = k1 - prm.lo;  // the rows whose band holds k0, and k1
+  return {(first > 0 ? first : 0) / kQi, (last < prm.N ? last : prm.N - 1) / kQi};
 }
 /// Steps of key block j's tile: the query blocks of each of its K/V head's G query heads, so
 /// that dK_j and dV_j sum over the group in registers and are written once.
 template <int kQi, int kKeys>
 __device__ __forceinline__ int bwd_steps(const BwdParams& prm, int j) {
-  return prm.group * head_steps<kQi, kKeys>(prm, j);
+  const QRange r = q_range<kQi, kKeys>(prm, j);
+  return prm.group * (r.last - r.first + 1);
 }
-/// Step `it` of the tile of key block j of K/V head kvh: query block i (each head's last to
-/// first) of query head qh = kvh·G + it / (a head's steps).
-struct BwdStep {
-  int i, qh;
-};
+/// Query block i of a head at step `it` of key block j's tile (the consumers' StepWalk::i,
+/// worked out again each step: fewer registers held across the step than the walk's).
 template <int kQi, int kKeys>
-__device__ __forceinline__ BwdStep bwd_step(const BwdParams& prm, int j, int kvh, int it) {
-  const int per_head = head_steps<kQi, kKeys>(prm, j), g = it / per_head;
-  return {q_block(prm.q_blocks, it - g * per_head), kvh * prm.group + g};
+__device__ __forceinline__ int step_block(const BwdParams& prm, int j, int it) {
+  const QRange r = q_range<kQi, kKeys>(prm, j);
+  return r.last - it % (r.last - r.first + 1);
 }
+/// A tile's steps in order: query block i of query head qh, each head's blocks last to first
+/// (with the mask every key block starts at the last query block), the group's heads in turn.
+/// Two counters, no division: the producer and dQ's writer run on a producer's 24 registers.
+struct StepWalk {
+  int i, qh, first, last, end;  // end: the head after the group's last
+  __device__ StepWalk(QRange r, int first_head, int group)
+      : i(r.last), qh(first_head), first(r.first), last(r.last), end(first_head + group) {}
+  __device__ bool done() const { return qh == end; }
+  __device__ void next() {
+    if (i == first) {
+      i = last;
+      ++qh;
+    } else {
+      --i;
+    }
+  }
+};
 /// A block starts on tile blockIdx.x; the producer takes the next once it has issued a
 /// tile's loads. In a grid of a block a tile (the deterministic mode) there is none; in a
 /// persistent grid it is the next tile no block has taken yet (take_tile).
@@ -251,21 +273,22 @@ __device__ void write_dq(const BwdParams& prm, const TileRing& ring, const float
   constexpr int kShares = kWriters == 1 || P::kPanels == 1 ? 1 : kBwdConsumers;
   static_assert(kWriters == 1 || kWriters == kBwdConsumers, "one writer, or one a consumer");
   cudaGridDependencySynchronize();  // launched early: the preprocess has zeroed the accumulator
-  int done = 0;                     // the block's steps before this tile
+  int done = 0;                     // the block's steps so far (the consumers' numbering)
   for (int n = 0;; ++n) {
     const int tile = ring.take(n);
     if (tile >= prm.tiles) break;
     const auto [j, kvh] = bwd_tile(prm, tile);
-    const int steps = bwd_steps<kQi, kKeys>(prm, j);
-    for (int it = 0; it < steps; ++it) {
-      const int step = done + it;
-      const auto [i, qh] = bwd_step<kQi, kKeys>(prm, j, kvh, it);
+    StepWalk walk(q_range<kQi, kKeys>(prm, j), kvh * prm.group, prm.group);
+    for (; !walk.done(); walk.next(), ++done) {
+      const int step = done, i = walk.i, qh = walk.qh;
       // This writer's first panel of the step (every kWriters-th after it is its too), or none.
       const int first = kWriters == 1 ? 0 : P::panel(writer, step);
       if (first < 0) continue;
       cuda::atomic_ref<int, cuda::thread_scope_device> order(prm.order[std::size_t(qh) * prm.q_blocks + i]);
       if (prm.deterministic) {
-        while (order.load(cuda::memory_order_acquire) < j * kShares) {
+        // The key blocks before j that visit query block i: from the first its first row sees.
+        const int first_key = i * kQi + prm.lo, before = j - (first_key > 0 ? first_key : 0) / kKeys;
+        while (order.load(cuda::memory_order_acquire) < before * kShares) {
         }
         cuda::ptx::fence_proxy_async(cuda::ptx::space_global);  // the earlier blocks' sums, for this proxy
       }
@@ -285,7 +308,6 @@ __device__ void write_dq(const BwdParams& prm, const TileRing& ring, const float
         order.fetch_add(1, cuda::memory_order_release);
       }
     }
-    done += steps;
   }
   cuda::ptx::cp_async_bulk_wait_group(cuda::ptx::n32_t<0>{});
 }
@@ -393,9 +415,9 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     release_registers<kProducerRegs>();
     if (threadIdx.x == 0) {
       int issued = 0;  // query blocks loaded, over the block's tiles: the stages' ring runs on across them
-      auto load_q = [&](int it, int j, int kvh) {  // step `it` of a tile: Q_i, dO_i, L_i, D_i into the next stage
-        const int s = issued % kStages;
-        const auto [i, qh] = bwd_step<kQi, kBc>(prm, j, kvh, it);
+      auto load_q = [&](StepWalk& walk) {  // a tile's next step: Q_i, dO_i, L_i, D_i into the next stage
+        const int s = issued % kStages, i = walk.i, qh = walk.qh;
+        walk.next();
         wait(&bars.q_empty[s], (issued / kStages) % 2 ^ 1);  // a fresh barrier: parity 1 is done
         arrive_expecting(&bars.q_full[s], 2 * L::kQBytes + 2 * kQi * 4);
         load_tile(&q_map, smem + L::q + s * L::kQBytes, &bars.q_full[s], i * kQi, qh);
@@ -411,10 +433,9 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
           break;
         }
         const auto [j, kvh] = tell_tile(prm.schedule, ring, n, taken);  // key block j: the head's j-th tile
-        const int steps = bwd_steps<kQi, kBc>(prm, j);
-        int it = 0;
+        StepWalk walk(q_range<kQi, kBc>(prm, j), kvh * prm.group, prm.group);
         if (n > 0) {  // a later tile: its first query blocks load as their stages free, under the last tile's epilogue,
-          for (; it < steps && it < kStages; ++it) load_q(it, j, kvh);
+          for (int k = 0; k < kStages && !walk.done(); ++k) load_q(walk);
           wait(bars.kv_empty, (n - 1) % 2);  // and K_j, V_j once that epilogue has stored dK, dV out of their buffers
         }
         arrive_expecting(bars.kv_full, 2 * L::kKVBytes);
@@ -423,7 +444,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         // Launched early, this block may have started while the preprocess still runs:
         // K_j and V_j are inputs, but L·log2 e, D and the tile counter are the preprocess's.
         if (n == 0) cudaGridDependencySynchronize();
-        for (; it < steps; ++it) load_q(it, j, kvh);
+        while (!walk.done()) load_q(walk);
       }
     } else if (const int w = int(threadIdx.x) / 32 - 1; threadIdx.x % 32 == 0 && w >= 0 && w < kWriters) {
       // warp 1 (at d = 128: and warp 2), one thread: dQ's writer w
@@ -476,7 +497,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       staged = true;
     };
     for (int it = 0; it < steps; ++it) {
-      const int step = done + it, s = step % kStages, q0 = bwd_step<kQi, kBc>(prm, j, kvh, it).i * kQi;
+      const int step = done + it, s = step % kStages, q0 = step_block<kQi, kBc>(prm, j, it) * kQi;
       const std::uint32_t q_tile = smem_u32(smem + L::q + s * L::kQBytes);
       const std::uint32_t do_tile = smem_u32(smem + L::dout + s * L::kQBytes);
       const float* l2 = reinterpret_cast<const float*>(smem + L::l2) + s * kQi;
@@ -502,14 +523,17 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         staged = false;
       }
 
-      // Pᵀ (fp32 in st), masked where a key is past N or (causal) after the query.
+      // Pᵀ (fp32 in st), masked where a key is past N or outside the query's band (causal: after it).
       wgmma_wait<1>(st);
 #pragma unroll
       for (int x = 0; x < kQi / 2; ++x) st[x] = mma::exp2_approx(fmaf(st[x], mul, -l2[8 * (x / 4) + 2 * t + x % 2]));
-      if (key0 - g + 16 > N || (prm.causal && key0 - g + 15 > q0)) {  // warp-uniform: the warp's 16 keys
+      // Warp-uniform: whether the warp's 16 keys against the step's queries cross N or the band's edges.
+      if (key0 - g + 16 > N || key0 - g + 15 - q0 > prm.hi || key0 - g - (q0 + kQi - 1) < prm.lo) {
 #pragma unroll
-        for (int x = 0; x < kQi / 2; ++x)
-          if (tiles::masked(q0 + 8 * (x / 4) + 2 * t + x % 2, key0 + 8 * (x % 4 / 2), N, prm.causal)) st[x] = 0.0f;
+        for (int x = 0; x < kQi / 2; ++x) {
+          const int key = key0 + 8 * (x % 4 / 2), diagonal = key - (q0 + 8 * (x / 4) + 2 * t + x % 2);
+          if (key >= N || diagonal > prm.hi || diagonal < prm.lo) st[x] = 0.0f;
+        }
       }
       // dV_c += Pᵀ·dO_i: Pᵀ rounded to 16 bits as A fragments; dO MN-major (its rows are the k index).
       // dK_c += dSᵀ·Q_i, dSᵀ = Pᵀ∘(dPᵀ − D_i) once dPᵀ is done. Both products wait until Pᵀ and
@@ -704,9 +728,9 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     release_registers<kProducerRegs>();
     if (threadIdx.x == 0) {
       int issued = 0;
-      auto load_q = [&](int it, int j, int kvh) {
-        const int s = issued % kStages;
-        const auto [i, qh] = bwd_step<kQ, kWideKeys>(prm, j, kvh, it);
+      auto load_q = [&](StepWalk& walk) {
+        const int s = issued % kStages, i = walk.i, qh = walk.qh;
+        walk.next();
         const std::size_t stat = std::size_t(qh) * prm.Np + std::size_t(i) * kQ;
         wait(&bars.q_empty[s], (issued / kStages) % 2 ^ 1);
         arrive_expecting(&bars.q_full[s], L::kQBytes + kQ * 4);
@@ -724,16 +748,16 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
           break;
         }
         const auto [j, kvh] = tell_tile(prm.schedule, ring, n, taken);  // key block j: the head's j-th tile
-        const int steps = bwd_steps<kQ, kWideKeys>(prm, j);
+        StepWalk walk(q_range<kQ, kWideKeys>(prm, j), kvh * prm.group, prm.group);
         if (n > 0) {  // as dkdv_kernel, but one query block ahead: dO_i has one stage, and the second
-          load_q(0, j, kvh);  // would wait for the consumers to take the first, which needs K_j, V_j
+          load_q(walk);  // would wait for the consumers to take the first, which needs K_j, V_j
           wait(bars.kv_empty, (n - 1) % 2);
         }
         arrive_expecting(bars.kv_full, 2 * L::kKVBytes);
         load_tile(&k_map, smem + L::k, bars.kv_full, j * kWideKeys, kvh);
         load_tile(&v_map, smem + L::v, bars.kv_full, j * kWideKeys, kvh);
         if (n == 0) cudaGridDependencySynchronize();  // as dkdv_kernel: the preprocess's L·log2 e, D and counter
-        for (int it = n > 0 ? 1 : 0; it < steps; ++it) load_q(it, j, kvh);
+        while (!walk.done()) load_q(walk);
       }
     } else if (threadIdx.x == 32) {  // one writer: a second one cost more here (note 07)
       write_dq<kWideD, kQ, kWideKeys, 1>(prm, ring, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full,
@@ -770,7 +794,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     float dq1[kChunkFloats / 128];
     bool held = false;  // dq1 holds the last step's piece, not yet staged
     for (int it = 0; it < steps; ++it) {
-      const int step = done + it, s = step % kStages, q0 = bwd_step<kQ, kWideKeys>(prm, j, kvh, it).i * kQ;
+      const int step = done + it, s = step % kStages;
       const std::uint32_t q_tile = smem_u32(smem + L::q + s * L::kQBytes);
       const float* l2 = reinterpret_cast<const float*>(smem + L::l2) + s * kQ + half;
       const float* dsum = reinterpret_cast<const float*>(smem + L::dsum) + half;
@@ -794,11 +818,14 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       wgmma_wait<1>(st);
 #pragma unroll
       for (int x = 0; x < kQ / 4; ++x) st[x] = mma::exp2_approx(fmaf(st[x], mul, -l2[8 * (x / 4) + 2 * t + x % 2]));
-      if (key0 - g + 16 > N || (prm.causal && key0 - g + 15 > q0 + half)) {  // warp-uniform: the warp's 16 keys
+      // Warp-uniform: whether the warp's 16 keys against this consumer's 32 queries cross N or the band's edges.
+      const int q0 = step_block<kQ, kWideKeys>(prm, j, it) * kQ;  // worked out here: fewer registers held
+      if (key0 - g + 16 > N || key0 - g + 15 - (q0 + half) > prm.hi || key0 - g - (q0 + half + 31) < prm.lo) {
 #pragma unroll
-        for (int x = 0; x < kQ / 4; ++x)
-          if (tiles::masked(q0 + half + 8 * (x / 4) + 2 * t + x % 2, key0 + 8 * (x % 4 / 2), N, prm.causal))
-            st[x] = 0.0f;
+        for (int x = 0; x < kQ / 4; ++x) {
+          const int key = key0 + 8 * (x % 4 / 2), diagonal = key - (q0 + half + 8 * (x / 4) + 2 * t + x % 2);
+          if (key >= N || diagonal > prm.hi || diagonal < prm.lo) st[x] = 0.0f;
+        }
       }
       // The last step's second dQ piece. Its slot waited for while dPᵀ is in flight, by a
       // loop whose exit is the warp's (wait_warp), then staged once dPᵀ is done: between
@@ -1005,8 +1032,9 @@ void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool d
                       .schedule = schedule,
                       .tiles = tile_count,
                       .scale = p.softmax_scale(),
-                      .causal = p.causal,
                       .deterministic = deterministic,
+                      .lo = p.window_left >= 0 ? -p.window_left : -N,
+                      .hi = p.causal ? 0 : p.window_right >= 0 ? p.window_right : N,
                       .l2 = w.l2,
                       .dsum = w.dsum,
                       .dq_acc = w.dq_acc,
@@ -1048,7 +1076,8 @@ const GpuBackward kBackward{.name = "step07 backward",
                             .only_d = kBackwardD,
                             .min_sm = kSm,
                             .exact_sm = true,
-                            .groups = true};
+                            .groups = true,
+                            .window = true};
 const GpuBackward kBackwardDeterministic{.name = "det: dQ added in key-block order",
                                          .max_d = 256,
                                          .workspace_bytes = workspace_bytes,
@@ -1058,6 +1087,7 @@ const GpuBackward kBackwardDeterministic{.name = "det: dQ added in key-block ord
                                          .only_d = kBackwardD,
                                          .min_sm = kSm,
                                          .exact_sm = true,
-                                         .groups = true};
+                                         .groups = true,
+                                         .window = true};
 
 }  // namespace fa::step07

@@ -46,7 +46,7 @@ template <class T, int kD, bool kCausal>
 __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     forward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                    const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
-                   float* __restrict__ lse, int N, int group, float scale, const TileOrder order) {
+                   float* __restrict__ lse, int N, int group, float scale, const Band band, const TileOrder order) {
 #if FA_SM90A
   constexpr FwdTile kTile = forward_tile(kD);  // the block shape: step07.hpp
   constexpr int kBc = kTile.keys, kStages = kTile.stages, kConsumers = kTile.consumers, kRows = kTile.rows();
@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
   // with the most K/V blocks start first.
   const auto [i, bh] = grid_tile(order);
   const int q0 = i * kRows;
-  const int last = tiles::last_kv_block(N, kCausal, i, kRows, kBc);
+  const auto [first, last] = kv_range<kCausal>(band, N, i, kRows, kBc);
   if (threadIdx.x == 0) bars.init(kStages, kConsumers);
   __syncthreads();
 
@@ -68,24 +68,24 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     //      their registers back.
     release_registers<kProducerRegs>();
     if (threadIdx.x == 0)
-      produce<kD, kBc, kStages, kConsumers>(&q_map, &k_map, &v_map, smem, bars, q0, last, bh, bh / group);
+      produce<kD, kBc, kStages, kConsumers>(&q_map, &k_map, &v_map, smem, bars, q0, first, last, bh, bh / group);
   } else {
     // ---- Consumer warpgroup c: 64 query rows.
     claim_registers<kTile.consumer_regs()>();
-    Consumer<T, kD, kBc, kStages, kConsumers, kCausal> w(smem, bars, threadIdx.x / 128 - 1, q0, N, scale);
+    Consumer<T, kD, kBc, kStages, kConsumers, kCausal> w(smem, bars, threadIdx.x / 128 - 1, q0, N, scale, band);
     const int c = w.c, next = (c + 1) % kConsumers;  // turns go round: 0, 1, (2,) 0, …
 
-    // Prologue: the last consumer lets consumer 0 take the first turn; block 0's S and softmax.
+    // Prologue: the last consumer lets consumer 0 take the first turn; the first block's S and softmax.
     if (c == kConsumers - 1) named_arrive(turn_bar(0), 2 * 128);
     wait(bars.q_full, 0);
-    w.first_block(0, next, [] {});
+    w.first_block(first, 0, next, [] {});
 
     // Main loop: in one turn, S_j and P_{j−1}·V_{j−1}; the softmax of j while P·V runs.
-    for (int j = 1; j <= last; ++j) w.next_block(j, j, next, [] {});
+    for (int j = first + 1; j <= last; ++j) w.next_block(j, j - first, next, [] {});
 
     // Epilogue: the last block's P·V (a turn too: the last consumer hands no further
     // turn to consumer 0, whose turns are over), then O and L out.
-    w.last_pv(last, next, c != kConsumers - 1);
+    w.last_pv(last - first, next, c != kConsumers - 1);
     w.store(&o_map, lse, bh, scale, w.q_buffer());
     stored();
   }
@@ -100,7 +100,7 @@ void launch(const Problem& p, const NativeFwdArgs& a, Stream stream) {
   const std::size_t smem = Smem<kD, kTile.keys, kTile.stages, kTile.consumers>::bytes + 1024;  // + the base's alignment
   set_smem_limit(forward_kernel<T, kD, kCausal>, smem);
   forward_kernel<T, kD, kCausal><<<tile_grid(order), kTile.threads(), smem, stream>>>(
-      m.q, m.k, m.v, m.o, a.lse, p.N, p.group(), p.softmax_scale(), order);
+      m.q, m.k, m.v, m.o, a.lse, p.N, p.group(), p.softmax_scale(), band_of(p), order);
   FA_CHECK_LAUNCH();
 }
 
@@ -137,7 +137,8 @@ template <class T, int kD, bool kCausal>
 __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     persistent_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                       const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
-                      float* __restrict__ lse, int N, int group, float scale, const TileOrder order, int* taken) {
+                      float* __restrict__ lse, int N, int group, float scale, const Band band, const TileOrder order,
+                      int* taken) {
 #if FA_SM90A
   constexpr FwdTile kTile = forward_tile(kD);
   constexpr int kBc = kTile.keys, kStages = kTile.stages, kConsumers = kTile.consumers, kRows = kTile.rows();
@@ -176,10 +177,10 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
         }
         const auto [p, bh] = tell_tile(order, ring, t, pos);
         const int i = q_blocks - 1 - p;  // as query_tile
-        const int last = tiles::last_kv_block(N, kCausal, i, kRows, kBc);
+        const auto [first, last] = kv_range<kCausal>(band, N, i, kRows, kBc);
         wait(q_empty, (t % 2) ^ 1);  // a fresh barrier: parity 1 is done
         load_q<kD, kBc, kStages, kConsumers>(&q_map, smem, bars, i * kRows, bh);
-        for (int j = 0; j <= last; ++j, ++n)
+        for (int j = first; j <= last; ++j, ++n)
           load_kv<kD, kBc, kStages, kConsumers>(&k_map, &v_map, smem, bars, j, n, bh / group);
       }
     }
@@ -195,18 +196,19 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     int tile = ring.take(0);
     for (int t = 0, n = 0; tile < tiles; ++t) {  // n: the block's K/V blocks before this tile's first
       const auto [i, bh] = query_tile(tile, q_blocks);
-      const int q0 = i * kRows, last = tiles::last_kv_block(N, kCausal, i, kRows, kBc);
-      Consumer<T, kD, kBc, kStages, kConsumers, kCausal> w(smem, bars, c, q0, N, scale);
+      const int q0 = i * kRows;
+      const auto [first, last] = kv_range<kCausal>(band, N, i, kRows, kBc);
+      Consumer<T, kD, kBc, kStages, kConsumers, kCausal> w(smem, bars, c, q0, N, scale, band);
 
-      // Prologue: block 0's S and softmax.
+      // Prologue: the first block's S and softmax.
       wait(bars.q_full, t % 2);
-      w.first_block(n, next, [&] {
-        if (last == 0) release_q();
+      w.first_block(first, n, next, [&] {
+        if (last == first) release_q();
       });
 
       // Main loop: forward_kernel's, with the ring counted over the block's tiles.
-      for (int j = 1; j <= last; ++j)
-        w.next_block(j, n + j, next, [&] {
+      for (int j = first + 1; j <= last; ++j)
+        w.next_block(j, n + j - first, next, [&] {
           if (j == last) release_q();  // the tile's last S is done: the next tile's Q may load
         });
 
@@ -214,7 +216,7 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
       // next consumer's turns are over), then O: into its own tile once the last tile's
       // store has read it, or at d = 256 into the Q tile, released once this store has.
       tile = ring.take(t + 1);
-      const int r = n + last;
+      const int r = n + last - first;
       w.last_pv(r, next, next != 0 || tile < tiles);
       w.release_v(r % kStages);
       if constexpr (P::own_o) {
@@ -226,7 +228,7 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
         stored();
         if (threadIdx.x % 128 == 0) arrive(q_empty);
       }
-      n += last + 1;
+      n += last - first + 1;
     }
     stored();
   }
@@ -245,7 +247,7 @@ void launch_persistent(const Problem& p, const NativeFwdArgs& a, void* workspace
   if (tile_count > grid) FA_CUDA_CHECK(cudaMemsetAsync(taken, 0, sizeof(int), stream));
   set_smem_limit(persistent_kernel<T, kD, kCausal>, P::bytes + 1024);
   persistent_kernel<T, kD, kCausal><<<grid, kTile.threads(), P::bytes + 1024, stream>>>(
-      m.q, m.k, m.v, m.o, a.lse, p.N, p.group(), p.softmax_scale(), order, taken);
+      m.q, m.k, m.v, m.o, a.lse, p.N, p.group(), p.softmax_scale(), band_of(p), order, taken);
   FA_CHECK_LAUNCH();
 }
 
@@ -298,6 +300,7 @@ const GpuForward kForward{.name = "step07 forward",
                           .only_d = kSupportedD,
                           .min_sm = kSm,
                           .exact_sm = true,
-                          .groups = true};
+                          .groups = true,
+                          .window = true};
 
 }  // namespace fa::step07

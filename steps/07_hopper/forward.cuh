@@ -86,12 +86,25 @@ __device__ void load_q(const CUtensorMap* q_map, unsigned char* smem, const Barr
 }
 
 /// The producer's work for one tile, by one thread: both consumers' Q of query head bh, then
-/// K/V blocks 0..last of K/V head kvh through the ring.
+/// K/V blocks first..last of K/V head kvh through the ring.
 template <int kD, int kBc, int kStages, int kConsumers>
 __device__ void produce(const CUtensorMap* q_map, const CUtensorMap* k_map, const CUtensorMap* v_map,
-                        unsigned char* smem, const Barriers& b, int q0, int last, int bh, int kvh) {
+                        unsigned char* smem, const Barriers& b, int q0, int first, int last, int bh, int kvh) {
   load_q<kD, kBc, kStages, kConsumers>(q_map, smem, b, q0, bh);
-  for (int j = 0; j <= last; ++j) load_kv<kD, kBc, kStages, kConsumers>(k_map, v_map, smem, b, j, j, kvh);
+  for (int j = first; j <= last; ++j) load_kv<kD, kBc, kStages, kConsumers>(k_map, v_map, smem, b, j, j - first, kvh);
+}
+
+/// The K/V blocks a tile of `rows` query rows from q0 visits: from the one holding the first
+/// key its first row sees to the one holding the last key its last row sees (the mask's and the
+/// window's band).
+struct KvRange {
+  int first, last;
+};
+template <bool kCausal>
+__device__ __forceinline__ KvRange kv_range(const Band& band, int N, int i, int rows, int keys) {
+  const int q0 = i * rows, q1 = (q0 + rows < N ? q0 + rows : N) - 1;
+  const int last = tiles::last_kv_block(N, kCausal, i, rows, keys), band_last = band.last_key(q1, N) / keys;
+  return {band.first_key(q0) / keys, last < band_last ? last : band_last};
 }
 
 /// A consumer warpgroup: 64 query rows of the block, their O, m, ℓ in registers.
@@ -105,6 +118,7 @@ struct Consumer {
   int c, warp, lane, g, t, r0, N;
   float mul;  // exp(scale·(s − m)) = 2^(s·mul − m·mul): m is kept in units of s
   std::uint32_t q_tile;
+  Band band;  // a window's (open: none)
 
   float o[kD / 2] = {};  // O: 64 × kD; register 4n + 2h + e = row g + 8h, column 8n + 2t + e
   float m[2] = {-INFINITY, -INFINITY};  // [row g, g+8]: the running max, in units of s
@@ -112,10 +126,11 @@ struct Consumer {
   float s[kBc / 2];                     // S, then P (fp32): 64 × kBc in the same layout
   std::uint32_t p[kBc / 16][4];         // P in 16 bits as wgmma A fragments: [k step][register]
 
-  __device__ Consumer(unsigned char* smem_, const Barriers& b, int consumer, int q0, int N_, float scale)
+  __device__ Consumer(unsigned char* smem_, const Barriers& b, int consumer, int q0, int N_, float scale,
+                      Band band_ = {})
       : smem(smem_), bars(b), c(consumer), warp(threadIdx.x / 32 % 4), lane(threadIdx.x % 32), g(lane / 4),
         t(lane % 4), r0(q0 + consumer * kRowsPerConsumer + 16 * (threadIdx.x / 32 % 4)), N(N_),
-        mul(scale * step06::kLog2e), q_tile(smem_u32(smem_ + L::q + consumer * L::kQBytes)) {}
+        mul(scale * step06::kLog2e), q_tile(smem_u32(smem_ + L::q + consumer * L::kQBytes)), band(band_) {}
 
   /// S = Q_c·K_jᵀ from stage `stage`: kD/16 k steps, both operands K-major in shared memory.
   __device__ void issue_qk(int stage) {
@@ -148,14 +163,14 @@ struct Consumer {
   }
 
   /// The mask, only on blocks where this warp's rows can meet it: the last (keys past
-  /// N) and, when causal, blocks reaching past the warp's first row.
+  /// N), when causal blocks reaching past the warp's first row, and blocks across the band's edges.
   __device__ void mask(int j) {
     const int k0 = j * kBc;
-    if (k0 + kBc > N || (kCausal && k0 + kBc - 1 > r0)) {
+    if (k0 + kBc > N || (kCausal && k0 + kBc - 1 > r0) || band.cuts(r0, r0 + 15, k0, k0 + kBc - 1)) {
 #pragma unroll
       for (int x = 0; x < kBc / 2; ++x) {  // x = 4n + 2h + e: row g + 8h, key 8n + 2t + e
         const int row = r0 + g + 8 * (x % 4 / 2), col = k0 + 8 * (x / 4) + 2 * t + x % 2;
-        if (tiles::masked(row, col, N, kCausal)) s[x] = -INFINITY;
+        if (tiles::masked(row, col, N, kCausal) || band.hides(row, col)) s[x] = -INFINITY;
       }
     }
   }
@@ -208,9 +223,9 @@ struct Consumer {
   // blocks through the ring (r = j on a grid of a block a tile). `s_done` runs once S_j is
   // in and K_j released (h9 releases its Q tile after a tile's last S there).
 
-  /// Block 0: S_0 alone in a turn, its softmax (O is still 0: nothing to rescale).
+  /// The tile's first block j: S_j alone in a turn, its softmax (O is still 0: nothing to rescale).
   template <class SDone>
-  __device__ void first_block(int r, int next, SDone&& s_done) {
+  __device__ void first_block(int j, int r, int next, SDone&& s_done) {
     float alpha[2];
     named_sync(turn_bar(c), 2 * 128);
     wait(&bars.k_full[r % kStages], (r / kStages) % 2);
@@ -219,7 +234,7 @@ struct Consumer {
     wait_s();
     release_k(r % kStages);
     s_done();
-    mask(0);
+    mask(j);
     softmax(alpha);
     to_p();
   }

@@ -21,7 +21,7 @@ template <class T, int kD, bool kCausal>
 __global__ void __launch_bounds__(128 * kConsumers, kD == 64 ? 2 : 1)
     short_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                  const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
-                 float* __restrict__ lse, int N, int group, float scale, const TileOrder order) {
+                 float* __restrict__ lse, int N, int group, float scale, const Band band, const TileOrder order) {
 #if FA_SM90A
   constexpr int kBc = forward_tile(kD).keys, kStages = 2;
   using L = Smem<kD, kBc, kStages, kConsumers>;
@@ -32,25 +32,25 @@ __global__ void __launch_bounds__(128 * kConsumers, kD == 64 ? 2 : 1)
   Barriers bars(smem + L::bars, kStages);
   const auto [i, bh] = grid_tile(order);  // a block a tile, in forward_order's order (tile_grid)
   const int q0 = i * kShortRows, kvh = bh / group;  // query head bh reads K/V head bh / G
-  const int last = tiles::last_kv_block(N, kCausal, i, kShortRows, kBc, N);  // N keys: self-attention
+  const auto [first, last] = kv_range<kCausal>(band, N, i, kShortRows, kBc);
   if (threadIdx.x == 0) bars.init(kStages, kConsumers);
   __syncthreads();
 
-  Consumer<T, kD, kBc, kStages, kConsumers, kCausal> w(smem, bars, threadIdx.x / 128, q0, N, scale);
-  // One computing thread issues the copies: Q and block 0 first, then block j+1 at the start
-  // of block j (once both consumers have released its stage).
+  Consumer<T, kD, kBc, kStages, kConsumers, kCausal> w(smem, bars, threadIdx.x / 128, q0, N, scale, band);
+  // One computing thread issues the copies: Q and the first block first, then block j+1 at the
+  // start of block j (once both consumers have released its stage).
   const bool issuer = threadIdx.x == 0;
   if (issuer) {
     load_q<kD, kBc, kStages, kConsumers>(&q_map, smem, bars, q0, bh);
-    load_kv<kD, kBc, kStages, kConsumers>(&k_map, &v_map, smem, bars, 0, 0, kvh);
+    load_kv<kD, kBc, kStages, kConsumers>(&k_map, &v_map, smem, bars, first, 0, kvh);
   }
   wait(bars.q_full, 0);
 
   float alpha[2];
-  for (int j = 0; j <= last; ++j) {
-    const int sj = j % kStages;
-    const std::uint32_t phase = (j / kStages) % 2;
-    if (issuer && j + 1 <= last) load_kv<kD, kBc, kStages, kConsumers>(&k_map, &v_map, smem, bars, j + 1, j + 1, kvh);
+  for (int j = first; j <= last; ++j) {
+    const int r = j - first, sj = r % kStages;  // r: the block's place in the ring
+    const std::uint32_t phase = (r / kStages) % 2;
+    if (issuer && j + 1 <= last) load_kv<kD, kBc, kStages, kConsumers>(&k_map, &v_map, smem, bars, j + 1, r + 1, kvh);
     wait(&bars.k_full[sj], phase);
     w.issue_qk(sj);
     w.wait_s();
@@ -76,7 +76,7 @@ void launch(const Problem& p, const NativeFwdArgs& a, Stream stream) {
   const std::size_t smem = Smem<kD, kBc, 2, kConsumers>::bytes + 1024;  // + the base's alignment
   set_smem_limit(short_kernel<T, kD, kCausal>, smem);
   short_kernel<T, kD, kCausal><<<tile_grid(order), 128 * kConsumers, smem, stream>>>(
-      m.q, m.k, m.v, m.o, a.lse, p.N, p.group(), p.softmax_scale(), order);
+      m.q, m.k, m.v, m.o, a.lse, p.N, p.group(), p.softmax_scale(), band_of(p), order);
   FA_CHECK_LAUNCH();
 }
 

@@ -82,6 +82,30 @@ FA_HD constexpr FwdShape forward_shape(int d, int N, bool causal) {
                                         : FwdShape{forward_tile(d).rows(), forward_tile(d).keys};
 }
 
+// ---- A window's band in the kernels (note 07, "Attention as models use it").
+
+/// Query row i (self-attention: at position i) sees keys i − left … i + right; −1 leaves a side
+/// open. The causal mask is the kernels' template flag, so a causal problem's band has right = −1.
+struct Band {
+  int left = -1, right = -1;
+  /// The first and last key row i sees (of N).
+  FA_HD constexpr int first_key(int i) const { return left < 0 || i < left ? 0 : i - left; }
+  FA_HD constexpr int last_key(int i, int N) const { return right < 0 || i + right >= N ? N - 1 : i + right; }
+  /// The first and last query row that sees key k (of N).
+  FA_HD constexpr int first_row(int k) const { return right < 0 || k < right ? 0 : k - right; }
+  FA_HD constexpr int last_row(int k, int N) const { return left < 0 || k + left >= N ? N - 1 : k + left; }
+  /// Whether the band leaves score (row, key) out.
+  FA_HD constexpr bool hides(int row, int key) const {
+    return (left >= 0 && key < row - left) || (right >= 0 && key > row + right);
+  }
+  /// Whether it may leave out a score of rows [r0, r1] against keys [k0, k1]: the blocks that need a test.
+  FA_HD constexpr bool cuts(int r0, int r1, int k0, int k1) const {
+    return (left >= 0 && k0 < r1 - left) || (right >= 0 && k1 > r0 + right);
+  }
+};
+/// p's band for the kernels.
+inline Band band_of(const Problem& p) { return {p.window_left, p.causal ? -1 : p.window_right}; }
+
 // ---- The order of the tiles (note 07, "The order of the tiles").
 //
 // With the causal mask a head's tiles differ in cost, and the order decides the tail: taken

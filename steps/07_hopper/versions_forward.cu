@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(kTile.threads(), 1)
 
   if (threadIdx.x < 128) {  // the producer warpgroup
     release_registers<kProducerRegs>();
-    if (threadIdx.x == 0) produce<kD, kBc, kStages, kConsumers>(&q_map, &k_map, &v_map, smem, bars, q0, last, bh, bh);
+    if (threadIdx.x == 0) produce<kD, kBc, kStages, kConsumers>(&q_map, &k_map, &v_map, smem, bars, q0, 0, last, bh, bh);
     return;
   }
   claim_registers<kTile.consumer_regs()>();
@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(kTile.threads(), 1)
     // The production schedule (forward.cu): ping-pong and the overlap, its turns taken by
     // the Consumer's own steps.
     static_assert(kV.pingpong, "the overlapped steps take their turns");
-    w.first_block(0, 1 - c, [] {});
+    w.first_block(0, 0, 1 - c, [] {});
     for (int j = 1; j <= last; ++j) w.next_block(j, j, 1 - c, [] {});
     w.last_pv(last, 1 - c, c != 1);
   }
