@@ -9,8 +9,8 @@
 //              of block j+1 runs under P·V of block j.
 //   persistent a block an SM taking tile after tile, the causal tiles heaviest first.
 // Backward (backward.cu): step 06's on the same pieces, dQ added by TMA bulk reductions.
-// The CPU model also takes grouped K/V heads, a sliding window and ragged batches (note 07,
-// "Attention as models use it"); the kernels take one K/V head a query head and no window.
+// Grouped K/V heads and a sliding window, kernels and model; ragged batches in the model
+// (note 07, "Attention as models use it").
 // Leaves for step 08: decoding shapes (few queries, many keys), split across blocks.
 // Limits: d = 64, 128, 256; bf16 or fp16; sm_90 only (its kernels are sm_90a code).
 // The lesson: notes/07_hopper.md. The hardware pieces: common/cuda/hopper.cuh.
