@@ -184,7 +184,7 @@ struct BwdParams {
   float scale;
   bool deterministic;
   // The scores that count: lo ≤ key − query ≤ hi, the diagonals of the window's band with the
-  // causal mask folded in (hi = 0); an open side is ±N, past every diagonal.
+  // causal mask folded in (hi = 0); an open side is past every diagonal (hi = N, lo = −Np).
   int lo, hi;
   const float *l2, *dsum;  // preprocess's, [B·H][Np]
   float* dq_acc;           // [B·H][q_blocks][kD/64][a piece: chunk_floats(queries a step)]
@@ -192,13 +192,13 @@ struct BwdParams {
   int* taken;              // tiles taken past the grid's first (next_tile), zeroed by the preprocess
 };
 
-/// The dK/dV kernels' tiles — key block j of K/V head bh — in the order the blocks take them
+/// The dK/dV kernels' tiles — key block j of K/V head kvh — in the order the blocks take them
 /// (prm.schedule, a TileOrder: step07.hpp): a head's p-th tile is its key block j = p, so
 /// that with the causal mask the key blocks with the most query blocks to visit come first
 /// (across sections of heads), and in the deterministic mode a tile waits only on tiles taken
 /// before it.
 struct BwdTile {
-  int j, bh;
+  int j, kvh;
 };
 /// A tile as a block's producer tells the block of it (TileRing): its index head after head,
 /// bh·T_c + j — so that only the producer works out the sections' order (prm.schedule.at,
@@ -262,9 +262,10 @@ __device__ __forceinline__ int next_tile(const BwdParams& prm) { return take_til
 /// reduction at a time; with one a consumer (d = 128: kWriters = 2) writer w takes consumer
 /// w's, so that one consumer's reduction does not wait behind the other's. In the
 /// deterministic mode a query block's pieces go only after the key blocks before this one
-/// have added theirs: order[i] counts the writers done with query block i, each key block
-/// adding kShares (the writers that hold a piece of it), so key block j's writers wait until
-/// it reaches j·kShares.
+/// have added theirs: order[i] counts the writers done with query block i (of a query head),
+/// each key block adding kShares (the writers that hold a piece of it), so key block j's
+/// writers wait until it reaches kShares times the key blocks before j that visit query block
+/// i — those from the first holding a key its first row sees (j·kShares without a window).
 template <int kD, int kQi, int kKeys, int kWriters>
 __device__ void write_dq(const BwdParams& prm, const TileRing& ring, const float* staging, std::uint64_t* dq_full,
                          std::uint64_t* dq_empty, int writer) {
@@ -1033,7 +1034,7 @@ void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool d
                       .tiles = tile_count,
                       .scale = p.softmax_scale(),
                       .deterministic = deterministic,
-                      .lo = p.window_left >= 0 ? -p.window_left : -N,
+                      .lo = p.window_left >= 0 ? -p.window_left : -Np,  // -Np: below the padding rows' too
                       .hi = p.causal ? 0 : p.window_right >= 0 ? p.window_right : N,
                       .l2 = w.l2,
                       .dsum = w.dsum,
