@@ -20,11 +20,13 @@ STEPS = {
 }
 
 
-def _shape(q, k, causal, scale):
+def _shape(q, k, causal, scale, window_left=-1, window_right=-1):
     B, H, N, d = q.shape
     H_kv, N_kv = k.shape[1], k.shape[2]
+    windowed = int(window_left >= 0 or window_right >= 0)
     return _capi.Shape(B, H, 0 if H_kv == H else H_kv, N, 0 if N_kv == N else N_kv, d, int(causal),
-                       _capi.DTYPE_CODES[str(q.dtype).removeprefix("torch.")], float(scale))
+                       _capi.DTYPE_CODES[str(q.dtype).removeprefix("torch.")], float(scale), windowed,
+                       window_left, window_right)
 
 
 def _forward_id(step):
@@ -41,10 +43,10 @@ def _workspace(nbytes, device):
 
 @torch.library.custom_op("flashattn_steps::forward", mutates_args=())
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float, step: str,
-            deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
+            deterministic: bool, window_left: int, window_right: int) -> tuple[torch.Tensor, torch.Tensor]:
     """O and L = m + log ℓ (fp32, [B, H, N]) of step `step`; `deterministic` is for the backward."""
     lib = _capi.library()
-    plan, nbytes = lib.plan(_forward_id(step), False, _shape(q, k, causal, scale))
+    plan, nbytes = lib.plan(_forward_id(step), False, _shape(q, k, causal, scale, window_left, window_right))
     o = torch.empty_like(q)
     lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
     ws = _workspace(nbytes, q.device)
@@ -56,17 +58,18 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sca
 
 
 @forward.register_fake
-def _(q, k, v, causal, scale, step, deterministic):
+def _(q, k, v, causal, scale, step, deterministic, window_left, window_right):
     return torch.empty_like(q), q.new_empty(q.shape[:3], dtype=torch.float32)
 
 
 @torch.library.custom_op("flashattn_steps::backward", mutates_args=())
 def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-             lse: torch.Tensor, causal: bool, scale: float, step: str,
-             deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+             lse: torch.Tensor, causal: bool, scale: float, step: str, deterministic: bool, window_left: int,
+             window_right: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """dQ, dK, dV of step `step` (its deterministic mode where asked)."""
     lib = _capi.library()
-    plan, nbytes = lib.plan(_backward_id(step, deterministic), True, _shape(q, k, causal, scale))
+    plan, nbytes = lib.plan(_backward_id(step, deterministic), True,
+                            _shape(q, k, causal, scale, window_left, window_right))
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     ws = _workspace(nbytes, q.device)
     with torch.cuda.device(q.device):
@@ -78,21 +81,21 @@ def backward(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
 
 
 @backward.register_fake
-def _(dout, q, k, v, o, lse, causal, scale, step, deterministic):
+def _(dout, q, k, v, o, lse, causal, scale, step, deterministic, window_left, window_right):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, causal, scale, step, deterministic = inputs
+    q, k, v, causal, scale, step, deterministic, window_left, window_right = inputs
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse)
-    ctx.args = (causal, scale, step, deterministic)
+    ctx.args = (causal, scale, step, deterministic, window_left, window_right)
 
 
 def _autograd_backward(ctx, dout, _dlse):
     q, k, v, o, lse = ctx.saved_tensors
     dq, dk, dv = backward(dout.contiguous(), q, k, v, o, lse, *ctx.args)
-    return dq, dk, dv, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None
 
 
 forward.register_autograd(_autograd_backward, setup_context=_setup_context)
@@ -123,15 +126,23 @@ def _check(q, k, v, step, layout):
         raise ValueError(f"flashattn_steps: k and v differ in shape: {tuple(k.shape)} and {tuple(v.shape)}")
 
 
-def attention(q, k, v, causal=False, scale=None, step="07", deterministic=False, layout="bhnd"):
+def attention(q, k, v, causal=False, scale=None, step="07", deterministic=False, layout="bhnd", window=(-1, -1)):
     """Softmax attention by step `step`'s kernels, differentiable.
 
     q, k, v: [B, H, N, d] (layout="bhnd", as torch's scaled_dot_product_attention) or
     [B, N, H, d] (layout="bnhd", as FlashAttention); k and v may have fewer heads (grouped
     queries) or keys where the step takes them. Non-contiguous inputs are copied. The kernels
     run on torch's current stream. scale: 1/sqrt(d) by default. deterministic: step 07's
-    backward with dQ summed in a fixed order. Returns O in q's layout.
+    backward with dQ summed in a fixed order. window: FlashAttention's window_size (left,
+    right), the query at position t seeing keys t − left … t + right, -1 an open side (step 07).
+    Returns O in q's layout.
     """
+    try:
+        left, right = (int(x) for x in window)
+    except (TypeError, ValueError):
+        raise ValueError(f"flashattn_steps: window must be (left, right), -1 for an open side (got {window!r})")
+    if left < -1 or right < -1:
+        raise ValueError(f"flashattn_steps: window sides must be -1 (open) or at least 0 (got {window!r})")
     _check(q, k, v, step, layout)
     if layout == "bnhd":
         q, k, v = (t.transpose(1, 2) for t in (q, k, v))
@@ -149,6 +160,7 @@ def attention(q, k, v, causal=False, scale=None, step="07", deterministic=False,
     if not compiling and torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
         if not STEPS[step][1]:
             raise ValueError(f"flashattn_steps: step {step} has no backward; call it under torch.no_grad()")
-        _capi.library().plan(_backward_id(step, deterministic), True, _shape(q, k, causal, scale))  # refuse now
-    o, _ = forward(q, k, v, bool(causal), scale, step, bool(deterministic))
+        _capi.library().plan(_backward_id(step, deterministic), True,
+                             _shape(q, k, causal, scale, left, right))  # refuse now
+    o, _ = forward(q, k, v, bool(causal), scale, step, bool(deterministic), left, right)
     return o.transpose(1, 2) if layout == "bnhd" else o

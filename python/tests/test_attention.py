@@ -24,14 +24,23 @@ hopper = pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_devi
                             reason="step 07 runs on sm_90 (H100, H200) only")
 
 
-def math_sdpa(q, k, v, causal, scale=None):
-    """PyTorch's math backend in fp32 (the bottom-right causal mask of the steps when N_kv > N)."""
+def math_sdpa(q, k, v, causal, scale=None, window=(-1, -1)):
+    """PyTorch's math backend in fp32 (the bottom-right causal mask of the steps when N_kv > N), with
+    a window's band written out as a mask."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     q, k, v = (t.float() for t in (q, k, v))
     mask = None
+    N, Nk = q.shape[-2], k.shape[-2]
     if causal:
-        N, Nk = q.shape[-2], k.shape[-2]
         mask = torch.ones(N, Nk, dtype=torch.bool, device=q.device).tril(Nk - N)
+    if window != (-1, -1):
+        left, right = window
+        band = torch.ones(N, Nk, dtype=torch.bool, device=q.device)
+        if left >= 0:
+            band = band.triu(Nk - N - left)
+        if right >= 0:
+            band = band.tril(Nk - N + right)
+        mask = band if mask is None else mask & band
     if k.shape[1] != q.shape[1]:
         g = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
@@ -99,6 +108,33 @@ def test_step07_and_its_deterministic_mode(d):
     again = torch.autograd.grad(attention(q, k, v, causal=True, step="07", deterministic=True), (q, k, v), do)
     for a, b in zip(first, again):
         assert torch.equal(a, b)  # the same bits, run after run
+
+
+@gpu
+@hopper
+@pytest.mark.parametrize("window", [(64, 0), (16, 16), (-1, 5)])
+@pytest.mark.parametrize("H_kv", [4, 1])
+def test_step07_windows_and_grouped_heads_forward_and_backward(window, H_kv):
+    q, k, v = inputs(1, 4, 300, 64, torch.bfloat16, "bhnd", seed=7, H_kv=H_kv)
+    causal = window[1] == 0
+    o = attention(q, k, v, causal=causal, step="07", window=window)
+    qm, km, vm = (t.detach().float().requires_grad_() for t in (q, k, v))
+    om = math_sdpa(qm, km, vm, causal, window=window)
+    assert rel(o, om) < 2e-2
+    do = torch.randn_like(o)
+    got = torch.autograd.grad(o, (q, k, v), do)
+    want = torch.autograd.grad(om, (qm, km, vm), do.float())
+    for name, g, w in zip(("dQ", "dK", "dV"), got, want):
+        assert g.shape == w.shape, name
+        assert rel(g, w) < 6e-2, name
+
+
+def test_a_window_is_two_sides():
+    q = torch.zeros(1, 1, 4, 64)
+    with pytest.raises(ValueError, match="window must be"):
+        attention(q, q, q, window=5)
+    with pytest.raises(ValueError, match="window sides"):
+        attention(q, q, q, window=(-2, 0))
 
 
 @gpu

@@ -4,7 +4,7 @@
   python3 tools/bench/ab.py --lib BUILD/tools/bench/libfa_capi.so --csv ab.csv
       [--impls 07,06,torch-cudnn,torch-flash] [--dir fwd|bwd] [--dtype bf16]
       [--d 64,128,256] [--N 1024,...,32768] [--causal 0,1] [--tokens 131072,524288]
-      [--group 1,4,8] [--rounds 5] [--reps 10] [--pause-ms 0] [--hide-host-us 200] [--check-peers]
+      [--group 1,4,8] [--windows -1:-1,1024:0] [--rounds 5] [--reps 10] [--pause-ms 0] [--hide-host-us 200] [--check-peers]
   python3 tools/bench/ab.py --decode --lib ... [--impls 08,06,torch-cudnn,torch-flash,torch-efficient]
       [--Nq 1,16] [--Nkv 8192,...] [--bh 32,128] [--group 1,8] [--d 128] [--causal 0,1]
   … --alt base=OTHER/libfa_capi.so --impls 08,08@base,…: a step of another build (another
@@ -70,7 +70,8 @@ CODE = {"fp32": 0, "bf16": 1, "fp16": 2}  # fa_shape.dtype
 
 class Shape(ctypes.Structure):
     _fields_ = [(n, ctypes.c_int) for n in ("B", "H", "H_kv", "N", "N_kv", "d", "causal", "dtype")] + [
-        ("scale", ctypes.c_float)]  # 0: 1/sqrt(d)
+        ("scale", ctypes.c_float)] + [  # 0: 1/sqrt(d)
+        (n, ctypes.c_int) for n in ("windowed", "window_left", "window_right")]  # windowed = 0: none
 
 
 class Steps:
@@ -141,8 +142,9 @@ def relative_error(got, want):
 class Case:
     """One shape: its tensors, and a callable per implementation (or the reason it has none)."""
 
-    def __init__(self, a, libs, B, H, H_kv, N, N_kv, d, causal, seed):
+    def __init__(self, a, libs, B, H, H_kv, N, N_kv, d, causal, seed, window=(-1, -1)):
         self.B, self.H, self.H_kv, self.N, self.N_kv, self.d, self.causal = B, H, H_kv, N, N_kv, d, causal
+        self.window = window  # FlashAttention's window_size: (left, right), -1 an open side
         self.decode = N_kv != N or H_kv != H
         dt = DTYPES[a.dtype]
         g = torch.Generator(device="cuda").manual_seed(seed)
@@ -150,11 +152,29 @@ class Case:
         self.q, self.k, self.v = rand(B, H, N, d), rand(B, H_kv, N_kv, d), rand(B, H_kv, N_kv, d)
         self.do = rand(B, H, N, d) if a.dir == "bwd" else None
         self.shape = Shape(B, H, H_kv if H_kv != H else 0, N, N_kv if N_kv != N else 0, d, causal, CODE[a.dtype])
+        if window != (-1, -1):
+            self.shape.windowed, self.shape.window_left, self.shape.window_right = 1, window[0], window[1]
         self.libs, self.dir, self.plans = libs, a.dir, []  # libs: {"": --lib, name: --alt name=…}
+
+    def band(self):
+        """The window's mask, True where a score counts (the queries the last N positions), or None."""
+        if self.window == (-1, -1):
+            return None
+        left, right = self.window
+        pos = torch.arange(self.N, device="cuda")[:, None] + (self.N_kv - self.N)
+        key = torch.arange(self.N_kv, device="cuda")[None, :]
+        keep = torch.ones(self.N, self.N_kv, dtype=torch.bool, device="cuda")
+        if left >= 0:
+            keep &= key >= pos - left
+        if right >= 0 or self.causal:
+            keep &= key <= pos + (0 if self.causal else right)
+        return keep
 
     def torch_kwargs(self):
         kw = {}
-        if self.causal:
+        if self.band() is not None:  # PyTorch has no window: the band as a mask (no backend skips its tiles)
+            kw = {"attn_mask": self.band()}
+        elif self.causal:
             kw = {"attn_mask": causal_lower_right(self.N, self.N_kv)} if self.decode else {"is_causal": True}
         if self.H_kv != self.H:
             kw["enable_gqa"] = True
@@ -176,8 +196,8 @@ class Case:
         causal mask lower right (the queries the last N positions), query head h on K/V head h // (H / H_kv)."""
         G = self.H // self.H_kv
         out = torch.empty(self.q.shape, device="cuda", dtype=torch.float32)
-        keep = None
-        if self.causal:
+        keep = self.band()
+        if self.causal and keep is None:
             i = torch.arange(self.N, device="cuda")[:, None] + (self.N_kv - self.N)
             keep = torch.arange(self.N_kv, device="cuda")[None, :] <= i
         for b in range(self.B):
@@ -193,7 +213,7 @@ class Case:
         try:
             return self._torch_fn(backend, self.torch_kwargs(), 1)
         except RuntimeError:
-            if self.H_kv == self.H or self.decode:
+            if self.H_kv == self.H or self.N_kv != self.N:
                 raise
         # A backend that does not take enable_gqa: K and V repeated for every query head, as a user would repeat
         # them — the forward's copies made once, outside the timing (the backend's best case); the backward's
@@ -280,11 +300,25 @@ def time_block(fn, reps, flush, spin_cycles, nvml):
     return statistics.median(times), mhz, watts, temp, why, max(host)
 
 
+def windows(a):
+    """--windows as (left, right) pairs."""
+    out = []
+    for w in a.windows.split(","):
+        left, sep, right = w.partition(":")
+        try:
+            out.append((int(left), int(right)))
+        except ValueError:
+            sys.exit(f"ab.py: --windows {a.windows}: expected LEFT:RIGHT,... (-1: an open side)")
+        if not sep or min(out[-1]) < -1:
+            sys.exit(f"ab.py: --windows {a.windows}: expected LEFT:RIGHT,... (-1: an open side)")
+    return out
+
+
 def shapes(a):
-    """(B, H, H_kv, N, N_kv, d, causal) of the sweep."""
+    """(B, H, H_kv, N, N_kv, d, causal, window) of the sweep."""
     if a.decode:
         for shape in decode_shapes(a):
-            yield (1,) + shape
+            yield (1,) + shape + ((-1, -1),)
         return
     for tokens in ints(a.tokens):
         for d in ints(a.d):
@@ -293,7 +327,8 @@ def shapes(a):
                     H = max(1, tokens // N)
                     for G in ints(a.group):  # grouped K/V heads: G query heads a K/V head, where G divides H
                         if H % G == 0:
-                            yield 1, H, H // G, N, N, d, causal
+                            for w in windows(a):
+                                yield 1, H, H // G, N, N, d, causal, w
 
 
 def main():
@@ -315,6 +350,7 @@ def main():
     ap.add_argument("--Nkv", default="8192,16384,32768,65536,131072")
     ap.add_argument("--bh", default="32,128")
     ap.add_argument("--group", default="1")
+    ap.add_argument("--windows", default="-1:-1", help="LEFT:RIGHT,... (training shapes): -1:-1 is none")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--pause-ms", type=float, default=0.0)
@@ -352,14 +388,17 @@ def main():
         print(f"ab.py: NVML answers in {(time.perf_counter() - t) / 20 * 1e3:.2f} ms a sample", file=sys.stderr)
     out = open(a.csv, "w")
     out.write("impl,step,dir,dtype,B,H,H_kv,N,N_kv,d,causal,round,ms,tflops,gbps,sm_mhz_min,power_w_max,temp_c_max,"
-              "host_us_max,reasons,status,gpu,cuda_driver_api,cuda_runtime\n")
+              "host_us_max,reasons,status,gpu,cuda_driver_api,cuda_runtime,window_left,window_right\n")
     late = {}  # implementation: its longest enqueue that passed the spin, µs
-    for n_case, (B, H, H_kv, N, N_kv, d, causal) in enumerate(shapes(a)):
-        case = Case(a, libs, B, H, H_kv, N, N_kv, d, causal, seed=N + N_kv + d + n_case)
-        pairs = N * N_kv - (N * N / 2 if causal else 0)
+    for n_case, (B, H, H_kv, N, N_kv, d, causal, window) in enumerate(shapes(a)):
+        case = Case(a, libs, B, H, H_kv, N, N_kv, d, causal, seed=N + N_kv + d + n_case, window=window)
+        band = case.band()
+        pairs = float(band.sum()) if band is not None else N * N_kv - (N * N / 2 if causal else 0)
+        del band
         flops = 4.0 * B * H * pairs * d * (2.5 if a.dir == "bwd" else 1.0)
         floor = 2.0 * (2 * case.q.numel() + 2 * case.k.numel()) + 4.0 * B * H * N
-        shape_txt = f"B={B} H={H} H_kv={H_kv} N={N} N_kv={N_kv} d={d} causal={causal}"
+        shape_txt = f"B={B} H={H} H_kv={H_kv} N={N} N_kv={N_kv} d={d} causal={causal}" + (
+            f" window={window[0]},{window[1]}" if window != (-1, -1) else "")
         ref = case.torch_ref()
         fns, status = {}, {}
         for impl in a.impls:
@@ -392,7 +431,7 @@ def main():
                 who = f"{impl},-" if impl.startswith("torch-") else f"fa,{impl}"  # the CSVs' impl, step
                 row = f"{who},{a.dir},{a.dtype},{B},{H},{H_kv},{N},{N_kv},{d},{causal},{r},"
                 if impl not in fns:
-                    out.write(row + f"0,0,0,0,0,0,0,none,{status[impl]},{dev}\n")
+                    out.write(row + f"0,0,0,0,0,0,0,none,{status[impl]},{dev},{window[0]},{window[1]}\n")
                     continue
                 if a.pause_ms:
                     torch.cuda.synchronize()
@@ -402,7 +441,8 @@ def main():
                 if host_us > a.hide_host_us:
                     late[impl] = max(late.get(impl, 0.0), host_us)
                 out.write(row + f"{ms:.5f},{flops / (ms * 1e-3) / 1e12:.3f},{floor / (ms * 1e-3) / 1e9:.1f},"
-                                f"{mhz},{watts:.1f},{temp},{host_us:.0f},{nvml.names(why)},ok,{dev}\n")
+                                f"{mhz},{watts:.1f},{temp},{host_us:.0f},{nvml.names(why)},ok,{dev},{window[0]},"
+                                f"{window[1]}\n")
             out.flush()
         print(shape_txt + ": " + ", ".join(f"{i} {statistics.median(m):.4f} ms" for i, m in meds.items()), file=sys.stderr)
         case.free()

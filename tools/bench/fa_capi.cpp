@@ -62,6 +62,7 @@ FA_CAPI void* fa_plan(const char* step, int backward, const fa_shape* s, unsigne
     fa::Problem& p = plan->p;
     p.B = s->B, p.H = s->H, p.H_kv = s->H_kv, p.N = s->N, p.N_kv = s->N_kv, p.d = s->d, p.causal = s->causal != 0;
     if (s->scale != 0.0f) p.scale = s->scale;
+    if (s->windowed) p.window_left = s->window_left, p.window_right = s->window_right;
     if (s->dtype < 0 || s->dtype > 2) throw fa::Error("dtype must be 0 (fp32), 1 (bf16) or 2 (fp16)");
     p.dtype = fa::DType(s->dtype);
     if (backward)

@@ -20,10 +20,12 @@ extern "C" {
 #endif
 
 /* A problem's shape (fa::Problem's fields; H_kv, N_kv = 0: H, N). dtype: 0 fp32, 1 bf16, 2 fp16.
- * scale: the softmax scale; 0: 1/sqrt(d). */
+ * scale: the softmax scale; 0: 1/sqrt(d). windowed: 0 for none (a zeroed shape has none), else
+ * FlashAttention's window_size (window_left, window_right; -1 an open side). */
 struct fa_shape {
   int B, H, H_kv, N, N_kv, d, causal, dtype;
   float scale;
+  int windowed, window_left, window_right;
 };
 
 FA_CAPI void* fa_plan(const char* step, int backward, const struct fa_shape* s, unsigned long long* workspace_bytes,
