@@ -759,7 +759,7 @@ TEST_CASE("step07 kernels with grouped K/V heads are those on K, V repeated: for
       const Problem p = grouped(2, lowp(make(2, 8, test::quick() ? 113 : 1000, d, causal), DType::bf16));
       const Problem r = grouped(0, p);
       INFO(p.str() << ", seeds 211, 212");
-      const Qkv in = inputs(p, 211), rin = repeated(p, in);
+      const Qkv in = inputs(p, 211), rin = test::repeated_kv(p, in);
       const ForwardOut got = gpu::forward(step07::kForward, p, in, true), want = gpu::forward(step07::kForward, r, rin, true);
       FA_CHECK_CLOSE("O", got.o, want.o, tol::kBitExact, test::shape_o(p));
       FA_CHECK_CLOSE("L", got.lse, want.lse, tol::kBitExact, test::shape_l(p));
