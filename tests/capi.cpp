@@ -18,7 +18,8 @@ using namespace fa;
 namespace {
 
 fa_shape shape_of(const Problem& p) {
-  return {p.B, p.H, p.H_kv, p.N, p.N_kv, p.d, int(p.causal), int(p.dtype), p.scale.value_or(0.0f)};
+  return {p.B, p.H, p.H_kv, p.N, p.N_kv, p.d, int(p.causal), int(p.dtype), p.scale.value_or(0.0f),
+          int(p.windowed()), p.window_left, p.window_right};
 }
 
 /// What fa_plan answers for step `step` at shape s: "" when it makes a plan, else its message.
