@@ -183,9 +183,7 @@ struct BwdParams {
   int tiles;           // T_c·B·H_kv
   float scale;
   bool deterministic;
-  // The scores that count: lo ≤ key − query ≤ hi, the diagonals of the window's band with the
-  // causal mask folded in (hi = 0); an open side is past every diagonal (hi = N, lo = −Np).
-  int lo, hi;
+  Band band;  // the scores a query keeps: the causal mask, a window (step07.hpp)
   const float *l2, *dsum;  // preprocess's, [B·H][Np]
   float* dq_acc;           // [B·H][q_blocks][kD/64][a piece: chunk_floats(queries a step)]
   int* order;              // [B·H][q_blocks]: key blocks that have added into query block i
@@ -215,8 +213,7 @@ struct QRange {
 template <int kQi, int kKeys>
 __device__ __forceinline__ QRange q_range(const BwdParams& prm, int j) {
   const int k0 = j * kKeys, k1 = (k0 + kKeys < prm.N ? k0 + kKeys : prm.N) - 1;
-  const int first = k0 - prm.hi, last = k1 - prm.lo;  // the rows whose band holds k0, and k1
-  return {(first > 0 ? first : 0) / kQi, (last < prm.N ? last : prm.N - 1) / kQi};
+  return {prm.band.first_row(k0) / kQi, prm.band.last_row(k1, prm.N) / kQi};
 }
 /// Steps of key block j's tile: the query blocks of each of its K/V head's G query heads, so
 /// that dK_j and dV_j sum over the group in registers and are written once.
@@ -288,7 +285,7 @@ __device__ void write_dq(const BwdParams& prm, const TileRing& ring, const float
       cuda::atomic_ref<int, cuda::thread_scope_device> order(prm.order[std::size_t(qh) * prm.q_blocks + i]);
       if (prm.deterministic) {
         // The key blocks before j that visit query block i: from the first its first row sees.
-        const int first_key = i * kQi + prm.lo, before = j - (first_key > 0 ? first_key : 0) / kKeys;
+        const int before = j - prm.band.first_key(i * kQi) / kKeys;
         while (order.load(cuda::memory_order_acquire) < before * kShares) {
         }
         cuda::ptx::fence_proxy_async(cuda::ptx::space_global);  // the earlier blocks' sums, for this proxy
@@ -529,12 +526,10 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
 #pragma unroll
       for (int x = 0; x < kQi / 2; ++x) st[x] = mma::exp2_approx(fmaf(st[x], mul, -l2[8 * (x / 4) + 2 * t + x % 2]));
       // Warp-uniform: whether the warp's 16 keys against the step's queries cross N or the band's edges.
-      if (key0 - g + 16 > N || key0 - g + 15 - q0 > prm.hi || key0 - g - (q0 + kQi - 1) < prm.lo) {
+      if (prm.band.cuts(q0, q0 + kQi - 1, key0 - g, key0 - g + 15, N)) {
 #pragma unroll
-        for (int x = 0; x < kQi / 2; ++x) {
-          const int key = key0 + 8 * (x % 4 / 2), diagonal = key - (q0 + 8 * (x / 4) + 2 * t + x % 2);
-          if (key >= N || diagonal > prm.hi || diagonal < prm.lo) st[x] = 0.0f;
-        }
+        for (int x = 0; x < kQi / 2; ++x)
+          if (!prm.band.keeps(q0 + 8 * (x / 4) + 2 * t + x % 2, key0 + 8 * (x % 4 / 2), N)) st[x] = 0.0f;
       }
       // dV_c += Pᵀ·dO_i: Pᵀ rounded to 16 bits as A fragments; dO MN-major (its rows are the k index).
       // dK_c += dSᵀ·Q_i, dSᵀ = Pᵀ∘(dPᵀ − D_i) once dPᵀ is done. Both products wait until Pᵀ and
@@ -821,12 +816,10 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       for (int x = 0; x < kQ / 4; ++x) st[x] = mma::exp2_approx(fmaf(st[x], mul, -l2[8 * (x / 4) + 2 * t + x % 2]));
       // Warp-uniform: whether the warp's 16 keys against this consumer's 32 queries cross N or the band's edges.
       const int q0 = step_block<kQ, kWideKeys>(prm, j, it) * kQ;  // worked out here: fewer registers held
-      if (key0 - g + 16 > N || key0 - g + 15 - (q0 + half) > prm.hi || key0 - g - (q0 + half + 31) < prm.lo) {
+      if (prm.band.cuts(q0 + half, q0 + half + 31, key0 - g, key0 - g + 15, N)) {
 #pragma unroll
-        for (int x = 0; x < kQ / 4; ++x) {
-          const int key = key0 + 8 * (x % 4 / 2), diagonal = key - (q0 + half + 8 * (x / 4) + 2 * t + x % 2);
-          if (key >= N || diagonal > prm.hi || diagonal < prm.lo) st[x] = 0.0f;
-        }
+        for (int x = 0; x < kQ / 4; ++x)
+          if (!prm.band.keeps(q0 + half + 8 * (x / 4) + 2 * t + x % 2, key0 + 8 * (x % 4 / 2), N)) st[x] = 0.0f;
       }
       // The last step's second dQ piece. Its slot waited for while dPᵀ is in flight, by a
       // loop whose exit is the warp's (wait_warp), then staged once dPᵀ is done: between
@@ -1034,8 +1027,7 @@ void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool d
                       .tiles = tile_count,
                       .scale = p.softmax_scale(),
                       .deterministic = deterministic,
-                      .lo = p.window_left >= 0 ? -p.window_left : -Np,  // -Np: below the padding rows' too
-                      .hi = p.causal ? 0 : p.window_right >= 0 ? p.window_right : N,
+                      .band = band_of(p),
                       .l2 = w.l2,
                       .dsum = w.dsum,
                       .dq_acc = w.dq_acc,

@@ -42,7 +42,7 @@
 namespace fa::step07 {
 namespace {
 
-template <class T, int kD, bool kCausal>
+template <class T, int kD>
 __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     forward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                    const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
   // with the most K/V blocks start first.
   const auto [i, bh] = grid_tile(order);
   const int q0 = i * kRows;
-  const auto [first, last] = kv_range<kCausal>(band, N, i, kRows, kBc);
+  const auto [first, last] = kv_range(band, N, i, kRows, kBc);
   if (threadIdx.x == 0) bars.init(kStages, kConsumers);
   __syncthreads();
 
@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
   } else {
     // ---- Consumer warpgroup c: 64 query rows.
     claim_registers<kTile.consumer_regs()>();
-    Consumer<T, kD, kBc, kStages, kConsumers, kCausal> w(smem, bars, threadIdx.x / 128 - 1, q0, N, scale, band);
+    Consumer<T, kD, kBc, kStages, kConsumers> w(smem, bars, threadIdx.x / 128 - 1, q0, N, scale, band);
     const int c = w.c, next = (c + 1) % kConsumers;  // turns go round: 0, 1, (2,) 0, …
 
     // Prologue: the last consumer lets consumer 0 take the first turn; the first block's S and softmax.
@@ -92,26 +92,21 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
 #endif
 }
 
-template <class T, int kD, bool kCausal>
+template <class T, int kD>
 void launch(const Problem& p, const NativeFwdArgs& a, Stream stream) {
   constexpr FwdTile kTile = forward_tile(kD);
   const ForwardMaps m = forward_maps(p, a, kTile.keys);
   const TileOrder order = forward_order(p, kTile.rows());
   const std::size_t smem = Smem<kD, kTile.keys, kTile.stages, kTile.consumers>::bytes + 1024;  // + the base's alignment
-  set_smem_limit(forward_kernel<T, kD, kCausal>, smem);
-  forward_kernel<T, kD, kCausal><<<tile_grid(order), kTile.threads(), smem, stream>>>(
+  set_smem_limit(forward_kernel<T, kD>, smem);
+  forward_kernel<T, kD><<<tile_grid(order), kTile.threads(), smem, stream>>>(
       m.q, m.k, m.v, m.o, a.lse, p.N, p.group(), p.softmax_scale(), band_of(p), order);
   FA_CHECK_LAUNCH();
 }
 
-template <int kD, bool kCausal>
-void run_d(const Problem& p, const NativeFwdArgs& a, Stream s) {
-  p.dtype == DType::bf16 ? launch<__nv_bfloat16, kD, kCausal>(p, a, s) : launch<__half, kD, kCausal>(p, a, s);
-}
-
 template <int kD>
 void run_d(const Problem& p, const NativeFwdArgs& a, Stream s) {
-  p.causal ? run_d<kD, true>(p, a, s) : run_d<kD, false>(p, a, s);
+  p.dtype == DType::bf16 ? launch<__nv_bfloat16, kD>(p, a, s) : launch<__half, kD>(p, a, s);
 }
 
 // ---------------------------------------------------------------------------------
@@ -133,7 +128,7 @@ struct PersistentSmem {
   static constexpr int bytes = q_empty + kTail;  ///< + 1024 for the base's alignment
 };
 
-template <class T, int kD, bool kCausal>
+template <class T, int kD>
 __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     persistent_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                       const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
@@ -177,7 +172,7 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
         }
         const auto [p, bh] = tell_tile(order, ring, t, pos);
         const int i = q_blocks - 1 - p;  // as query_tile
-        const auto [first, last] = kv_range<kCausal>(band, N, i, kRows, kBc);
+        const auto [first, last] = kv_range(band, N, i, kRows, kBc);
         wait(q_empty, (t % 2) ^ 1);  // a fresh barrier: parity 1 is done
         load_q<kD, kBc, kStages, kConsumers>(&q_map, smem, bars, i * kRows, bh);
         for (int j = first; j <= last; ++j, ++n)
@@ -197,8 +192,8 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     for (int t = 0, n = 0; tile < tiles; ++t) {  // n: the block's K/V blocks before this tile's first
       const auto [i, bh] = query_tile(tile, q_blocks);
       const int q0 = i * kRows;
-      const auto [first, last] = kv_range<kCausal>(band, N, i, kRows, kBc);
-      Consumer<T, kD, kBc, kStages, kConsumers, kCausal> w(smem, bars, c, q0, N, scale, band);
+      const auto [first, last] = kv_range(band, N, i, kRows, kBc);
+      Consumer<T, kD, kBc, kStages, kConsumers> w(smem, bars, c, q0, N, scale, band);
 
       // Prologue: the first block's S and softmax.
       wait(bars.q_full, t % 2);
@@ -235,7 +230,7 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
 #endif
 }
 
-template <class T, int kD, bool kCausal>
+template <class T, int kD>
 void launch_persistent(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream stream) {
   constexpr FwdTile kTile = forward_tile(kD);
   using P = PersistentSmem<kD, kTile.keys, kTile.stages, kTile.consumers>;
@@ -245,19 +240,15 @@ void launch_persistent(const Problem& p, const NativeFwdArgs& a, void* workspace
   const int grid = std::min(tile_count, gpu::sm_count());
   int* taken = static_cast<int*>(workspace);  // read only if some block takes a second tile
   if (tile_count > grid) FA_CUDA_CHECK(cudaMemsetAsync(taken, 0, sizeof(int), stream));
-  set_smem_limit(persistent_kernel<T, kD, kCausal>, P::bytes + 1024);
-  persistent_kernel<T, kD, kCausal><<<grid, kTile.threads(), P::bytes + 1024, stream>>>(
+  set_smem_limit(persistent_kernel<T, kD>, P::bytes + 1024);
+  persistent_kernel<T, kD><<<grid, kTile.threads(), P::bytes + 1024, stream>>>(
       m.q, m.k, m.v, m.o, a.lse, p.N, p.group(), p.softmax_scale(), band_of(p), order, taken);
   FA_CHECK_LAUNCH();
 }
 
 template <int kD>
 void run_persistent_d(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
-  if (p.dtype == DType::bf16)
-    p.causal ? launch_persistent<__nv_bfloat16, kD, true>(p, a, ws, s)
-             : launch_persistent<__nv_bfloat16, kD, false>(p, a, ws, s);
-  else
-    p.causal ? launch_persistent<__half, kD, true>(p, a, ws, s) : launch_persistent<__half, kD, false>(p, a, ws, s);
+  p.dtype == DType::bf16 ? launch_persistent<__nv_bfloat16, kD>(p, a, ws, s) : launch_persistent<__half, kD>(p, a, ws, s);
 }
 static_assert(PersistentSmem<64, 128, 2, 3>::own_o && PersistentSmem<128, 128, 2, 2>::own_o &&
                   !PersistentSmem<256, 80, 2, 2>::own_o &&

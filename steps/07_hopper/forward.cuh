@@ -94,22 +94,19 @@ __device__ void produce(const CUtensorMap* q_map, const CUtensorMap* k_map, cons
   for (int j = first; j <= last; ++j) load_kv<kD, kBc, kStages, kConsumers>(k_map, v_map, smem, b, j, j - first, kvh);
 }
 
-/// The K/V blocks a tile of `rows` query rows from q0 visits: from the one holding the first
-/// key its first row sees to the one holding the last key its last row sees (the mask's and the
-/// window's band).
+/// The K/V blocks tile i of `rows` query rows visits: from the one holding the first key its
+/// first row keeps to the one holding the last key its last row keeps (the band: step07.hpp).
 struct KvRange {
   int first, last;
 };
-template <bool kCausal>
 __device__ __forceinline__ KvRange kv_range(const Band& band, int N, int i, int rows, int keys) {
   const int q0 = i * rows, q1 = (q0 + rows < N ? q0 + rows : N) - 1;
-  const int last = tiles::last_kv_block(N, kCausal, i, rows, keys), band_last = band.last_key(q1, N) / keys;
-  return {band.first_key(q0) / keys, last < band_last ? last : band_last};
+  return {band.first_key(q0) / keys, band.last_key(q1, N) / keys};
 }
 
 /// A consumer warpgroup: 64 query rows of the block, their O, m, ℓ in registers.
 /// Thread layout: warp w of the warpgroup owns rows 16w..16w+15, lane = 4g + t.
-template <class T, int kD, int kBc, int kStages, int kConsumers, bool kCausal>
+template <class T, int kD, int kBc, int kStages, int kConsumers>
 struct Consumer {
   using L = Smem<kD, kBc, kStages, kConsumers>;
 
@@ -118,7 +115,7 @@ struct Consumer {
   int c, warp, lane, g, t, r0, N;
   float mul;  // exp(scale·(s − m)) = 2^(s·mul − m·mul): m is kept in units of s
   std::uint32_t q_tile;
-  Band band;  // a window's (open: none)
+  Band band;  // the scores its rows keep: the causal mask, a window
 
   float o[kD / 2] = {};  // O: 64 × kD; register 4n + 2h + e = row g + 8h, column 8n + 2t + e
   float m[2] = {-INFINITY, -INFINITY};  // [row g, g+8]: the running max, in units of s
@@ -126,8 +123,7 @@ struct Consumer {
   float s[kBc / 2];                     // S, then P (fp32): 64 × kBc in the same layout
   std::uint32_t p[kBc / 16][4];         // P in 16 bits as wgmma A fragments: [k step][register]
 
-  __device__ Consumer(unsigned char* smem_, const Barriers& b, int consumer, int q0, int N_, float scale,
-                      Band band_ = {})
+  __device__ Consumer(unsigned char* smem_, const Barriers& b, int consumer, int q0, int N_, float scale, Band band_)
       : smem(smem_), bars(b), c(consumer), warp(threadIdx.x / 32 % 4), lane(threadIdx.x % 32), g(lane / 4),
         t(lane % 4), r0(q0 + consumer * kRowsPerConsumer + 16 * (threadIdx.x / 32 % 4)), N(N_),
         mul(scale * step06::kLog2e), q_tile(smem_u32(smem_ + L::q + consumer * L::kQBytes)), band(band_) {}
@@ -162,15 +158,15 @@ struct Consumer {
     if (lane == 0) arrive(&bars.v_empty[stage]);
   }
 
-  /// The mask, only on blocks where this warp's rows can meet it: the last (keys past
-  /// N), when causal blocks reaching past the warp's first row, and blocks across the band's edges.
+  /// The mask, only on blocks where this warp's 16 rows can meet it: the last (keys past N)
+  /// and those across an edge of the band (causal: reaching past the warp's first row).
   __device__ void mask(int j) {
     const int k0 = j * kBc;
-    if (k0 + kBc > N || (kCausal && k0 + kBc - 1 > r0) || band.cuts(r0, r0 + 15, k0, k0 + kBc - 1)) {
+    if (band.cuts(r0, r0 + 15, k0, k0 + kBc - 1, N)) {
 #pragma unroll
       for (int x = 0; x < kBc / 2; ++x) {  // x = 4n + 2h + e: row g + 8h, key 8n + 2t + e
         const int row = r0 + g + 8 * (x % 4 / 2), col = k0 + 8 * (x / 4) + 2 * t + x % 2;
-        if (tiles::masked(row, col, N, kCausal) || band.hides(row, col)) s[x] = -INFINITY;
+        if (!band.keeps(row, col, N)) s[x] = -INFINITY;
       }
     }
   }

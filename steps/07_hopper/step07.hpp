@@ -82,29 +82,34 @@ FA_HD constexpr FwdShape forward_shape(int d, int N, bool causal) {
                                         : FwdShape{forward_tile(d).rows(), forward_tile(d).keys};
 }
 
-// ---- A window's band in the kernels (note 07, "Attention as models use it").
+// ---- The scores a row keeps, in the kernels (note 07, "Attention as models use it").
 
-/// Query row i (self-attention: at position i) sees keys i − left … i + right; −1 leaves a side
-/// open. The causal mask is the kernels' template flag, so a causal problem's band has right = −1.
+/// Row i keeps the scores of keys k with lo ≤ k − i ≤ hi (and k < N): the diagonals of a
+/// window's band, the causal mask folded in as hi = 0, an open side past every diagonal. The
+/// one way the mask and the window reach the kernels, forward and backward.
 struct Band {
-  int left = -1, right = -1;
-  /// The first and last key row i sees (of N).
-  FA_HD constexpr int first_key(int i) const { return left < 0 || i < left ? 0 : i - left; }
-  FA_HD constexpr int last_key(int i, int N) const { return right < 0 || i + right >= N ? N - 1 : i + right; }
-  /// The first and last query row that sees key k (of N).
-  FA_HD constexpr int first_row(int k) const { return right < 0 || k < right ? 0 : k - right; }
-  FA_HD constexpr int last_row(int k, int N) const { return left < 0 || k + left >= N ? N - 1 : k + left; }
-  /// Whether the band leaves score (row, key) out.
-  FA_HD constexpr bool hides(int row, int key) const {
-    return (left >= 0 && key < row - left) || (right >= 0 && key > row + right);
+  static constexpr int kOpen = 1 << 30;  ///< past every diagonal (Problem caps a window's sides there)
+  int lo = -kOpen, hi = kOpen;
+  /// The first and last key row i keeps (of N).
+  FA_HD constexpr int first_key(int i) const { return i + lo > 0 ? i + lo : 0; }
+  FA_HD constexpr int last_key(int i, int N) const { return i + hi < N - 1 ? i + hi : N - 1; }
+  /// The first and last row that keeps key k (rows of N).
+  FA_HD constexpr int first_row(int k) const { return k - hi > 0 ? k - hi : 0; }
+  FA_HD constexpr int last_row(int k, int N) const { return k - lo < N - 1 ? k - lo : N - 1; }
+  /// Whether row i keeps key k of N: lo ≤ k − i ≤ hi as one unsigned comparison, no branch.
+  FA_HD constexpr bool keeps(int i, int k, int N) const {
+    return (k < N) & (unsigned(k - i - lo) <= unsigned(hi) - unsigned(lo));
   }
-  /// Whether it may leave out a score of rows [r0, r1] against keys [k0, k1]: the blocks that need a test.
-  FA_HD constexpr bool cuts(int r0, int r1, int k0, int k1) const {
-    return (left >= 0 && k0 < r1 - left) || (right >= 0 && k1 > r0 + right);
+  /// Whether rows [r0, r1] against keys [k0, k1] may drop a score: the blocks that need the test.
+  FA_HD constexpr bool cuts(int r0, int r1, int k0, int k1, int N) const {
+    return k1 >= N || k1 - r0 > hi || k0 - r1 < lo;
   }
 };
 /// p's band for the kernels.
-inline Band band_of(const Problem& p) { return {p.window_left, p.causal ? -1 : p.window_right}; }
+inline Band band_of(const Problem& p) {
+  return {p.window_left >= 0 ? -p.window_left : -Band::kOpen,
+          p.causal ? 0 : p.window_right >= 0 ? p.window_right : Band::kOpen};
+}
 
 // ---- The order of the tiles (note 07, "The order of the tiles").
 //

@@ -31,11 +31,11 @@ struct FwdVersion {
 };
 using Version = FwdVersion (*)();
 
-template <class T, int kD, bool kCausal, Version V>
+template <class T, int kD, Version V>
 __global__ void __launch_bounds__(kTile.threads(), 1)
     version_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                    const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
-                   float* __restrict__ lse, int N, float scale, const TileOrder order) {
+                   float* __restrict__ lse, int N, float scale, const Band band, const TileOrder order) {
 #if FA_SM90A
   constexpr FwdVersion kV = V();
   constexpr int kBc = forward_tile(kD).keys, kStages = 2;
@@ -47,7 +47,7 @@ __global__ void __launch_bounds__(kTile.threads(), 1)
   Barriers bars(smem + L::bars, kStages);
   const auto [i, bh] = grid_tile(order);  // a block a tile, in forward_order's order (tile_grid)
   const int q0 = i * kRows;
-  const int last = tiles::last_kv_block(N, kCausal, i, kRows, kBc, N);  // N keys: self-attention
+  const int last = kv_range(band, N, i, kRows, kBc).last;  // from block 0: the versions take no window
   if (threadIdx.x == 0) bars.init(kStages, kConsumers);
   __syncthreads();
 
@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kTile.threads(), 1)
     return;
   }
   claim_registers<kTile.consumer_regs()>();
-  Consumer<T, kD, kBc, kStages, kConsumers, kCausal> w(smem, bars, (threadIdx.x - 128) / 128, q0, N, scale);
+  Consumer<T, kD, kBc, kStages, kConsumers> w(smem, bars, (threadIdx.x - 128) / 128, q0, N, scale, band);
   const int c = w.c;
   // Turns on the tensor cores (ping-pong): consumer 1 lets consumer 0 go first; the
   // last turn of consumer 1 hands nothing on, since consumer 0's turns are over.
@@ -105,24 +105,21 @@ __global__ void __launch_bounds__(kTile.threads(), 1)
 #endif
 }
 
-template <Version V, class T, int kD, bool kCausal>
+template <Version V, class T, int kD>
 void launch(const Problem& p, const NativeFwdArgs& a, Stream stream) {
   constexpr int kBc = forward_tile(kD).keys;
   const ForwardMaps m = forward_maps(p, a, kBc);
   const TileOrder order = forward_order(p, kRows);
   const std::size_t smem = Smem<kD, kBc, 2, kConsumers>::bytes + 1024;
-  set_smem_limit(version_kernel<T, kD, kCausal, V>, smem);
-  version_kernel<T, kD, kCausal, V><<<tile_grid(order), kTile.threads(), smem, stream>>>(
-      m.q, m.k, m.v, m.o, a.lse, p.N, p.softmax_scale(), order);
+  set_smem_limit(version_kernel<T, kD, V>, smem);
+  version_kernel<T, kD, V><<<tile_grid(order), kTile.threads(), smem, stream>>>(
+      m.q, m.k, m.v, m.o, a.lse, p.N, p.softmax_scale(), band_of(p), order);
   FA_CHECK_LAUNCH();
 }
 
 template <Version V, int kD>
 void run_d(const Problem& p, const NativeFwdArgs& a, Stream s) {
-  if (p.dtype == DType::bf16)
-    p.causal ? launch<V, __nv_bfloat16, kD, true>(p, a, s) : launch<V, __nv_bfloat16, kD, false>(p, a, s);
-  else
-    p.causal ? launch<V, __half, kD, true>(p, a, s) : launch<V, __half, kD, false>(p, a, s);
+  p.dtype == DType::bf16 ? launch<V, __nv_bfloat16, kD>(p, a, s) : launch<V, __half, kD>(p, a, s);
 }
 
 template <Version V>
