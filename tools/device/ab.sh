@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The steps beside PyTorch's attention in one process, on the same tensors, in alternation
 # (tools/bench/ab.py over libfa_capi.so), on the H200 in one call.
-#   [PHASE=fwd|bwd|gqa|window|host|decode|floor|cluster|pause|gemm|h9|call|det|all, or several: PHASE=fwd,decode]
+#   [PHASE=fwd|bwd|gqa|window|base|host|decode|floor|cluster|pause|gemm|h9|call|det|all, or several: PHASE=fwd,decode]
 #   [ROUNDS=5] bash tools/device/ab.sh [build-dir]
 # gemm:   the bf16 matrix-product rate, timed the same way (also in fwd);
 # fwd:    step 07's forward, step 06, cuDNN and FlashAttention-2, d = 64, 128, 256,
@@ -12,6 +12,9 @@
 #         backward, d = 64, 128, N = 1k–16k, causal and not, B·H·N = 131072;
 # window: step 07 with a sliding window (none, 4096, 1024, 256 keys before, causal; 512 either
 #         side) beside cuDNN on the band as a mask, d = 64, 128, N = 8k and 16k, both directions;
+# base:   step 07 of this tree beside step 07 of another (BASE=DIR: a tree without its history,
+#         e.g. `git archive main | tar -x -C DIR` here; its fa_capi built there too) and cuDNN,
+#         forward and backward, d = 64, 128, 256, N = 1k–16k, causal and not, B·H·N = 131072;
 # host:   step 07 and cuDNN's backward behind a spin of 200 µs and of 2000 µs, one after the
 #         other (PyTorch's backward enqueues for longer than 200: ab.py's host_us_max; a
 #         longer spin is also a longer rest for the GPU between repeats);
@@ -38,8 +41,8 @@ set -uo pipefail
 source "$(dirname "$0")/start.sh"  # device_start, stamp, build90
 PHASE=${PHASE:-all}; ROUNDS=${ROUNDS:-5}
 for p in ${PHASE//,/ }; do
-  [[ " fwd bwd gqa window host decode floor cluster pause gemm h9 call det all " == *" $p "* ]] ||
-    { echo "ab.sh: unknown phase '$p' (fwd, bwd, gqa, window, host, decode, floor, cluster, pause, gemm, h9, call, det, all)"; exit 2; }
+  [[ " fwd bwd gqa window base host decode floor cluster pause gemm h9 call det all " == *" $p "* ]] ||
+    { echo "ab.sh: unknown phase '$p' (fwd, bwd, gqa, window, base, host, decode, floor, cluster, pause, gemm, h9, call, det, all)"; exit 2; }
 done
 device_start "${1:-build-gpu}" device.txt
 build90 fa_capi fa_read_floor || exit 1
@@ -68,6 +71,15 @@ if want window; then
       --windows=-1:-1,4096:0,1024:0,256:0
     run ab07_window2_$dir --dir $dir --impls 07,torch-cudnn --d 64,128 --N 8192,16384 --causal 0 --tokens 131072 \
       --windows=-1:-1,512:512
+  done
+fi
+if [[ ",$PHASE," == *",base,"* ]]; then  # only when asked: it needs BASE
+  [ -d "${BASE:-}" ] || { echo "ab.sh: phase base needs BASE=DIR, another tree"; exit 2; }
+  base=$(cd "$BASE" && pwd); mkdir -p "$L/base"
+  (cd "$base" && BUILD=$base/build-gpu L=$L/base configured= build90 fa_capi) || exit 1
+  for dir in fwd bwd; do
+    run ab07_base_$dir --dir $dir --impls 07,07@base,torch-cudnn --alt "base=$base/build-gpu/tools/bench/libfa_capi.so" \
+      --d 64,128,256 --N 1024,2048,4096,8192,16384 --causal 0,1 --tokens 131072
   done
 fi
 want h9 && run ab07_h9 --dir fwd --impls 07h7,07h9,torch-cudnn --d "${H9_D:-64,128,256}" --causal 0,1
