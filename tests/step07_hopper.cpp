@@ -349,6 +349,35 @@ TEST_CASE("a window's band, written out: which keys each query sees", "[cpu]") {
           }
 }
 
+// The kernels' Band (step07.hpp): the same scores as Problem::sees, its first and last keys
+// and rows tight, and cuts() true on every block of rows and keys where some score is dropped
+// (a block it passes over is not masked at all).
+TEST_CASE("step07 kernels' band: the causal mask and the window as diagonals lo..hi", "[cpu]") {
+  for (int N : {1, 7, 20, 33})
+    for (int left : {-1, 0, 1, 3, 30})
+      for (int right : {-1, 0, 2, 30})
+        for (bool causal : {false, true}) {
+          const Problem q = windowed(left, right, make(1, 1, N, 64, causal));
+          const step07::Band band = step07::band_of(q);
+          INFO(q.str());
+          for (int i = 0; i < N; ++i)
+            for (int k = 0; k < N + 5; ++k) REQUIRE(band.keeps(i, k, N) == (k < N && q.sees(i, k)));
+          for (int x = 0; x < N; ++x) {  // x as a row, then as a key
+            CHECK(band.first_key(x) == q.first_key(x));
+            CHECK(band.last_key(x, N) == q.last_key(x));
+            CHECK(band.first_row(x) == q.first_query(x));
+            CHECK(band.last_row(x, N) == q.last_query(x));
+          }
+          for (int r0 = 0; r0 < N; r0 += 3)
+            for (int k0 = 0; k0 < N; k0 += 4) {
+              bool dropped = false;
+              for (int i = r0; i < r0 + 3; ++i)
+                for (int k = k0; k < k0 + 4; ++k) dropped |= !band.keeps(i, k, N);
+              if (dropped) CHECK(band.cuts(r0, r0 + 2, k0, k0 + 3, N));
+            }
+        }
+}
+
 TEST_CASE("the reference with a window equals attention under the mask written out", "[cpu]") {
   const std::tuple<int, int, bool> windows[] = {{0, 0, false},  {16, 0, false}, {5, 3, false}, {-1, 7, false},
                                                 {64, -1, false}, {9, 4, true},   {-1, 0, false}};
