@@ -723,6 +723,19 @@ TEST_CASE("step07 deterministic backward: two runs bit for bit; dK, dV = the def
       }
 }
 
+// The deterministic mode's dK and dV against the default's: the same sums in the same order,
+// bit for bit — unless the default split the groups into shares (backward_parts: too few tiles
+// of whole groups), whose dK and dV meet in fp32 in no fixed order.
+namespace {
+void check_shares(const Problem& p, const Grads& det, const Grads& g) {
+  const int parts = step07::backward_parts(p, false);
+  INFO("the default's shares of a group: " << parts);
+  const Tolerance& t = parts > 1 ? reorder(p.dtype) : tol::kBitExact;
+  FA_CHECK_CLOSE("dK, deterministic vs the default", det.dk, g.dk, t, test::shape_kv(p));
+  FA_CHECK_CLOSE("dV, deterministic vs the default", det.dv, g.dv, t, test::shape_kv(p));
+}
+}  // namespace
+
 // Grouped K/V heads on the GPU: the forward reads K/V head bh / G; a backward tile owns a
 // key block of a K/V head and walks the query blocks of its G query heads, dK and dV summed
 // in registers. Against the budgets and the model, and against the same kernels on K and V
@@ -749,8 +762,7 @@ TEST_CASE("step07 kernels with grouped K/V heads (groups 1, 2, 4, 8 and H), forw
         if (N <= 1000 && !test::quick()) check_grad_budget(p, in, dout, g, "kernel");
         check_grads_close("vs the model", p, g, step07::model_backward(p, in, fwd, dout).grads, reorder(p.dtype));
         const Grads det = gpu::backward(step07::kBackwardDeterministic, p, in, fwd, dout);
-        FA_CHECK_CLOSE("dK, deterministic vs the default", det.dk, g.dk, tol::kBitExact, test::shape_kv(p));
-        FA_CHECK_CLOSE("dV, deterministic vs the default", det.dv, g.dv, tol::kBitExact, test::shape_kv(p));
+        check_shares(p, det, g);
       }
 }
 
@@ -780,8 +792,7 @@ TEST_CASE("step07 kernels with a sliding window: the budgets, the model, both mo
           const Grads det = gpu::backward(step07::kBackwardDeterministic, p, in, fwd, dout);
           const Grads again = gpu::backward(step07::kBackwardDeterministic, p, in, fwd, dout);
           check_grads_close("deterministic, run 2 vs run 1", p, again, det, tol::kBitExact);
-          FA_CHECK_CLOSE("dK, deterministic vs the default", det.dk, g.dk, tol::kBitExact, test::shape_kv(p));
-          FA_CHECK_CLOSE("dV, deterministic vs the default", det.dv, g.dv, tol::kBitExact, test::shape_kv(p));
+          check_shares(p, det, g);
         }
 }
 

@@ -10,9 +10,13 @@
 // that kernel.
 //
 // The grid is persistent: a block an SM, each taking tile after tile — a tile is K/V block
-// j of one head — from a counter (next_tile), until none is left (the deterministic mode: a
-// block a tile). With the causal mask the tiles go heaviest first across sections of heads
-// (backward_order, tile_order), so that the last handed out are the cheapest. For a tile
+// j of one K/V head, visiting the query blocks of each query head of its group (dK_j and dV_j
+// summed over them in registers) — from a counter (next_tile), until none is left (the
+// deterministic mode: a block a tile). Where a group's tiles are too few to fill the GPU, its
+// query heads go to shares, a tile each, whose dK_j and dV_j meet in fp32 sums (RED) turned
+// into 16 bits by a fourth kernel (backward_parts). With the causal mask the tiles go
+// heaviest first across sections of heads (backward_order, tile_order), so that the last
+// handed out are the cheapest. For a tile
 // (128 keys), a block visits the query blocks 96 queries at a time at d = 64, 80 at
 // d = 128, and is 3 warpgroups:
 //   producer (warpgroup 0)
@@ -54,8 +58,9 @@
 // starts at the same (the last) query block, so in the deterministic mode no block waits
 // long for the ones before it.
 // Epilogue of a tile: dK (×scale) and dV in 16 bits through K_j's and V_j's buffers and
-// TMA stores, the buffers handed back to the producer (kv_empty) for the next tile's K and V;
-// the next tile's first query blocks have been loading meanwhile.
+// TMA stores (a share: added from registers into the sums), the buffers handed back to the
+// producer (kv_empty) for the next tile's K and V; the next tile's first query blocks have
+// been loading meanwhile.
 //
 // At d = 256 (dkdv_wide_kernel, below the first) the block owns 64 keys, and the two
 // consumers split the columns of dK and dV instead of the keys; each consumer leaves two dQ
@@ -178,9 +183,12 @@ FA_HD constexpr bool dq_transposed(int queries) { return queries != kRowsPerCons
 
 struct BwdParams {
   int N, Np, q_blocks;
-  int group;           // G = H/H_kv: the query heads of a K/V head, which its tiles visit in turn
-  TileOrder schedule;  // the order of the T_c·B·H_kv tiles (BwdTile): blocks = T_c
-  int tiles;           // T_c·B·H_kv
+  // A tile's unit: `walk` query heads of one K/V head, which it visits in turn — the whole group
+  // (walk = G, parts = 1), or one of `parts` shares of it (walk = G/parts) where the group's
+  // tiles would be too few to fill the GPU (backward_parts).
+  int walk, parts;
+  TileOrder schedule;  // the order of the T_c·B·H_kv·parts tiles (BwdTile): blocks = T_c
+  int tiles;           // T_c·B·H_kv·parts
   float scale;
   bool deterministic;
   Band band;  // the scores a query keeps: the causal mask, a window (step07.hpp)
@@ -188,15 +196,16 @@ struct BwdParams {
   float* dq_acc;           // [B·H][q_blocks][kD/64][a piece: chunk_floats(queries a step)]
   int* order;              // [B·H][q_blocks]: key blocks that have added into query block i
   int* taken;              // tiles taken past the grid's first (next_tile), zeroed by the preprocess
+  float *dk_acc, *dv_acc;  // parts > 1: [B·H_kv][N][d], the shares' dK (×scale) and dV added in fp32
 };
 
-/// The dK/dV kernels' tiles — key block j of K/V head kvh — in the order the blocks take them
+/// The dK/dV kernels' tiles — key block j of unit u — in the order the blocks take them
 /// (prm.schedule, a TileOrder: step07.hpp): a head's p-th tile is its key block j = p, so
 /// that with the causal mask the key blocks with the most query blocks to visit come first
 /// (across sections of heads), and in the deterministic mode a tile waits only on tiles taken
 /// before it.
 struct BwdTile {
-  int j, kvh;
+  int j, unit;
 };
 /// A tile as a block's producer tells the block of it (TileRing): its index head after head,
 /// bh·T_c + j — so that only the producer works out the sections' order (prm.schedule.at,
@@ -215,12 +224,12 @@ __device__ __forceinline__ QRange q_range(const BwdParams& prm, int j) {
   const int k0 = j * kKeys, k1 = (k0 + kKeys < prm.N ? k0 + kKeys : prm.N) - 1;
   return {prm.band.first_row(k0) / kQi, prm.band.last_row(k1, prm.N) / kQi};
 }
-/// Steps of key block j's tile: the query blocks of each of its K/V head's G query heads, so
-/// that dK_j and dV_j sum over the group in registers and are written once.
+/// Steps of key block j's tile: the query blocks of each query head of its unit, so that dK_j
+/// and dV_j sum over the unit's heads in registers.
 template <int kQi, int kKeys>
 __device__ __forceinline__ int bwd_steps(const BwdParams& prm, int j) {
   const QRange r = q_range<kQi, kKeys>(prm, j);
-  return prm.group * (r.last - r.first + 1);
+  return prm.walk * (r.last - r.first + 1);
 }
 /// Query block i of a head at step `it` of key block j's tile (the consumers' StepWalk::i,
 /// worked out again each step: fewer registers held across the step than the walk's).
@@ -230,12 +239,12 @@ __device__ __forceinline__ int step_block(const BwdParams& prm, int j, int it) {
   return r.last - it % (r.last - r.first + 1);
 }
 /// A tile's steps in order: query block i of query head qh, each head's blocks last to first
-/// (with the mask every key block starts at the last query block), the group's heads in turn.
+/// (with the mask every key block starts at the last query block), the unit's heads in turn.
 /// Two counters, no division: the producer and dQ's writer run on a producer's 24 registers.
 struct StepWalk {
-  int i, qh, first, last, end;  // end: the head after the group's last
-  __device__ StepWalk(QRange r, int first_head, int group)
-      : i(r.last), qh(first_head), first(r.first), last(r.last), end(first_head + group) {}
+  int i, qh, first, last, end;  // end: the head after the unit's last
+  __device__ StepWalk(const BwdParams& prm, QRange r, int unit)
+      : i(r.last), qh(unit * prm.walk), first(r.first), last(r.last), end(qh + prm.walk) {}
   __device__ bool done() const { return qh == end; }
   __device__ void next() {
     if (i == first) {
@@ -275,8 +284,8 @@ __device__ void write_dq(const BwdParams& prm, const TileRing& ring, const float
   for (int n = 0;; ++n) {
     const int tile = ring.take(n);
     if (tile >= prm.tiles) break;
-    const auto [j, kvh] = bwd_tile(prm, tile);
-    StepWalk walk(q_range<kQi, kKeys>(prm, j), kvh * prm.group, prm.group);
+    const auto [j, unit] = bwd_tile(prm, tile);
+    StepWalk walk(prm, q_range<kQi, kKeys>(prm, j), unit);
     for (; !walk.done(); walk.next(), ++done) {
       const int step = done, i = walk.i, qh = walk.qh;
       // This writer's first panel of the step (every kWriters-th after it is its too), or none.
@@ -332,6 +341,27 @@ __device__ __forceinline__ void store_dkdv(unsigned char* dk_tile, unsigned char
       *reinterpret_cast<std::uint32_t*>(dk_tile + at) =
           mma::Mma<T>::pack(scale * dk[4 * n + 2 * h], scale * dk[4 * n + 2 * h + 1]);
       *reinterpret_cast<std::uint32_t*>(dv_tile + at) = mma::Mma<T>::pack(dv[4 * n + 2 * h], dv[4 * n + 2 * h + 1]);
+    }
+  }
+}
+
+/// A share of a group (parts > 1): its dK_j (×scale) and dV_j, fp32 registers as store_dkdv
+/// takes them (key key0 + 8h, column col0 + 8n + 2t + e of a head of kD columns), added into
+/// the sums of K/V head kvh by vector reductions (atomicAdd of a float2, its value unread:
+/// RED); keys past N dropped.
+template <int kD, int kCols>
+__device__ __forceinline__ void add_dkdv(const BwdParams& prm, const float (&dk)[kCols / 2],
+                                         const float (&dv)[kCols / 2], int kvh, int key0, int col0, int t) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int key = key0 + 8 * h;
+    if (key >= prm.N) continue;
+    const std::size_t at = (std::size_t(kvh) * prm.N + key) * kD + col0 + 2 * t;
+#pragma unroll
+    for (int n = 0; n < kCols / 8; ++n) {
+      atomicAdd(reinterpret_cast<float2*>(prm.dk_acc + at + 8 * n),
+                make_float2(prm.scale * dk[4 * n + 2 * h], prm.scale * dk[4 * n + 2 * h + 1]));
+      atomicAdd(reinterpret_cast<float2*>(prm.dv_acc + at + 8 * n), make_float2(dv[4 * n + 2 * h], dv[4 * n + 2 * h + 1]));
     }
   }
 }
@@ -430,8 +460,9 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
           ring.publish(n, prm.tiles);
           break;
         }
-        const auto [j, kvh] = tell_tile(prm.schedule, ring, n, taken);  // key block j: the head's j-th tile
-        StepWalk walk(q_range<kQi, kBc>(prm, j), kvh * prm.group, prm.group);
+        const auto [j, unit] = tell_tile(prm.schedule, ring, n, taken);  // key block j: the unit's j-th tile
+        StepWalk walk(prm, q_range<kQi, kBc>(prm, j), unit);
+        const int kvh = unit / prm.parts;
         if (n > 0) {  // a later tile: its first query blocks load as their stages free, under the last tile's epilogue,
           for (int k = 0; k < kStages && !walk.done(); ++k) load_q(walk);
           wait(bars.kv_empty, (n - 1) % 2);  // and K_j, V_j once that epilogue has stored dK, dV out of their buffers
@@ -468,7 +499,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   for (int n = 0, done = 0;; ++n) {  // done: the block's steps before this tile (the stages' ring and dQ's pieces)
     const int tile = ring.take(n);
     if (tile >= prm.tiles) break;
-    const auto [j, kvh] = bwd_tile(prm, tile);
+    const auto [j, unit] = bwd_tile(prm, tile);
     const int k0 = j * kBc, steps = bwd_steps<kQi, kBc>(prm, j);
     const int key0 = k0 + kRowsPerConsumer * c + 16 * warp + g;  // this thread's keys: key0, key0 + 8
     wait(bars.kv_full, n % 2);
@@ -622,17 +653,22 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     // query blocks), out by TMA; keys past N dropped by the map. K/V's buffers are handed
     // back to the producer once the stores have read them.
     named_sync(kEpilogueBar, 128 * kBwdConsumers);
-    unsigned char* dk_tile = smem + L::k + c * L::kKVBytes / 2;
-    unsigned char* dv_tile = smem + L::v + c * L::kKVBytes / 2;
-    store_dkdv<T, kD>(dk_tile, dv_tile, dk, dv, prm.scale, 0, warp, g, t);
-    cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
-    named_sync(epilogue_bar(c), 128);
-    if (tid == 0) {
-      store_tile(&dk_map, dk_tile, k0 + kRowsPerConsumer * c, kvh);
-      store_tile(&dv_map, dv_tile, k0 + kRowsPerConsumer * c, kvh);
-      cuda::ptx::cp_async_bulk_commit_group();
-      cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
-      arrive(bars.kv_empty);
+    if (prm.parts > 1) {  // a share of the group: into the fp32 sums, from registers (K/V's buffers are free)
+      if (tid == 0) arrive(bars.kv_empty);
+      add_dkdv<kD, kD>(prm, dk, dv, unit / prm.parts, key0, 0, t);
+    } else {
+      unsigned char* dk_tile = smem + L::k + c * L::kKVBytes / 2;
+      unsigned char* dv_tile = smem + L::v + c * L::kKVBytes / 2;
+      store_dkdv<T, kD>(dk_tile, dv_tile, dk, dv, prm.scale, 0, warp, g, t);
+      cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+      named_sync(epilogue_bar(c), 128);
+      if (tid == 0) {
+        store_tile(&dk_map, dk_tile, k0 + kRowsPerConsumer * c, unit);  // unit = K/V head
+        store_tile(&dv_map, dv_tile, k0 + kRowsPerConsumer * c, unit);
+        cuda::ptx::cp_async_bulk_commit_group();
+        cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
+        arrive(bars.kv_empty);
+      }
     }
     done += steps;
   }
@@ -743,8 +779,9 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
           ring.publish(n, prm.tiles);
           break;
         }
-        const auto [j, kvh] = tell_tile(prm.schedule, ring, n, taken);  // key block j: the head's j-th tile
-        StepWalk walk(q_range<kQ, kWideKeys>(prm, j), kvh * prm.group, prm.group);
+        const auto [j, unit] = tell_tile(prm.schedule, ring, n, taken);  // key block j: the unit's j-th tile
+        StepWalk walk(prm, q_range<kQ, kWideKeys>(prm, j), unit);
+        const int kvh = unit / prm.parts;
         if (n > 0) {  // as dkdv_kernel, but one query block ahead: dO_i has one stage, and the second
           load_q(walk);  // would wait for the consumers to take the first, which needs K_j, V_j
           wait(bars.kv_empty, (n - 1) % 2);
@@ -777,7 +814,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   for (int n = 0, done = 0;; ++n) {  // done: the block's steps before this tile
     const int tile = ring.take(n);
     if (tile >= prm.tiles) break;
-    const auto [j, kvh] = bwd_tile(prm, tile);
+    const auto [j, unit] = bwd_tile(prm, tile);
     const int k0 = j * kWideKeys, steps = bwd_steps<kQ, kWideKeys>(prm, j);
     const int key0 = k0 + 16 * warp + g;  // this thread's keys: key0, key0 + 8
     wait(bars.kv_full, n % 2);
@@ -894,17 +931,22 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     // (K/V's buffers, free once both are past their last products), out by TMA from one
     // thread, which then hands the buffers back to the producer.
     named_sync(kEpilogueBar, 128 * kBwdConsumers);
-    unsigned char* dk_tile = smem + L::k;
-    unsigned char* dv_tile = smem + L::v;
-    store_dkdv<T, kWideD / 2>(dk_tile, dv_tile, dk, dv, prm.scale, kWideD / 2 * c, warp, g, t);
-    cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
-    named_sync(kEpilogueBar, 128 * kBwdConsumers);
-    if (threadIdx.x == 128) {
-      store_tile(&dk_map, dk_tile, k0, kvh);
-      store_tile(&dv_map, dv_tile, k0, kvh);
-      cuda::ptx::cp_async_bulk_commit_group();
-      cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
-      arrive(bars.kv_empty);
+    if (prm.parts > 1) {  // as dkdv_kernel: a share of the group, into the fp32 sums
+      if (threadIdx.x == 128) arrive(bars.kv_empty);
+      add_dkdv<kWideD, kWideD / 2>(prm, dk, dv, unit / prm.parts, key0, kWideD / 2 * c, t);
+    } else {
+      unsigned char* dk_tile = smem + L::k;
+      unsigned char* dv_tile = smem + L::v;
+      store_dkdv<T, kWideD / 2>(dk_tile, dv_tile, dk, dv, prm.scale, kWideD / 2 * c, warp, g, t);
+      cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+      named_sync(kEpilogueBar, 128 * kBwdConsumers);
+      if (threadIdx.x == 128) {
+        store_tile(&dk_map, dk_tile, k0, unit);  // unit = K/V head
+        store_tile(&dv_map, dv_tile, k0, unit);
+        cuda::ptx::cp_async_bulk_commit_group();
+        cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
+        arrive(bars.kv_empty);
+      }
     }
     done += steps;
   }
@@ -953,27 +995,66 @@ __global__ void __launch_bounds__(256) convert_kernel(int N, int d, int q_blocks
 #endif
 }
 
+/// Where a group's shares add their dK and dV (parts > 1): dK and dV in 16 bits from the fp32
+/// sums (dK's already × scale), two values a thread.
+template <class T>
+__global__ void __launch_bounds__(256) convert_dkdv_kernel(std::size_t pairs, const float2* __restrict__ dk_acc,
+                                                           const float2* __restrict__ dv_acc,
+                                                           std::uint32_t* __restrict__ dk, std::uint32_t* __restrict__ dv) {
+#if FA_SM90A
+  cudaGridDependencySynchronize();  // launched early: the dK/dV kernel's sums complete
+  for (std::size_t x = blockIdx.x * std::size_t(256) + threadIdx.x; x < pairs; x += std::size_t(gridDim.x) * 256) {
+    const float2 a = dk_acc[x], b = dv_acc[x];
+    dk[x] = mma::Mma<T>::pack(a.x, a.y);
+    dv[x] = mma::Mma<T>::pack(b.x, b.y);
+  }
+#endif
+}
+
 /// Query rows a head's statistics and dQ accumulator take: N rounded up to the step's queries.
 int padded(int N, int queries) { return tiles::q_blocks(N, queries) * queries; }
 
+}  // namespace
+
+/// Whole groups make T_c·B·H_kv tiles. With the causal mask they run from G·T_r steps down to
+/// G, and it takes some four waves of them for the tail to even out; without it they are equal,
+/// and half a wave still beats halving each tile (two waves of half tiles take as long as one
+/// of whole ones). Where the tiles fall short, a group's G query heads go to the fewest shares,
+/// dividing G, that make enough (or G): each share a tile, their dK and dV met in fp32 sums.
+int backward_parts(const Problem& p, bool deterministic) {
+  const int G = p.group();
+  if (deterministic || G == 1) return 1;
+  const long long whole = static_cast<long long>(tiles::kv_blocks(p.N, backward_keys(p.d))) * p.kv_heads();
+  const long long want = p.causal ? 4LL * gpu::sm_count() : gpu::sm_count() / 2;
+  for (int parts = 1; parts < G; ++parts)
+    if (G % parts == 0 && whole * parts >= want) return parts;
+  return G;
+}
+
+namespace {
+
 struct BwdWorkspace {
+  float *dk_acc, *dv_acc;  // parts > 1 only: [B·H_kv][N][d] each, first (8-byte aligned for their RED.64)
   float *dq_acc, *l2, *dsum;
   int *order, *taken;
 };
-BwdWorkspace carve(const Problem& p, void* ws, int queries) {
-  const std::size_t np = p.heads() * std::size_t(padded(p.N, queries));
-  float* base = static_cast<float*>(ws);
+BwdWorkspace carve(const Problem& p, void* ws, int queries, int parts) {
+  const std::size_t np = p.heads() * std::size_t(padded(p.N, queries)), kv = parts > 1 ? p.kv_elems() : 0;
+  float* base = static_cast<float*>(ws) + 2 * kv;
   int* order = reinterpret_cast<int*>(base + np * (p.d + 2));
-  return {base, base + np * p.d, base + np * (p.d + 1), order, order + p.heads() * tiles::q_blocks(p.N, queries)};
+  return {static_cast<float*>(ws), static_cast<float*>(ws) + kv, base, base + np * p.d, base + np * (p.d + 1), order,
+          order + p.heads() * tiles::q_blocks(p.N, queries)};
 }
 std::size_t workspace_bytes(const Problem& p) {
   const int queries = backward_queries(p.d);
   const std::size_t np = p.heads() * std::size_t(padded(p.N, queries));
-  return np * (p.d + 2) * sizeof(float) + (p.heads() * tiles::q_blocks(p.N, queries) + 1) * sizeof(int);
+  const std::size_t kv = backward_parts(p, false) > 1 ? 2 * p.kv_elems() : 0;  // the default's; in order: none
+  return (kv + np * (p.d + 2)) * sizeof(float) + (p.heads() * tiles::q_blocks(p.N, queries) + 1) * sizeof(int);
 }
 constexpr const char* kWorkspace =
     "the fp32 dQ accumulator, D and L·log2 e (B·H·Np·(d + 2) floats, Np = N rounded up to the queries of a "
-    "step: 96 at d = 64, 80 at d = 128, 64 at d = 256), a counter per query block and the tile counter";
+    "step: 96 at d = 64, 80 at d = 128, 64 at d = 256), a counter per query block and the tile counter; with "
+    "grouped heads split into shares, fp32 sums of dK and dV (2·B·H_kv·N·d floats)";
 
 /// The dK/dV kernel of a head dimension, and its shared memory.
 template <class T, int kD>
@@ -987,12 +1068,12 @@ struct DkdvKernel<T, kWideD> {
   static constexpr std::size_t smem = WideSmem::bytes + 1024;
 };
 
-/// The order of the backward's tiles, key blocks of `keys` keys of the B·H_kv K/V heads
-/// (TileOrder, step07.hpp): a K/V head's tiles share its G query heads' Q and dO (16-bit) and
-/// fp32 dQ accumulators, 8·N·d·G bytes.
-TileOrder backward_order(const Problem& p, int keys) {
-  return tile_order(tiles::kv_blocks(p.N, keys), int(p.kv_heads()), p.causal, 8.0 * p.N * p.d * p.group(),
-                    double(gpu::l2_bytes()), gpu::sm_count());
+/// The order of the backward's tiles, key blocks of `keys` keys of the B·H_kv·parts units
+/// (TileOrder, step07.hpp): a unit's tiles share its G/parts query heads' Q and dO (16-bit)
+/// and fp32 dQ accumulators, 8·N·d·G/parts bytes.
+TileOrder backward_order(const Problem& p, int keys, int parts) {
+  return tile_order(tiles::kv_blocks(p.N, keys), int(p.kv_heads()) * parts, p.causal,
+                    8.0 * p.N * p.d * (p.group() / parts), double(gpu::l2_bytes()), gpu::sm_count());
 }
 
 /// The three kernels. `deterministic`: dQ's pieces added in key-block order, on a grid of a
@@ -1004,10 +1085,12 @@ void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool d
   using K = DkdvKernel<T, kD>;
   constexpr int kKeys = backward_keys(kD), kQi = backward_queries(kD);
   static_assert(K::smem <= kBlockSmemBytes, "a block's shared memory on sm_90");
-  const BwdWorkspace w = carve(p, ws, kQi);
+  const int parts = backward_parts(p, deterministic);
+  const BwdWorkspace w = carve(p, ws, kQi, parts);
   const int N = p.N, Np = padded(N, kQi), qb = tiles::q_blocks(N, kQi);
   const std::size_t heads = p.heads();
   if (deterministic) FA_CUDA_CHECK(cudaMemsetAsync(w.order, 0, heads * qb * sizeof(int), s));  // read only there
+  if (parts > 1) FA_CUDA_CHECK(cudaMemsetAsync(w.dk_acc, 0, 2 * p.kv_elems() * sizeof(float), s));  // dK's, dV's sums
   // The preprocess zeroes the dQ accumulator and the tile counter (next_tile: a persistent grid's).
   const int rows = int(heads) * Np;  // the accumulator is rows × kD floats: preprocess zeroes it row by row
   step06::preprocess_kernel<T, kD><<<(rows + 7) / 8, 256, 0, s>>>(N, Np, rows, static_cast<const T*>(a.o),
@@ -1017,12 +1100,13 @@ void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool d
 
   auto map = [&](const void* x, int box) { return make_tile_map(x, p.dtype, N, heads, kD, box); };
   auto kv_map = [&](const void* x, int box) { return make_tile_map(x, p.dtype, N, p.kv_heads(), kD, box); };
-  const TileOrder schedule = backward_order(p, kKeys);
+  const TileOrder schedule = backward_order(p, kKeys, parts);
   const int tile_count = schedule.tiles();
   const BwdParams prm{.N = N,
                       .Np = Np,
                       .q_blocks = qb,
-                      .group = p.group(),
+                      .walk = p.group() / parts,
+                      .parts = parts,
                       .schedule = schedule,
                       .tiles = tile_count,
                       .scale = p.softmax_scale(),
@@ -1032,7 +1116,9 @@ void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool d
                       .dsum = w.dsum,
                       .dq_acc = w.dq_acc,
                       .order = w.order,
-                      .taken = w.taken};
+                      .taken = w.taken,
+                      .dk_acc = w.dk_acc,
+                      .dv_acc = w.dv_acc};
   set_smem_limit(K::kernel, K::smem);
   const int grid = deterministic ? tile_count : std::min(tile_count, gpu::sm_count());  // a block a tile, or an SM
   launch_early(true, K::kernel, dim3(unsigned(grid)), dim3(128 * (1 + kBwdConsumers)), K::smem, s, map(a.q, kQi),
@@ -1042,6 +1128,13 @@ void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool d
   const unsigned pieces = unsigned(heads * qb * (kD / kPanel));
   launch_early(true, convert_kernel<T, kQi>, dim3(pieces), dim3(256), 0, s, N, kD, qb, p.softmax_scale(),
                static_cast<const float*>(w.dq_acc), static_cast<T*>(a.dq));
+  if (parts > 1) {
+    const std::size_t pairs = p.kv_elems() / 2;
+    const unsigned blocks = unsigned(std::min<std::size_t>((pairs + 255) / 256, 8 * std::size_t(gpu::sm_count())));
+    launch_early(true, convert_dkdv_kernel<T>, dim3(blocks), dim3(256), 0, s, pairs,
+                 reinterpret_cast<const float2*>(w.dk_acc), reinterpret_cast<const float2*>(w.dv_acc),
+                 static_cast<std::uint32_t*>(a.dk), static_cast<std::uint32_t*>(a.dv));
+  }
 }
 
 template <int kD>

@@ -232,6 +232,10 @@ extern const GpuForward kForward;
 extern const GpuBackward kBackward;
 /// The same kernels with dQ added in key-block order, a block a tile: two runs, the same bits.
 extern const GpuBackward kBackwardDeterministic;
+/// The shares the backward splits a group's query heads into (1: a tile walks them all, dK and
+/// dV summed in registers; more where the groups' tiles are too few for the GPU, each share's
+/// dK and dV added in fp32 in no fixed order; always 1 in the deterministic mode). Needs a GPU.
+int backward_parts(const Problem& p, bool deterministic);
 /// The forward rows of note 07's table, h1, h2, h3, h4, h7, h9 (versions_forward.cu).
 constexpr int kForwardVersionCount = 6;
 extern const GpuForward kForwardVersions[kForwardVersionCount];
