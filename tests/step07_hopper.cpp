@@ -354,8 +354,8 @@ TEST_CASE("a window's band, written out: which keys each query sees", "[cpu]") {
 // (a block it passes over is not masked at all).
 TEST_CASE("step07 kernels' band: the causal mask and the window as diagonals lo..hi", "[cpu]") {
   for (int N : {1, 7, 20, 33})
-    for (int left : {-1, 0, 1, 3, 30})
-      for (int right : {-1, 0, 2, 30})
+    for (int left : {-1, 0, 1, 3, 30, 1 << 30})  // 2^30: the widest side Problem takes
+      for (int right : {-1, 0, 2, 30, 1 << 30})
         for (bool causal : {false, true}) {
           const Problem q = windowed(left, right, make(1, 1, N, 64, causal));
           const step07::Band band = step07::band_of(q);
@@ -738,7 +738,7 @@ void check_shares(const Problem& p, const Grads& det, const Grads& g) {
 
 // Grouped K/V heads on the GPU: the forward reads K/V head bh / G; a backward tile owns a
 // key block of a K/V head and walks the query blocks of its G query heads, dK and dV summed
-// in registers. Against the budgets and the model, and against the same kernels on K and V
+// in registers (where the groups' tiles are too few, of a share of them: check_shares). Against the budgets and the model, and against the same kernels on K and V
 // repeated for every query head: the forward bit for bit (the same loads, the same sums);
 // in the deterministic mode dQ bit for bit (a query block's pieces in key-block order either
 // way), and with dO zero but for one head of each group, dK and dV those of that head alone.

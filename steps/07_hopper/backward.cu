@@ -4,10 +4,11 @@
 //
 // Three kernels, as in step 06: its preprocess (D = rowsum(dO∘O), L·log2 e, padded
 // per head to a multiple of 64 rows), the dK/dV kernel below, and a convert kernel
-// (dQ = scale·accumulator in 16 bits). The preprocess also zeroes the fp32 dQ accumulator,
-// and the dK/dV and convert kernels are launched early (launch_early): each one's launch,
-// and whatever it does before it needs the output of the kernel ahead of it, runs under
-// that kernel.
+// (dQ = scale·accumulator in 16 bits); a fourth converts dK and dV where a group's query
+// heads are split into shares (below). The preprocess also zeroes the fp32 dQ accumulator,
+// and the kernels after it are launched early (launch_early): each one's launch, and
+// whatever it does before it needs the output of the kernel ahead of it, runs under that
+// kernel.
 //
 // The grid is persistent: a block an SM, each taking tile after tile — a tile is K/V block
 // j of one K/V head, visiting the query blocks of each query head of its group (dK_j and dV_j
@@ -101,8 +102,9 @@ struct BwdSmem {
   static constexpr int bytes = tiles + TileRing::kBytes;                          ///< + 1024 for alignment
 };
 
-/// The mbarriers: K/V's "full" (copies done) and "empty" (both consumers' dK and dV, staged
-/// in K/V's buffers, stored out: one arrival a consumer); per stage "full" and "empty" (every
+/// The mbarriers: K/V's "full" (copies done) and "empty" (both consumers done with K/V's
+/// buffers — dK and dV staged there and stored out, or a share's added from registers: one
+/// arrival a consumer); per stage "full" and "empty" (every
 /// consumer thread done with it: each read L_i, D_i itself); per consumer "dq_full" (its dQ
 /// piece staged) and "dq_empty" (the writer's bulk reduction has read it).
 struct BwdBarriers {
@@ -200,15 +202,15 @@ struct BwdParams {
 };
 
 /// The dK/dV kernels' tiles — key block j of unit u — in the order the blocks take them
-/// (prm.schedule, a TileOrder: step07.hpp): a head's p-th tile is its key block j = p, so
+/// (prm.schedule, a TileOrder: step07.hpp): a unit's p-th tile is its key block j = p, so
 /// that with the causal mask the key blocks with the most query blocks to visit come first
 /// (across sections of heads), and in the deterministic mode a tile waits only on tiles taken
 /// before it.
 struct BwdTile {
   int j, unit;
 };
-/// A tile as a block's producer tells the block of it (TileRing): its index head after head,
-/// bh·T_c + j — so that only the producer works out the sections' order (prm.schedule.at,
+/// A tile as a block's producer tells the block of it (TileRing): its index unit after unit,
+/// u·T_c + j — so that only the producer works out the sections' order (prm.schedule.at,
 /// from the position it took: blockIdx.x, then next_tile); past the last, prm.tiles.
 __device__ __forceinline__ BwdTile bwd_tile(const BwdParams& prm, int tile) {
   return {tile % prm.schedule.blocks, tile / prm.schedule.blocks};
@@ -465,7 +467,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
         const int kvh = unit / prm.parts;
         if (n > 0) {  // a later tile: its first query blocks load as their stages free, under the last tile's epilogue,
           for (int k = 0; k < kStages && !walk.done(); ++k) load_q(walk);
-          wait(bars.kv_empty, (n - 1) % 2);  // and K_j, V_j once that epilogue has stored dK, dV out of their buffers
+          wait(bars.kv_empty, (n - 1) % 2);  // and K_j, V_j once that epilogue is done with their buffers
         }
         arrive_expecting(bars.kv_full, 2 * L::kKVBytes);
         load_tile(&k_map, smem + L::k, bars.kv_full, j * kBc, kvh);
@@ -651,9 +653,13 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     // Epilogue: dK = scale·Σ dSᵀ·Q and dV in 16 bits, into K/V's buffers (free once both
     // consumers are past their last products; the stages already hold the next tile's
     // query blocks), out by TMA; keys past N dropped by the map. K/V's buffers are handed
-    // back to the producer once the stores have read them.
+    // back to the producer once the stores have read them. A share adds its dK and dV
+    // into the fp32 sums from registers instead, and hands the buffers back first.
     named_sync(kEpilogueBar, 128 * kBwdConsumers);
-    if (prm.parts > 1) {  // a share of the group: into the fp32 sums, from registers (K/V's buffers are free)
+    if (prm.parts > 1) {
+      // At d = 64 K_c and V_c were read by plain loads: fenced before TMA writes the next K, V there.
+      cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+      named_sync(epilogue_bar(c), 128);
       if (tid == 0) arrive(bars.kv_empty);
       add_dkdv<kD, kD>(prm, dk, dv, unit / prm.parts, key0, 0, t);
     } else {
@@ -720,7 +726,7 @@ struct WideBarriers {
         dq_empty(dq_full + kBwdConsumers) {}
   __device__ void init() {
     cuda::ptx::mbarrier_init(kv_full, 1);
-    cuda::ptx::mbarrier_init(kv_empty, 1);  // the one thread that stores dK and dV
+    cuda::ptx::mbarrier_init(kv_empty, 1);  // the one thread that stores dK and dV (or hands a share's buffers back)
     for (int s = 0; s < kStages; ++s) {
       cuda::ptx::mbarrier_init(&q_full[s], 1);
       cuda::ptx::mbarrier_init(&q_empty[s], 128 * kBwdConsumers);
@@ -932,6 +938,8 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     // thread, which then hands the buffers back to the producer.
     named_sync(kEpilogueBar, 128 * kBwdConsumers);
     if (prm.parts > 1) {  // as dkdv_kernel: a share of the group, into the fp32 sums
+      cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // K/V read by wgmma only here, but alike
+      named_sync(kEpilogueBar, 128 * kBwdConsumers);
       if (threadIdx.x == 128) arrive(bars.kv_empty);
       add_dkdv<kWideD, kWideD / 2>(prm, dk, dv, unit / prm.parts, key0, kWideD / 2 * c, t);
     } else {
@@ -1002,7 +1010,7 @@ __global__ void __launch_bounds__(256) convert_dkdv_kernel(std::size_t pairs, co
                                                            const float2* __restrict__ dv_acc,
                                                            std::uint32_t* __restrict__ dk, std::uint32_t* __restrict__ dv) {
 #if FA_SM90A
-  cudaGridDependencySynchronize();  // launched early: the dK/dV kernel's sums complete
+  cudaGridDependencySynchronize();  // launched early behind dQ's convert kernel, which waits for the sums
   for (std::size_t x = blockIdx.x * std::size_t(256) + threadIdx.x; x < pairs; x += std::size_t(gridDim.x) * 256) {
     const float2 a = dk_acc[x], b = dv_acc[x];
     dk[x] = mma::Mma<T>::pack(a.x, a.y);
@@ -1034,12 +1042,12 @@ int backward_parts(const Problem& p, bool deterministic) {
 namespace {
 
 struct BwdWorkspace {
-  float *dk_acc, *dv_acc;  // parts > 1 only: [B·H_kv][N][d] each, first (8-byte aligned for their RED.64)
+  float *dk_acc, *dv_acc;  // grouped heads only: [B·H_kv][N][d] each, first (8-byte aligned for their RED.64)
   float *dq_acc, *l2, *dsum;
   int *order, *taken;
 };
-BwdWorkspace carve(const Problem& p, void* ws, int queries, int parts) {
-  const std::size_t np = p.heads() * std::size_t(padded(p.N, queries)), kv = parts > 1 ? p.kv_elems() : 0;
+BwdWorkspace carve(const Problem& p, void* ws, int queries) {
+  const std::size_t np = p.heads() * std::size_t(padded(p.N, queries)), kv = p.group() > 1 ? p.kv_elems() : 0;
   float* base = static_cast<float*>(ws) + 2 * kv;
   int* order = reinterpret_cast<int*>(base + np * (p.d + 2));
   return {static_cast<float*>(ws), static_cast<float*>(ws) + kv, base, base + np * p.d, base + np * (p.d + 1), order,
@@ -1048,7 +1056,8 @@ BwdWorkspace carve(const Problem& p, void* ws, int queries, int parts) {
 std::size_t workspace_bytes(const Problem& p) {
   const int queries = backward_queries(p.d);
   const std::size_t np = p.heads() * std::size_t(padded(p.N, queries));
-  const std::size_t kv = backward_parts(p, false) > 1 ? 2 * p.kv_elems() : 0;  // the default's; in order: none
+  // The sums wherever a group could be split: not backward_parts, whose answer depends on the GPU the call runs on.
+  const std::size_t kv = p.group() > 1 ? 2 * p.kv_elems() : 0;
   return (kv + np * (p.d + 2)) * sizeof(float) + (p.heads() * tiles::q_blocks(p.N, queries) + 1) * sizeof(int);
 }
 constexpr const char* kWorkspace =
@@ -1076,7 +1085,7 @@ TileOrder backward_order(const Problem& p, int keys, int parts) {
                     8.0 * p.N * p.d * (p.group() / parts), double(gpu::l2_bytes()), gpu::sm_count());
 }
 
-/// The three kernels. `deterministic`: dQ's pieces added in key-block order, on a grid of a
+/// The kernels (a fourth where the groups are split into shares). `deterministic`: dQ's pieces added in key-block order, on a grid of a
 /// block a tile — on the persistent grid a block's writer runs up to a tile behind its
 /// consumers, so a key block's wait for the one before it would also wait for that block's
 /// older tiles (note 07, the deterministic mode).
@@ -1086,7 +1095,7 @@ void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool d
   constexpr int kKeys = backward_keys(kD), kQi = backward_queries(kD);
   static_assert(K::smem <= kBlockSmemBytes, "a block's shared memory on sm_90");
   const int parts = backward_parts(p, deterministic);
-  const BwdWorkspace w = carve(p, ws, kQi, parts);
+  const BwdWorkspace w = carve(p, ws, kQi);
   const int N = p.N, Np = padded(N, kQi), qb = tiles::q_blocks(N, kQi);
   const std::size_t heads = p.heads();
   if (deterministic) FA_CUDA_CHECK(cudaMemsetAsync(w.order, 0, heads * qb * sizeof(int), s));  // read only there
