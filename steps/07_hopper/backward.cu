@@ -234,11 +234,13 @@ __device__ __forceinline__ int bwd_steps(const BwdParams& prm, int j) {
   return prm.walk * (r.last - r.first + 1);
 }
 /// Query block i of a head at step `it` of key block j's tile (the consumers' StepWalk::i,
-/// worked out again each step: fewer registers held across the step than the walk's).
+/// worked out again each step: fewer registers held across the step than the walk's). The
+/// remainder only past the first head: a division each step slowed the consumers (lab: 07_gqa_window).
 template <int kQi, int kKeys>
 __device__ __forceinline__ int step_block(const BwdParams& prm, int j, int it) {
   const QRange r = q_range<kQi, kKeys>(prm, j);
-  return r.last - it % (r.last - r.first + 1);
+  const int span = r.last - r.first + 1;
+  return r.last - (it < span ? it : it % span);
 }
 /// A tile's steps in order: query block i of query head qh, each head's blocks last to first
 /// (with the mask every key block starts at the last query block), the unit's heads in turn.

@@ -42,7 +42,7 @@
 namespace fa::step07 {
 namespace {
 
-template <class T, int kD>
+template <class T, int kD, bool kBanded>
 __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     forward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                    const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
   } else {
     // ---- Consumer warpgroup c: 64 query rows.
     claim_registers<kTile.consumer_regs()>();
-    Consumer<T, kD, kBc, kStages, kConsumers> w(smem, bars, threadIdx.x / 128 - 1, q0, N, scale, band);
+    Consumer<T, kD, kBc, kStages, kConsumers, kBanded> w(smem, bars, threadIdx.x / 128 - 1, q0, N, scale, band);
     const int c = w.c, next = (c + 1) % kConsumers;  // turns go round: 0, 1, (2,) 0, …
 
     // Prologue: the last consumer lets consumer 0 take the first turn; the first block's S and softmax.
@@ -92,21 +92,23 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
 #endif
 }
 
-template <class T, int kD>
+template <class T, int kD, bool kBanded>
 void launch(const Problem& p, const NativeFwdArgs& a, Stream stream) {
   constexpr FwdTile kTile = forward_tile(kD);
   const ForwardMaps m = forward_maps(p, a, kTile.keys);
   const TileOrder order = forward_order(p, kTile.rows());
   const std::size_t smem = Smem<kD, kTile.keys, kTile.stages, kTile.consumers>::bytes + 1024;  // + the base's alignment
-  set_smem_limit(forward_kernel<T, kD>, smem);
-  forward_kernel<T, kD><<<tile_grid(order), kTile.threads(), smem, stream>>>(
+  set_smem_limit(forward_kernel<T, kD, kBanded>, smem);
+  forward_kernel<T, kD, kBanded><<<tile_grid(order), kTile.threads(), smem, stream>>>(
       m.q, m.k, m.v, m.o, a.lse, p.N, p.group(), p.softmax_scale(), band_of(p), order);
   FA_CHECK_LAUNCH();
 }
 
 template <int kD>
 void run_d(const Problem& p, const NativeFwdArgs& a, Stream s) {
-  p.dtype == DType::bf16 ? launch<__nv_bfloat16, kD>(p, a, s) : launch<__half, kD>(p, a, s);
+  with_band(p, [&]<bool kBanded>() {
+    p.dtype == DType::bf16 ? launch<__nv_bfloat16, kD, kBanded>(p, a, s) : launch<__half, kD, kBanded>(p, a, s);
+  });
 }
 
 // ---------------------------------------------------------------------------------
@@ -128,7 +130,7 @@ struct PersistentSmem {
   static constexpr int bytes = q_empty + kTail;  ///< + 1024 for the base's alignment
 };
 
-template <class T, int kD>
+template <class T, int kD, bool kBanded>
 __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     persistent_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                       const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
@@ -193,7 +195,7 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
       const auto [i, bh] = query_tile(tile, q_blocks);
       const int q0 = i * kRows;
       const auto [first, last] = kv_range(band, N, i, kRows, kBc);
-      Consumer<T, kD, kBc, kStages, kConsumers> w(smem, bars, c, q0, N, scale, band);
+      Consumer<T, kD, kBc, kStages, kConsumers, kBanded> w(smem, bars, c, q0, N, scale, band);
 
       // Prologue: the first block's S and softmax.
       wait(bars.q_full, t % 2);
@@ -230,7 +232,7 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
 #endif
 }
 
-template <class T, int kD>
+template <class T, int kD, bool kBanded>
 void launch_persistent(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream stream) {
   constexpr FwdTile kTile = forward_tile(kD);
   using P = PersistentSmem<kD, kTile.keys, kTile.stages, kTile.consumers>;
@@ -240,15 +242,18 @@ void launch_persistent(const Problem& p, const NativeFwdArgs& a, void* workspace
   const int grid = std::min(tile_count, gpu::sm_count());
   int* taken = static_cast<int*>(workspace);  // read only if some block takes a second tile
   if (tile_count > grid) FA_CUDA_CHECK(cudaMemsetAsync(taken, 0, sizeof(int), stream));
-  set_smem_limit(persistent_kernel<T, kD>, P::bytes + 1024);
-  persistent_kernel<T, kD><<<grid, kTile.threads(), P::bytes + 1024, stream>>>(
+  set_smem_limit(persistent_kernel<T, kD, kBanded>, P::bytes + 1024);
+  persistent_kernel<T, kD, kBanded><<<grid, kTile.threads(), P::bytes + 1024, stream>>>(
       m.q, m.k, m.v, m.o, a.lse, p.N, p.group(), p.softmax_scale(), band_of(p), order, taken);
   FA_CHECK_LAUNCH();
 }
 
 template <int kD>
 void run_persistent_d(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
-  p.dtype == DType::bf16 ? launch_persistent<__nv_bfloat16, kD>(p, a, ws, s) : launch_persistent<__half, kD>(p, a, ws, s);
+  with_band(p, [&]<bool kBanded>() {
+    p.dtype == DType::bf16 ? launch_persistent<__nv_bfloat16, kD, kBanded>(p, a, ws, s)
+                           : launch_persistent<__half, kD, kBanded>(p, a, ws, s);
+  });
 }
 static_assert(PersistentSmem<64, 128, 2, 3>::own_o && PersistentSmem<128, 128, 2, 2>::own_o &&
                   !PersistentSmem<256, 80, 2, 2>::own_o &&

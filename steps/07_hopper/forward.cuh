@@ -104,9 +104,16 @@ __device__ __forceinline__ KvRange kv_range(const Band& band, int N, int i, int 
   return {band.first_key(q0) / keys, band.last_key(q1, N) / keys};
 }
 
+/// `f.template operator()<kBanded>()` for p's band. kBanded = false where the band has no edge
+/// (neither causal nor a window): the mask then tests only keys past N, a shorter main loop.
+template <class F>
+void with_band(const Problem& p, F&& f) {
+  band_of(p).open() ? f.template operator()<false>() : f.template operator()<true>();
+}
+
 /// A consumer warpgroup: 64 query rows of the block, their O, m, ℓ in registers.
 /// Thread layout: warp w of the warpgroup owns rows 16w..16w+15, lane = 4g + t.
-template <class T, int kD, int kBc, int kStages, int kConsumers>
+template <class T, int kD, int kBc, int kStages, int kConsumers, bool kBanded>
 struct Consumer {
   using L = Smem<kD, kBc, kStages, kConsumers>;
 
@@ -159,14 +166,15 @@ struct Consumer {
   }
 
   /// The mask, only on blocks where this warp's 16 rows can meet it: the last (keys past N)
-  /// and those across an edge of the band (causal: reaching past the warp's first row).
+  /// and, with a banded kernel, those across an edge of the band (causal: reaching past the
+  /// warp's first row).
   __device__ void mask(int j) {
     const int k0 = j * kBc;
-    if (band.cuts(r0, r0 + 15, k0, k0 + kBc - 1, N)) {
+    if (kBanded ? band.cuts(r0, r0 + 15, k0, k0 + kBc - 1, N) : k0 + kBc > N) {
 #pragma unroll
       for (int x = 0; x < kBc / 2; ++x) {  // x = 4n + 2h + e: row g + 8h, key 8n + 2t + e
         const int row = r0 + g + 8 * (x % 4 / 2), col = k0 + 8 * (x / 4) + 2 * t + x % 2;
-        if (!band.keeps(row, col, N)) s[x] = -INFINITY;
+        if (kBanded ? !band.keeps(row, col, N) : col >= N) s[x] = -INFINITY;
       }
     }
   }

@@ -17,7 +17,7 @@ namespace {
 
 constexpr int kConsumers = kShortRows / kRowsPerConsumer;  // two warpgroups, both computing
 
-template <class T, int kD>
+template <class T, int kD, bool kBanded>
 __global__ void __launch_bounds__(128 * kConsumers, kD == 64 ? 2 : 1)
     short_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                  const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(128 * kConsumers, kD == 64 ? 2 : 1)
   if (threadIdx.x == 0) bars.init(kStages, kConsumers);
   __syncthreads();
 
-  Consumer<T, kD, kBc, kStages, kConsumers> w(smem, bars, threadIdx.x / 128, q0, N, scale, band);
+  Consumer<T, kD, kBc, kStages, kConsumers, kBanded> w(smem, bars, threadIdx.x / 128, q0, N, scale, band);
   // One computing thread issues the copies: Q and the first block first, then block j+1 at the
   // start of block j (once both consumers have released its stage).
   const bool issuer = threadIdx.x == 0;
@@ -68,21 +68,23 @@ __global__ void __launch_bounds__(128 * kConsumers, kD == 64 ? 2 : 1)
 #endif
 }
 
-template <class T, int kD>
+template <class T, int kD, bool kBanded>
 void launch(const Problem& p, const NativeFwdArgs& a, Stream stream) {
   constexpr int kBc = forward_tile(kD).keys;
   const ForwardMaps m = forward_maps(p, a, kBc);
   const TileOrder order = forward_order(p, kShortRows);
   const std::size_t smem = Smem<kD, kBc, 2, kConsumers>::bytes + 1024;  // + the base's alignment
-  set_smem_limit(short_kernel<T, kD>, smem);
-  short_kernel<T, kD><<<tile_grid(order), 128 * kConsumers, smem, stream>>>(
+  set_smem_limit(short_kernel<T, kD, kBanded>, smem);
+  short_kernel<T, kD, kBanded><<<tile_grid(order), 128 * kConsumers, smem, stream>>>(
       m.q, m.k, m.v, m.o, a.lse, p.N, p.group(), p.softmax_scale(), band_of(p), order);
   FA_CHECK_LAUNCH();
 }
 
 template <int kD>
 void run_d(const Problem& p, const NativeFwdArgs& a, Stream s) {
-  p.dtype == DType::bf16 ? launch<__nv_bfloat16, kD>(p, a, s) : launch<__half, kD>(p, a, s);
+  with_band(p, [&]<bool kBanded>() {
+    p.dtype == DType::bf16 ? launch<__nv_bfloat16, kD, kBanded>(p, a, s) : launch<__half, kD, kBanded>(p, a, s);
+  });
 }
 
 static_assert(forward_shape(64, 1024, false).rows == kShortRows && forward_shape(64, 1024, false).keys == 128,

@@ -90,6 +90,8 @@ FA_HD constexpr FwdShape forward_shape(int d, int N, bool causal) {
 struct Band {
   static constexpr int kOpen = 1 << 30;  ///< past every diagonal (Problem caps a window's sides there)
   int lo = -kOpen, hi = kOpen;
+  /// No edge: every row keeps every key (neither causal nor a window).
+  FA_HD constexpr bool open() const { return lo == -kOpen && hi == kOpen; }
   /// The first and last key row i keeps (of N).
   FA_HD constexpr int first_key(int i) const { return i + lo > 0 ? i + lo : 0; }
   FA_HD constexpr int last_key(int i, int N) const { return i + hi < N - 1 ? i + hi : N - 1; }

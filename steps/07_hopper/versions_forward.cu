@@ -31,7 +31,7 @@ struct FwdVersion {
 };
 using Version = FwdVersion (*)();
 
-template <class T, int kD, Version V>
+template <class T, int kD, Version V, bool kBanded>
 __global__ void __launch_bounds__(kTile.threads(), 1)
     version_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                    const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kTile.threads(), 1)
     return;
   }
   claim_registers<kTile.consumer_regs()>();
-  Consumer<T, kD, kBc, kStages, kConsumers> w(smem, bars, (threadIdx.x - 128) / 128, q0, N, scale, band);
+  Consumer<T, kD, kBc, kStages, kConsumers, kBanded> w(smem, bars, (threadIdx.x - 128) / 128, q0, N, scale, band);
   const int c = w.c;
   // Turns on the tensor cores (ping-pong): consumer 1 lets consumer 0 go first; the
   // last turn of consumer 1 hands nothing on, since consumer 0's turns are over.
@@ -105,21 +105,23 @@ __global__ void __launch_bounds__(kTile.threads(), 1)
 #endif
 }
 
-template <Version V, class T, int kD>
+template <Version V, class T, int kD, bool kBanded>
 void launch(const Problem& p, const NativeFwdArgs& a, Stream stream) {
   constexpr int kBc = forward_tile(kD).keys;
   const ForwardMaps m = forward_maps(p, a, kBc);
   const TileOrder order = forward_order(p, kRows);
   const std::size_t smem = Smem<kD, kBc, 2, kConsumers>::bytes + 1024;
-  set_smem_limit(version_kernel<T, kD, V>, smem);
-  version_kernel<T, kD, V><<<tile_grid(order), kTile.threads(), smem, stream>>>(
+  set_smem_limit(version_kernel<T, kD, V, kBanded>, smem);
+  version_kernel<T, kD, V, kBanded><<<tile_grid(order), kTile.threads(), smem, stream>>>(
       m.q, m.k, m.v, m.o, a.lse, p.N, p.softmax_scale(), band_of(p), order);
   FA_CHECK_LAUNCH();
 }
 
 template <Version V, int kD>
 void run_d(const Problem& p, const NativeFwdArgs& a, Stream s) {
-  p.dtype == DType::bf16 ? launch<V, __nv_bfloat16, kD>(p, a, s) : launch<V, __half, kD>(p, a, s);
+  with_band(p, [&]<bool kBanded>() {
+    p.dtype == DType::bf16 ? launch<V, __nv_bfloat16, kD, kBanded>(p, a, s) : launch<V, __half, kD, kBanded>(p, a, s);
+  });
 }
 
 template <Version V>
