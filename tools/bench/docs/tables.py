@@ -4,6 +4,7 @@ that go between its markers. TABLES names them; README.md and notes/*.md call th
 Only the tables a lesson or the README shows are here; what the lab keeps is frozen text in notes/lab/."""
 import csv
 import glob
+import math
 import os
 import re
 import statistics
@@ -544,6 +545,56 @@ def peers07(D):
                   f"{min(flash):.2f}–{max(flash):.2f}× FlashAttention-2 in the {len(flash)} shapes that timed it."]
 
 
+# ---- step 07 with grouped K/V heads and a window (an H100's run) ----------------------------------
+GQA07 = "../h100/gqa07"  # beside the folder the other tables read
+
+
+def ab_ms(path):
+    """{(pass, G, d, causal, N, window, who): the median of the rounds' ms} of one ab.py CSV with groups or windows."""
+    got = {}
+    for r in load(os.path.dirname(path), os.path.basename(path)):
+        if r["status"] == "ok":
+            who = r["step"] if r["impl"] == "fa" else r["impl"].replace("torch-", "")
+            key = (r["dir"], int(r["H"]) // int(r["H_kv"]), int(r["d"]), r["causal"] == "1", int(r["N"]),
+                   (int(r["window_left"]), int(r["window_right"])), who)
+            got.setdefault(key, []).append(float(r["ms"]))
+    return {k: statistics.median(v) for k, v in got.items()}
+
+
+def gqa07(D):
+    """Step 07 with G query heads a K/V head against the best of cuDNN and FlashAttention-2 (geometric mean and lowest
+    over d, N and the mask), then its time with a sliding window."""
+    folder = os.path.normpath(D.path(GQA07))
+    out = [f"bf16, B·H·N = 131072, d = 64 and 128, N = 1k–16k, causal and not, on "
+           f"{device_words(os.path.join(folder, 'device.txt'))}, in one process (`tools/bench/ab.py`, "
+           f"`{rel(folder)}`). The peers called as a user would: `enable_gqa=True`, or K and V repeated where a "
+           f"backend refuses it. × the best of the two: its time over step 07's; bold: below 1.0.", "",
+           "| pass | query heads a K/V head | shapes | × the best of cuDNN and FlashAttention-2: geometric mean "
+           "| lowest |", "|---|---|---|---|---|"]
+    for direction in ("fwd", "bwd"):
+        t = ab_ms(os.path.join(folder, f"ab07_gqa_{direction}.csv"))
+        for G in sorted({k[1] for k in t}):
+            ratios = []
+            for k in sorted(k for k in t if k[1] == G and k[-1] == "07"):
+                best = min(t[k[:-1] + (who,)] for who in ("cudnn", "flash") if k[:-1] + (who,) in t)
+                ratios.append((best / t[k], k[2], k[3], k[4]))
+            gm = math.exp(sum(math.log(x[0]) for x in ratios) / len(ratios))
+            x, d, causal, n = min(ratios)
+            out.append(f"| {WORD[direction]} | {G} | {len(ratios)} | {bold(gm)} | {bold(x)} (d = {d}, N = {n}"
+                       f"{', causal' if causal else ''}) |")
+    windows = [(True, (-1, -1), "none"), (True, (4096, 0), "4096 keys back"), (True, (1024, 0), "1024 back"),
+               (True, (256, 0), "256 back"), (False, (-1, -1), "none"), (False, (512, 512), "512 each side")]
+    out += ["", "Its time with a window, N = 16384, d = 128, 8 heads (ms; the tiles outside the band skipped):", "",
+            "| pass | " + " | ".join(f"{w} ({'causal' if c else 'no mask'})" for c, _, w in windows) + " |",
+            "|---|" + "---|" * len(windows)]
+    for direction in ("fwd", "bwd"):
+        t = {**ab_ms(os.path.join(folder, f"ab07_window_{direction}.csv")),
+             **ab_ms(os.path.join(folder, f"ab07_window2_{direction}.csv"))}
+        out.append(f"| {WORD[direction]} | " + " | ".join(
+            fmt_ms(t[(direction, 1, 128, c, 16384, w, "07")]) for c, w, _ in windows) + " |")
+    return out
+
+
 # ---- step 08 -------------------------------------------------------------------------------------
 LESSON08 = [("one thread block per query block: step 06", ".", "06"),
             ("16 packed rows, four warps split each tile, one split", ".", "08s1"),
@@ -674,7 +725,7 @@ TABLES = {
     "step06-lesson-fwd": lesson06("fwd"), "step06-lesson-bwd": lesson06("bwd"), "step06": step06,
     # note 07
     "step07-lesson": lesson07, "step07-bwd-lesson": lesson07_bwd, "step07-peers": peers07,
-    "test07": transcript("test07.txt"),
+    "step07-gqa": gqa07, "test07": transcript("../h100/test07.txt"),
     # note 08
     "step08-lesson": lesson08, "step08-decode": decode, "ctest08": transcript("ctest08.txt"),
     # note 09
