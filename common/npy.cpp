@@ -484,7 +484,7 @@ std::size_t header_length(const std::string& bytes, int major) {
 
 }  // namespace
 
-NpyHeader parse_npy_header(const std::string& bytes, std::size_t file_size, const std::string& path) {
+NpyHeader parse_npy_header(const std::string& bytes, std::size_t file_size, const std::string& path, bool integers) {
   static const char kMagic[] = "\x93NUMPY";
   if (file_size == 0) fail(path, "is empty, not a .npy file");
   const std::size_t have = std::min<std::size_t>(bytes.size(), 6);
@@ -554,9 +554,17 @@ NpyHeader parse_npy_header(const std::string& bytes, std::size_t file_size, cons
   // NumPy maps to the same dtype on this machine.
   const bool little = host_little_endian();
   const std::string& t = descr.str;
-  if (t == "<f4" || t == ">f4" || t == "=f4" || t == "f4") h.itemsize = 4;
-  else if (t == "<f8" || t == ">f8" || t == "=f8" || t == "f8") h.itemsize = 8;
+  const std::string kind = t.size() >= 2 ? t.substr(t.size() - 2) : t;  // 'f4' of '<f4', '=f4', 'f4'
+  const bool order_ok = t.size() == 2 || (t.size() == 3 && (t[0] == '<' || t[0] == '>' || t[0] == '='));
+  h.integer = kind == "i4" || kind == "i8";
+  if (order_ok && (kind == "f4" || kind == "i4")) h.itemsize = 4;
+  else if (order_ok && (kind == "f8" || kind == "i8")) h.itemsize = 8;
+  else if (integers) fail(path, "dtype '" + printable(t, 20) + "' is not supported: save the indices as int32 or int64");
   else fail(path, "dtype '" + printable(t, 20) + "' is not supported: save float32 or float64 ('<f4', '<f8', either byte order)");
+  if (h.integer != integers)
+    fail(path, integers ? "holds floats ('" + printable(t, 20) + "'): indices must be integers: save int32 or int64"
+                        : "dtype '" + printable(t, 20) +
+                              "' is not supported: save float32 or float64 ('<f4', '<f8', either byte order)");
   h.big_endian = t[0] == '>' || (!little && t[0] != '<');
   if (fortran.truth) fail(path, "Fortran-ordered arrays are not supported: save np.ascontiguousarray(x)");
 
@@ -636,7 +644,7 @@ struct InputFile {
   }
 };
 
-NpyHeader header_of(const InputFile& f, const std::string& path) {
+NpyHeader header_of(const InputFile& f, const std::string& path, bool integers = false) {
   // The preamble, then exactly the header it announces (at most 40 kB: parse refuses more).
   std::string bytes(12, '\0');
   bytes.resize(f.read(&bytes[0], 12, path));
@@ -657,7 +665,7 @@ NpyHeader header_of(const InputFile& f, const std::string& path) {
       }
     }
   }
-  return parse_npy_header(bytes, f.size, path);
+  return parse_npy_header(bytes, f.size, path, integers);
 }
 
 }  // namespace
@@ -692,6 +700,31 @@ NpyArray read_npy(const std::string& path) {
       }
     }
     done += n;
+  }
+  return a;
+}
+
+NpyInts read_npy_ints(const std::string& path) {
+  const InputFile f(path);
+  const NpyHeader h = header_of(f, path, true);
+  NpyInts a;
+  a.shape = h.shape;
+  a.data.resize(h.count);
+  std::vector<unsigned char> buf(h.count * std::size_t(h.itemsize));  // an index table: small, read at once
+  if (f.read(buf.data(), buf.size(), path) != buf.size()) fail(path, "truncated while reading (the file shrank?)");
+  const bool swap = h.big_endian == host_little_endian();
+  for (std::size_t e = 0; e < h.count; ++e) {
+    unsigned char* p = buf.data() + e * std::size_t(h.itemsize);
+    if (swap) std::reverse(p, p + h.itemsize);
+    if (h.itemsize == 4) {
+      std::int32_t x;
+      std::memcpy(&x, p, 4);
+      a.data[e] = x;
+    } else {
+      std::int64_t x;
+      std::memcpy(&x, p, 8);
+      a.data[e] = x;
+    }
   }
   return a;
 }

@@ -10,8 +10,9 @@
 // differently from this reader, or not at all, the file is refused with one line
 // naming it and what is wrong. Supported: float32 and float64, either byte order, C
 // order, 1 to 4 dimensions (float64 is converted to float32, the steps' interface
-// type). The header is read and checked against the file's real size before any
-// memory is taken for the data.
+// type); for index tables (a ragged batch's offsets, a paged cache's page table),
+// int32 and int64. The header is read and checked against the file's real size before
+// any memory is taken for the data.
 //
 // Writing is all-or-nothing (OutputFiles): float32, version 1.0, 64-byte aligned.
 #pragma once
@@ -26,7 +27,8 @@ namespace fa {
 struct NpyHeader {
   std::vector<long long> shape;  ///< each entry ≥ 0
   std::size_t count = 0;         ///< elements: the product of shape (checked for overflow)
-  int itemsize = 4;              ///< 4 (float32) or 8 (float64)
+  int itemsize = 4;              ///< 4 (float32, int32) or 8 (float64, int64)
+  bool integer = false;          ///< '<i4' / '<i8': read only where integers are asked for
   bool big_endian = false;       ///< '>f4' / '>f8'
   int version = 1;               ///< the format's major version: 1, 2 or 3
   std::size_t data_offset = 0;   ///< where the data starts
@@ -37,10 +39,18 @@ struct NpyArray {
   std::vector<float> data;
 };
 
+/// An index table: int32 or int64 values as they are.
+struct NpyInts {
+  std::vector<long long> shape;
+  std::vector<long long> data;
+};
+
 /// Parses the header bytes of a .npy file (everything from the magic string on) as
 /// NumPy would; throws fa::Error "<path>: …" on anything NumPy would not read the
-/// same way. `file_size` is the file's real size: the data must fit in it.
-NpyHeader parse_npy_header(const std::string& bytes, std::size_t file_size, const std::string& path);
+/// same way. `file_size` is the file's real size: the data must fit in it. `integers`:
+/// int32 or int64 expected, not floats.
+NpyHeader parse_npy_header(const std::string& bytes, std::size_t file_size, const std::string& path,
+                           bool integers = false);
 
 /// Reads and checks one file's header only (a few hundred bytes, whatever the shape).
 NpyHeader read_npy_header(const std::string& path);
@@ -50,6 +60,8 @@ NpyHeader read_npy_header(const std::string& path);
 /// not a .npy, a header NumPy would read otherwise,
 /// wrong dtype, Fortran order, truncated, trailing bytes).
 NpyArray read_npy(const std::string& path);
+/// Reads one .npy file of int32 or int64 (an index table), with read_npy's checks.
+NpyInts read_npy_ints(const std::string& path);
 
 /// A shape as the Python tuple a header holds: "(2, 3)", "(3,)", "()".
 std::string shape_tuple(const std::vector<long long>& shape);

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -138,6 +139,28 @@ TEST_CASE("npy: float64 and big-endian data are read exactly", "[cpu]") {
   CHECK(read_npy("be8.npy").data == want8);
   CHECK(read_npy("be4.npy").data == std::vector<float>{1.5f, -2.25f, 3e38f});
   for (const char* f : {"le8.npy", "be8.npy", "be4.npy", "ok.npy"}) std::remove(f);
+}
+
+TEST_CASE("npy: index tables are int32 or int64, either byte order; floats there are refused", "[cpu]") {
+  REQUIRE(kDir.ok);
+  const std::int64_t v8[3] = {0, -7, 5000000000LL};
+  const std::int32_t v4[3] = {0, -7, 2147483647};
+  std::string le8(reinterpret_cast<const char*>(v8), sizeof v8), le4(reinterpret_cast<const char*>(v4), sizeof v4), be8;
+  for (int e = 0; e < 3; ++e)
+    for (int b = 7; b >= 0; --b) be8.push_back(le8[std::size_t(8 * e + b)]);
+  test::write_file("i8.npy", test::npy_file(dict("'<i8'", "(3,)"), le8));
+  test::write_file("bi8.npy", test::npy_file(dict("'>i8'", "(3,)"), be8));
+  test::write_file("i4.npy", test::npy_file(dict("'<i4'", "(1, 3)"), le4));
+  test::write_file("f4.npy", test::npy_file(dict("'<f4'", "(3,)"), floats({0, 1, 2})));
+  test::write_file("u4.npy", test::npy_file(dict("'<u4'", "(3,)"), le4));
+  CHECK(read_npy_ints("i8.npy").data == std::vector<long long>{0, -7, 5000000000LL});
+  CHECK(read_npy_ints("bi8.npy").data == std::vector<long long>{0, -7, 5000000000LL});
+  CHECK(read_npy_ints("i4.npy").data == std::vector<long long>{0, -7, 2147483647});
+  CHECK(read_npy_ints("i4.npy").shape == std::vector<long long>{1, 3});
+  CHECK(test::contains(test::error_of([] { read_npy_ints("f4.npy"); }), "indices must be integers"));
+  CHECK(test::contains(test::error_of([] { read_npy_ints("u4.npy"); }), "save the indices as int32 or int64"));
+  CHECK(test::contains(test::error_of([] { read_npy("i4.npy"); }), "dtype '<i4' is not supported"));
+  for (const char* f : {"i8.npy", "bi8.npy", "i4.npy", "f4.npy", "u4.npy"}) std::remove(f);
 }
 
 TEST_CASE("npy: what NumPy refuses or would read otherwise is refused, in one line", "[cpu]") {
