@@ -14,6 +14,7 @@
 #include "tests/check.hpp"
 #include "tests/cli_run.hpp"
 #include "steps/07_hopper/step07.hpp"
+#include "steps/08_split_kv/step08.hpp"
 #include "tools/flashattn/steps_table.hpp"
 
 using namespace fa;
@@ -120,7 +121,121 @@ TEST_CASE("flashattn run --model --step 07: grouped K/V heads and a window, as t
     CHECK(test::contains(bad.err, says));
     CHECK_FALSE(exists("x.npy"));
   }
-  for (const char* f : {"o.npy", "l.npy", "dq.npy", "dk.npy", "dv.npy", "k.npy", "v.npy", "do.npy", "q.npy"})
+  // The same batch by its offsets (cu_seqlens, int32 and int64), and offsets a user gets wrong.
+  for (bool wide : {false, true}) {
+    test::save_ints("offs.npy", {4}, {0, 30, 31, 70}, wide);
+    const Result ro = flashattn("run --model --step 07 --causal --offsets offs.npy " + std::string(kIn) + " --out o.npy");
+    INFO(ro.err);
+    REQUIRE(ro.status == 0);
+    FA_CHECK_CLOSE("ragged O by --offsets", read_npy("o.npy").data, mr.out.o, tol::kBitExact, test::shape_o(p));
+  }
+  test::save("offs_f.npy", {4}, {0, 30, 31, 70});
+  const std::pair<std::vector<long long>, const char*> bad_offsets[] = {
+      {{0, 30, 30, 70}, "offset 2 (30) is not above offset 1 (30)"},
+      {{1, 30, 70}, "the first offset is 1"},
+      {{0, 30, 69}, "its last offset (69"},
+      {{0}, "[sequences + 1]"},
+  };
+  for (const auto& [offs, says] : bad_offsets) {
+    test::save_ints("bad.npy", {static_cast<long long>(offs.size())}, offs);
+    const Result bad = flashattn("run --model --step 07 --offsets bad.npy " + std::string(kIn) + " --out x.npy");
+    INFO(bad.err);
+    CHECK(bad.status == 2);
+    CHECK(test::contains(bad.err, says));
+    CHECK((!bad.err.empty() && bad.err.find('\n') == bad.err.size() - 1));  // one line
+    CHECK_FALSE(exists("x.npy"));
+  }
+  for (const auto& [args, says] :
+       {std::pair<std::string, const char*>{"--offsets offs_f.npy", "indices must be integers"},
+        {"--offsets offs.npy --seqlens 30,40", "not both"},
+        {"--offsets offs.npy --out offs.npy", "is an input"}}) {  // an input is never an output
+    const Result bad = flashattn("run --model --step 07 " + args + " " + std::string(kIn) +
+                                 (test::contains(args, "--out") ? "" : " --out x.npy"));
+    INFO(args << ": " << bad.err);
+    CHECK(bad.status == 2);
+    CHECK(test::contains(bad.err, says));
+    CHECK_FALSE(exists("x.npy"));
+  }
+  CHECK(read_npy_ints("offs.npy").data == std::vector<long long>{0, 30, 31, 70});  // not overwritten
+  for (const char* f : {"o.npy", "l.npy", "dq.npy", "dk.npy", "dv.npy", "k.npy", "v.npy", "do.npy", "q.npy", "offs.npy",
+                        "offs_f.npy", "bad.npy"})
+    std::remove(f);
+}
+
+TEST_CASE("flashattn run --model --step 08: a paged cache through a block table, as the model reads it", "[cpu]") {
+  REQUIRE(kPrivateDir.ok);
+  // Two sequences of 40 and 70 keys (not multiples of the page) in shuffled pages of 16, the
+  // table one column wider than they need (a padded table's entries unread), grouped heads.
+  Problem p = test::make(2, 4, 3, 64, true);
+  p.H_kv = 2, p.N_kv = 70, p.dtype = DType::bf16;
+  const int page = 16, width = 6, pool = 12;
+  const std::vector<long long> lengths = {40, 70};
+  const std::vector<long long> table = {7, 2, 9, -1, -1, -1, 0, 11, 4, 5, 1, -1};  // 3 and 5 pages used
+  const std::vector<float> q = random_tensor(p.elems(), 11);
+  const std::vector<float> kp = random_tensor(std::size_t(pool) * 2 * page * 64, 12);
+  const std::vector<float> vp = random_tensor(kp.size(), 13);
+  save("q.npy", p, q);
+  test::save("k.npy", {pool, 2, page, 64}, kp), test::save("v.npy", {pool, 2, page, 64}, vp);
+  test::save_ints("t.npy", {2, width}, table), test::save_ints("len.npy", {2}, lengths, true);
+  const std::string paged = std::string(kIn) + " --block-table t.npy --page 16 --kv-lengths len.npy";
+  const Result r = flashattn("run --model --step 08 --causal " + paged + " --out o.npy --lse l.npy");
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  step08::PagedKv kv;
+  kv.page = page, kv.pool = pool, kv.lengths = {40, 70};
+  for (int b = 0; b < 2; ++b)
+    for (int x = 0; x < 5; ++x) kv.table.push_back(int(table[std::size_t(b * width + x)]));
+  const ModelForward m = step08::model_forward_paged(p, {q, kp, vp}, kv, h200_plan(p));
+  FA_CHECK_CLOSE("paged O (file) vs the model's", read_npy("o.npy").data, m.out.o, tol::kBitExact, test::shape_o(p));
+  FA_CHECK_CLOSE("paged L (file) vs the model's", read_npy("l.npy").data, m.out.lse, tol::kBitExact, test::shape_l(p));
+
+  test::save_ints("t_far.npy", {2, width}, {7, 2, 12, -1, -1, -1, 0, 11, 4, 5, 1, -1});
+  test::save_ints("t_short.npy", {1, width}, {7, 2, 9, 3, 4, 5});
+  test::save_ints("len_short.npy", {2}, {2, 70});
+  test::save_ints("len_long.npy", {2}, {40, 97});
+  test::save_ints("len_one.npy", {1}, {40});
+  test::save("t_f.npy", {2, width}, std::vector<float>(table.begin(), table.end()));
+  const std::pair<std::string, const char*> bad[] = {
+      {"--step 08 " + std::string(kIn) + " --block-table t_far.npy --page 16 --kv-lengths len.npy",
+       "page table entry (0, 2) = 12 is not a page of the pool (0 … 11)"},
+      {"--step 08 " + std::string(kIn) + " --block-table t.npy --page 24", "a multiple of 16"},
+      {"--step 08 " + std::string(kIn) + " --block-table t_f.npy --page 16", "indices must be integers"},
+      {"--step 08 " + std::string(kIn) + " --block-table t_short.npy --page 16", "Q has B = 2"},
+      {"--step 08 " + std::string(kIn) + " --block-table t.npy --page 16 --kv-lengths len_short.npy",
+       "its 3 queries are its last"},
+      {"--step 08 " + std::string(kIn) + " --block-table t.npy --page 16 --kv-lengths len_long.npy", "1 to 96"},
+      {"--step 08 " + std::string(kIn) + " --block-table t.npy --page 16 --kv-lengths len_one.npy", "[B] = [2]"},
+      {"--step 08 " + std::string(kIn) + " --block-table t.npy", "--page P"},
+      {"--step 07 " + std::string(kIn) + " --block-table t.npy --page 16", "is step 08's model's"},
+      {"--step 08 " + std::string(kIn) + " --block-table t.npy --page 32", "a paged cache's pool is"},
+      {"--step 08 " + std::string(kIn) + " --block-table t.npy --page 16 --lse t.npy", "is an input"},
+      {"--step 08 " + std::string(kIn) + " --block-table t.npy --page 16 --kv-lengths len.npy --lse len.npy",
+       "is an input"},
+  };
+  for (const auto& [args, says] : bad) {
+    const Result b = flashattn("run --model " + args + " --out x.npy");
+    INFO(args << ": " << b.err);
+    CHECK(b.status == 2);
+    CHECK(test::contains(b.err, says));
+    CHECK((!b.err.empty() && b.err.find('\n') == b.err.size() - 1));  // one line
+    CHECK_FALSE(exists("x.npy"));
+  }
+  CHECK(read_npy_ints("t.npy").data == table);  // an input named as an output is left alone
+  // Without --kv-lengths every sequence holds its row's pages, W·P keys: a full table, padding unread past it.
+  test::save_ints("t_full.npy", {2, 3}, {7, 2, 9, 0, 11, 4});
+  const Result rf = flashattn("run --model --step 08 " + std::string(kIn) + " --block-table t_full.npy --page 16 --out o.npy");
+  INFO(rf.err);
+  REQUIRE(rf.status == 0);
+  Problem pf = p;
+  pf.N_kv = 48;
+  step08::PagedKv full;
+  full.page = page, full.pool = pool, full.table = {7, 2, 9, 0, 11, 4};
+  pf.causal = false;
+  FA_CHECK_CLOSE("paged O, full table (file) vs the model's", read_npy("o.npy").data,
+                 step08::model_forward_paged(pf, {q, kp, vp}, full, h200_plan(pf)).out.o, tol::kBitExact,
+                 test::shape_o(pf));
+  for (const char* f : {"o.npy", "l.npy", "q.npy", "k.npy", "v.npy", "t.npy", "len.npy", "t_far.npy", "t_short.npy", "t_full.npy",
+                        "len_short.npy", "len_long.npy", "len_one.npy", "t_f.npy"})
     std::remove(f);
 }
 

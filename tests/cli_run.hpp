@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -66,5 +67,17 @@ inline void save(const std::string& path, const std::vector<long long>& shape, c
   f.commit();
 }
 inline bool exists(const std::string& path) { return std::ifstream(path).good(); }
+/// An index table as np.save writes np.int32 (or np.int64: `wide`) values.
+inline void save_ints(const std::string& path, const std::vector<long long>& shape, const std::vector<long long>& v,
+                      bool wide = false) {
+  std::string data;
+  for (long long x : v) {
+    const std::int32_t narrow = std::int32_t(x);
+    data.append(wide ? reinterpret_cast<const char*>(&x) : reinterpret_cast<const char*>(&narrow), wide ? 8 : 4);
+  }
+  write_file(path, npy_file(std::string("{'descr': '") + (wide ? "<i8" : "<i4") + "', 'fortran_order': False, " +
+                                "'shape': " + shape_tuple(shape) + ", }",
+                            data));
+}
 
 }  // namespace fa::test

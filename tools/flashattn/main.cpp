@@ -21,6 +21,7 @@
 #include <iostream>
 #include <map>
 #include <new>
+#include <optional>
 #include <sstream>
 
 #include "common/cli.hpp"
@@ -33,6 +34,7 @@
 #include "steps/02_fused/step02.hpp"
 #include "steps/01_naive/step01.hpp"
 #include "steps/07_hopper/step07.hpp"
+#include "steps/08_split_kv/step08.hpp"
 #ifdef FA_HAVE_CUDA
 #include "common/gpu.hpp"
 #endif
@@ -50,7 +52,8 @@ Usage:
       traffic. Without a CUDA device the CPU model of each step runs instead.
   flashattn run --step ID [--model] --q Q.npy --k K.npy --v V.npy --out O.npy
                 [--lse L.npy] [--causal] [--scale S] [--dtype bf16|fp16] [--ranks n]
-                [--window LEFT,RIGHT] [--seqlens n1,n2,...]
+                [--window LEFT,RIGHT] [--seqlens n1,n2,... | --offsets OFFS.npy]
+                [--block-table T.npy --page P [--kv-lengths L.npy]]
                 [--do dO.npy --dq dQ.npy --dk dK.npy --dv dV.npy]
       Runs one step on your tensors (float32 or float64 .npy, C order, shape
       [N, d], [H, N, d] or [B, H, N, d]) and writes float32 results. With --do
@@ -68,6 +71,12 @@ Usage:
       --seqlens n1,n2,... (step 07's model): a ragged batch, sequences of those
       lengths packed one after another in Q, K, V [H, T, d], T their sum;
       attention (and the mask, and the window) stays inside each sequence.
+      --offsets OFFS.npy: the same batch by its offsets (cu_seqlens: int32 or
+      int64, 0 first, increasing, T last). --block-table T.npy --page P (step
+      08's model): K and V are a paged cache, pools [pages, H_kv, P, d] (P from
+      16 to 256, a multiple of 16); sequence b's keys P*x .. P*x+P-1 lie in page
+      T[b, x] (T: int32 or int64, [B, W]); --kv-lengths L.npy (int, [B]) the keys
+      each sequence holds (default W*P), its N queries the last N of them.
   flashattn trace --step 03|04|08|09 --q Q.npy --k K.npy --v V.npy --row R
                   [--causal] [--csv FILE]
       One query row's online softmax as the step's CPU model computes it: m, l,
@@ -356,7 +365,25 @@ struct Inputs {
   std::vector<std::string> paths;
 };
 
-Inputs read_inputs(const Args& a, const StepEntry& s, bool want_bwd, const std::vector<std::string>& outputs) {
+/// A paged K/V cache as the options give it (--block-table, --page, --kv-lengths): the page
+/// table as its file holds it, [rows, width], and the keys each sequence holds.
+struct PagedArgs {
+  int page = 0;
+  long long rows = 0, width = 0, n_kv = 0;  ///< n_kv: the longest sequence's keys
+  std::vector<long long> table, lengths;
+};
+
+/// The index tables' paths (--offsets, --block-table, --kv-lengths): inputs too.
+std::vector<std::string> table_paths(const Args& a) {
+  std::vector<std::string> paths;
+  for (const char* opt : {"--offsets", "--block-table", "--kv-lengths"})
+    if (a.kv.count(opt)) paths.push_back(a.kv.at(opt));
+  return paths;
+}
+
+/// `paged`: K and V are its pools, [pages, H_kv, page, d], and N_kv its longest sequence.
+Inputs read_inputs(const Args& a, const StepEntry& s, bool want_bwd, const std::vector<std::string>& outputs,
+                   const PagedArgs* paged = nullptr) {
   for (const char* opt : {"--q", "--k", "--v"})
     if (!a.kv.count(opt)) throw Error(std::string("missing ") + opt + " (the " + (opt + 2) + " tensor)");
   // Every path first: no output may be an input, a second output, a link, a
@@ -364,6 +391,7 @@ Inputs read_inputs(const Args& a, const StepEntry& s, bool want_bwd, const std::
   Inputs r;
   r.paths = {a.kv.at("--q"), a.kv.at("--k"), a.kv.at("--v")};
   if (want_bwd) r.paths.push_back(a.kv.at("--do"));
+  for (const std::string& path : table_paths(a)) r.paths.push_back(path);
   check_output_paths(outputs, r.paths);
 
   // Q (and dO) is [.., N, d]; K and V are [.., N_kv, d], the same but for N_kv (decoding:
@@ -384,6 +412,14 @@ Inputs read_inputs(const Args& a, const StepEntry& s, bool want_bwd, const std::
         if (x > INT32_MAX)
           throw Error(printable(path, 200) + ": Q's shape " + shape_tuple(h.shape) + " has a dimension over 2^31 - 1");
       sh = h.shape;
+    } else if (who == "K" && paged) {
+      if (h.shape.size() != 4 || h.shape[2] != paged->page || h.shape[3] != sh.back() || h.shape[0] == 0 || h.shape[1] == 0)
+        throw Error(printable(path, 200) + ": K has shape " + shape_tuple(h.shape) + "; a paged cache's pool is [pages, " +
+                    "H_kv, page, d] = [.., .., " + std::to_string(paged->page) + ", " + std::to_string(sh.back()) + "]");
+      if (sh.size() < 3) throw Error("a paged cache serves sequences of heads: Q must be [H, N, d] or [B, H, N, d]");
+      if (h.shape[0] > INT32_MAX || h.shape[1] > INT32_MAX)
+        throw Error(printable(path, 200) + ": K's shape " + shape_tuple(h.shape) + " has a dimension over 2^31 - 1");
+      kv_sh = h.shape;
     } else if (who == "K") {
       // All but the rows (N_kv may differ from N) and the heads (H_kv may divide H).
       std::vector<long long> k_dims = h.shape, q_dims = sh;
@@ -415,8 +451,13 @@ Inputs read_inputs(const Args& a, const StepEntry& s, bool want_bwd, const std::
   p.H = rank >= 3 ? int(sh[rank - 3]) : 1;
   p.N = int(sh[rank - 2]);
   p.d = int(sh[rank - 1]);
-  if (kv_sh[rank - 2] != sh[rank - 2]) p.N_kv = int(kv_sh[rank - 2]);
-  if (rank >= 3 && kv_sh[rank - 3] != sh[rank - 3]) p.H_kv = int(kv_sh[rank - 3]);  // grouped-query attention
+  if (paged) {  // the pool's heads; the keys: the longest sequence's
+    if (kv_sh[1] != sh[rank - 3]) p.H_kv = int(kv_sh[1]);
+    if (paged->n_kv != p.N) p.N_kv = int(paged->n_kv);
+  } else {
+    if (kv_sh[rank - 2] != sh[rank - 2]) p.N_kv = int(kv_sh[rank - 2]);
+    if (rank >= 3 && kv_sh[rank - 3] != sh[rank - 3]) p.H_kv = int(kv_sh[rank - 3]);  // grouped-query attention
+  }
   p.causal = a.causal;
   p.dtype = s.dtype;
   if (a.kv.count("--dtype")) {
@@ -459,11 +500,36 @@ Inputs read_inputs(const Args& a, const StepEntry& s, bool want_bwd, const std::
   return r;
 }
 
-/// --seqlens n1,n2,… (a ragged batch, step 07's model): the offsets they cut Q's rows at; empty without it.
+/// --offsets OFFS.npy (cu_seqlens: 0, then each sequence's end) for a ragged batch.
+std::vector<int> offsets_from_file(const std::string& path) {
+  const NpyInts f = read_npy_ints(path);
+  const std::string name = printable(path, 200);
+  if (f.shape.size() != 1 || f.data.size() < 2)
+    throw Error(name + ": offsets have shape " + shape_tuple(f.shape) +
+                "; they are [sequences + 1]: 0, then where each sequence ends");
+  if (f.data[0] != 0) throw Error(name + ": the first offset is " + std::to_string(f.data[0]) + "; it must be 0");
+  std::vector<int> offsets = {0};
+  for (std::size_t i = 1; i < f.data.size(); ++i) {
+    if (f.data[i] <= f.data[i - 1])
+      throw Error(name + ": offset " + std::to_string(i) + " (" + std::to_string(f.data[i]) + ") is not above offset " +
+                  std::to_string(i - 1) + " (" + std::to_string(f.data[i - 1]) +
+                  "): offsets increase, each sequence at least one row");
+    if (f.data[i] > (1 << 30)) throw Error(name + ": offset " + std::to_string(i) + " is past 2^30 rows");
+    offsets.push_back(int(f.data[i]));
+  }
+  return offsets;
+}
+
+/// --seqlens n1,n2,… or --offsets OFFS.npy (a ragged batch, step 07's model): the offsets that
+/// cut Q's rows; empty without either.
 std::vector<int> offsets_of(const Args& a, const StepEntry& s, bool model) {
-  if (!a.kv.count("--seqlens")) return {};
+  const bool by_lengths = a.kv.count("--seqlens"), file = a.kv.count("--offsets");
+  if (!by_lengths && !file) return {};
+  if (by_lengths && file) throw Error("a ragged batch takes --seqlens or --offsets, not both");
   if (s.id != "07" || !model)
-    throw Error("--seqlens (a ragged batch) is step 07's model's: add --step 07 --model");
+    throw Error(std::string(by_lengths ? "--seqlens" : "--offsets") +
+                " (a ragged batch) is step 07's model's: add --step 07 --model");
+  if (file) return offsets_from_file(a.kv.at("--offsets"));
   const std::string& lengths = a.kv.at("--seqlens");
   if (lengths.empty() || lengths.back() == ',') throw Error("--seqlens takes n1,n2,... (got '" + printable(lengths, 40) + "')");
   std::vector<int> offsets = {0};
@@ -483,6 +549,71 @@ int ranks_of(const Args& a, const StepEntry& s) {
   const int r = to_int(a.kv.at("--ranks"), "--ranks");
   if (r < 1) throw Error("--ranks must be at least 1");
   return r;
+}
+
+/// --block-table T.npy --page P [--kv-lengths L.npy] (a paged K/V cache, step 08's model).
+std::optional<PagedArgs> paged_of(const Args& a, const StepEntry& s, bool model) {
+  const bool table = a.kv.count("--block-table"), page = a.kv.count("--page"), lengths = a.kv.count("--kv-lengths");
+  if (!table && !page && !lengths) return std::nullopt;
+  if (!table || !page) throw Error("a paged K/V cache takes --block-table T.npy and --page P (and --kv-lengths L.npy)");
+  if (s.id != "08" || !model)
+    throw Error("--block-table (a paged K/V cache) is step 08's model's: add --step 08 --model (its kernels read a "
+                "contiguous cache)");
+  PagedArgs g;
+  g.page = to_int(a.kv.at("--page"), "--page");
+  if (g.page < 16 || g.page > 256 || g.page % 16)
+    throw Error("--page: a page holds 16 to 256 positions, a multiple of 16 (got " + std::to_string(g.page) + ")");
+  const std::string tpath = printable(a.kv.at("--block-table"), 200);
+  NpyInts t = read_npy_ints(a.kv.at("--block-table"));
+  if (t.shape.size() != 2 || t.shape[0] < 1 || t.shape[1] < 1)
+    throw Error(tpath + ": the page table has shape " + shape_tuple(t.shape) + "; it is [B, W]: W page numbers a sequence");
+  g.rows = t.shape[0], g.width = t.shape[1];
+  g.table = std::move(t.data);
+  if (g.width > (1 << 30) / g.page) throw Error(tpath + ": " + std::to_string(g.width) + " pages a sequence pass 2^30 keys");
+  g.n_kv = g.width * g.page;
+  if (lengths) {
+    const std::string lpath = printable(a.kv.at("--kv-lengths"), 200);
+    NpyInts l = read_npy_ints(a.kv.at("--kv-lengths"));
+    if (l.shape.size() != 1 || l.shape[0] != g.rows)
+      throw Error(lpath + ": the lengths have shape " + shape_tuple(l.shape) + "; they are [B] = [" +
+                  std::to_string(g.rows) + "], one a row of the page table");
+    g.n_kv = 0;
+    for (std::size_t b = 0; b < l.data.size(); ++b) {
+      if (l.data[b] < 1 || l.data[b] > g.width * g.page)
+        throw Error(lpath + ": sequence " + std::to_string(b) + " holds " + std::to_string(l.data[b]) +
+                    " keys; its table row holds 1 to " + std::to_string(g.width * g.page));
+      g.n_kv = std::max(g.n_kv, l.data[b]);
+    }
+    g.lengths = std::move(l.data);
+  }
+  // The entries a sequence reads must be int32 (a page of the pool: checked with the pool);
+  // a padded table's other entries are never read.
+  for (long long b = 0; b < g.rows; ++b) {
+    const long long len = g.lengths.empty() ? g.width * g.page : g.lengths[std::size_t(b)];
+    for (long long x = 0; x * g.page < len; ++x) {
+      const long long at = g.table[std::size_t(b * g.width + x)];
+      if (at < INT32_MIN || at > INT32_MAX)
+        throw Error(tpath + ": entry (" + std::to_string(b) + ", " + std::to_string(x) + ") = " + std::to_string(at) +
+                    " is not a page number");
+    }
+  }
+  return g;
+}
+
+/// The paged cache for p: the table's first ⌈N_kv/page⌉ columns (the rest, a wider table's
+/// padding, unread), the pool's pages, the lengths.
+step08::PagedKv paged_kv(const PagedArgs& g, const Problem& p, const std::vector<long long>& pool_shape) {
+  if (g.rows != p.B)
+    throw Error("the page table has " + std::to_string(g.rows) + " rows; Q has B = " + std::to_string(p.B) +
+                " sequences (one row each)");
+  step08::PagedKv kv;
+  kv.page = g.page;
+  kv.pool = int(pool_shape[0]);
+  const int cols = kv.pages_per_seq(p);
+  for (long long b = 0; b < g.rows; ++b)
+    for (int x = 0; x < cols; ++x) kv.table.push_back(int(g.table[std::size_t(b * g.width + x)]));
+  for (long long len : g.lengths) kv.lengths.push_back(int(len));
+  return kv;
 }
 
 int run(const Args& a) {
@@ -513,16 +644,25 @@ int run(const Args& a) {
   if (a.kv.count("--lse")) outputs.push_back(a.kv.at("--lse"));
   if (want_bwd)
     for (const char* opt : {"--dq", "--dk", "--dv"}) outputs.push_back(a.kv.at(opt));
-  const Inputs x = read_inputs(a, s, want_bwd, outputs);
+  {  // the index tables are read before Q, K, V: their paths checked first, as read_inputs checks all
+    std::vector<std::string> inputs = table_paths(a);
+    for (const char* opt : {"--q", "--k", "--v", "--do"})
+      if (a.kv.count(opt)) inputs.push_back(a.kv.at(opt));
+    check_output_paths(outputs, inputs);
+  }
+  const std::optional<PagedArgs> paged = paged_of(a, s, model);
+  const Inputs x = read_inputs(a, s, want_bwd, outputs, paged ? &*paged : nullptr);
   const Problem& p = x.p;
   const std::vector<long long>&sh = x.sh, &kv_sh = x.kv_sh;
 
   std::vector<long long> lshape(sh.begin(), sh.end() - 1);
   const std::vector<int> offsets = offsets_of(a, s, model);
   if (!offsets.empty() && (p.B != 1 || offsets.back() != p.N))
-    throw Error("a ragged batch is packed into one sequence: Q [H, T, d] or [1, H, T, d] with T the sum of --seqlens (" +
+    throw Error(std::string("a ragged batch is packed into one sequence: Q [H, T, d] or [1, H, T, d] with T ") +
+                (a.kv.count("--offsets") ? "its last offset (" : "the sum of --seqlens (") +
                 std::to_string(offsets.back()) + "; got " + p.str() + ")");
   const ForwardOut out = !offsets.empty() ? step07::model_forward_ragged(p, x.in, offsets).out
+                         : paged          ? step08::model_forward_paged(p, x.in, paged_kv(*paged, p, kv_sh), h200_plan(p)).out
                          : model          ? run_model(s, p, x.in, nullptr, ranks).out
                                           : s.forward(p, x.in);
   require_finite_result(out.o, sh, s.id, "O");
@@ -649,8 +789,8 @@ int main(int argc, char** argv) {
         return 0;
       }
       return run(parse(argc, argv, 2,
-                       {"--step", "--q", "--k", "--v", "--out", "--lse", "--scale", "--window", "--seqlens", "--dtype", "--do",
-                        "--dq", "--dk", "--dv", "--ranks"},
+                       {"--step", "--q", "--k", "--v", "--out", "--lse", "--scale", "--window", "--seqlens", "--offsets",
+                        "--block-table", "--page", "--kv-lengths", "--dtype", "--do", "--dq", "--dk", "--dv", "--ranks"},
                        {"--causal", "--model"}));
     }
     throw Error("unknown command '" + printable(cmd, 40) +

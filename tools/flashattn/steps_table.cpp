@@ -63,8 +63,6 @@ int sms() {
 #endif
 }
 
-/// Step 08's plan on the H200 (its parts merged in clusters where the H200 merges them so).
-step08::SplitPlan h200_plan(const Problem& p) { return step08::with_clusters(step08::plan(p, step08::kH200), step08::kH200); }
 
 /// Step 09's simulated ranks: R as asked, or the most of 4, 2, 1 that divide N into 2R chunks.
 int ring_ranks(const Problem& p, int asked) {
@@ -165,6 +163,9 @@ std::vector<StepEntry> make_table() {
 }
 
 }  // namespace
+
+/// Step 08's plan on the H200 (its parts merged in clusters where the H200 merges them so).
+step08::SplitPlan h200_plan(const Problem& p) { return step08::with_clusters(step08::plan(p, step08::kH200), step08::kH200); }
 
 const std::vector<StepEntry>& step_table() {
   static const std::vector<StepEntry> table = make_table();

@@ -44,6 +44,12 @@ struct StepEntry {
   std::string kernel_elsewhere = {};
 };
 
+namespace step08 {
+struct SplitPlan;
+}
+/// Step 08's plan on the H200, which its model and traffic take (the kernel: its GPU's).
+step08::SplitPlan h200_plan(const Problem& p);
+
 /// Every step this build has: the reference always; the GPU steps with CUDA.
 const std::vector<StepEntry>& step_table();
 /// The step named `id` ("3", "03" and "step03" all name step 03); throws fa::Error.
