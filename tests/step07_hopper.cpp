@@ -237,7 +237,7 @@ TEST_CASE("step07 backward model refuses d = 32 and fp32; its traffic is the for
   CHECK(m.written == b.written);
 }
 
-// ---- Grouped K/V heads and a sliding window (the model; the kernels take self-attention).
+// ---- Grouped K/V heads and a sliding window (the model here; the kernels below).
 
 namespace {
 Problem grouped(int H_kv, Problem p) {
@@ -247,6 +247,26 @@ Problem grouped(int H_kv, Problem p) {
 Problem windowed(int left, int right, Problem p) {
   p.window_left = left, p.window_right = right;
   return p;
+}
+/// dO with every query head zeroed but head `lone` of each group.
+std::vector<float> only_head_of_groups(const Problem& p, std::vector<float> dout, int lone) {
+  for (std::size_t bh = 0; bh < p.heads(); ++bh)
+    if (int(bh % p.H % p.group()) != lone)
+      std::fill(dout.begin() + bh * p.N * p.d, dout.begin() + (bh + 1) * p.N * p.d, 0.0f);
+  return dout;
+}
+/// Of gradients on K and V repeated for every query head (w), query head `lone`'s dK and dV
+/// for each group, laid out as p's K/V heads: what p's dK and dV are under only_head_of_groups.
+std::pair<std::vector<float>, std::vector<float>> lone_head_kv(const Problem& p, const Grads& w, int lone) {
+  std::vector<float> dk(p.kv_elems()), dv(p.kv_elems());
+  const std::size_t head = std::size_t(p.N) * p.d;
+  for (std::size_t bh = 0; bh < p.heads(); ++bh)
+    if (int(bh % p.H % p.group()) == lone)
+      for (std::size_t e = 0; e < head; ++e) {
+        dk[p.kv_head(bh) * head + e] = w.dk[bh * head + e];
+        dv[p.kv_head(bh) * head + e] = w.dv[bh * head + e];
+      }
+  return {dk, dv};
 }
 }  // namespace
 
@@ -279,20 +299,10 @@ TEST_CASE("step07 grouped K/V heads: the forward and dQ are those of K, V repeat
     FA_CHECK_CLOSE("L", got.lse, want.lse, tol::kBitExact, test::shape_l(p));
     for (int lone = 0; lone < p.group(); ++lone) {
       INFO("dO nonzero for query head " << lone << " of each group only");
-      std::vector<float> dout = grad_out(p, 122);
-      for (std::size_t bh = 0; bh < p.heads(); ++bh)
-        if (int(bh % p.H % p.group()) != lone)
-          std::fill(dout.begin() + bh * p.N * p.d, dout.begin() + (bh + 1) * p.N * p.d, 0.0f);
+      const std::vector<float> dout = only_head_of_groups(p, grad_out(p, 122), lone);
       const Grads g = step07::model_backward(p, in, got, dout).grads, w = step07::model_backward(r, rin, want, dout).grads;
       FA_CHECK_CLOSE("dQ", g.dq, w.dq, tol::kBitExact, test::shape_o(p));
-      std::vector<float> dk(p.kv_elems()), dv(p.kv_elems());
-      const std::size_t head = std::size_t(p.N) * p.d;
-      for (std::size_t bh = 0; bh < p.heads(); ++bh)
-        if (int(bh % p.H % p.group()) == lone)
-          for (std::size_t e = 0; e < head; ++e) {
-            dk[p.kv_head(bh) * head + e] = w.dk[bh * head + e];
-            dv[p.kv_head(bh) * head + e] = w.dv[bh * head + e];
-          }
+      const auto [dk, dv] = lone_head_kv(p, w, lone);
       FA_CHECK_CLOSE("dK", g.dk, dk, tol::kBitExact, test::shape_kv(p));
       FA_CHECK_CLOSE("dV", g.dv, dv, tol::kBitExact, test::shape_kv(p));
     }
@@ -808,21 +818,11 @@ TEST_CASE("step07 kernels with grouped K/V heads are those on K, V repeated: for
       FA_CHECK_CLOSE("O", got.o, want.o, tol::kBitExact, test::shape_o(p));
       FA_CHECK_CLOSE("L", got.lse, want.lse, tol::kBitExact, test::shape_l(p));
       const int lone = 3;  // of each group of 4
-      std::vector<float> dout = grad_out(p, 212);
-      for (std::size_t bh = 0; bh < p.heads(); ++bh)
-        if (int(bh % p.H % p.group()) != lone)
-          std::fill(dout.begin() + bh * p.N * p.d, dout.begin() + (bh + 1) * p.N * p.d, 0.0f);
+      const std::vector<float> dout = only_head_of_groups(p, grad_out(p, 212), lone);
       const Grads g = gpu::backward(step07::kBackwardDeterministic, p, in, got, dout);
       const Grads w = gpu::backward(step07::kBackwardDeterministic, r, rin, want, dout);
       FA_CHECK_CLOSE("dQ", g.dq, w.dq, tol::kBitExact, test::shape_o(p));
-      std::vector<float> dk(p.kv_elems()), dv(p.kv_elems());
-      const std::size_t head = std::size_t(p.N) * p.d;
-      for (std::size_t bh = 0; bh < p.heads(); ++bh)
-        if (int(bh % p.H % p.group()) == lone)
-          for (std::size_t e = 0; e < head; ++e) {
-            dk[p.kv_head(bh) * head + e] = w.dk[bh * head + e];
-            dv[p.kv_head(bh) * head + e] = w.dv[bh * head + e];
-          }
+      const auto [dk, dv] = lone_head_kv(p, w, lone);
       FA_CHECK_CLOSE("dK", g.dk, dk, tol::kBitExact, test::shape_kv(p));
       FA_CHECK_CLOSE("dV", g.dv, dv, tol::kBitExact, test::shape_kv(p));
     }
