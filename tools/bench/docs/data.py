@@ -110,15 +110,15 @@ def yes(causal):
 
 
 # ---- step 07: ab.py's runs -----------------------------------------------------------------
-def ab_medians(path):
-    """{(tokens, d, causal, N, who): the median of the rounds' TFLOP/s} of one ab.py CSV; who: a step's id (07,
-    07h9, 07b5, …) or PyTorch's backend (cudnn, flash)."""
+def ab_medians(path, key=None, field="tflops"):
+    """{key: the median of the rounds' `field`} of one ab.py CSV. The key by default (tokens, d, causal, N, who),
+    or key(row) + (who,); who: a step's id (07, 07h9, 07b5, …) or PyTorch's backend (cudnn, flash)."""
     got = {}
     for r in load(os.path.dirname(path), os.path.basename(path)):
         if r["status"] == "ok":
             who = r["step"] if r["impl"] == "fa" else r["impl"].replace("torch-", "")
-            key = (int(r["H"]) * int(r["N"]), int(r["d"]), r["causal"] == "1", int(r["N"]), who)
-            got.setdefault(key, []).append(float(r["tflops"]))
+            k = key(r) if key else (int(r["H"]) * int(r["N"]), int(r["d"]), r["causal"] == "1", int(r["N"]))
+            got.setdefault(k + (who,), []).append(float(r[field]))
     return {k: statistics.median(v) for k, v in got.items()}
 
 

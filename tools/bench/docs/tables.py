@@ -551,14 +551,8 @@ GQA07 = "../h100/gqa07"  # beside the folder the other tables read
 
 def ab_ms(path):
     """{(pass, G, d, causal, N, window, who): the median of the rounds' ms} of one ab.py CSV with groups or windows."""
-    got = {}
-    for r in load(os.path.dirname(path), os.path.basename(path)):
-        if r["status"] == "ok":
-            who = r["step"] if r["impl"] == "fa" else r["impl"].replace("torch-", "")
-            key = (r["dir"], int(r["H"]) // int(r["H_kv"]), int(r["d"]), r["causal"] == "1", int(r["N"]),
-                   (int(r["window_left"]), int(r["window_right"])), who)
-            got.setdefault(key, []).append(float(r["ms"]))
-    return {k: statistics.median(v) for k, v in got.items()}
+    return ab_medians(path, lambda r: (r["dir"], int(r["H"]) // int(r["H_kv"]), int(r["d"]), r["causal"] == "1",
+                                       int(r["N"]), (int(r["window_left"]), int(r["window_right"]))), "ms")
 
 
 def gqa07(D):
