@@ -668,6 +668,25 @@ NpyHeader header_of(const InputFile& f, const std::string& path, bool integers =
   return parse_npy_header(bytes, f.size, path, integers);
 }
 
+/// A checked header's data, in chunks of 64k elements (float64 and swapped data are converted
+/// on the way, in a small buffer): each element's bytes, in the host's order, to store(i, p).
+template <class Store>
+void read_elements(const InputFile& f, const NpyHeader& h, const std::string& path, Store&& store) {
+  const bool swap = h.big_endian == host_little_endian();
+  constexpr std::size_t kChunk = 1 << 16;
+  std::vector<unsigned char> buf(std::min(kChunk, h.count) * std::size_t(h.itemsize));
+  for (std::size_t done = 0; done < h.count;) {
+    const std::size_t n = std::min(kChunk, h.count - done), want = n * std::size_t(h.itemsize);
+    if (f.read(buf.data(), want, path) != want) fail(path, "truncated while reading (the file shrank?)");
+    for (std::size_t e = 0; e < n; ++e) {
+      unsigned char* p = buf.data() + e * std::size_t(h.itemsize);
+      if (swap) std::reverse(p, p + h.itemsize);
+      store(done + e, p);
+    }
+    done += n;
+  }
+}
+
 }  // namespace
 
 NpyHeader read_npy_header(const std::string& path) {
@@ -681,26 +700,15 @@ NpyArray read_npy(const std::string& path) {
   NpyArray a;
   a.shape = h.shape;
   a.data.resize(h.count);
-  const bool swap = h.big_endian == host_little_endian();
-  // In chunks: float64 and swapped data are converted on the way, in a small buffer.
-  constexpr std::size_t kChunk = 1 << 16;
-  std::vector<unsigned char> buf(kChunk * std::size_t(h.itemsize));
-  for (std::size_t done = 0; done < h.count;) {
-    const std::size_t n = std::min(kChunk, h.count - done), want = n * std::size_t(h.itemsize);
-    if (f.read(buf.data(), want, path) != want) fail(path, "truncated while reading (the file shrank?)");
-    for (std::size_t e = 0; e < n; ++e) {
-      unsigned char* p = buf.data() + e * std::size_t(h.itemsize);
-      if (swap) std::reverse(p, p + h.itemsize);
-      if (h.itemsize == 4) {
-        std::memcpy(&a.data[done + e], p, 4);
-      } else {
-        double x;
-        std::memcpy(&x, p, 8);
-        a.data[done + e] = static_cast<float>(x);
-      }
+  read_elements(f, h, path, [&](std::size_t i, const unsigned char* p) {
+    if (h.itemsize == 4) {
+      std::memcpy(&a.data[i], p, 4);
+    } else {
+      double x;
+      std::memcpy(&x, p, 8);
+      a.data[i] = static_cast<float>(x);
     }
-    done += n;
-  }
+  });
   return a;
 }
 
@@ -710,22 +718,17 @@ NpyInts read_npy_ints(const std::string& path) {
   NpyInts a;
   a.shape = h.shape;
   a.data.resize(h.count);
-  std::vector<unsigned char> buf(h.count * std::size_t(h.itemsize));  // an index table: small, read at once
-  if (f.read(buf.data(), buf.size(), path) != buf.size()) fail(path, "truncated while reading (the file shrank?)");
-  const bool swap = h.big_endian == host_little_endian();
-  for (std::size_t e = 0; e < h.count; ++e) {
-    unsigned char* p = buf.data() + e * std::size_t(h.itemsize);
-    if (swap) std::reverse(p, p + h.itemsize);
+  read_elements(f, h, path, [&](std::size_t i, const unsigned char* p) {
     if (h.itemsize == 4) {
       std::int32_t x;
       std::memcpy(&x, p, 4);
-      a.data[e] = x;
+      a.data[i] = x;
     } else {
       std::int64_t x;
       std::memcpy(&x, p, 8);
-      a.data[e] = x;
+      a.data[i] = x;
     }
-  }
+  });
   return a;
 }
 
