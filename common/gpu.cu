@@ -253,6 +253,25 @@ ForwardOut forward(const GpuForward& s, const Problem& p, const Qkv& in, bool so
   return {o.download(), softmax ? lse.download() : std::vector<float>{}};
 }
 
+ForwardOut forward(const GpuForward& s, const Problem& p, const Qkv& in, const std::vector<int>& offsets) {
+  check_runnable(s, p);
+  if (!s.ragged_workspace_bytes) throw Error(std::string(s.name) + " does not take a ragged batch");
+  require_offsets(p, offsets);
+  if (p.dtype == DType::fp32) throw Error(std::string(s.name) + " takes a ragged batch in 16 bits only");
+  const int sequences = int(offsets.size()) - 1;
+  const std::size_t ws_bytes = s.ragged_workspace_bytes(p, sequences);
+  check_memory(s.name, forward_bytes(s, p) - s.workspace_bytes(p) + ws_bytes, ws_bytes, "a ragged batch's table");
+  DeviceBuffer<std::uint16_t> q = upload16(p.dtype, in.q), k = upload16(p.dtype, in.k), v = upload16(p.dtype, in.v);
+  DeviceBuffer<std::uint16_t> o(std::vector<std::uint16_t>(p.elems(), kPoison16));
+  DeviceBuffer<float> lse = poisoned(p.rows());
+  DeviceBuffer<int> offs(offsets);
+  DeviceBuffer<char> ws = poisoned_workspace(ws_bytes);
+  s.run_native(p, NativeFwdArgs{q.get(), k.get(), v.get(), o.get(), lse.get(), Ragged{offs.get(), sequences}}, ws.get(),
+               nullptr);
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  return {download16(p.dtype, o), lse.download()};
+}
+
 Grads backward(const GpuBackward& s, const Problem& p, const Qkv& in, const ForwardOut& fwd,
                const std::vector<float>& dout) {
   check_runnable(s, p);
@@ -278,6 +297,32 @@ Grads backward(const GpuBackward& s, const Problem& p, const Qkv& in, const Forw
         ws.get(), nullptr);
   FA_CUDA_CHECK(cudaDeviceSynchronize());
   return {dq.download(), dk.download(), dv.download()};
+}
+
+Grads backward(const GpuBackward& s, const Problem& p, const Qkv& in, const ForwardOut& fwd,
+               const std::vector<float>& dout, const std::vector<int>& offsets) {
+  check_runnable(s, p);
+  if (!s.ragged_workspace_bytes) throw Error(std::string(s.name) + " does not take a ragged batch");
+  require_offsets(p, offsets);
+  if (p.dtype == DType::fp32) throw Error(std::string(s.name) + " takes a ragged batch in 16 bits only");
+  const int sequences = int(offsets.size()) - 1;
+  const std::size_t ws_bytes = s.ragged_workspace_bytes(p, sequences);
+  check_memory(s.name, backward_bytes(s, p) - s.workspace_bytes(p) + ws_bytes, ws_bytes,
+               "a ragged batch's tables and sums");
+  const DType t = p.dtype;
+  DeviceBuffer<std::uint16_t> q = upload16(t, in.q), k = upload16(t, in.k), v = upload16(t, in.v);
+  DeviceBuffer<std::uint16_t> o = upload16(t, fwd.o), dO = upload16(t, dout);
+  DeviceBuffer<float> lse(fwd.lse);
+  const std::vector<std::uint16_t> poison(p.elems(), kPoison16), poison_kv(p.kv_elems(), kPoison16);
+  DeviceBuffer<std::uint16_t> dq(poison), dk(poison_kv), dv(poison_kv);
+  DeviceBuffer<int> offs(offsets);
+  DeviceBuffer<char> ws = poisoned_workspace(ws_bytes);
+  s.run_native(p,
+               NativeBwdArgs{q.get(), k.get(), v.get(), o.get(), lse.get(), dO.get(), dq.get(), dk.get(), dv.get(),
+                             Ragged{offs.get(), sequences}},
+               ws.get(), nullptr);
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  return {download16(t, dq), download16(t, dk), download16(t, dv)};
 }
 
 namespace {

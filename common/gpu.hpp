@@ -53,10 +53,16 @@ void check_runnable(const GpuBackward& step, const Problem& p);
 /// Throws fa::Error when d is unsupported or the device cannot hold the data.
 ForwardOut forward(const GpuForward& step, const Problem& p, const Qkv& in, bool softmax);
 
+/// The same on a ragged batch (p packed: B = 1, N the total; require_offsets), for a step
+/// that takes one (GpuForward::ragged_workspace_bytes).
+ForwardOut forward(const GpuForward& step, const Problem& p, const Qkv& in, const std::vector<int>& offsets);
 /// Runs a backward step on host tensors (fwd holds O and L).
 Grads backward(const GpuBackward& step, const Problem& p, const Qkv& in, const ForwardOut& fwd,
                const std::vector<float>& dout);
 
+/// The same on a ragged batch, as forward's.
+Grads backward(const GpuBackward& step, const Problem& p, const Qkv& in, const ForwardOut& fwd,
+               const std::vector<float>& dout, const std::vector<int>& offsets);
 /// Bytes a call needs in device memory: the tensors plus the step's workspace.
 std::size_t forward_bytes(const GpuForward& step, const Problem& p);
 std::size_t backward_bytes(const GpuBackward& step, const Problem& p);

@@ -118,4 +118,17 @@ void require_finite(const std::vector<float>& x, const std::string& what) {
                   std::to_string(i) + ": attention needs finite inputs");
 }
 
+void require_offsets(const Problem& p, const std::vector<int>& offsets) {
+  if (p.B != 1) throw Error("a ragged batch is packed into one: B = 1, N the total of its lengths (got " + p.str() + ")");
+  if (offsets.size() < 2 || offsets.front() != 0 || offsets.back() != p.N) {
+    std::string got;
+    for (int x : offsets) got += (got.empty() ? "" : ",") + std::to_string(x);
+    throw Error("the offsets of a ragged batch must start at 0 and end at N = " + std::to_string(p.N) + " (got " +
+                (got.size() > 60 ? got.substr(0, 60) + "…" : got) + ")");
+  }
+  for (std::size_t b = 1; b < offsets.size(); ++b)
+    if (offsets[b] <= offsets[b - 1])
+      throw Error("sequence " + std::to_string(b - 1) + " of the ragged batch is empty: offsets must rise");
+}
+
 }  // namespace fa

@@ -91,6 +91,10 @@ struct Problem {
   void validate_self_attention(const std::string& who) const { validate_for(who, kSelfAttention); }
 };
 
+/// A ragged batch: sequences of different lengths packed into p's N rows (B = 1), sequence b
+/// being rows offsets[b] … offsets[b + 1] − 1 of every head (FlashAttention's cu_seqlens).
+/// Throws fa::Error unless B = 1 and the offsets start at 0, rise by at least 1 and end at N.
+void require_offsets(const Problem& p, const std::vector<int>& offsets);
 /// Q, K, V on the host.
 struct Qkv {
   std::vector<float> q, k, v;

@@ -29,11 +29,20 @@ struct BwdArgs {
   float *dq, *dk, *dv;
 };
 
+/// A ragged batch: `sequences` sequences of different lengths packed one after another in
+/// the problem's N rows (B = 1), sequence b being rows offsets[b] … offsets[b + 1] − 1 of
+/// every head (FlashAttention's cu_seqlens: int32 on the device, sequences + 1 of them).
+struct Ragged {
+  const int* offsets = nullptr;
+  int sequences = 0;  ///< 0: not ragged
+};
+
 /// Device pointers in the problem's own element type (bf16 or fp16: 2 bytes each).
 struct NativeFwdArgs {
   const void *q, *k, *v;
   void* o;
   float* lse;
+  Ragged ragged{};  ///< a ragged batch, for the steps that take one (GpuForward::ragged_workspace_bytes)
 };
 
 /// The same for a backward pass (L and the gradients' accumulators stay fp32).
@@ -42,6 +51,7 @@ struct NativeBwdArgs {
   const float* lse;
   const void* dout;
   void *dq, *dk, *dv;
+  Ragged ragged{};  ///< a ragged batch, for the steps that take one (GpuBackward::ragged_workspace_bytes)
 };
 
 /// The workspace_bytes of a step that needs no scratch memory.
@@ -71,6 +81,9 @@ struct GpuForward {
   bool groups = false;
   /// Takes a window (Problem::window_left, window_right).
   bool window = false;
+  /// Takes a ragged batch (NativeFwdArgs::ragged), with this workspace for p packed and its
+  /// number of sequences; null where the step does not.
+  std::size_t (*ragged_workspace_bytes)(const Problem&, int sequences) = nullptr;
 };
 
 /// A backward step, written as GpuForward.
@@ -86,6 +99,8 @@ struct GpuBackward {
   bool exact_sm = false;        ///< as GpuForward::exact_sm
   bool groups = false;          ///< as GpuForward::groups: dK, dV of a K/V head sum over its group
   bool window = false;          ///< as GpuForward::window
+  /// As GpuForward::ragged_workspace_bytes.
+  std::size_t (*ragged_workspace_bytes)(const Problem&, int sequences) = nullptr;
 };
 
 /// Whether kernels that take head dimensions up to max_d (0: any), and only those in

@@ -481,6 +481,26 @@ TEST_CASE("grouped heads and windows: the steps that do not take them say so", "
   CHECK(test::contains(test::error_of([&] { step07::model_forward(bad, iw); }), "0 to 2^30, or -1"));
 }
 
+namespace {
+/// Sequence b's rows of a packed [heads, T, width] tensor (Q, O, dO: the query heads, width d;
+/// L: width 1; K, V: the K/V heads), every head's one after another.
+std::vector<float> sequence_rows(const Problem& p, const std::vector<int>& offsets, int b, const std::vector<float>& x,
+                                 std::size_t heads, int width) {
+  const std::size_t at = std::size_t(offsets[std::size_t(b)]), n = std::size_t(offsets[std::size_t(b) + 1]) - at;
+  std::vector<float> out;
+  for (std::size_t h = 0; h < heads; ++h)
+    out.insert(out.end(), x.begin() + std::ptrdiff_t((h * std::size_t(p.N) + at) * width),
+               x.begin() + std::ptrdiff_t((h * std::size_t(p.N) + at + n) * width));
+  return out;
+}
+/// Cumulative offsets of sequences of these lengths.
+std::vector<int> offsets_of(const std::vector<int>& lengths) {
+  std::vector<int> offsets = {0};
+  for (int n : lengths) offsets.push_back(offsets.back() + n);
+  return offsets;
+}
+}  // namespace
+
 TEST_CASE("step07 model on a ragged batch: each sequence its own attention, no padding computed", "[cpu]") {
   // Lengths 1, 17, 1000 and mixed, packed into one [1, H, T, d]; each sequence against the
   // reference on its rows alone, and the packed problem against the reference under the
@@ -489,8 +509,7 @@ TEST_CASE("step07 model on a ragged batch: each sequence its own attention, no p
   for (const std::vector<int>& lengths : cases)
     for (bool causal : {false, true}) {
       if (test::quick() && lengths.size() == 1 && lengths[0] == 1000) continue;
-      std::vector<int> offsets = {0};
-      for (int n : lengths) offsets.push_back(offsets.back() + n);
+      const std::vector<int> offsets = offsets_of(lengths);
       const Problem p = grouped(2, lowp(make(1, 4, offsets.back(), 64, causal), DType::bf16));
       INFO(p.str() << ", " << lengths.size() << " sequences");
       const Qkv in = inputs(p, 191);
@@ -500,13 +519,9 @@ TEST_CASE("step07 model on a ragged batch: each sequence its own attention, no p
       Traffic padded{};
       for (int b = 0; b < int(lengths.size()); ++b) {
         const Problem one = step07::sequence(p, offsets, b);
-        const int at = offsets[std::size_t(b)], n = one.N;
         INFO("sequence " << b << ": " << one.str());
         auto rows = [&](const std::vector<float>& x, std::size_t heads, int width) {
-          std::vector<float> out;
-          for (std::size_t h = 0; h < heads; ++h)
-            out.insert(out.end(), x.begin() + (h * p.N + at) * width, x.begin() + (h * p.N + at + n) * width);
-          return out;
+          return sequence_rows(p, offsets, b, x, heads, width);
         };
         const Qkv mine{rows(in.q, p.heads(), p.d), rows(in.k, p.kv_heads(), p.d), rows(in.v, p.kv_heads(), p.d)};
         const ForwardOut f{rows(mf.out.o, p.heads(), p.d), rows(mf.out.lse, p.heads(), 1)};
@@ -804,6 +819,92 @@ TEST_CASE("step07 kernels with a sliding window: the budgets, the model, both mo
           check_grads_close("deterministic, run 2 vs run 1", p, again, det, tol::kBitExact);
           check_shares(p, det, g);
         }
+}
+
+// A ragged batch on the GPU: a forward tile is one query block of one sequence, a backward
+// tile one key block of one (the tables ragged.cu builds from the offsets), their copies
+// shifted to the sequence's rows, mask and band in the sequence's coordinates, the query rows
+// of the next sequence masked in the backward, and the rows of a sequence's last tile stored
+// by hand where TMA's box would run into the next one. So each sequence's rows must be exactly
+// what the same kernels give on that sequence alone — the forward, and the deterministic
+// backward (dQ added in key-block order) — and every row of the poisoned outputs written.
+namespace {
+/// Sequence b's Q, K, V (or their gradients) out of a ragged batch's.
+Qkv sequence_qkv(const Problem& p, const std::vector<int>& offsets, int b, const Qkv& x) {
+  return {sequence_rows(p, offsets, b, x.q, p.heads(), p.d), sequence_rows(p, offsets, b, x.k, p.kv_heads(), p.d),
+          sequence_rows(p, offsets, b, x.v, p.kv_heads(), p.d)};
+}
+}  // namespace
+
+TEST_CASE("step07 on a ragged batch: each sequence's rows are the kernels' on it alone, bit for bit", "[gpu]") {
+  const std::vector<int> cases[] = {{1}, {17}, {1000}, {1, 17, 1000, 3}, {130, 129, 1, 64}, {2049, 5, 383, 4097}};
+  const std::pair<int, int> bands[] = {{-1, -1}, {16, 0}, {300, 7}};  // none, a causal window, two-sided
+  for (const std::vector<int>& lengths : cases)
+    for (int d : kAllD)
+      for (bool causal : {false, true})
+        for (auto [left, right] : bands) {
+          const bool long_case = lengths.size() == 4 && lengths[0] == 2049;
+          if ((left >= 0 && lengths.size() == 1) || (right > 0 && causal) || (long_case && d == 256 && left >= 0))
+            continue;
+          if (test::quick() && (long_case || lengths.size() == 1 || left >= 0)) continue;
+          const std::vector<int> offsets = offsets_of(lengths);
+          const Problem p =
+              windowed(left, right, grouped(2, lowp(make(1, 4, offsets.back(), d, causal), DType::bf16)));
+          INFO(p.str() << ", " << lengths.size() << " sequences, seeds 231, 232");
+          const Qkv in = inputs(p, 231);
+          const std::vector<float> dout = grad_out(p, 232);
+          const ForwardOut fwd = gpu::forward(step07::kForward, p, in, offsets);
+          const Grads g = gpu::backward(step07::kBackward, p, in, fwd, dout, offsets);
+          const Grads det = gpu::backward(step07::kBackwardDeterministic, p, in, fwd, dout, offsets);
+          if (offsets.back() <= 1200 && left < 0 && d == 128) {  // the CPU's model: one d (every d: the cpu test)
+            const ModelForward m = step07::model_forward_ragged(p, in, offsets);
+            FA_CHECK_CLOSE("O vs the ragged model", fwd.o, m.out.o, reorder(p.dtype), test::shape_o(p));
+            FA_CHECK_CLOSE("L vs the ragged model", fwd.lse, m.out.lse, tol::kFp32Reorder, test::shape_l(p));
+            const ModelBackward mb = step07::model_backward_ragged(p, in, fwd, dout, offsets);
+            check_grads_close("vs the ragged model", p, g, mb.grads, reorder(p.dtype));
+          }
+          check_shares(p, det, g);  // the default mode: the deterministic one's sums in another order
+          FA_CHECK_CLOSE("dQ, deterministic vs the default", det.dq, g.dq, reorder(p.dtype), test::shape_o(p));
+          for (int b = 0; b < int(lengths.size()); ++b) {
+            const Problem one = step07::sequence(p, offsets, b);
+            INFO("sequence " << b << ": " << one.str());
+            const Qkv mine = sequence_qkv(p, offsets, b, in);
+            const std::vector<float> my_dout = sequence_rows(p, offsets, b, dout, p.heads(), d);
+            const ForwardOut alone = gpu::forward(step07::kForward, one, mine, true);
+            FA_CHECK_CLOSE("O vs the sequence alone", sequence_rows(p, offsets, b, fwd.o, p.heads(), d), alone.o,
+                           tol::kBitExact, test::shape_o(one));
+            FA_CHECK_CLOSE("L vs the sequence alone", sequence_rows(p, offsets, b, fwd.lse, p.heads(), 1), alone.lse,
+                           tol::kBitExact, test::shape_l(one));
+            const Grads alone_det = gpu::backward(step07::kBackwardDeterministic, one, mine, alone, my_dout);
+            const Qkv got = sequence_qkv(p, offsets, b, {det.dq, det.dk, det.dv});
+            check_grads_close("deterministic, vs the sequence alone", one, {got.q, got.k, got.v}, alone_det,
+                              tol::kBitExact);
+          }
+        }
+}
+
+TEST_CASE("step07 refuses a ragged batch it cannot take", "[gpu]") {
+  const Problem p = lowp(make(1, 2, 20, 64, false), DType::bf16);
+  const Qkv in = inputs(p, 232);
+  CHECK(test::contains(test::error_of([&] { gpu::forward(step07::kForward, p, in, {0, 5, 5, 20}); }), "empty"));
+  CHECK(test::contains(test::error_of([&] { gpu::forward(step07::kForward, p, in, {0, 5, 21}); }), "end at N = 20"));
+  CHECK(test::contains(test::error_of([&] { gpu::forward(step06::kForward, p, in, {0, 5, 20}); }),
+                       "does not take a ragged batch"));
+  const ForwardOut fwd = gpu::forward(step07::kForward, p, in, {0, 5, 20});
+  CHECK(test::contains(
+      test::error_of([&] { gpu::backward(step07::kBackward, p, in, fwd, grad_out(p, 234), {0, 20, 20}); }), "empty"));
+  CHECK(test::contains(
+      test::error_of([&] { gpu::backward(step06::kBackward, p, in, fwd, grad_out(p, 234), {0, 5, 20}); }),
+      "does not take a ragged batch"));
+  const Problem fp32 = make(1, 2, 20, 64, false);
+  CHECK(test::contains(test::error_of([&] { gpu::forward(step07::kForward, fp32, inputs(fp32, 235), {0, 5, 20}); }),
+                       "16 bits"));
+  const Problem d32 = lowp(make(1, 2, 20, 32, false), DType::bf16);
+  CHECK(test::contains(test::error_of([&] { gpu::forward(step07::kForward, d32, inputs(d32, 236), {0, 5, 20}); }),
+                       "d = 64, 128, 256"));
+  const Problem two = lowp(make(2, 2, 10, 64, false), DType::bf16);
+  CHECK(test::contains(test::error_of([&] { gpu::forward(step07::kForward, two, inputs(two, 233), {0, 10}); }),
+                       "B = 1"));
 }
 
 TEST_CASE("step07 kernels with grouped K/V heads are those on K, V repeated: forward, dQ, and one head's dK, dV",

@@ -66,6 +66,11 @@
 // At d = 256 (dkdv_wide_kernel, below the first) the block owns 64 keys, and the two
 // consumers split the columns of dK and dV instead of the keys; each consumer leaves two dQ
 // pieces a step through its one slot, the second staged in the next step, under its dPᵀ.
+//
+// A ragged batch (kRagged, ragged.cuh): a tile is a key block of one sequence (the key
+// blocks' table), its statistics and dQ pieces those of its sequence's query blocks (the
+// query blocks' table), its query rows past the sequence's end masked, and dK, dV of a
+// sequence's last key block stored by hand where a TMA box would cross into the next.
 #include <cuda/atomic>
 
 #include <algorithm>
@@ -199,46 +204,82 @@ struct BwdParams {
   int* order;              // [B·H][q_blocks]: key blocks that have added into query block i
   int* taken;              // tiles taken past the grid's first (next_tile), zeroed by the preprocess
   float *dk_acc, *dv_acc;  // parts > 1: [B·H_kv][N][d], the shares' dK (×scale) and dV added in fp32
+  // A ragged batch's (the kRagged kernels; N above is then T, the packed rows of a head): the
+  // key blocks' table and, for each, the first entry of its sequence in the query blocks' table
+  // (its statistics' and dQ pieces' block index); the order and number of the tiles, made with it;
+  // dK and dV, where a sequence's last key block is stored by hand (a TMA box would cross).
+  const SeqBlock* key_blocks = nullptr;
+  const int* q_first = nullptr;
+  const TileOrder* ragged_order = nullptr;
+  const int* ragged_tiles = nullptr;
+  void *dk = nullptr, *dv = nullptr;
 };
 
 /// The dK/dV kernels' tiles — key block j of unit u — in the order the blocks take them
-/// (prm.schedule, a TileOrder: step07.hpp): a unit's p-th tile is its key block j = p, so
+/// (the schedule, a TileOrder: step07.hpp): a unit's p-th tile is its key block j = p, so
 /// that with the causal mask the key blocks with the most query blocks to visit come first
 /// (across sections of heads), and in the deterministic mode a tile waits only on tiles taken
 /// before it.
 struct BwdTile {
   int j, unit;
 };
-/// A tile as a block's producer tells the block of it (TileRing): its index unit after unit,
-/// u·T_c + j — so that only the producer works out the sections' order (prm.schedule.at,
-/// from the position it took: blockIdx.x, then next_tile); past the last, prm.tiles.
-__device__ __forceinline__ BwdTile bwd_tile(const BwdParams& prm, int tile) {
-  return {tile % prm.schedule.blocks, tile / prm.schedule.blocks};
+/// The tiles' order and number: a dense problem's from the launch, a ragged batch's made on the
+/// device with its table.
+template <bool kRagged>
+__device__ __forceinline__ const TileOrder& tile_schedule(const BwdParams& prm) {
+  if constexpr (kRagged) return *prm.ragged_order;
+  else return prm.schedule;
 }
-/// The query blocks of one query head that key block j (kKeys keys) visits, kQi queries a
-/// step: from the block of the first row that sees one of its keys (the mask's and the
-/// window's band) to the block of the last.
+template <bool kRagged>
+__device__ __forceinline__ int tile_count(const BwdParams& prm) {
+  if constexpr (kRagged) return *prm.ragged_tiles;
+  else return prm.tiles;
+}
+/// A tile as a block's producer tells the block of it (TileRing): its index unit after unit,
+/// u·T_c + j — so that only the producer works out the sections' order (schedule.at, from
+/// the position it took: blockIdx.x, then next_tile); past the last, the number of tiles.
+__device__ __forceinline__ BwdTile bwd_tile(const TileOrder& schedule, int tile) {
+  return {tile % schedule.blocks, tile / schedule.blocks};
+}
+/// A tile's key block in its sequence: block j of the rows start … start + N − 1, and the
+/// query blocks' index of its sequence's first (where its statistics and dQ pieces lie). A
+/// dense problem's tile u is key block u of its one sequence; a ragged batch's, entry u.
+struct KeyTile {
+  int j, start, N, q_first;
+};
+template <bool kRagged>
+__device__ __forceinline__ KeyTile key_tile(const BwdParams& prm, int u) {
+  if constexpr (kRagged) {
+    const SeqBlock b = prm.key_blocks[u];
+    return {b.i, b.start, b.length, prm.q_first[u]};
+  } else {
+    return {u, 0, prm.N, 0};
+  }
+}
+/// The query blocks of one query head that key block j (kKeys keys) of a sequence of N rows
+/// visits, kQi queries a step: from the block of the first row that sees one of its keys (the
+/// mask's and the window's band) to the block of the last.
 struct QRange {
   int first, last;
 };
 template <int kQi, int kKeys>
-__device__ __forceinline__ QRange q_range(const BwdParams& prm, int j) {
-  const int k0 = j * kKeys, k1 = (k0 + kKeys < prm.N ? k0 + kKeys : prm.N) - 1;
-  return {prm.band.first_row(k0) / kQi, prm.band.last_row(k1, prm.N) / kQi};
+__device__ __forceinline__ QRange q_range(const BwdParams& prm, int j, int N) {
+  const int k0 = j * kKeys, k1 = (k0 + kKeys < N ? k0 + kKeys : N) - 1;
+  return {prm.band.first_row(k0) / kQi, prm.band.last_row(k1, N) / kQi};
 }
 /// Steps of key block j's tile: the query blocks of each query head of its unit, so that dK_j
 /// and dV_j sum over the unit's heads in registers.
 template <int kQi, int kKeys>
-__device__ __forceinline__ int bwd_steps(const BwdParams& prm, int j) {
-  const QRange r = q_range<kQi, kKeys>(prm, j);
+__device__ __forceinline__ int bwd_steps(const BwdParams& prm, int j, int N) {
+  const QRange r = q_range<kQi, kKeys>(prm, j, N);
   return prm.walk * (r.last - r.first + 1);
 }
 /// Query block i of a head at step `it` of key block j's tile (the consumers' StepWalk::i,
 /// worked out again each step: fewer registers held across the step than the walk's). The
 /// remainder only past the first head: a division each step slowed the consumers (lab: 07_gqa_window).
 template <int kQi, int kKeys>
-__device__ __forceinline__ int step_block(const BwdParams& prm, int j, int it) {
-  const QRange r = q_range<kQi, kKeys>(prm, j);
+__device__ __forceinline__ int step_block(const BwdParams& prm, int j, int it, int N) {
+  const QRange r = q_range<kQi, kKeys>(prm, j, N);
   const int span = r.last - r.first + 1;
   return r.last - (it < span ? it : it % span);
 }
@@ -262,7 +303,10 @@ struct StepWalk {
 /// A block starts on tile blockIdx.x; the producer takes the next once it has issued a
 /// tile's loads. In a grid of a block a tile (the deterministic mode) there is none; in a
 /// persistent grid it is the next tile no block has taken yet (take_tile).
-__device__ __forceinline__ int next_tile(const BwdParams& prm) { return take_tile(prm.taken, prm.tiles); }
+template <bool kRagged>
+__device__ __forceinline__ int next_tile(const BwdParams& prm) {
+  return take_tile(prm.taken, tile_count<kRagged>(prm));
+}
 
 /// dQ's writer, by one thread: the pieces of the block's tiles (TileRing), as their consumers
 /// stage them (consumer c's at staging + c·chunk, announced on dq_full[c]), into the
@@ -276,7 +320,7 @@ __device__ __forceinline__ int next_tile(const BwdParams& prm) { return take_til
 /// each key block adding kShares (the writers that hold a piece of it), so key block j's
 /// writers wait until it reaches kShares times the key blocks before j that visit query block
 /// i — those from the first holding a key its first row sees (j·kShares without a window).
-template <int kD, int kQi, int kKeys, int kWriters>
+template <int kD, int kQi, int kKeys, int kWriters, bool kRagged>
 __device__ void write_dq(const BwdParams& prm, const TileRing& ring, const float* staging, std::uint64_t* dq_full,
                          std::uint64_t* dq_empty, int writer) {
   using P = DqPieces<kD>;
@@ -287,15 +331,16 @@ __device__ void write_dq(const BwdParams& prm, const TileRing& ring, const float
   int done = 0;                     // the block's steps so far (the consumers' numbering)
   for (int n = 0;; ++n) {
     const int tile = ring.take(n);
-    if (tile >= prm.tiles) break;
-    const auto [j, unit] = bwd_tile(prm, tile);
-    StepWalk walk(prm, q_range<kQi, kKeys>(prm, j), unit);
+    if (tile >= tile_count<kRagged>(prm)) break;
+    const auto [u, unit] = bwd_tile(tile_schedule<kRagged>(prm), tile);
+    [[maybe_unused]] const auto [j, start, N, q_first] = key_tile<kRagged>(prm, u);
+    StepWalk walk(prm, q_range<kQi, kKeys>(prm, j, N), unit);
     for (; !walk.done(); walk.next(), ++done) {
-      const int step = done, i = walk.i, qh = walk.qh;
+      const int step = done, i = walk.i, qh = walk.qh, qi = q_first + i;  // qi: its statistics' and pieces' block
       // This writer's first panel of the step (every kWriters-th after it is its too), or none.
       const int first = kWriters == 1 ? 0 : P::panel(writer, step);
       if (first < 0) continue;
-      cuda::atomic_ref<int, cuda::thread_scope_device> order(prm.order[std::size_t(qh) * prm.q_blocks + i]);
+      cuda::atomic_ref<int, cuda::thread_scope_device> order(prm.order[std::size_t(qh) * prm.q_blocks + qi]);
       if (prm.deterministic) {
         // The key blocks before j that visit query block i: from the first its first row sees.
         const int before = j - prm.band.first_key(i * kQi) / kKeys;
@@ -307,7 +352,7 @@ __device__ void write_dq(const BwdParams& prm, const TileRing& ring, const float
         const int c = P::consumer(step, panel);
         wait(&dq_full[c], P::parity(step, panel));
         cuda::ptx::cp_reduce_async_bulk(cuda::ptx::space_global, cuda::ptx::space_shared, cuda::ptx::op_add,
-                                        prm.dq_acc + dq_piece(qh, prm.q_blocks, i, panel, P::kPanels, kChunk),
+                                        prm.dq_acc + dq_piece(qh, prm.q_blocks, qi, panel, P::kPanels, kChunk),
                                         staging + c * kChunk, std::uint32_t(kChunk * 4));
         cuda::ptx::cp_async_bulk_commit_group();
         cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});  // the staging is read
@@ -352,15 +397,16 @@ __device__ __forceinline__ void store_dkdv(unsigned char* dk_tile, unsigned char
 /// A share of a group (parts > 1): its dK_j (×scale) and dV_j, fp32 registers as store_dkdv
 /// takes them (key key0 + 8h, column col0 + 8n + 2t + e of a head of kD columns), added into
 /// the sums of K/V head kvh by vector reductions (atomicAdd of a float2, its value unread:
-/// RED); keys past N dropped.
+/// RED); keys past the sequence's N dropped (its rows from `start` of the head's prm.N).
 template <int kD, int kCols>
 __device__ __forceinline__ void add_dkdv(const BwdParams& prm, const float (&dk)[kCols / 2],
-                                         const float (&dv)[kCols / 2], int kvh, int key0, int col0, int t) {
+                                         const float (&dv)[kCols / 2], int kvh, int key0, int col0, int t, int N,
+                                         int start) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int key = key0 + 8 * h;
-    if (key >= prm.N) continue;
-    const std::size_t at = (std::size_t(kvh) * prm.N + key) * kD + col0 + 2 * t;
+    if (key >= N) continue;
+    const std::size_t at = (std::size_t(kvh) * prm.N + start + key) * kD + col0 + 2 * t;
 #pragma unroll
     for (int n = 0; n < kCols / 8; ++n) {
       atomicAdd(reinterpret_cast<float2*>(prm.dk_acc + at + 8 * n),
@@ -414,7 +460,7 @@ __device__ __forceinline__ void issue_dq(float (&dq)[chunk_floats(kQi) / 128], s
 static_assert(backward_queries(64) == 96 && backward_queries(128) == 80 && backward_queries(256) == kQ,
               "the queries a step the kernels below are written for");
 
-template <class T, int kD>
+template <class T, int kD, bool kRagged>
 __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     dkdv_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                 const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap do_map,
@@ -447,33 +493,37 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     release_registers<kProducerRegs>();
     if (threadIdx.x == 0) {
       int issued = 0;  // query blocks loaded, over the block's tiles: the stages' ring runs on across them
+      int start = 0, q_first = 0;  // the tile's sequence: its first row, its first query block (a ragged batch's)
       auto load_q = [&](StepWalk& walk) {  // a tile's next step: Q_i, dO_i, L_i, D_i into the next stage
         const int s = issued % kStages, i = walk.i, qh = walk.qh;
         walk.next();
         wait(&bars.q_empty[s], (issued / kStages) % 2 ^ 1);  // a fresh barrier: parity 1 is done
         arrive_expecting(&bars.q_full[s], 2 * L::kQBytes + 2 * kQi * 4);
-        load_tile(&q_map, smem + L::q + s * L::kQBytes, &bars.q_full[s], i * kQi, qh);
-        load_tile(&do_map, smem + L::dout + s * L::kQBytes, &bars.q_full[s], i * kQi, qh);
-        const std::size_t stat = std::size_t(qh) * prm.Np + std::size_t(i) * kQi;
+        load_tile(&q_map, smem + L::q + s * L::kQBytes, &bars.q_full[s], start + i * kQi, qh);
+        load_tile(&do_map, smem + L::dout + s * L::kQBytes, &bars.q_full[s], start + i * kQi, qh);
+        const std::size_t stat = std::size_t(qh) * prm.Np + std::size_t(q_first + i) * kQi;
         load_stats<kQi>(smem + L::l2 + s * kQi * 4, prm.l2 + stat, &bars.q_full[s]);
         load_stats<kQi>(smem + L::dsum + s * kQi * 4, prm.dsum + stat, &bars.q_full[s]);
         ++issued;
       };
-      for (int n = 0, taken = blockIdx.x;; ++n, taken = next_tile(prm)) {
-        if (taken >= prm.tiles) {  // the end, told to the rest of the block
-          ring.publish(n, prm.tiles);
+      for (int n = 0, taken = blockIdx.x;; ++n, taken = next_tile<kRagged>(prm)) {
+        if (taken >= tile_count<kRagged>(prm)) {  // the end, told to the rest of the block
+          ring.publish(n, tile_count<kRagged>(prm));
           break;
         }
-        const auto [j, unit] = tell_tile(prm.schedule, ring, n, taken);  // key block j: the unit's j-th tile
-        StepWalk walk(prm, q_range<kQi, kBc>(prm, j), unit);
+        const auto [u, unit] = tell_tile(tile_schedule<kRagged>(prm), ring, n, taken);  // the unit's u-th tile
+        const KeyTile kt = key_tile<kRagged>(prm, u);
+        const int j = kt.j;
+        start = kt.start, q_first = kt.q_first;
+        StepWalk walk(prm, q_range<kQi, kBc>(prm, j, kt.N), unit);
         const int kvh = unit / prm.parts;
         if (n > 0) {  // a later tile: its first query blocks load as their stages free, under the last tile's epilogue,
           for (int k = 0; k < kStages && !walk.done(); ++k) load_q(walk);
           wait(bars.kv_empty, (n - 1) % 2);  // and K_j, V_j once that epilogue is done with their buffers
         }
         arrive_expecting(bars.kv_full, 2 * L::kKVBytes);
-        load_tile(&k_map, smem + L::k, bars.kv_full, j * kBc, kvh);
-        load_tile(&v_map, smem + L::v, bars.kv_full, j * kBc, kvh);
+        load_tile(&k_map, smem + L::k, bars.kv_full, start + j * kBc, kvh);
+        load_tile(&v_map, smem + L::v, bars.kv_full, start + j * kBc, kvh);
         // Launched early, this block may have started while the preprocess still runs:
         // K_j and V_j are inputs, but L·log2 e, D and the tile counter are the preprocess's.
         if (n == 0) cudaGridDependencySynchronize();
@@ -481,7 +531,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       }
     } else if (const int w = int(threadIdx.x) / 32 - 1; threadIdx.x % 32 == 0 && w >= 0 && w < kWriters) {
       // warp 1 (at d = 128: and warp 2), one thread: dQ's writer w
-      write_dq<kD, kQi, kBc, kWriters>(prm, ring, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full,
+      write_dq<kD, kQi, kBc, kWriters, kRagged>(prm, ring, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full,
                                        bars.dq_empty, w);
     }
     return;
@@ -490,7 +540,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   // ---- Consumer warpgroup c: keys 64c .. 64c + 63 of each of the block's key blocks.
   claim_registers<FwdTile{kBwdConsumers, kBc, kStages}.consumer_regs()>();
   const int c = threadIdx.x / 128 - 1, tid = threadIdx.x % 128, warp = tid / 32, lane = threadIdx.x % 32;
-  const int g = lane / 4, t = lane % 4, N = prm.N;
+  const int g = lane / 4, t = lane % 4;
   const float mul = prm.scale * step06::kLog2e;
   const std::uint32_t k_tile = smem_u32(smem + L::k), v_tile = smem_u32(smem + L::v);
   const std::uint32_t kv_rows = kRowsPerConsumer * c * 128;  // consumer c's keys inside a K/V panel
@@ -502,9 +552,10 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
 
   for (int n = 0, done = 0;; ++n) {  // done: the block's steps before this tile (the stages' ring and dQ's pieces)
     const int tile = ring.take(n);
-    if (tile >= prm.tiles) break;
-    const auto [j, unit] = bwd_tile(prm, tile);
-    const int k0 = j * kBc, steps = bwd_steps<kQi, kBc>(prm, j);
+    if (tile >= tile_count<kRagged>(prm)) break;
+    const auto [u, unit] = bwd_tile(tile_schedule<kRagged>(prm), tile);
+    [[maybe_unused]] const auto [j, start, N, q_first] = key_tile<kRagged>(prm, u);  // N: the sequence's rows
+    const int k0 = j * kBc, steps = bwd_steps<kQi, kBc>(prm, j, N);
     const int key0 = k0 + kRowsPerConsumer * c + 16 * warp + g;  // this thread's keys: key0, key0 + 8
     wait(bars.kv_full, n % 2);
 
@@ -530,7 +581,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       staged = true;
     };
     for (int it = 0; it < steps; ++it) {
-      const int step = done + it, s = step % kStages, q0 = step_block<kQi, kBc>(prm, j, it) * kQi;
+      const int step = done + it, s = step % kStages, q0 = step_block<kQi, kBc>(prm, j, it, N) * kQi;
       const std::uint32_t q_tile = smem_u32(smem + L::q + s * L::kQBytes);
       const std::uint32_t do_tile = smem_u32(smem + L::dout + s * L::kQBytes);
       const float* l2 = reinterpret_cast<const float*>(smem + L::l2) + s * kQi;
@@ -560,11 +611,15 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       wgmma_wait<1>(st);
 #pragma unroll
       for (int x = 0; x < kQi / 2; ++x) st[x] = mma::exp2_approx(fmaf(st[x], mul, -l2[8 * (x / 4) + 2 * t + x % 2]));
-      // Warp-uniform: whether the warp's 16 keys against the step's queries cross N or the band's edges.
-      if (prm.band.cuts(q0, q0 + kQi - 1, key0 - g, key0 - g + 15, N)) {
+      // Warp-uniform: whether the warp's 16 keys against the step's queries cross N or the band's
+      // edges; in a ragged batch, whether the step's queries run past the sequence's end (its
+      // last rows are the next sequence's, not padding).
+      if ((kRagged && q0 + kQi > N) || prm.band.cuts(q0, q0 + kQi - 1, key0 - g, key0 - g + 15, N)) {
 #pragma unroll
-        for (int x = 0; x < kQi / 2; ++x)
-          if (!prm.band.keeps(q0 + 8 * (x / 4) + 2 * t + x % 2, key0 + 8 * (x % 4 / 2), N)) st[x] = 0.0f;
+        for (int x = 0; x < kQi / 2; ++x) {
+          const int row = q0 + 8 * (x / 4) + 2 * t + x % 2;
+          if (!prm.band.keeps(row, key0 + 8 * (x % 4 / 2), N) || (kRagged && row >= N)) st[x] = 0.0f;
+        }
       }
       // dV_c += Pᵀ·dO_i: Pᵀ rounded to 16 bits as A fragments; dO MN-major (its rows are the k index).
       // dK_c += dSᵀ·Q_i, dSᵀ = Pᵀ∘(dPᵀ − D_i) once dPᵀ is done. Both products wait until Pᵀ and
@@ -663,16 +718,26 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
       named_sync(epilogue_bar(c), 128);
       if (tid == 0) arrive(bars.kv_empty);
-      add_dkdv<kD, kD>(prm, dk, dv, unit / prm.parts, key0, 0, t);
+      add_dkdv<kD, kD>(prm, dk, dv, unit / prm.parts, key0, 0, t, N, start);
     } else {
       unsigned char* dk_tile = smem + L::k + c * L::kKVBytes / 2;
       unsigned char* dv_tile = smem + L::v + c * L::kKVBytes / 2;
       store_dkdv<T, kD>(dk_tile, dv_tile, dk, dv, prm.scale, 0, warp, g, t);
       cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
       named_sync(epilogue_bar(c), 128);
-      if (tid == 0) {
-        store_tile(&dk_map, dk_tile, k0 + kRowsPerConsumer * c, unit);  // unit = K/V head
-        store_tile(&dv_map, dv_tile, k0 + kRowsPerConsumer * c, unit);
+      const int first = k0 + kRowsPerConsumer * c;  // this consumer's first key
+      if (kRagged && first + kRowsPerConsumer > N) {
+        // A box past the sequence's end would write the next sequence's rows: the rows before
+        // it by hand, the buffers handed back once every thread has read them.
+        const std::size_t at = (std::size_t(unit) * prm.N + start + first) * kD;
+        store_rows<kD>(static_cast<T*>(prm.dk) + at, dk_tile, kRowsPerConsumer, N - first, tid, 128);
+        store_rows<kD>(static_cast<T*>(prm.dv) + at, dv_tile, kRowsPerConsumer, N - first, tid, 128);
+        cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // before TMA writes the next K, V there
+        named_sync(epilogue_bar(c), 128);
+        if (tid == 0) arrive(bars.kv_empty);
+      } else if (tid == 0) {
+        store_tile(&dk_map, dk_tile, start + first, unit);  // unit = K/V head
+        store_tile(&dv_map, dv_tile, start + first, unit);
         cuda::ptx::cp_async_bulk_commit_group();
         cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
         arrive(bars.kv_empty);
@@ -743,7 +808,7 @@ struct WideBarriers {
   }
 };
 
-template <class T>
+template <class T, bool kRagged>
 __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     dkdv_wide_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                      const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap do_map,
@@ -768,40 +833,44 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
     release_registers<kProducerRegs>();
     if (threadIdx.x == 0) {
       int issued = 0;
+      int start = 0, q_first = 0;  // as dkdv_kernel's
       auto load_q = [&](StepWalk& walk) {
         const int s = issued % kStages, i = walk.i, qh = walk.qh;
         walk.next();
-        const std::size_t stat = std::size_t(qh) * prm.Np + std::size_t(i) * kQ;
+        const std::size_t stat = std::size_t(qh) * prm.Np + std::size_t(q_first + i) * kQ;
         wait(&bars.q_empty[s], (issued / kStages) % 2 ^ 1);
         arrive_expecting(&bars.q_full[s], L::kQBytes + kQ * 4);
-        load_tile(&q_map, smem + L::q + s * L::kQBytes, &bars.q_full[s], i * kQ, qh);
+        load_tile(&q_map, smem + L::q + s * L::kQBytes, &bars.q_full[s], start + i * kQ, qh);
         load_stats(smem + L::l2 + s * kQ * 4, prm.l2 + stat, &bars.q_full[s]);
         wait(bars.do_empty, issued % 2 ^ 1);
         arrive_expecting(bars.do_full, L::kQBytes + kQ * 4);
-        load_tile(&do_map, smem + L::dout, bars.do_full, i * kQ, qh);
+        load_tile(&do_map, smem + L::dout, bars.do_full, start + i * kQ, qh);
         load_stats(smem + L::dsum, prm.dsum + stat, bars.do_full);
         ++issued;
       };
-      for (int n = 0, taken = blockIdx.x;; ++n, taken = next_tile(prm)) {
-        if (taken >= prm.tiles) {  // the end, told to the rest of the block
-          ring.publish(n, prm.tiles);
+      for (int n = 0, taken = blockIdx.x;; ++n, taken = next_tile<kRagged>(prm)) {
+        if (taken >= tile_count<kRagged>(prm)) {  // the end, told to the rest of the block
+          ring.publish(n, tile_count<kRagged>(prm));
           break;
         }
-        const auto [j, unit] = tell_tile(prm.schedule, ring, n, taken);  // key block j: the unit's j-th tile
-        StepWalk walk(prm, q_range<kQ, kWideKeys>(prm, j), unit);
+        const auto [u, unit] = tell_tile(tile_schedule<kRagged>(prm), ring, n, taken);  // the unit's u-th tile
+        const KeyTile kt = key_tile<kRagged>(prm, u);
+        const int j = kt.j;
+        start = kt.start, q_first = kt.q_first;
+        StepWalk walk(prm, q_range<kQ, kWideKeys>(prm, j, kt.N), unit);
         const int kvh = unit / prm.parts;
         if (n > 0) {  // as dkdv_kernel, but one query block ahead: dO_i has one stage, and the second
           load_q(walk);  // would wait for the consumers to take the first, which needs K_j, V_j
           wait(bars.kv_empty, (n - 1) % 2);
         }
         arrive_expecting(bars.kv_full, 2 * L::kKVBytes);
-        load_tile(&k_map, smem + L::k, bars.kv_full, j * kWideKeys, kvh);
-        load_tile(&v_map, smem + L::v, bars.kv_full, j * kWideKeys, kvh);
+        load_tile(&k_map, smem + L::k, bars.kv_full, start + j * kWideKeys, kvh);
+        load_tile(&v_map, smem + L::v, bars.kv_full, start + j * kWideKeys, kvh);
         if (n == 0) cudaGridDependencySynchronize();  // as dkdv_kernel: the preprocess's L·log2 e, D and counter
         while (!walk.done()) load_q(walk);
       }
     } else if (threadIdx.x == 32) {  // one writer: a second one cost more here (note 07)
-      write_dq<kWideD, kQ, kWideKeys, 1>(prm, ring, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full,
+      write_dq<kWideD, kQ, kWideKeys, 1, kRagged>(prm, ring, reinterpret_cast<const float*>(smem + L::dq), bars.dq_full,
                                          bars.dq_empty, 0);
     }
     return;
@@ -811,7 +880,7 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
   // block for Sᵀ and dPᵀ; columns 128c … 128c + 127 of dK and dV.
   claim_registers<FwdTile{kBwdConsumers, kWideKeys, kStages}.consumer_regs()>();
   const int c = threadIdx.x / 128 - 1, tid = threadIdx.x % 128, warp = tid / 32, lane = threadIdx.x % 32;
-  const int g = lane / 4, t = lane % 4, N = prm.N;
+  const int g = lane / 4, t = lane % 4;
   const int half = 32 * c;  // this consumer's queries in a query block: half … half + 31
   const float mul = prm.scale * step06::kLog2e;
   const std::uint32_t k_tile = smem_u32(smem + L::k), v_tile = smem_u32(smem + L::v);
@@ -821,9 +890,10 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
 
   for (int n = 0, done = 0;; ++n) {  // done: the block's steps before this tile
     const int tile = ring.take(n);
-    if (tile >= prm.tiles) break;
-    const auto [j, unit] = bwd_tile(prm, tile);
-    const int k0 = j * kWideKeys, steps = bwd_steps<kQ, kWideKeys>(prm, j);
+    if (tile >= tile_count<kRagged>(prm)) break;
+    const auto [u, unit] = bwd_tile(tile_schedule<kRagged>(prm), tile);
+    [[maybe_unused]] const auto [j, start, N, q_first] = key_tile<kRagged>(prm, u);  // N: the sequence's rows
+    const int k0 = j * kWideKeys, steps = bwd_steps<kQ, kWideKeys>(prm, j, N);
     const int key0 = k0 + 16 * warp + g;  // this thread's keys: key0, key0 + 8
     wait(bars.kv_full, n % 2);
     // 64 keys × 128 columns: register 4n + 2h + e = key 16·warp + g + 8h, column 128c + 8n + 2t + e
@@ -860,11 +930,13 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
 #pragma unroll
       for (int x = 0; x < kQ / 4; ++x) st[x] = mma::exp2_approx(fmaf(st[x], mul, -l2[8 * (x / 4) + 2 * t + x % 2]));
       // Warp-uniform: whether the warp's 16 keys against this consumer's 32 queries cross N or the band's edges.
-      const int q0 = step_block<kQ, kWideKeys>(prm, j, it) * kQ;  // worked out here: fewer registers held
-      if (prm.band.cuts(q0 + half, q0 + half + 31, key0 - g, key0 - g + 15, N)) {
+      const int q0 = step_block<kQ, kWideKeys>(prm, j, it, N) * kQ;  // worked out here: fewer registers held
+      if ((kRagged && q0 + half + 32 > N) || prm.band.cuts(q0 + half, q0 + half + 31, key0 - g, key0 - g + 15, N)) {
 #pragma unroll
-        for (int x = 0; x < kQ / 4; ++x)
-          if (!prm.band.keeps(q0 + half + 8 * (x / 4) + 2 * t + x % 2, key0 + 8 * (x % 4 / 2), N)) st[x] = 0.0f;
+        for (int x = 0; x < kQ / 4; ++x) {
+          const int row = q0 + half + 8 * (x / 4) + 2 * t + x % 2;
+          if (!prm.band.keeps(row, key0 + 8 * (x % 4 / 2), N) || (kRagged && row >= N)) st[x] = 0.0f;
+        }
       }
       // The last step's second dQ piece. Its slot waited for while dPᵀ is in flight, by a
       // loop whose exit is the warp's (wait_warp), then staged once dPᵀ is done: between
@@ -943,16 +1015,24 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // K/V read by wgmma only here, but alike
       named_sync(kEpilogueBar, 128 * kBwdConsumers);
       if (threadIdx.x == 128) arrive(bars.kv_empty);
-      add_dkdv<kWideD, kWideD / 2>(prm, dk, dv, unit / prm.parts, key0, kWideD / 2 * c, t);
+      add_dkdv<kWideD, kWideD / 2>(prm, dk, dv, unit / prm.parts, key0, kWideD / 2 * c, t, N, start);
     } else {
       unsigned char* dk_tile = smem + L::k;
       unsigned char* dv_tile = smem + L::v;
       store_dkdv<T, kWideD / 2>(dk_tile, dv_tile, dk, dv, prm.scale, kWideD / 2 * c, warp, g, t);
       cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
       named_sync(kEpilogueBar, 128 * kBwdConsumers);
-      if (threadIdx.x == 128) {
-        store_tile(&dk_map, dk_tile, k0, unit);  // unit = K/V head
-        store_tile(&dv_map, dv_tile, k0, unit);
+      if (kRagged && k0 + kWideKeys > N) {  // as dkdv_kernel's: the rows before the sequence's end by hand
+        const std::size_t at = (std::size_t(unit) * prm.N + start + k0) * kWideD;
+        const int thread = threadIdx.x - 128, threads = 128 * kBwdConsumers;
+        store_rows<kWideD>(static_cast<T*>(prm.dk) + at, dk_tile, kWideKeys, N - k0, thread, threads);
+        store_rows<kWideD>(static_cast<T*>(prm.dv) + at, dv_tile, kWideKeys, N - k0, thread, threads);
+        cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+        named_sync(kEpilogueBar, 128 * kBwdConsumers);
+        if (threadIdx.x == 128) arrive(bars.kv_empty);
+      } else if (threadIdx.x == 128) {
+        store_tile(&dk_map, dk_tile, start + k0, unit);  // unit = K/V head
+        store_tile(&dv_map, dv_tile, start + k0, unit);
         cuda::ptx::cp_async_bulk_commit_group();
         cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
         arrive(bars.kv_empty);
@@ -969,15 +1049,20 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
 /// warp). Register 4u + 2h + e of thread tid (warp w, g = lane / 4, t = lane % 4) holds
 /// query 16w + g + 8h, column 8u + 2t + e of a 64-query piece, and column 16w + g + 8h,
 /// query 8u + 2t + e of a transposed one (96 or 80 queries a step).
-template <class T, int kQi>
+/// A ragged batch's (kRagged): the pieces' query block u is entry u of the query blocks' table
+/// (none past its q_count entries), its rows those of its sequence, from start (N: T).
+template <class T, int kQi, bool kRagged>
 __global__ void __launch_bounds__(256) convert_kernel(int N, int d, int q_blocks, float scale,
-                                                      const float* __restrict__ acc, T* __restrict__ dq) {
+                                                      const float* __restrict__ acc, T* __restrict__ dq,
+                                                      const SeqBlock* q_table, const int* q_count) {
 #if FA_SM90A
   constexpr int kThreads = 256, kChunk = chunk_floats(kQi), kPad = kPanel + 1;  // a row, padded
   __shared__ float rows[kQi * kPad];                                              // [query][column]
   cudaGridDependencySynchronize();  // launched early: the dK/dV kernel's sums complete
   const std::size_t piece = blockIdx.x;
-  const auto [bh, i, panel] = dq_piece_at(piece, d / kPanel, q_blocks);
+  const auto [bh, u, panel] = dq_piece_at(piece, d / kPanel, q_blocks);
+  if (kRagged && u >= *q_count) return;  // past the table: no rows
+  const auto [i, start, n] = seq_block<kRagged>(q_table, u, N);
   static_assert(kChunk / 4 % kThreads == 0 && kQi * kPanel / 2 % kThreads == 0, "whole rounds of the block");
 #pragma unroll
   for (int k = 0; k < kChunk / 4 / kThreads; ++k) {
@@ -998,8 +1083,8 @@ __global__ void __launch_bounds__(256) convert_kernel(int N, int d, int q_blocks
   for (int k = 0; k < kQi * kPanel / 2 / kThreads; ++k) {
     const int f = threadIdx.x + k * kThreads;  // two columns a thread
     const int q = f / (kPanel / 2), col = 2 * (f % (kPanel / 2)), row = i * kQi + q;
-    if (row < N)
-      *reinterpret_cast<std::uint32_t*>(dq + (bh * N + row) * d + panel * kPanel + col) =
+    if (row < n)
+      *reinterpret_cast<std::uint32_t*>(dq + (bh * N + start + row) * d + panel * kPanel + col) =
           mma::Mma<T>::pack(scale * rows[q * kPad + col], scale * rows[q * kPad + col + 1]);
   }
 #endif
@@ -1021,8 +1106,44 @@ __global__ void __launch_bounds__(256) convert_dkdv_kernel(std::size_t pairs, co
 #endif
 }
 
-/// Query rows a head's statistics and dQ accumulator take: N rounded up to the step's queries.
-int padded(int N, int queries) { return tiles::q_blocks(N, queries) * queries; }
+/// A ragged batch's preprocess: step 06's (D = rowsum(dO∘O), L·log2 e, the accumulator's row
+/// zeroed; a warp a row), on the rows of the query blocks' table: padded row u·kQi + r of a
+/// head is row r of entry u's block, D and L·log2 e 0 past its sequence's end (and past the
+/// table's q_count entries).
+template <class T, int kD, int kQi>
+__global__ void __launch_bounds__(256)
+    ragged_preprocess_kernel(int N, int Np, int rows, const SeqBlock* __restrict__ q_table,
+                             const int* __restrict__ q_count, const T* __restrict__ o, const T* __restrict__ dout,
+                             const float* __restrict__ lse, float* __restrict__ l2, float* __restrict__ dsum,
+                             float* __restrict__ zero) {
+#if FA_SM90A
+  cudaTriggerProgrammaticLaunchCompletion();  // as step 06's: the dK/dV kernel waits for these writes
+  const int r = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (r >= rows) return;
+  for (int c = 4 * lane; c < kD; c += 128)
+    *reinterpret_cast<float4*>(zero + std::size_t(r) * kD + c) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  const int bh = r / Np, u = r % Np / kQi;
+  int row = -1;  // the packed row, if any
+  if (u < *q_count) {
+    const SeqBlock b = q_table[u];
+    const int x = b.i * kQi + r % kQi;
+    if (x < b.length) row = b.start + x;
+  }
+  float acc = 0.0f;
+  if (row >= 0) {
+    const std::size_t base = (std::size_t(bh) * N + row) * kD;
+    for (int c = 2 * lane; c < kD; c += 64) {
+      const float2 x = mma::Mma<T>::load2(o + base + c), y = mma::Mma<T>::load2(dout + base + c);
+      acc += x.x * y.x + x.y * y.y;
+    }
+  }
+  for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) {
+    dsum[r] = acc;
+    l2[r] = row >= 0 ? lse[std::size_t(bh) * N + row] * step06::kLog2e : 0.0f;
+  }
+#endif
+}
 
 }  // namespace
 
@@ -1048,19 +1169,34 @@ struct BwdWorkspace {
   float *dq_acc, *l2, *dsum;
   int *order, *taken;
 };
-BwdWorkspace carve(const Problem& p, void* ws, int queries) {
-  const std::size_t np = p.heads() * std::size_t(padded(p.N, queries)), kv = p.group() > 1 ? p.kv_elems() : 0;
+/// q_blocks: of `queries` rows a head (a ragged batch's: as many as its sequences may take, max_blocks).
+BwdWorkspace carve(const Problem& p, void* ws, int queries, int q_blocks) {
+  const std::size_t np = p.heads() * std::size_t(q_blocks) * queries, kv = p.group() > 1 ? p.kv_elems() : 0;
   float* base = static_cast<float*>(ws) + 2 * kv;
   int* order = reinterpret_cast<int*>(base + np * (p.d + 2));
   return {static_cast<float*>(ws), static_cast<float*>(ws) + kv, base, base + np * p.d, base + np * (p.d + 1), order,
-          order + p.heads() * tiles::q_blocks(p.N, queries)};
+          order + p.heads() * q_blocks};
+}
+std::size_t carved_bytes(const Problem& p, int queries, int q_blocks) {
+  const std::size_t np = p.heads() * std::size_t(q_blocks) * queries;
+  // The sums wherever a group could be split: not backward_parts, whose answer depends on the GPU the call runs on.
+  const std::size_t kv = p.group() > 1 ? 2 * p.kv_elems() : 0;
+  return (kv + np * (p.d + 2)) * sizeof(float) + (p.heads() * q_blocks + 1) * sizeof(int);
 }
 std::size_t workspace_bytes(const Problem& p) {
   const int queries = backward_queries(p.d);
-  const std::size_t np = p.heads() * std::size_t(padded(p.N, queries));
-  // The sums wherever a group could be split: not backward_parts, whose answer depends on the GPU the call runs on.
-  const std::size_t kv = p.group() > 1 ? 2 * p.kv_elems() : 0;
-  return (kv + np * (p.d + 2)) * sizeof(float) + (p.heads() * tiles::q_blocks(p.N, queries) + 1) * sizeof(int);
+  return carved_bytes(p, queries, tiles::q_blocks(p.N, queries));
+}
+/// A ragged batch's: carve's, for its most query blocks, then its tables (64-byte aligned).
+int ragged_q_blocks(const Problem& p, int sequences) {
+  return int(max_blocks(p.N, backward_queries(p.d), sequences));
+}
+std::size_t ragged_tables_at(const Problem& p, int sequences) {
+  return (carved_bytes(p, backward_queries(p.d), ragged_q_blocks(p, sequences)) + 63) / 64 * 64;
+}
+std::size_t ragged_workspace_bytes(const Problem& p, int sequences) {
+  return ragged_tables_at(p, sequences) +
+         ragged_tables_bytes(p.N, backward_keys(p.d), backward_queries(p.d), sequences);
 }
 constexpr const char* kWorkspace =
     "the fp32 dQ accumulator, D and L·log2 e (B·H·Np·(d + 2) floats, Np = N rounded up to the queries of a "
@@ -1068,14 +1204,14 @@ constexpr const char* kWorkspace =
     "grouped heads split into shares, fp32 sums of dK and dV (2·B·H_kv·N·d floats)";
 
 /// The dK/dV kernel of a head dimension, and its shared memory.
-template <class T, int kD>
+template <class T, int kD, bool kRagged>
 struct DkdvKernel {
-  static constexpr auto kernel = dkdv_kernel<T, kD>;
+  static constexpr auto kernel = dkdv_kernel<T, kD, kRagged>;
   static constexpr std::size_t smem = BwdSmem<kD, backward_queries(kD)>::bytes + 1024;  // + the base's alignment
 };
-template <class T>
-struct DkdvKernel<T, kWideD> {
-  static constexpr auto kernel = dkdv_wide_kernel<T>;
+template <class T, bool kRagged>
+struct DkdvKernel<T, kWideD, kRagged> {
+  static constexpr auto kernel = dkdv_wide_kernel<T, kRagged>;
   static constexpr std::size_t smem = WideSmem::bytes + 1024;
 };
 
@@ -1091,28 +1227,44 @@ TileOrder backward_order(const Problem& p, int keys, int parts) {
 /// block a tile — on the persistent grid a block's writer runs up to a tile behind its
 /// consumers, so a key block's wait for the one before it would also wait for that block's
 /// older tiles (note 07, the deterministic mode).
-template <class T, int kD>
+/// A ragged batch (kRagged): its tables first (ragged_tables, made after the workspace's other
+/// parts), its sequences' query blocks in the statistics and the accumulator, as many tiles
+/// launched for as its key blocks may be (the kernels read the order made with the table).
+template <class T, int kD, bool kRagged>
 void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool deterministic) {
-  using K = DkdvKernel<T, kD>;
+  using K = DkdvKernel<T, kD, kRagged>;
   constexpr int kKeys = backward_keys(kD), kQi = backward_queries(kD);
   static_assert(K::smem <= kBlockSmemBytes, "a block's shared memory on sm_90");
   const int parts = backward_parts(p, deterministic);
-  const BwdWorkspace w = carve(p, ws, kQi);
-  const int N = p.N, Np = padded(N, kQi), qb = tiles::q_blocks(N, kQi);
+  const int N = p.N, sequences = a.ragged.sequences;
+  const int qb = kRagged ? ragged_q_blocks(p, sequences) : tiles::q_blocks(N, kQi), Np = qb * kQi;
+  const BwdWorkspace w = carve(p, ws, kQi, qb);
   const std::size_t heads = p.heads();
+  const int units = int(p.kv_heads()) * parts;
+  // A unit's tiles share its G/parts query heads' Q and dO (16-bit) and fp32 dQ accumulators (backward_order).
+  const RaggedTables rt =
+      kRagged ? ragged_tables(a.ragged, N, kKeys, kQi, units, p.causal, 8.0 * N * kD * (p.group() / parts),
+                              static_cast<unsigned char*>(ws) + ragged_tables_at(p, sequences), w.taken, s)
+              : RaggedTables{};
   if (deterministic) FA_CUDA_CHECK(cudaMemsetAsync(w.order, 0, heads * qb * sizeof(int), s));  // read only there
   if (parts > 1) FA_CUDA_CHECK(cudaMemsetAsync(w.dk_acc, 0, 2 * p.kv_elems() * sizeof(float), s));  // dK's, dV's sums
-  // The preprocess zeroes the dQ accumulator and the tile counter (next_tile: a persistent grid's).
+  // The preprocess zeroes the dQ accumulator and the tile counter (next_tile: a persistent grid's;
+  // a ragged batch's tables did).
   const int rows = int(heads) * Np;  // the accumulator is rows × kD floats: preprocess zeroes it row by row
-  step06::preprocess_kernel<T, kD><<<(rows + 7) / 8, 256, 0, s>>>(N, Np, rows, static_cast<const T*>(a.o),
-                                                                  static_cast<const T*>(a.dout), a.lse, w.l2, w.dsum,
-                                                                  w.dq_acc, deterministic ? nullptr : w.taken);
+  if constexpr (kRagged)
+    ragged_preprocess_kernel<T, kD, kQi><<<(rows + 7) / 8, 256, 0, s>>>(
+        N, Np, rows, rt.q_blocks, rt.q_count, static_cast<const T*>(a.o), static_cast<const T*>(a.dout), a.lse,
+        w.l2, w.dsum, w.dq_acc);
+  else
+    step06::preprocess_kernel<T, kD><<<(rows + 7) / 8, 256, 0, s>>>(N, Np, rows, static_cast<const T*>(a.o),
+                                                                    static_cast<const T*>(a.dout), a.lse, w.l2,
+                                                                    w.dsum, w.dq_acc, deterministic ? nullptr : w.taken);
   FA_CHECK_LAUNCH();
 
   auto map = [&](const void* x, int box) { return make_tile_map(x, p.dtype, N, heads, kD, box); };
   auto kv_map = [&](const void* x, int box) { return make_tile_map(x, p.dtype, N, p.kv_heads(), kD, box); };
-  const TileOrder schedule = backward_order(p, kKeys, parts);
-  const int tile_count = schedule.tiles();
+  const TileOrder schedule = backward_order(p, kKeys, parts);  // a ragged batch's: on the device
+  const int tile_count = kRagged ? int(max_blocks(N, kKeys, sequences)) * units : schedule.tiles();
   const BwdParams prm{.N = N,
                       .Np = Np,
                       .q_blocks = qb,
@@ -1129,7 +1281,13 @@ void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool d
                       .order = w.order,
                       .taken = w.taken,
                       .dk_acc = w.dk_acc,
-                      .dv_acc = w.dv_acc};
+                      .dv_acc = w.dv_acc,
+                      .key_blocks = rt.blocks,
+                      .q_first = rt.q_first,
+                      .ragged_order = rt.order,
+                      .ragged_tiles = rt.tiles,
+                      .dk = a.dk,
+                      .dv = a.dv};
   set_smem_limit(K::kernel, K::smem);
   const int grid = deterministic ? tile_count : std::min(tile_count, gpu::sm_count());  // a block a tile, or an SM
   launch_early(true, K::kernel, dim3(unsigned(grid)), dim3(128 * (1 + kBwdConsumers)), K::smem, s, map(a.q, kQi),
@@ -1137,8 +1295,9 @@ void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool d
                kv_map(a.dv, kRowsPerConsumer), prm);
 
   const unsigned pieces = unsigned(heads * qb * (kD / kPanel));
-  launch_early(true, convert_kernel<T, kQi>, dim3(pieces), dim3(256), 0, s, N, kD, qb, p.softmax_scale(),
-               static_cast<const float*>(w.dq_acc), static_cast<T*>(a.dq));
+  launch_early(true, convert_kernel<T, kQi, kRagged>, dim3(pieces), dim3(256), 0, s, N, kD, qb, p.softmax_scale(),
+               static_cast<const float*>(w.dq_acc), static_cast<T*>(a.dq), rt.q_blocks,
+               static_cast<const int*>(rt.q_count));
   if (parts > 1) {
     const std::size_t pairs = p.kv_elems() / 2;
     const unsigned blocks = unsigned(std::min<std::size_t>((pairs + 255) / 256, 8 * std::size_t(gpu::sm_count())));
@@ -1150,8 +1309,10 @@ void launch(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool d
 
 template <int kD>
 void run_d(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool deterministic) {
-  p.dtype == DType::bf16 ? launch<__nv_bfloat16, kD>(p, a, ws, s, deterministic)
-                         : launch<__half, kD>(p, a, ws, s, deterministic);
+  with_ragged(a, [&]<bool kRagged>() {
+    p.dtype == DType::bf16 ? launch<__nv_bfloat16, kD, kRagged>(p, a, ws, s, deterministic)
+                           : launch<__half, kD, kRagged>(p, a, ws, s, deterministic);
+  });
 }
 void run(const Problem& p, const NativeBwdArgs& a, void* ws, Stream s, bool deterministic) {
   // gpu::backward checked d
@@ -1174,7 +1335,8 @@ const GpuBackward kBackward{.name = "step07 backward",
                             .min_sm = kSm,
                             .exact_sm = true,
                             .groups = true,
-                            .window = true};
+                            .window = true,
+                            .ragged_workspace_bytes = ragged_workspace_bytes};
 const GpuBackward kBackwardDeterministic{.name = "det: dQ added in key-block order",
                                          .max_d = 256,
                                          .workspace_bytes = workspace_bytes,
@@ -1185,6 +1347,7 @@ const GpuBackward kBackwardDeterministic{.name = "det: dQ added in key-block ord
                                          .min_sm = kSm,
                                          .exact_sm = true,
                                          .groups = true,
-                                         .window = true};
+                                         .window = true,
+                                         .ragged_workspace_bytes = ragged_workspace_bytes};
 
 }  // namespace fa::step07

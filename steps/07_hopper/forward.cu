@@ -32,7 +32,8 @@
 // on an SM (two_blocks_an_sm, step07.hpp; short.cu).
 // Every grid takes its tiles in forward_order's order (forward.cuh, step07.hpp's TileOrder):
 // with the causal mask heaviest first across sections of heads, so that the last tiles handed
-// out are the cheapest.
+// out are the cheapest. A ragged batch (kRagged, ragged.cuh) runs the persistent grid at d = 64
+// and 128, a block a tile at d = 256: a tile is a query block of one sequence (its table).
 #include <algorithm>
 
 #include "common/cuda_check.cuh"
@@ -42,11 +43,12 @@
 namespace fa::step07 {
 namespace {
 
-template <class T, int kD, bool kBanded>
+template <class T, int kD, bool kBanded, bool kRagged>
 __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     forward_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                    const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
-                   float* __restrict__ lse, int N, int group, float scale, const Band band, const TileOrder order) {
+                   float* __restrict__ lse, int N, int group, float scale, const Band band, const TileOrder order,
+                   const RaggedFwd rg) {
 #if FA_SM90A
   constexpr FwdTile kTile = forward_tile(kD);  // the block shape: step07.hpp
   constexpr int kBc = kTile.keys, kStages = kTile.stages, kConsumers = kTile.consumers, kRows = kTile.rows();
@@ -56,10 +58,13 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
   Barriers bars(smem + L::bars, kStages);
 
   // A block a tile, in forward_order's order (tile_grid): with the causal mask the tiles
-  // with the most K/V blocks start first.
-  const auto [i, bh] = grid_tile(order);
+  // with the most K/V blocks start first. A ragged batch's grid has a block for each query
+  // block it may have (max_blocks): those past the table's end have nothing to do.
+  const auto [u, bh] = grid_tile(order);
+  if (kRagged && u >= rg.order->blocks) return;
+  const auto [i, start, n] = seq_block<kRagged>(rg.blocks, u, N);  // n: the sequence's rows (N)
   const int q0 = i * kRows;
-  const auto [first, last] = kv_range(band, N, i, kRows, kBc);
+  const auto [first, last] = kv_range(band, n, i, kRows, kBc);
   if (threadIdx.x == 0) bars.init(kStages, kConsumers);
   __syncthreads();
 
@@ -68,11 +73,14 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     //      their registers back.
     release_registers<kProducerRegs>();
     if (threadIdx.x == 0)
-      produce<kD, kBc, kStages, kConsumers>(&q_map, &k_map, &v_map, smem, bars, q0, first, last, bh, bh / group);
+      produce<kD, kBc, kStages, kConsumers>(&q_map, &k_map, &v_map, smem, bars, q0, first, last, bh, bh / group,
+                                            start);
   } else {
     // ---- Consumer warpgroup c: 64 query rows.
     claim_registers<kTile.consumer_regs()>();
-    Consumer<T, kD, kBc, kStages, kConsumers, kBanded> w(smem, bars, threadIdx.x / 128 - 1, q0, N, scale, band);
+    Consumer<T, kD, kBc, kStages, kConsumers, kBanded, kRagged> w(smem, bars, threadIdx.x / 128 - 1, q0, n, scale,
+                                                                  band);
+    if constexpr (kRagged) w.in_sequence(start, rg);
     const int c = w.c, next = (c + 1) % kConsumers;  // turns go round: 0, 1, (2,) 0, …
 
     // Prologue: the last consumer lets consumer 0 take the first turn; the first block's S and softmax.
@@ -92,22 +100,29 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
 #endif
 }
 
-template <class T, int kD, bool kBanded>
-void launch(const Problem& p, const NativeFwdArgs& a, Stream stream) {
+template <class T, int kD, bool kBanded, bool kRagged>
+void launch(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream stream) {
   constexpr FwdTile kTile = forward_tile(kD);
   const ForwardMaps m = forward_maps(p, a, kTile.keys);
-  const TileOrder order = forward_order(p, kTile.rows());
+  // A ragged batch: its table first; a block for each query block it may have, head after head.
+  const RaggedFwd rg = kRagged ? ragged_forward(p, a, kTile.rows(), workspace, stream) : RaggedFwd{};
+  const TileOrder order =
+      kRagged ? TileOrder(int(max_blocks(p.N, kTile.rows(), a.ragged.sequences)), int(p.heads()), 0, int(p.heads()))
+              : forward_order(p, kTile.rows());
   const std::size_t smem = Smem<kD, kTile.keys, kTile.stages, kTile.consumers>::bytes + 1024;  // + the base's alignment
-  set_smem_limit(forward_kernel<T, kD, kBanded>, smem);
-  forward_kernel<T, kD, kBanded><<<tile_grid(order), kTile.threads(), smem, stream>>>(
-      m.q, m.k, m.v, m.o, a.lse, p.N, p.group(), p.softmax_scale(), band_of(p), order);
+  set_smem_limit(forward_kernel<T, kD, kBanded, kRagged>, smem);
+  forward_kernel<T, kD, kBanded, kRagged><<<tile_grid(order), kTile.threads(), smem, stream>>>(
+      m.q, m.k, m.v, m.o, a.lse, p.N, p.group(), p.softmax_scale(), band_of(p), order, rg);
   FA_CHECK_LAUNCH();
 }
 
 template <int kD>
-void run_d(const Problem& p, const NativeFwdArgs& a, Stream s) {
+void run_d(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
   with_band(p, [&]<bool kBanded>() {
-    p.dtype == DType::bf16 ? launch<__nv_bfloat16, kD, kBanded>(p, a, s) : launch<__half, kD, kBanded>(p, a, s);
+    with_ragged(a, [&]<bool kRagged>() {
+      p.dtype == DType::bf16 ? launch<__nv_bfloat16, kD, kBanded, kRagged>(p, a, ws, s)
+                             : launch<__half, kD, kBanded, kRagged>(p, a, ws, s);
+    });
   });
 }
 
@@ -130,12 +145,12 @@ struct PersistentSmem {
   static constexpr int bytes = q_empty + kTail;  ///< + 1024 for the base's alignment
 };
 
-template <class T, int kD, bool kBanded>
+template <class T, int kD, bool kBanded, bool kRagged>
 __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     persistent_kernel(const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                       const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map,
-                      float* __restrict__ lse, int N, int group, float scale, const Band band, const TileOrder order,
-                      int* taken) {
+                      float* __restrict__ lse, int N, int group, float scale, const Band band,
+                      const TileOrder dense_order, int* taken, const RaggedFwd rg) {
 #if FA_SM90A
   constexpr FwdTile kTile = forward_tile(kD);
   constexpr int kBc = kTile.keys, kStages = kTile.stages, kConsumers = kTile.consumers, kRows = kTile.rows();
@@ -148,6 +163,7 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
   // every consumer's O store (staged in its Q tile) done reading it.
   std::uint64_t* q_empty = reinterpret_cast<std::uint64_t*>(smem + P::q_empty);
   const TileRing ring(smem + P::ring);
+  const TileOrder order = kRagged ? *rg.order : dense_order;  // a ragged batch's: made with its table
   const int tiles = order.tiles(), q_blocks = order.blocks;
   if (threadIdx.x == 0) {
     cuda::ptx::mbarrier_init(q_empty, P::own_o ? 4 * kConsumers : kConsumers);
@@ -173,12 +189,12 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
           break;
         }
         const auto [p, bh] = tell_tile(order, ring, t, pos);
-        const int i = q_blocks - 1 - p;  // as query_tile
-        const auto [first, last] = kv_range(band, N, i, kRows, kBc);
+        const auto [i, start, rows] = seq_block<kRagged>(rg.blocks, q_blocks - 1 - p, N);  // as query_tile
+        const auto [first, last] = kv_range(band, rows, i, kRows, kBc);
         wait(q_empty, (t % 2) ^ 1);  // a fresh barrier: parity 1 is done
-        load_q<kD, kBc, kStages, kConsumers>(&q_map, smem, bars, i * kRows, bh);
+        load_q<kD, kBc, kStages, kConsumers>(&q_map, smem, bars, start + i * kRows, bh);
         for (int j = first; j <= last; ++j, ++n)
-          load_kv<kD, kBc, kStages, kConsumers>(&k_map, &v_map, smem, bars, j, n, bh / group);
+          load_kv<kD, kBc, kStages, kConsumers>(&k_map, &v_map, smem, bars, j, n, bh / group, start);
       }
     }
   } else {
@@ -192,10 +208,12 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
     if (c == kConsumers - 1) named_arrive(turn_bar(0), 2 * 128);
     int tile = ring.take(0);
     for (int t = 0, n = 0; tile < tiles; ++t) {  // n: the block's K/V blocks before this tile's first
-      const auto [i, bh] = query_tile(tile, q_blocks);
+      const auto [u, bh] = query_tile(tile, q_blocks);
+      const auto [i, start, rows] = seq_block<kRagged>(rg.blocks, u, N);
       const int q0 = i * kRows;
-      const auto [first, last] = kv_range(band, N, i, kRows, kBc);
-      Consumer<T, kD, kBc, kStages, kConsumers, kBanded> w(smem, bars, c, q0, N, scale, band);
+      const auto [first, last] = kv_range(band, rows, i, kRows, kBc);
+      Consumer<T, kD, kBc, kStages, kConsumers, kBanded, kRagged> w(smem, bars, c, q0, rows, scale, band);
+      if constexpr (kRagged) w.in_sequence(start, rg);
 
       // Prologue: the first block's S and softmax.
       wait(bars.q_full, t % 2);
@@ -232,27 +250,36 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
 #endif
 }
 
-template <class T, int kD, bool kBanded>
+template <class T, int kD, bool kBanded, bool kRagged>
 void launch_persistent(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream stream) {
   constexpr FwdTile kTile = forward_tile(kD);
   using P = PersistentSmem<kD, kTile.keys, kTile.stages, kTile.consumers>;
   const ForwardMaps m = forward_maps(p, a, kTile.keys);
-  const TileOrder order = forward_order(p, kTile.rows());
-  const int tile_count = order.tiles();
-  const int grid = std::min(tile_count, gpu::sm_count());
   int* taken = static_cast<int*>(workspace);  // read only if some block takes a second tile
-  if (tile_count > grid) FA_CUDA_CHECK(cudaMemsetAsync(taken, 0, sizeof(int), stream));
-  set_smem_limit(persistent_kernel<T, kD, kBanded>, P::bytes + 1024);
-  persistent_kernel<T, kD, kBanded><<<grid, kTile.threads(), P::bytes + 1024, stream>>>(
-      m.q, m.k, m.v, m.o, a.lse, p.N, p.group(), p.softmax_scale(), band_of(p), order, taken);
+  // A ragged batch: the table (which zeroes the counter) and the order, worked out on the device.
+  const RaggedFwd rg = kRagged ? ragged_forward(p, a, kTile.rows(), workspace, stream) : RaggedFwd{};
+  const TileOrder order = forward_order(p, kTile.rows());  // a ragged batch's kernel reads its own (rg.order)
+  const int tile_count =
+      kRagged ? int(max_blocks(p.N, kTile.rows(), a.ragged.sequences) * p.heads()) : order.tiles();
+  const int grid = std::min(tile_count, gpu::sm_count());
+  if (!kRagged && tile_count > grid) FA_CUDA_CHECK(cudaMemsetAsync(taken, 0, sizeof(int), stream));
+  set_smem_limit(persistent_kernel<T, kD, kBanded, kRagged>, P::bytes + 1024);
+  persistent_kernel<T, kD, kBanded, kRagged><<<grid, kTile.threads(), P::bytes + 1024, stream>>>(
+      m.q, m.k, m.v, m.o, a.lse, p.N, p.group(), p.softmax_scale(), band_of(p), order, taken, rg);
   FA_CHECK_LAUNCH();
 }
 
 template <int kD>
 void run_persistent_d(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
   with_band(p, [&]<bool kBanded>() {
-    p.dtype == DType::bf16 ? launch_persistent<__nv_bfloat16, kD, kBanded>(p, a, ws, s)
-                           : launch_persistent<__half, kD, kBanded>(p, a, ws, s);
+    with_ragged(a, [&]<bool kRagged>() {
+      // A ragged tile's last O rows are copied by hand from an O tile of its own: none at d = 256.
+      if constexpr (kRagged && !PersistentSmem<kD, forward_tile(kD).keys, 2, forward_tile(kD).consumers>::own_o)
+        throw Error("a ragged batch at d = " + std::to_string(kD) + " runs a block a tile (run_forward)");
+      else
+        p.dtype == DType::bf16 ? launch_persistent<__nv_bfloat16, kD, kBanded, kRagged>(p, a, ws, s)
+                               : launch_persistent<__half, kD, kBanded, kRagged>(p, a, ws, s);
+    });
   });
 }
 static_assert(PersistentSmem<64, 128, 2, 3>::own_o && PersistentSmem<128, 128, 2, 2>::own_o &&
@@ -264,11 +291,25 @@ static_assert(PersistentSmem<64, 128, 2, 3>::own_o && PersistentSmem<128, 128, 2
 
 /// Short problems at d = 64 on the kernel of two blocks an SM, d = 64 and 128 otherwise
 /// on the persistent grid, d = 256 a block a tile (step07.hpp).
+/// A ragged batch on the persistent grid at d = 64 and 128 (its sequences' lengths vary: no
+/// short problems' kernel), a block a tile at d = 256.
 void run_forward(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
+  if (a.ragged.sequences) return p.d == 256 ? run_specialised(p, a, ws, s) : run_persistent(p, a, ws, s);
   if (two_blocks_an_sm(p.d, p.N, p.causal)) return run_short(p, a, s);
-  persistent_grid(p.d, p.N, p.causal) ? run_persistent(p, a, ws, s) : run_specialised(p, a, s);
+  persistent_grid(p.d, p.N, p.causal) ? run_persistent(p, a, ws, s) : run_specialised(p, a, ws, s);
 }
 std::size_t forward_workspace(const Problem& p) { return persistent_grid(p.d, p.N, p.causal) ? tile_counter(p) : 0; }
+// A ragged batch's workspace: the tile counter, then the tables.
+constexpr std::size_t kRaggedTablesAt = 64;
+std::size_t forward_ragged_workspace(const Problem& p, int sequences) {
+  return kRaggedTablesAt + ragged_tables_bytes(p.N, forward_tile(p.d).rows(), 0, sequences);
+}
+RaggedFwd ragged_forward(const Problem& p, const NativeFwdArgs& a, int rows, void* ws, Stream s) {
+  // Sections of heads as forward_order's (a head's K and V: all its sequences').
+  const RaggedTables t = ragged_tables(a.ragged, p.N, rows, 0, int(p.heads()), p.causal, 4.0 * p.N * p.d / p.group(),
+                                       static_cast<unsigned char*>(ws) + kRaggedTablesAt, static_cast<int*>(ws), s);
+  return {t.blocks, t.order, a.o, p.N};  // p.N: the packed rows of a head
+}
 
 void run_persistent(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
   switch (p.d) {
@@ -279,11 +320,11 @@ void run_persistent(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s
 }
 std::size_t tile_counter(const Problem&) { return sizeof(int); }
 
-void run_specialised(const Problem& p, const NativeFwdArgs& a, Stream s) {
+void run_specialised(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) {
   switch (p.d) {
-    case 64: return run_d<64>(p, a, s);
-    case 128: return run_d<128>(p, a, s);
-    default: return run_d<256>(p, a, s);  // gpu::forward checked d against kSupportedD
+    case 64: return run_d<64>(p, a, ws, s);
+    case 128: return run_d<128>(p, a, ws, s);
+    default: return run_d<256>(p, a, ws, s);  // gpu::forward checked d against kSupportedD
   }
 }
 
@@ -297,6 +338,7 @@ const GpuForward kForward{.name = "step07 forward",
                           .min_sm = kSm,
                           .exact_sm = true,
                           .groups = true,
-                          .window = true};
+                          .window = true,
+                          .ragged_workspace_bytes = forward_ragged_workspace};
 
 }  // namespace fa::step07

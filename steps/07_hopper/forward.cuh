@@ -10,6 +10,7 @@
 #include "common/cuda/mma.cuh"
 #include "steps/06_tensor_cores/step06.hpp"
 #include "steps/07_hopper/hopper.cuh"
+#include "steps/07_hopper/ragged.cuh"
 #include "steps/07_hopper/step07.hpp"
 
 namespace fa::step07 {
@@ -60,20 +61,21 @@ __device__ __forceinline__ int epilogue_bar(int c) { return 1 + kMaxConsumers + 
 
 /// The K/V ring, by one thread: K_j and V_j, the block's n-th K/V block through the ring
 /// (n = j but on a persistent grid), into stage n % kStages, each after the stage's
-/// previous block was released by every consumer warp.
+/// previous block was released by every consumer warp. `start`: the sequence's first row
+/// (a ragged batch's).
 template <int kD, int kBc, int kStages, int kConsumers>
 __device__ void load_kv(const CUtensorMap* k_map, const CUtensorMap* v_map, unsigned char* smem, const Barriers& b,
-                        int j, int n, int bh) {
+                        int j, int n, int bh, int start = 0) {
   using L = Smem<kD, kBc, kStages, kConsumers>;
   const int s = n % kStages;
   const std::uint32_t phase = (n / kStages) % 2;
   // A buffer's first use waits on parity 1, which a fresh barrier reports as done.
   wait(&b.k_empty[s], phase ^ 1);
   arrive_expecting(&b.k_full[s], L::kKVBytes);
-  load_tile(k_map, smem + L::k + s * L::kKVBytes, &b.k_full[s], j * kBc, bh);
+  load_tile(k_map, smem + L::k + s * L::kKVBytes, &b.k_full[s], start + j * kBc, bh);
   wait(&b.v_empty[s], phase ^ 1);
   arrive_expecting(&b.v_full[s], L::kKVBytes);
-  load_tile(v_map, smem + L::v + s * L::kKVBytes, &b.v_full[s], j * kBc, bh);
+  load_tile(v_map, smem + L::v + s * L::kKVBytes, &b.v_full[s], start + j * kBc, bh);
 }
 
 /// Both consumers' Q tiles, by one thread, completing on q_full.
@@ -86,12 +88,14 @@ __device__ void load_q(const CUtensorMap* q_map, unsigned char* smem, const Barr
 }
 
 /// The producer's work for one tile, by one thread: both consumers' Q of query head bh, then
-/// K/V blocks first..last of K/V head kvh through the ring.
+/// K/V blocks first..last of K/V head kvh through the ring; rows from the sequence's `start`.
 template <int kD, int kBc, int kStages, int kConsumers>
 __device__ void produce(const CUtensorMap* q_map, const CUtensorMap* k_map, const CUtensorMap* v_map,
-                        unsigned char* smem, const Barriers& b, int q0, int first, int last, int bh, int kvh) {
-  load_q<kD, kBc, kStages, kConsumers>(q_map, smem, b, q0, bh);
-  for (int j = first; j <= last; ++j) load_kv<kD, kBc, kStages, kConsumers>(k_map, v_map, smem, b, j, j - first, kvh);
+                        unsigned char* smem, const Barriers& b, int q0, int first, int last, int bh, int kvh,
+                        int start = 0) {
+  load_q<kD, kBc, kStages, kConsumers>(q_map, smem, b, start + q0, bh);
+  for (int j = first; j <= last; ++j)
+    load_kv<kD, kBc, kStages, kConsumers>(k_map, v_map, smem, b, j, j - first, kvh, start);
 }
 
 /// The K/V blocks tile i of `rows` query rows visits: from the one holding the first key its
@@ -104,6 +108,21 @@ __device__ __forceinline__ KvRange kv_range(const Band& band, int N, int i, int 
   return {band.first_key(q0) / keys, band.last_key(q1, N) / keys};
 }
 
+/// What a ragged batch's forward kernels take beside the dense ones': the table of query
+/// blocks and the tiles' order (ragged_tables made both on the device), and, for the last
+/// tile of a sequence, where TMA's box would carry O's rows into the next sequence, O's base
+/// and the packed rows of a head.
+struct RaggedFwd {
+  const SeqBlock* blocks;
+  const TileOrder* order;
+  void* o;
+  int packed_rows;  ///< T
+};
+
+/// The tables of a ragged batch's query blocks of `rows` rows and their tiles' order, made on
+/// the stream in the workspace (ragged_tables; the tile counter zeroed): what the kernels take.
+RaggedFwd ragged_forward(const Problem& p, const NativeFwdArgs& a, int rows, void* workspace, Stream s);
+
 /// `f.template operator()<kBanded>()` for p's band. kBanded = false where the band has no edge
 /// (neither causal nor a window): the mask then tests only keys past N, a shorter main loop.
 template <class F>
@@ -113,7 +132,7 @@ void with_band(const Problem& p, F&& f) {
 
 /// A consumer warpgroup: 64 query rows of the block, their O, m, ℓ in registers.
 /// Thread layout: warp w of the warpgroup owns rows 16w..16w+15, lane = 4g + t.
-template <class T, int kD, int kBc, int kStages, int kConsumers, bool kBanded>
+template <class T, int kD, int kBc, int kStages, int kConsumers, bool kBanded, bool kRagged = false>
 struct Consumer {
   using L = Smem<kD, kBc, kStages, kConsumers>;
 
@@ -123,6 +142,9 @@ struct Consumer {
   float mul;  // exp(scale·(s − m)) = 2^(s·mul − m·mul): m is kept in units of s
   std::uint32_t q_tile;
   Band band;  // the scores its rows keep: the causal mask, a window
+  // A ragged batch's (in_sequence): N is the sequence's length, r0 counts from its first row.
+  int start = 0;          // the sequence's first row in the packed tensors
+  const RaggedFwd* rg = nullptr;
 
   float o[kD / 2] = {};  // O: 64 × kD; register 4n + 2h + e = row g + 8h, column 8n + 2t + e
   float m[2] = {-INFINITY, -INFINITY};  // [row g, g+8]: the running max, in units of s
@@ -290,17 +312,34 @@ struct Consumer {
         *reinterpret_cast<std::uint32_t*>(o_tile + swizzled(kRowsPerConsumer, r, 8 * n + 2 * t)) =
             mma::Mma<T>::pack(o[4 * n + 2 * h] * inv, o[4 * n + 2 * h + 1] * inv);
       const int row = r0 + g + 8 * h;
-      if (t == 0 && row < N) lse[std::size_t(bh) * N + row] = online::lse(m[h] * scale, l[h]);
+      const std::size_t at = kRagged ? std::size_t(bh) * rg->packed_rows + start + row : std::size_t(bh) * N + row;
+      if (t == 0 && row < N) lse[at] = online::lse(m[h] * scale, l[h]);
     }
     // Ordinary stores, then a TMA read of them: the async proxy must see them.
     cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
     named_sync(epilogue_bar(c), 128);
+    if constexpr (kRagged) {
+      // A box past the sequence's end would write the next sequence's rows: the rows before
+      // it copied by hand, 16 bytes a thread at a time (o_tile is reused only after the next
+      // epilogue's barrier, which every thread reaches after this).
+      const int first = r0 - 16 * warp;  // the warpgroup's first row
+      if (first + kRowsPerConsumer > N) {
+        T* o = static_cast<T*>(rg->o) + (std::size_t(bh) * rg->packed_rows + start + first) * kD;
+        store_rows<kD>(o, o_tile, kRowsPerConsumer, N - first, threadIdx.x % 128, 128);
+        return;
+      }
+    }
     if (threadIdx.x % 128 == 0) {
-      store_tile(o_map, o_tile, r0, bh);
+      store_tile(o_map, o_tile, start + r0, bh);
       cuda::ptx::cp_async_bulk_commit_group();
     }
   }
   __device__ unsigned char* q_buffer() const { return smem + L::q + c * L::kQBytes; }
+  /// A ragged batch's tile: its sequence's first row, the packed layout.
+  __device__ void in_sequence(int start_, const RaggedFwd& rg_) {
+    start = start_;
+    rg = &rg_;
+  }
 };
 
 /// By a consumer's storing thread (the first of its warpgroup): waits until its O store
@@ -349,12 +388,13 @@ inline dim3 tile_grid(const TileOrder& o) {
 ///                    d = 64 and 128); its workspace is the tile counter (tile_counter bytes);
 ///   run_short        two warpgroups that both compute, no producer (short.cu; lesson row h1,
 ///                    production for short problems at d = 64, where two blocks share an SM).
-void run_specialised(const Problem& p, const NativeFwdArgs& a, Stream s);
+void run_specialised(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream s);
 void run_persistent(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream s);
 std::size_t tile_counter(const Problem& p);
 void run_short(const Problem& p, const NativeFwdArgs& a, Stream s);
 /// The production forward (kForward): the kernel for the problem.
 void run_forward(const Problem& p, const NativeFwdArgs& a, void* workspace, Stream s);
 std::size_t forward_workspace(const Problem& p);
+std::size_t forward_ragged_workspace(const Problem& p, int sequences);
 
 }  // namespace fa::step07

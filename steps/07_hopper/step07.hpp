@@ -9,8 +9,8 @@
 //              of block j+1 runs under P·V of block j.
 //   persistent a block an SM taking tile after tile, the causal tiles heaviest first.
 // Backward (backward.cu): step 06's on the same pieces, dQ added by TMA bulk reductions.
-// Grouped K/V heads and a sliding window, kernels and model; ragged batches in the model
-// (note 07, "Attention as models use it").
+// Grouped K/V heads, a sliding window and ragged batches, kernels and model (note 07,
+// "Attention as models use it").
 // Leaves for step 08: decoding shapes (few queries, many keys), split across blocks.
 // Limits: d = 64, 128, 256; bf16 or fp16; sm_90 only (its kernels are sm_90a code).
 // The lesson: notes/07_hopper.md. The hardware pieces: common/cuda/hopper.cuh.
@@ -217,8 +217,17 @@ Traffic traffic_backward(const Problem& p);  ///< elements, as step 06's
 // computed. p is the packed problem (B = 1, N = N_kv = T); causal and the window apply
 // within each sequence.
 
-/// Throws fa::Error unless offsets start at 0, rise by at least 1 and end at p.N (B = 1).
-void require_offsets(const Problem& p, const std::vector<int>& offsets);
+/// On the GPU the kernels read a table of the batch's blocks (the forward's query blocks, the
+/// backward's key blocks), which a one-block kernel builds from the offsets on the device
+/// (ragged.cu): entry u of the table is block i of the sequence whose rows are start … start +
+/// length − 1. A tile's mask, band and softmax run in its sequence's coordinates; only its
+/// copies add `start`.
+struct SeqBlock {
+  int i, start, length;
+};
+/// Blocks of `rows` rows a ragged batch has at most: ⌈T/rows⌉ + sequences.
+FA_HD constexpr long long max_blocks(int T, int rows, int sequences) { return (T + rows - 1LL) / rows + sequences; }
+
 /// Sequence b of a ragged batch as a problem of its own (B = 1, N = its length).
 Problem sequence(const Problem& p, const std::vector<int>& offsets, int b);
 /// The model of each sequence on its rows: the blocks, the roundings, the traffic of each.

@@ -151,7 +151,7 @@ static_assert(forward_tile(128).consumers == kConsumers && forward_tile(256).con
 
 // h1, h7 and h9: production's kernels, at every d.
 void run_h1(const Problem& p, const NativeFwdArgs& a, void*, Stream s) { run_short(p, a, s); }
-void run_h7(const Problem& p, const NativeFwdArgs& a, void*, Stream s) { run_specialised(p, a, s); }
+void run_h7(const Problem& p, const NativeFwdArgs& a, void* ws, Stream s) { run_specialised(p, a, ws, s); }
 
 }  // namespace
 

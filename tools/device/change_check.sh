@@ -4,7 +4,7 @@
 # on each step's, all side by side (the tools are CPU-bound and the tests only check
 # results, so they may share the GPU); the SASS facts of those steps. Timing comes after,
 # on a quiet GPU: tools/device/ab.sh, run by the caller on the same build folder.
-#   STEPS="07 08" [PHASE=test|sanitize|all] [LIMIT=270] bash tools/device/change_check.sh [build-dir]
+#   STEPS="07 08" [PHASE=test|sanitize|all] [LIMIT=480] bash tools/device/change_check.sh [build-dir]
 # (test: the build, the tests and the SASS; sanitize: the sanitizers, on test's build — so
 #  that a bench can run between the two on a quiet GPU; LIMIT: the seconds each test
 #  program and each sanitizer may run before it is killed)
@@ -15,7 +15,7 @@
 set -uo pipefail
 source "$(dirname "$0")/start.sh"     # device_start, stamp, build90
 source "$(dirname "$0")/sanitize.sh"  # sanitize, sanitizer_lines, sass_counts
-STEPS=${STEPS:-07 08}; LIMIT=${LIMIT:-270}; PHASE=${PHASE:-all}
+STEPS=${STEPS:-07 08}; LIMIT=${LIMIT:-480}; PHASE=${PHASE:-all}
 device_start "${1:-build-gpu}" device.txt
 # What each step's tests demand of the GPU (not to be skipped on it), and what its SASS should show.
 declare -A demand=([06]="--gpu-min-sm 80" [07]="--gpu-min-sm 90 --gpu-exact-sm" [08]="--gpu-min-sm 80")
