@@ -19,7 +19,7 @@ namespace {
 
 fa_shape shape_of(const Problem& p) {
   return {p.B, p.H, p.H_kv, p.N, p.N_kv, p.d, int(p.causal), int(p.dtype), p.scale.value_or(0.0f),
-          int(p.windowed()), p.window_left, p.window_right};
+          int(p.windowed()), p.window_left, p.window_right, 0};
 }
 
 /// What fa_plan answers for step `step` at shape s: "" when it makes a plan, else its message.
@@ -91,6 +91,15 @@ TEST_CASE("capi: fa_plan refuses in the step's own words, before anything runs",
   // A version of a step's note table, by fa_bench --versions' id.
   CHECK(test::contains(refusal("07s9", false, p), "step 07 has no version '07s9' (its versions: 07h1, 07h2"));
   CHECK(test::contains(refusal("07h4", true, p), "step 07h4 has no GPU backward"));
+  // A ragged batch: only step 07's forward takes one, packed (B = 1), in 16 bits.
+  fa_shape ragged = shape_of(p);
+  ragged.sequences = 3;
+  CHECK(test::contains(refusal("06", false, ragged), "step 06 takes no ragged batch forward"));
+  CHECK(test::contains(refusal("06", true, ragged), "step 06 takes no ragged batch backward"));
+  ragged.B = 2;
+  CHECK(test::contains(refusal("07", false, ragged), "a ragged batch is B = 1 and at least one sequence"));
+  ragged.B = 1, ragged.sequences = -1;
+  CHECK(test::contains(refusal("07", false, ragged), ", -1 sequences)"));
   Problem bad = p;
   bad.N = 0;
   CHECK(!refusal("06", false, bad).empty());
@@ -130,6 +139,79 @@ TEST_CASE("capi: a plan's forward writes what the host wrapper's forward writes,
     const ForwardOut got = forward_capi(c.step, p, in);
     FA_CHECK_CLOSE("O", got.o, want.o, tol::kBitExact, test::shape_o(p));
     FA_CHECK_CLOSE("L", got.lse, want.lse, tol::kBitExact, test::shape_l(p));
+  }
+}
+
+TEST_CASE("capi: a ragged batch's forward and backward write what the host wrapper's write, bit for bit", "[gpu]") {
+  const std::vector<int> offsets = {0, 1, 130, 147, 1000};
+  const Problem p = bf16(test::make(1, 4, offsets.back(), 128, true));
+  const GpuForward& step = *find_kernels("07").gpu_forward;
+  if (!gpu::too_old(step.min_sm, step.exact_sm).empty()) return;  // the refusal: the test above
+  const Qkv in = random_qkv(p, 12);
+  const ForwardOut want = gpu::forward(step, p, in, offsets);
+  fa_shape s = shape_of(p);
+  s.sequences = int(offsets.size()) - 1;
+  char err[512] = "";
+  unsigned long long bytes = 0;
+  void* plan = fa_plan("07", false, &s, &bytes, err, int(sizeof err));
+  INFO(err);
+  REQUIRE(plan);
+  DeviceBuffer<char> ws(bytes);
+  DeviceBuffer<std::uint16_t> q = gpu::upload16(p.dtype, in.q), k = gpu::upload16(p.dtype, in.k),
+                              v = gpu::upload16(p.dtype, in.v);
+  DeviceBuffer<std::uint16_t> o(std::vector<std::uint16_t>(p.elems(), gpu::kPoison16));
+  DeviceBuffer<float> lse = gpu::poisoned(p.rows());
+  DeviceBuffer<int> offs(offsets);
+  // fa_forward has no offsets to take: refused, and nothing launched.
+  CHECK(fa_forward(plan, q.get(), k.get(), v.get(), o.get(), lse.get(), ws.get(), nullptr, err, int(sizeof err)) == 1);
+  CHECK(test::contains(err, "fa_forward_ragged"));
+  const int rc = fa_forward_ragged(plan, q.get(), k.get(), v.get(), o.get(), lse.get(), offs.get(), ws.get(), nullptr,
+                                   err, int(sizeof err));
+  fa_free_plan(plan);
+  REQUIRE(rc == 0);
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  FA_CHECK_CLOSE("O", gpu::download16(p.dtype, o), want.o, tol::kBitExact, test::shape_o(p));
+  FA_CHECK_CLOSE("L", lse.download(), want.lse, tol::kBitExact, test::shape_l(p));
+
+  // The backward, in the deterministic mode (07det): dQ, dK, dV those of the host wrapper, bit for bit.
+  const std::vector<float> dout_h = random_tensor(p.elems(), 13);
+  const Grads want_g = gpu::backward(*find_kernels("07det").gpu_backward, p, in, want, dout_h, offsets);
+  void* bplan = fa_plan("07det", true, &s, &bytes, err, int(sizeof err));
+  INFO(err);
+  REQUIRE(bplan);
+  DeviceBuffer<char> bws(bytes);
+  DeviceBuffer<std::uint16_t> dout = gpu::upload16(p.dtype, dout_h);
+  DeviceBuffer<std::uint16_t> dq(std::vector<std::uint16_t>(p.elems(), gpu::kPoison16)),
+      dk(std::vector<std::uint16_t>(p.kv_elems(), gpu::kPoison16)),
+      dv(std::vector<std::uint16_t>(p.kv_elems(), gpu::kPoison16));
+  const int brc = fa_backward_ragged(bplan, q.get(), k.get(), v.get(), o.get(), lse.get(), dout.get(), dq.get(),
+                                     dk.get(), dv.get(), offs.get(), bws.get(), nullptr, err, int(sizeof err));
+  fa_free_plan(bplan);
+  REQUIRE(brc == 0);
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  FA_CHECK_CLOSE("dQ", gpu::download16(p.dtype, dq), want_g.dq, tol::kBitExact, test::shape_o(p));
+  FA_CHECK_CLOSE("dK", gpu::download16(p.dtype, dk), want_g.dk, tol::kBitExact, test::shape_kv(p));
+  FA_CHECK_CLOSE("dV", gpu::download16(p.dtype, dv), want_g.dv, tol::kBitExact, test::shape_kv(p));
+
+  // Offsets the host wrapper refuses reach the kernels through the C interface unchecked: an
+  // empty sequence is one, and an offset below an earlier one is taken as that one (the
+  // tables stay within their workspace: the sanitizers' runs). Both give {0, 130, 1000}'s O.
+  const ForwardOut two = gpu::forward(step, p, in, {0, 130, 1000});
+  for (const std::vector<int>& odd : {std::vector<int>{0, 130, 130, 1000}, std::vector<int>{0, 130, 100, 1000}}) {
+    INFO("offsets " << odd[1] << ", " << odd[2]);
+    fa_shape so = s;
+    so.sequences = 3;
+    void* oplan = fa_plan("07", false, &so, &bytes, err, int(sizeof err));
+    REQUIRE(oplan);
+    DeviceBuffer<char> ows(bytes);
+    DeviceBuffer<int> odd_dev(odd);
+    DeviceBuffer<std::uint16_t> o2(std::vector<std::uint16_t>(p.elems(), gpu::kPoison16));
+    const int orc = fa_forward_ragged(oplan, q.get(), k.get(), v.get(), o2.get(), lse.get(), odd_dev.get(), ows.get(),
+                                      nullptr, err, int(sizeof err));
+    fa_free_plan(oplan);
+    REQUIRE(orc == 0);
+    FA_CUDA_CHECK(cudaDeviceSynchronize());
+    FA_CHECK_CLOSE("O", gpu::download16(p.dtype, o2), two.o, tol::kBitExact, test::shape_o(p));
   }
 }
 

@@ -114,7 +114,7 @@ TEST_CASE("flashattn run --model --step 07: grouped K/V heads and a window, as t
   for (const auto& [args, says] :
        {std::pair<std::string, const char*>{"--step 07 --seqlens 30,39", "the sum of --seqlens (69"},
         {"--step 07 --seqlens 30,0,40", "at least 1"},
-        {"--step 06 --seqlens 70", "is step 07's model's"}}) {
+        {"--step 06 --seqlens 70", "is step 07's: add --step 07"}}) {
     const Result bad = flashattn("run --model " + args + " " + std::string(kIn) + " --out x.npy");
     INFO(args << ": " << bad.err);
     CHECK(bad.status == 2);

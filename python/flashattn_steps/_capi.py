@@ -16,7 +16,8 @@ DTYPE_CODES = {"float32": 0, "bfloat16": 1, "float16": 2}  # fa_shape.dtype
 class Shape(ctypes.Structure):
     """struct fa_shape: H_kv, N_kv = 0 mean H, N; scale = 0 means 1/sqrt(d); windowed = 0: no window."""
     _fields_ = [(n, ctypes.c_int) for n in ("B", "H", "H_kv", "N", "N_kv", "d", "causal", "dtype")] + [
-        ("scale", ctypes.c_float)] + [(n, ctypes.c_int) for n in ("windowed", "window_left", "window_right")]
+        ("scale", ctypes.c_float)] + [(n, ctypes.c_int) for n in ("windowed", "window_left", "window_right",
+                                                                  "sequences")]
 
 
 class LibraryNotFound(RuntimeError):

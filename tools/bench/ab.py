@@ -5,6 +5,10 @@
       [--impls 07,06,torch-cudnn,torch-flash] [--dir fwd|bwd] [--dtype bf16]
       [--d 64,128,256] [--N 1024,...,32768] [--causal 0,1] [--tokens 131072,524288]
       [--group 1,4,8] [--windows -1:-1,1024:0] [--rounds 5] [--reps 10] [--pause-ms 0] [--hide-host-us 200] [--check-peers]
+  python3 tools/bench/ab.py --lib ... --ragged 8 --impls 07,07r,07m: B = 8 sequences a shape, step 07
+      on the dense batch [B, H, N, d] (07), on the same sequences packed as a ragged batch
+      [1, H, B·N, d] with their offsets (07r: the same work), and on those B·N rows cut into
+      sequences of N/2 and 3N/2 in turn (07m: mixed lengths, its own FLOPs)
   python3 tools/bench/ab.py --decode --lib ... [--impls 08,06,torch-cudnn,torch-flash,torch-efficient]
       [--Nq 1,16] [--Nkv 8192,...] [--bh 32,128] [--group 1,8] [--d 128] [--causal 0,1]
   … --alt base=OTHER/libfa_capi.so --impls 08,08@base,…: a step of another build (another
@@ -71,7 +75,10 @@ CODE = {"fp32": 0, "bf16": 1, "fp16": 2}  # fa_shape.dtype
 class Shape(ctypes.Structure):
     _fields_ = [(n, ctypes.c_int) for n in ("B", "H", "H_kv", "N", "N_kv", "d", "causal", "dtype")] + [
         ("scale", ctypes.c_float)] + [  # 0: 1/sqrt(d)
-        (n, ctypes.c_int) for n in ("windowed", "window_left", "window_right")]  # windowed = 0: none
+        (n, ctypes.c_int) for n in ("windowed", "window_left", "window_right", "sequences")]  # 0: none
+
+
+RAGGED = ("07r", "07m")  # step 07 on the batch packed as a ragged one (--ragged): its own lengths, or mixed
 
 
 class Steps:
@@ -85,6 +92,8 @@ class Steps:
         self.lib.fa_free_plan.argtypes = [ctypes.c_void_p]
         self.lib.fa_forward.argtypes = [ctypes.c_void_p] * 8 + [ctypes.c_char_p, ctypes.c_int]
         self.lib.fa_backward.argtypes = [ctypes.c_void_p] * 12 + [ctypes.c_char_p, ctypes.c_int]
+        if hasattr(self.lib, "fa_forward_ragged"):  # a build before ragged batches (--alt) has none
+            self.lib.fa_forward_ragged.argtypes = [ctypes.c_void_p] * 9 + [ctypes.c_char_p, ctypes.c_int]
         self.err = ctypes.create_string_buffer(1024)
 
     def plan(self, step, backward, shape):
@@ -240,9 +249,63 @@ class Case:
         with sdpa_kernel([BACKENDS[backend]]):
             return fn()
 
+    def lengths(self, impl):
+        """The sequences a ragged implementation (--ragged) cuts the batch's B·N rows into, or None: 07r the batch's
+        own B sequences of N, 07m N/2 and 3N/2 in turn (B even: as many rows)."""
+        step = impl.partition("@")[0]
+        if step in RAGGED and step[-1] == "r":
+            return [self.N] * self.B
+        if step in RAGGED:
+            return [self.N // 2 if b % 2 == 0 else self.N * 3 // 2 for b in range(self.B)]
+        return None
+
+    def pairs(self, impl):
+        """The (query, key) pairs a ragged implementation computes over its sequences, as the CSV counts them."""
+        return sum(n * n - (n * n / 2 if self.causal else 0) for n in self.lengths(impl))
+
+    def ragged_fn(self, impl):
+        """A ragged implementation's call on the batch packed [1, H, B·N, d], and its outputs unpacked as the dense
+        batch's (07r), or checked here per sequence against PyTorch's in fp32 (07m: another problem)."""
+        step, _, name = impl.partition("@")
+        S, lengths = self.libs[name], self.lengths(impl)
+        if not hasattr(S.lib, "fa_forward_ragged"):
+            raise RuntimeError(f"{impl}: this build's library takes no ragged batch")
+        pack = lambda t: t.transpose(0, 1).reshape(1, t.shape[1], -1, self.d).contiguous()  # noqa: E731
+        q, k, v = pack(self.q), pack(self.k), pack(self.v)
+        T = self.B * self.N
+        shape = Shape(1, self.H, self.shape.H_kv, T, 0, self.d, self.causal, self.shape.dtype)
+        shape.windowed, shape.window_left, shape.window_right = (self.shape.windowed, self.shape.window_left,
+                                                                 self.shape.window_right)
+        shape.sequences = len(lengths)
+        plan, ws = S.plan(step[:-1], False, shape)
+        self.plans.append((S, plan))
+        offsets = torch.tensor([0] + [sum(lengths[:b + 1]) for b in range(len(lengths))], dtype=torch.int32,
+                               device="cuda")
+        o = torch.full_like(q, float("nan"))
+        lse = torch.full((1, self.H, T), float("nan"), device="cuda")
+        fwd = lambda: S.call(S.lib.fa_forward_ragged, plan, q.data_ptr(), k.data_ptr(), v.data_ptr(),  # noqa: E731
+                             o.data_ptr(), lse.data_ptr(), offsets.data_ptr(), ws.data_ptr())
+        fwd()
+        torch.cuda.synchronize()
+        if lengths == [self.N] * self.B:
+            return fwd, [o.reshape(self.H, self.B, self.N, self.d).transpose(0, 1)]
+        G, at = self.H // self.H_kv, 0
+        for n in lengths:  # each sequence against PyTorch's math in fp32
+            s = slice(at, at + n)
+            want = F.scaled_dot_product_attention(q[:, :, s].float(), k[:, :, s].float().repeat_interleave(G, dim=1),
+                                                  v[:, :, s].float().repeat_interleave(G, dim=1),
+                                                  is_causal=bool(self.causal))
+            err = relative_error(o[:, :, s], want)
+            if not err <= 2e-2:
+                raise RuntimeError(f"outputs differ from PyTorch's: max relative error {err:.3g} (sequence at {at})")
+            at += n
+        return fwd, None
+
     def step_fn(self, impl):
         """The step's call (impl: a step of --lib, or STEP@NAME of --alt NAME=…), and its outputs after one poisoned
         call (to check)."""
+        if self.lengths(impl):
+            return self.ragged_fn(impl)
         step, _, name = impl.partition("@")
         S = self.libs[name]
         lib = S.lib
@@ -320,15 +383,16 @@ def shapes(a):
         for shape in decode_shapes(a):
             yield (1,) + shape + ((-1, -1),)
         return
+    B = a.ragged or 1
     for tokens in ints(a.tokens):
         for d in ints(a.d):
             for causal in ints(a.causal):
                 for N in ints(a.N):
-                    H = max(1, tokens // N)
+                    H = max(1, tokens // (B * N))
                     for G in ints(a.group):  # grouped K/V heads: G query heads a K/V head, where G divides H
                         if H % G == 0:
                             for w in windows(a):
-                                yield 1, H, H // G, N, N, d, causal, w
+                                yield B, H, H // G, N, N, d, causal, w
 
 
 def main():
@@ -351,6 +415,8 @@ def main():
     ap.add_argument("--bh", default="32,128")
     ap.add_argument("--group", default="1")
     ap.add_argument("--windows", default="-1:-1", help="LEFT:RIGHT,... (training shapes): -1:-1 is none")
+    ap.add_argument("--ragged", type=int, default=0, metavar="B",
+                    help="B sequences a shape (even), for 07r and 07m: the batch as a ragged one, and mixed lengths")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--pause-ms", type=float, default=0.0)
@@ -362,6 +428,8 @@ def main():
     import_torch()
     if a.decode and a.dir == "bwd":
         sys.exit("ab.py: decoding shapes have no backward here")
+    if a.ragged and (a.ragged % 2 or a.decode or a.dir == "bwd" or a.windows != "-1:-1"):
+        sys.exit("ab.py: --ragged takes an even number of sequences, training shapes with no window, the forward")
     a.impls = (a.impls or ("08,06,torch-cudnn,torch-flash,torch-efficient" if a.decode else "07,06,torch-cudnn,torch-flash")).split(",")
     a.d = a.d or ("128" if a.decode else "64,128,256")
     a.causal = a.causal or "0"
@@ -396,6 +464,7 @@ def main():
         pairs = float(band.sum()) if band is not None else N * N_kv - (N * N / 2 if causal else 0)
         del band
         flops = 4.0 * B * H * pairs * d * (2.5 if a.dir == "bwd" else 1.0)
+        flops_of = {impl: 4.0 * H * case.pairs(impl) * d for impl in a.impls if case.lengths(impl)}  # ragged ones
         floor = 2.0 * (2 * case.q.numel() + 2 * case.k.numel()) + 4.0 * B * H * N
         shape_txt = f"B={B} H={H} H_kv={H_kv} N={N} N_kv={N_kv} d={d} causal={causal}" + (
             f" window={window[0]},{window[1]}" if window != (-1, -1) else "")
@@ -414,7 +483,7 @@ def main():
                             raise RuntimeError(f"outputs differ from the fp32 reference: max relative error {err:.3g}")
                 else:
                     fn, got = case.step_fn(impl)
-                    err = max(relative_error(g, r) for g, r in zip(got, ref))
+                    err = max(relative_error(g, r) for g, r in zip(got, ref)) if got else 0.0  # None: checked there
                     if not err <= (2e-2 if a.dir == "fwd" else 5e-2):  # NaN too
                         raise RuntimeError(f"outputs differ from PyTorch's: max relative error {err:.3g}")
                     fns[impl] = fn
@@ -440,7 +509,8 @@ def main():
                 meds.setdefault(impl, []).append(ms)
                 if host_us > a.hide_host_us:
                     late[impl] = max(late.get(impl, 0.0), host_us)
-                out.write(row + f"{ms:.5f},{flops / (ms * 1e-3) / 1e12:.3f},{floor / (ms * 1e-3) / 1e9:.1f},"
+                out.write(row + f"{ms:.5f},{flops_of.get(impl, flops) / (ms * 1e-3) / 1e12:.3f},"
+                                f"{floor / (ms * 1e-3) / 1e9:.1f},"
                                 f"{mhz},{watts:.1f},{temp},{host_us:.0f},{nvml.names(why)},ok,{dev},{window[0]},"
                                 f"{window[1]}\n")
             out.flush()

@@ -18,6 +18,7 @@ namespace {
 
 struct Plan {
   fa::Problem p;
+  int sequences = 0;  ///< a ragged batch's (fa_forward_ragged)
   const fa::GpuForward* forward = nullptr;
   const fa::GpuBackward* backward = nullptr;
 };
@@ -65,10 +66,23 @@ FA_CAPI void* fa_plan(const char* step, int backward, const fa_shape* s, unsigne
     if (s->windowed) p.window_left = s->window_left, p.window_right = s->window_right;
     if (s->dtype < 0 || s->dtype > 2) throw fa::Error("dtype must be 0 (fp32), 1 (bf16) or 2 (fp16)");
     p.dtype = fa::DType(s->dtype);
+    if (s->sequences) {  // a ragged batch: what the shape must be, before the GPU is asked
+      if (backward ? !e.gpu_backward || !e.gpu_backward->ragged_workspace_bytes
+                   : !e.gpu_forward || !e.gpu_forward->ragged_workspace_bytes)
+        throw fa::Error("step " + e.id + " takes no ragged batch " + (backward ? "backward" : "forward"));
+      if (s->sequences < 1 || p.B != 1)
+        throw fa::Error("a ragged batch is B = 1 and at least one sequence (got " + p.str() + ", " +
+                        std::to_string(s->sequences) + " sequences)");
+      if (p.dtype == fa::DType::fp32) throw fa::Error("a ragged batch is bf16 or fp16");
+      plan->sequences = s->sequences;
+    }
     if (backward)
       plan->backward = checked(e.gpu_backward, e, "backward", p, workspace_bytes);
     else
       plan->forward = checked(e.gpu_forward, e, "forward", p, workspace_bytes);
+    if (plan->sequences)
+      *workspace_bytes = backward ? plan->backward->ragged_workspace_bytes(p, plan->sequences)
+                                  : plan->forward->ragged_workspace_bytes(p, plan->sequences);
     made = plan.release();
   });
   return made;
@@ -81,6 +95,7 @@ FA_CAPI int fa_forward(const void* plan, const void* q, const void* k, const voi
   const auto* pl = static_cast<const Plan*>(plan);
   return guarded(err, n, [&] {
     if (!pl || !pl->forward) throw fa::Error("fa_forward needs a forward plan");
+    if (pl->sequences) throw fa::Error("a ragged batch's plan: fa_forward_ragged, with its offsets");
     const auto st = static_cast<fa::Stream>(stream);
     if (pl->p.dtype == fa::DType::fp32)
       pl->forward->run(pl->p, {static_cast<const float*>(q), static_cast<const float*>(k),
@@ -90,11 +105,23 @@ FA_CAPI int fa_forward(const void* plan, const void* q, const void* k, const voi
   });
 }
 
+FA_CAPI int fa_forward_ragged(const void* plan, const void* q, const void* k, const void* v, void* o, float* lse,
+                              const int* offsets, void* workspace, void* stream, char* err, int n) {
+  const auto* pl = static_cast<const Plan*>(plan);
+  return guarded(err, n, [&] {
+    if (!pl || !pl->forward || !pl->sequences) throw fa::Error("fa_forward_ragged needs a ragged batch's forward plan");
+    if (!offsets) throw fa::Error("fa_forward_ragged needs the offsets");
+    pl->forward->run_native(pl->p, {q, k, v, o, lse, {offsets, pl->sequences}}, workspace,
+                            static_cast<fa::Stream>(stream));
+  });
+}
+
 FA_CAPI int fa_backward(const void* plan, const void* q, const void* k, const void* v, const void* o, const float* lse,
                 const void* dout, void* dq, void* dk, void* dv, void* workspace, void* stream, char* err, int n) {
   const auto* pl = static_cast<const Plan*>(plan);
   return guarded(err, n, [&] {
     if (!pl || !pl->backward) throw fa::Error("fa_backward needs a backward plan");
+    if (pl->sequences) throw fa::Error("a ragged batch's plan: fa_backward_ragged, with its offsets");
     const auto st = static_cast<fa::Stream>(stream);
     if (pl->p.dtype == fa::DType::fp32) {
       auto f = [](const void* x) { return static_cast<const float*>(x); };
@@ -103,6 +130,19 @@ FA_CAPI int fa_backward(const void* plan, const void* q, const void* k, const vo
     } else {
       pl->backward->run_native(pl->p, {q, k, v, o, lse, dout, dq, dk, dv}, workspace, st);
     }
+  });
+}
+
+FA_CAPI int fa_backward_ragged(const void* plan, const void* q, const void* k, const void* v, const void* o,
+                               const float* lse, const void* dout, void* dq, void* dk, void* dv, const int* offsets,
+                               void* workspace, void* stream, char* err, int n) {
+  const auto* pl = static_cast<const Plan*>(plan);
+  return guarded(err, n, [&] {
+    if (!pl || !pl->backward || !pl->sequences)
+      throw fa::Error("fa_backward_ragged needs a ragged batch's backward plan");
+    if (!offsets) throw fa::Error("fa_backward_ragged needs the offsets");
+    pl->backward->run_native(pl->p, {q, k, v, o, lse, dout, dq, dk, dv, {offsets, pl->sequences}}, workspace,
+                             static_cast<fa::Stream>(stream));
   });
 }
 

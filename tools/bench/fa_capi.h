@@ -6,7 +6,14 @@
  *                  run shape *s here, once and untimed; *workspace_bytes receives the
  *                  scratch the caller must pass. Null, with the reason in err, if not.
  *   fa_forward     O and L from Q, K, V (device pointers of the plan's dtype; L fp32);
- *   fa_backward    dQ, dK, dV from Q, K, V, O, L and dO: launches, and nothing else.
+ *   fa_forward_ragged  fa_forward on a ragged batch: the plan's shape has `sequences` > 0,
+ *                  B = 1 and N the packed rows; offsets (sequences + 1 int32 on the device,
+ *                  FlashAttention's cu_seqlens, not read by the host) cut the N rows of every
+ *                  head: non-decreasing within [0, N] (an empty sequence is allowed); an offset
+ *                  outside is clamped to it, one below an earlier one taken as that one, and
+ *                  rows outside every sequence are left unwritten;
+ *   fa_backward    dQ, dK, dV from Q, K, V, O, L and dO: launches, and nothing else;
+ *   fa_backward_ragged  fa_backward on a ragged batch, as fa_forward_ragged;
  *   fa_free_plan
  *
  * A call that fails returns nonzero and writes one line into err (n bytes). */
@@ -21,11 +28,13 @@ extern "C" {
 
 /* A problem's shape (fa::Problem's fields; H_kv, N_kv = 0: H, N). dtype: 0 fp32, 1 bf16, 2 fp16.
  * scale: the softmax scale; 0: 1/sqrt(d). windowed: 0 for none (a zeroed shape has none), else
- * FlashAttention's window_size (window_left, window_right; -1 an open side). */
+ * FlashAttention's window_size (window_left, window_right; -1 an open side). sequences: 0, or a
+ * ragged batch of that many sequences packed in N rows (fa_forward_ragged). */
 struct fa_shape {
   int B, H, H_kv, N, N_kv, d, causal, dtype;
   float scale;
   int windowed, window_left, window_right;
+  int sequences;
 };
 
 FA_CAPI void* fa_plan(const char* step, int backward, const struct fa_shape* s, unsigned long long* workspace_bytes,
@@ -33,8 +42,14 @@ FA_CAPI void* fa_plan(const char* step, int backward, const struct fa_shape* s, 
 FA_CAPI void fa_free_plan(void* plan);
 FA_CAPI int fa_forward(const void* plan, const void* q, const void* k, const void* v, void* o, float* lse, void* workspace,
                void* stream, char* err, int n);
+FA_CAPI int fa_forward_ragged(const void* plan, const void* q, const void* k, const void* v, void* o, float* lse,
+                              const int* offsets, void* workspace, void* stream, char* err, int n);
 FA_CAPI int fa_backward(const void* plan, const void* q, const void* k, const void* v, const void* o, const float* lse,
                 const void* dout, void* dq, void* dk, void* dv, void* workspace, void* stream, char* err, int n);
+
+FA_CAPI int fa_backward_ragged(const void* plan, const void* q, const void* k, const void* v, const void* o,
+                               const float* lse, const void* dout, void* dq, void* dk, void* dv, const int* offsets,
+                               void* workspace, void* stream, char* err, int n);
 
 #ifdef __cplusplus
 }

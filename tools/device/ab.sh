@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The steps beside PyTorch's attention in one process, on the same tensors, in alternation
 # (tools/bench/ab.py over libfa_capi.so), on the H200 in one call.
-#   [PHASE=fwd|bwd|gqa|window|base|host|decode|floor|cluster|pause|gemm|h9|call|det|all, or several: PHASE=fwd,decode]
+#   [PHASE=fwd|bwd|gqa|ragged|window|base|host|decode|floor|cluster|pause|gemm|h9|call|det|all, or several: PHASE=fwd,decode]
 #   [ROUNDS=5] bash tools/device/ab.sh [build-dir]
 # gemm:   the bf16 matrix-product rate, timed the same way (also in fwd);
 # fwd:    step 07's forward, step 06, cuDNN and FlashAttention-2, d = 64, 128, 256,
@@ -10,6 +10,9 @@
 # gqa:    step 07 with grouped K/V heads (4 and 8 query heads a K/V head) beside cuDNN and
 #         FlashAttention-2 (enable_gqa; K, V repeated where a backend refuses it), forward and
 #         backward, d = 64, 128, N = 1k–16k, causal and not, B·H·N = 131072;
+# ragged: step 07's forward on a ragged batch (8 sequences packed, 07r) beside the same batch
+#         dense (07), and on mixed lengths (N/2, 3N/2: 07m), d = 64, 128, 256, N = 1k–8k,
+#         causal and not, B·H·N = 131072 (note 07, "Attention as models use it");
 # window: step 07 with a sliding window (none, 4096, 1024, 256 keys before, causal; 512 either
 #         side) beside cuDNN on the band as a mask, d = 64, 128, N = 8k and 16k, both directions;
 # base:   step 07 of this tree beside step 07 of another (BASE=DIR: a tree without its history,
@@ -41,8 +44,8 @@ set -uo pipefail
 source "$(dirname "$0")/start.sh"  # device_start, stamp, build90
 PHASE=${PHASE:-all}; ROUNDS=${ROUNDS:-5}
 for p in ${PHASE//,/ }; do
-  [[ " fwd bwd gqa window base host decode floor cluster pause gemm h9 call det all " == *" $p "* ]] ||
-    { echo "ab.sh: unknown phase '$p' (fwd, bwd, gqa, window, base, host, decode, floor, cluster, pause, gemm, h9, call, det, all)"; exit 2; }
+  [[ " fwd bwd gqa ragged window base host decode floor cluster pause gemm h9 call det all " == *" $p "* ]] ||
+    { echo "ab.sh: unknown phase '$p' (fwd, bwd, gqa, ragged, window, base, host, decode, floor, cluster, pause, gemm, h9, call, det, all)"; exit 2; }
 done
 device_start "${1:-build-gpu}" device.txt
 build90 fa_capi fa_read_floor || exit 1
@@ -65,6 +68,8 @@ if want gqa; then
       --causal 0,1 --tokens 131072 --group 4,8
   done
 fi
+want ragged && run ab07_ragged --dir fwd --impls 07,07r,07m --ragged 8 --N 1024,2048,4096,8192 --causal 0,1 \
+  --tokens 131072
 if want window; then
   for dir in fwd bwd; do
     run ab07_window_$dir --dir $dir --impls 07,torch-cudnn --d 64,128 --N 8192,16384 --causal 1 --tokens 131072 \

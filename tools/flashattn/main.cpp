@@ -68,7 +68,7 @@ Usage:
       grouped heads, the other steps self-attention only. --window LEFT,RIGHT
       (FlashAttention's window_size; -1 leaves a side open): the query at
       position t sees keys t-LEFT..t+RIGHT only (the reference and step 07's model).
-      --seqlens n1,n2,... (step 07's model): a ragged batch, sequences of those
+      --seqlens n1,n2,... (step 07, its kernels or its model): a ragged batch, sequences of those
       lengths packed one after another in Q, K, V [H, T, d], T their sum;
       attention (and the mask, and the window) stays inside each sequence.
       --offsets OFFS.npy: the same batch by its offsets (cu_seqlens: int32 or
@@ -520,15 +520,33 @@ std::vector<int> offsets_from_file(const std::string& path) {
   return offsets;
 }
 
-/// --seqlens n1,n2,… or --offsets OFFS.npy (a ragged batch, step 07's model): the offsets that
+/// A ragged batch on the step's kernels (have_gpu was asked first: a build without CUDA stops there).
+ForwardOut ragged_forward(const StepEntry& s, const Problem& p, const Qkv& in, const std::vector<int>& offsets) {
+#ifdef FA_HAVE_CUDA
+  return gpu::forward(*s.gpu_forward, p, in, offsets);
+#else
+  (void)p, (void)in, (void)offsets;
+  throw Error("step " + s.id + "'s kernel runs on the GPU, and this build has no CUDA");
+#endif
+}
+Grads ragged_backward(const StepEntry& s, const Problem& p, const Qkv& in, const ForwardOut& fwd,
+                      const std::vector<float>& dout, const std::vector<int>& offsets) {
+#ifdef FA_HAVE_CUDA
+  return gpu::backward(*s.gpu_backward, p, in, fwd, dout, offsets);
+#else
+  (void)p, (void)in, (void)fwd, (void)dout, (void)offsets;
+  throw Error("step " + s.id + "'s kernel runs on the GPU, and this build has no CUDA");
+#endif
+}
+
+/// --seqlens n1,n2,… or --offsets OFFS.npy (a ragged batch, step 07's): the offsets that
 /// cut Q's rows; empty without either.
-std::vector<int> offsets_of(const Args& a, const StepEntry& s, bool model) {
+std::vector<int> offsets_of(const Args& a, const StepEntry& s) {
   const bool by_lengths = a.kv.count("--seqlens"), file = a.kv.count("--offsets");
   if (!by_lengths && !file) return {};
   if (by_lengths && file) throw Error("a ragged batch takes --seqlens or --offsets, not both");
-  if (s.id != "07" || !model)
-    throw Error(std::string(by_lengths ? "--seqlens" : "--offsets") +
-                " (a ragged batch) is step 07's model's: add --step 07 --model");
+  if (s.id != "07")
+    throw Error(std::string(by_lengths ? "--seqlens" : "--offsets") + " (a ragged batch) is step 07's: add --step 07");
   if (file) return offsets_from_file(a.kv.at("--offsets"));
   const std::string& lengths = a.kv.at("--seqlens");
   if (lengths.empty() || lengths.back() == ',') throw Error("--seqlens takes n1,n2,... (got '" + printable(lengths, 40) + "')");
@@ -656,12 +674,13 @@ int run(const Args& a) {
   const std::vector<long long>&sh = x.sh, &kv_sh = x.kv_sh;
 
   std::vector<long long> lshape(sh.begin(), sh.end() - 1);
-  const std::vector<int> offsets = offsets_of(a, s, model);
+  const std::vector<int> offsets = offsets_of(a, s);
   if (!offsets.empty() && (p.B != 1 || offsets.back() != p.N))
     throw Error(std::string("a ragged batch is packed into one sequence: Q [H, T, d] or [1, H, T, d] with T ") +
                 (a.kv.count("--offsets") ? "its last offset (" : "the sum of --seqlens (") +
                 std::to_string(offsets.back()) + "; got " + p.str() + ")");
-  const ForwardOut out = !offsets.empty() ? step07::model_forward_ragged(p, x.in, offsets).out
+  const ForwardOut out = !offsets.empty() ? (model ? step07::model_forward_ragged(p, x.in, offsets).out
+                                                  : ragged_forward(s, p, x.in, offsets))
                          : paged          ? step08::model_forward_paged(p, x.in, paged_kv(*paged, p, kv_sh), h200_plan(p)).out
                          : model          ? run_model(s, p, x.in, nullptr, ranks).out
                                           : s.forward(p, x.in);
@@ -671,7 +690,8 @@ int run(const Args& a) {
   files.add(a.kv.at("--out"), sh, out.o);
   if (a.kv.count("--lse")) files.add(a.kv.at("--lse"), lshape, out.lse);
   if (want_bwd) {
-    const Grads g = !offsets.empty() ? step07::model_backward_ragged(p, x.in, out, x.dO, offsets).grads
+    const Grads g = !offsets.empty() ? (model ? step07::model_backward_ragged(p, x.in, out, x.dO, offsets).grads
+                                              : ragged_backward(s, p, x.in, out, x.dO, offsets))
                     : model          ? s.model_backward(p, x.in, out, x.dO).grads
                                      : s.backward(p, x.in, out, x.dO);
     require_finite_result(g.dq, sh, s.id, "dQ");
