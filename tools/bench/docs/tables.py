@@ -586,6 +586,23 @@ def gqa07(D):
              **ab_ms(os.path.join(folder, f"ab07_window2_{direction}.csv"))}
         out.append(f"| {WORD[direction]} | " + " | ".join(
             fmt_ms(t[(direction, 1, 128, c, 16384, w, "07")]) for c, w, _ in windows) + " |")
+    # A ragged batch: its TFLOP/s over the same kernel's on the dense batch [8, H, N, d] (07r: those sequences
+    # packed, the same work; 07m: the same rows cut into N/2 and 3N/2, its own FLOPs).
+    t = ab_medians(os.path.join(folder, "ab07_ragged.csv"),
+                   lambda r: (int(r["d"]), r["causal"] == "1", int(r["N"])))
+    ds = sorted({k[0] for k in t})
+    out += ["", "Its forward on a ragged batch of 8 sequences (the batch's own, packed; or its rows cut into N/2 and "
+            "3N/2 in turn), B·H·N = 131072, N = 1k–8k: TFLOP/s over the same kernel's on the dense batch "
+            "[8, H, N, d], geometric mean (lowest):", "",
+            "| mask | " + " | ".join(f"{w}, d = {d}" for w in ("packed", "N/2, 3N/2") for d in ds) + " |",
+            "|---|" + "---|" * 2 * len(ds)]
+    for causal in (False, True):
+        cells = []
+        for who in ("07r", "07m"):
+            for d in ds:
+                r = [t[k] / t[k[:-1] + ("07",)] for k in t if k[-1] == who and k[0] == d and k[1] == causal]
+                cells.append(f"{bold(math.exp(sum(map(math.log, r)) / len(r)))} ({bold(min(r))})")
+        out.append(f"| {yes(causal)} | " + " | ".join(cells) + " |")
     return out
 
 
