@@ -231,19 +231,58 @@ std::size_t backward_bytes(const GpuBackward& s, const Problem& p) {
   return (6 * p.elems() + 4 * p.kv_elems()) * elem_bytes(p) + p.rows() * sizeof(float) + s.workspace_bytes(p);
 }
 
+namespace {
+/// A ragged batch's sequences, once `step` is known to take one (ragged_workspace_bytes) and
+/// the offsets checked: what the host wrappers below check first.
+template <class Step>
+int ragged_sequences(const Step& s, const Problem& p, const std::vector<int>& offsets) {
+  if (!s.ragged_workspace_bytes) throw Error(std::string(s.name) + " does not take a ragged batch");
+  require_offsets(p, offsets);
+  if (p.dtype == DType::fp32) throw Error(std::string(s.name) + " takes a ragged batch in 16 bits only");
+  return int(offsets.size()) - 1;
+}
+
+/// A 16-bit forward: inputs rounded on the way in, outputs poisoned, the offsets uploaded where
+/// there are some (a ragged batch).
+ForwardOut forward16(const GpuForward& s, const Problem& p, const Qkv& in, std::size_t ws_bytes,
+                     const std::vector<int>* offsets) {
+  DeviceBuffer<std::uint16_t> q = upload16(p.dtype, in.q), k = upload16(p.dtype, in.k), v = upload16(p.dtype, in.v);
+  DeviceBuffer<std::uint16_t> o(std::vector<std::uint16_t>(p.elems(), kPoison16));
+  DeviceBuffer<float> lse = poisoned(p.rows());
+  DeviceBuffer<int> offs = offsets ? DeviceBuffer<int>(*offsets) : DeviceBuffer<int>();
+  DeviceBuffer<char> ws = poisoned_workspace(ws_bytes);
+  const Ragged ragged = offsets ? Ragged{offs.get(), int(offsets->size()) - 1} : Ragged{};
+  s.run_native(p, NativeFwdArgs{q.get(), k.get(), v.get(), o.get(), lse.get(), ragged}, ws.get(), nullptr);
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  return {download16(p.dtype, o), lse.download()};
+}
+
+/// A 16-bit backward, as forward16.
+Grads backward16(const GpuBackward& s, const Problem& p, const Qkv& in, const ForwardOut& fwd,
+                 const std::vector<float>& dout, std::size_t ws_bytes, const std::vector<int>* offsets) {
+  const DType t = p.dtype;
+  DeviceBuffer<std::uint16_t> q = upload16(t, in.q), k = upload16(t, in.k), v = upload16(t, in.v);
+  DeviceBuffer<std::uint16_t> o = upload16(t, fwd.o), dO = upload16(t, dout);
+  DeviceBuffer<float> lse(fwd.lse);
+  const std::vector<std::uint16_t> poison(p.elems(), kPoison16), poison_kv(p.kv_elems(), kPoison16);
+  DeviceBuffer<std::uint16_t> dq(poison), dk(poison_kv), dv(poison_kv);
+  DeviceBuffer<int> offs = offsets ? DeviceBuffer<int>(*offsets) : DeviceBuffer<int>();
+  DeviceBuffer<char> ws = poisoned_workspace(ws_bytes);
+  const Ragged ragged = offsets ? Ragged{offs.get(), int(offsets->size()) - 1} : Ragged{};
+  s.run_native(p,
+               NativeBwdArgs{q.get(), k.get(), v.get(), o.get(), lse.get(), dO.get(), dq.get(), dk.get(), dv.get(),
+                             ragged},
+               ws.get(), nullptr);
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  return {download16(t, dq), download16(t, dk), download16(t, dv)};
+}
+}  // namespace
+
 ForwardOut forward(const GpuForward& s, const Problem& p, const Qkv& in, bool softmax) {
   check_runnable(s, p);
   const std::size_t ws_bytes = s.workspace_bytes(p);
   check_memory(s.name, forward_bytes(s, p), ws_bytes, s.workspace_what);
-  if (p.dtype != DType::fp32) {  // 16 bits on the device, float32 on the host
-    DeviceBuffer<std::uint16_t> q = upload16(p.dtype, in.q), k = upload16(p.dtype, in.k), v = upload16(p.dtype, in.v);
-    DeviceBuffer<std::uint16_t> o(std::vector<std::uint16_t>(p.elems(), kPoison16));
-    DeviceBuffer<float> lse = poisoned(p.rows());
-    DeviceBuffer<char> ws = poisoned_workspace(ws_bytes);
-    s.run_native(p, NativeFwdArgs{q.get(), k.get(), v.get(), o.get(), lse.get()}, ws.get(), nullptr);
-    FA_CUDA_CHECK(cudaDeviceSynchronize());
-    return {download16(p.dtype, o), lse.download()};
-  }
+  if (p.dtype != DType::fp32) return forward16(s, p, in, ws_bytes, nullptr);  // 16 bits on the device
   DeviceBuffer<float> q(in.q), k(in.k), v(in.v);
   DeviceBuffer<float> o = poisoned(p.elems());
   DeviceBuffer<float> lse = softmax ? poisoned(p.rows()) : DeviceBuffer<float>();
@@ -255,21 +294,10 @@ ForwardOut forward(const GpuForward& s, const Problem& p, const Qkv& in, bool so
 
 ForwardOut forward(const GpuForward& s, const Problem& p, const Qkv& in, const std::vector<int>& offsets) {
   check_runnable(s, p);
-  if (!s.ragged_workspace_bytes) throw Error(std::string(s.name) + " does not take a ragged batch");
-  require_offsets(p, offsets);
-  if (p.dtype == DType::fp32) throw Error(std::string(s.name) + " takes a ragged batch in 16 bits only");
-  const int sequences = int(offsets.size()) - 1;
+  const int sequences = ragged_sequences(s, p, offsets);  // before ragged_workspace_bytes is called
   const std::size_t ws_bytes = s.ragged_workspace_bytes(p, sequences);
   check_memory(s.name, forward_bytes(s, p) - s.workspace_bytes(p) + ws_bytes, ws_bytes, "a ragged batch's table");
-  DeviceBuffer<std::uint16_t> q = upload16(p.dtype, in.q), k = upload16(p.dtype, in.k), v = upload16(p.dtype, in.v);
-  DeviceBuffer<std::uint16_t> o(std::vector<std::uint16_t>(p.elems(), kPoison16));
-  DeviceBuffer<float> lse = poisoned(p.rows());
-  DeviceBuffer<int> offs(offsets);
-  DeviceBuffer<char> ws = poisoned_workspace(ws_bytes);
-  s.run_native(p, NativeFwdArgs{q.get(), k.get(), v.get(), o.get(), lse.get(), Ragged{offs.get(), sequences}}, ws.get(),
-               nullptr);
-  FA_CUDA_CHECK(cudaDeviceSynchronize());
-  return {download16(p.dtype, o), lse.download()};
+  return forward16(s, p, in, ws_bytes, &offsets);
 }
 
 Grads backward(const GpuBackward& s, const Problem& p, const Qkv& in, const ForwardOut& fwd,
@@ -277,19 +305,7 @@ Grads backward(const GpuBackward& s, const Problem& p, const Qkv& in, const Forw
   check_runnable(s, p);
   const std::size_t ws_bytes = s.workspace_bytes(p);
   check_memory(s.name, backward_bytes(s, p), ws_bytes, s.workspace_what);
-  if (p.dtype != DType::fp32) {
-    const DType t = p.dtype;
-    DeviceBuffer<std::uint16_t> q = upload16(t, in.q), k = upload16(t, in.k), v = upload16(t, in.v);
-    DeviceBuffer<std::uint16_t> o = upload16(t, fwd.o), dO = upload16(t, dout);
-    DeviceBuffer<float> lse(fwd.lse);
-    const std::vector<std::uint16_t> poison(p.elems(), kPoison16), poison_kv(p.kv_elems(), kPoison16);
-    DeviceBuffer<std::uint16_t> dq(poison), dk(poison_kv), dv(poison_kv);
-    DeviceBuffer<char> ws = poisoned_workspace(ws_bytes);
-    s.run_native(p, NativeBwdArgs{q.get(), k.get(), v.get(), o.get(), lse.get(), dO.get(), dq.get(), dk.get(), dv.get()},
-                 ws.get(), nullptr);
-    FA_CUDA_CHECK(cudaDeviceSynchronize());
-    return {download16(t, dq), download16(t, dk), download16(t, dv)};
-  }
+  if (p.dtype != DType::fp32) return backward16(s, p, in, fwd, dout, ws_bytes, nullptr);
   DeviceBuffer<float> q(in.q), k(in.k), v(in.v), o(fwd.o), lse(fwd.lse), dO(dout);
   DeviceBuffer<float> dq = poisoned(p.elems()), dk = poisoned(p.kv_elems()), dv = poisoned(p.kv_elems());
   DeviceBuffer<char> ws = poisoned_workspace(ws_bytes);
@@ -302,27 +318,11 @@ Grads backward(const GpuBackward& s, const Problem& p, const Qkv& in, const Forw
 Grads backward(const GpuBackward& s, const Problem& p, const Qkv& in, const ForwardOut& fwd,
                const std::vector<float>& dout, const std::vector<int>& offsets) {
   check_runnable(s, p);
-  if (!s.ragged_workspace_bytes) throw Error(std::string(s.name) + " does not take a ragged batch");
-  require_offsets(p, offsets);
-  if (p.dtype == DType::fp32) throw Error(std::string(s.name) + " takes a ragged batch in 16 bits only");
-  const int sequences = int(offsets.size()) - 1;
+  const int sequences = ragged_sequences(s, p, offsets);  // before ragged_workspace_bytes is called
   const std::size_t ws_bytes = s.ragged_workspace_bytes(p, sequences);
   check_memory(s.name, backward_bytes(s, p) - s.workspace_bytes(p) + ws_bytes, ws_bytes,
                "a ragged batch's tables and sums");
-  const DType t = p.dtype;
-  DeviceBuffer<std::uint16_t> q = upload16(t, in.q), k = upload16(t, in.k), v = upload16(t, in.v);
-  DeviceBuffer<std::uint16_t> o = upload16(t, fwd.o), dO = upload16(t, dout);
-  DeviceBuffer<float> lse(fwd.lse);
-  const std::vector<std::uint16_t> poison(p.elems(), kPoison16), poison_kv(p.kv_elems(), kPoison16);
-  DeviceBuffer<std::uint16_t> dq(poison), dk(poison_kv), dv(poison_kv);
-  DeviceBuffer<int> offs(offsets);
-  DeviceBuffer<char> ws = poisoned_workspace(ws_bytes);
-  s.run_native(p,
-               NativeBwdArgs{q.get(), k.get(), v.get(), o.get(), lse.get(), dO.get(), dq.get(), dk.get(), dv.get(),
-                             Ragged{offs.get(), sequences}},
-               ws.get(), nullptr);
-  FA_CUDA_CHECK(cudaDeviceSynchronize());
-  return {download16(t, dq), download16(t, dk), download16(t, dv)};
+  return backward16(s, p, in, fwd, dout, ws_bytes, &offsets);
 }
 
 namespace {
