@@ -243,16 +243,19 @@ int ragged_sequences(const Step& s, const Problem& p, const std::vector<int>& of
 }
 
 /// A 16-bit forward: inputs rounded on the way in, outputs poisoned, the offsets uploaded where
-/// there are some (a ragged batch).
+/// there are some (a ragged batch), the table and lengths where K and V are a paged cache.
 ForwardOut forward16(const GpuForward& s, const Problem& p, const Qkv& in, std::size_t ws_bytes,
-                     const std::vector<int>* offsets) {
+                     const std::vector<int>* offsets, const PagedKv* kv = nullptr) {
   DeviceBuffer<std::uint16_t> q = upload16(p.dtype, in.q), k = upload16(p.dtype, in.k), v = upload16(p.dtype, in.v);
   DeviceBuffer<std::uint16_t> o(std::vector<std::uint16_t>(p.elems(), kPoison16));
   DeviceBuffer<float> lse = poisoned(p.rows());
   DeviceBuffer<int> offs = offsets ? DeviceBuffer<int>(*offsets) : DeviceBuffer<int>();
+  DeviceBuffer<int> table = kv ? DeviceBuffer<int>(kv->table) : DeviceBuffer<int>();
+  DeviceBuffer<int> lengths = kv && !kv->lengths.empty() ? DeviceBuffer<int>(kv->lengths) : DeviceBuffer<int>();
   DeviceBuffer<char> ws = poisoned_workspace(ws_bytes);
   const Ragged ragged = offsets ? Ragged{offs.get(), int(offsets->size()) - 1} : Ragged{};
-  s.run_native(p, NativeFwdArgs{q.get(), k.get(), v.get(), o.get(), lse.get(), ragged}, ws.get(), nullptr);
+  const Paged paged = kv ? Paged{table.get(), lengths.get(), kv->page, kv->pool} : Paged{};
+  s.run_native(p, NativeFwdArgs{q.get(), k.get(), v.get(), o.get(), lse.get(), ragged, paged}, ws.get(), nullptr);
   FA_CUDA_CHECK(cudaDeviceSynchronize());
   return {download16(p.dtype, o), lse.download()};
 }
@@ -298,6 +301,19 @@ ForwardOut forward(const GpuForward& s, const Problem& p, const Qkv& in, const s
   const std::size_t ws_bytes = s.ragged_workspace_bytes(p, sequences);
   check_memory(s.name, forward_bytes(s, p) - s.workspace_bytes(p) + ws_bytes, ws_bytes, "a ragged batch's table");
   return forward16(s, p, in, ws_bytes, &offsets);
+}
+
+ForwardOut forward_paged(const GpuForward& s, const Problem& p, const Qkv& in, const PagedKv& kv) {
+  check_runnable(s, p);
+  if (!s.paged) throw Error(std::string(s.name) + " does not take a paged K/V cache");
+  if (p.dtype == DType::fp32) throw Error(std::string(s.name) + " takes a paged cache in 16 bits only");
+  kv.validate(p, in.k.size());
+  if (in.v.size() != in.k.size()) throw Error("the pools of K and V must be the same size");
+  const std::size_t ws_bytes = s.workspace_bytes(p), pools = 2 * in.k.size() * elem_bytes(p);
+  const std::size_t tables = (kv.table.size() + kv.lengths.size()) * sizeof(int);
+  check_memory(s.name, forward_bytes(s, p) - 2 * p.kv_elems() * elem_bytes(p) + pools + tables, ws_bytes,
+               s.workspace_what);
+  return forward16(s, p, in, ws_bytes, nullptr, &kv);
 }
 
 Grads backward(const GpuBackward& s, const Problem& p, const Qkv& in, const ForwardOut& fwd,

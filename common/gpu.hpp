@@ -56,6 +56,9 @@ ForwardOut forward(const GpuForward& step, const Problem& p, const Qkv& in, bool
 /// The same on a ragged batch (p packed: B = 1, N the total; require_offsets), for a step
 /// that takes one (GpuForward::ragged_workspace_bytes).
 ForwardOut forward(const GpuForward& step, const Problem& p, const Qkv& in, const std::vector<int>& offsets);
+/// forward with K and V a paged cache (in.k, in.v its pools; kv validated first), for a step
+/// that takes one (GpuForward::paged).
+ForwardOut forward_paged(const GpuForward& step, const Problem& p, const Qkv& in, const PagedKv& kv);
 /// Runs a backward step on host tensors (fwd holds O and L).
 Grads backward(const GpuBackward& step, const Problem& p, const Qkv& in, const ForwardOut& fwd,
                const std::vector<float>& dout);

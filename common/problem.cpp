@@ -131,4 +131,33 @@ void require_offsets(const Problem& p, const std::vector<int>& offsets) {
       throw Error("sequence " + std::to_string(b - 1) + " of the ragged batch is empty: offsets must rise");
 }
 
+void PagedKv::validate(const Problem& p, std::size_t k_elems) const {
+  if (page < 16 || page > 256 || page % 16)
+    throw Error("a page holds 16 to 256 positions, a multiple of 16 (got " + std::to_string(page) + ")");
+  if (pool < 1) throw Error("a paged cache needs at least one page");
+  const std::size_t want = std::size_t(pool) * p.kv_heads_per_batch() * page * p.d;
+  if (k_elems != want)
+    throw Error("a pool of " + std::to_string(pool) + " pages of [H_kv, page, d] = [" +
+                std::to_string(p.kv_heads_per_batch()) + ", " + std::to_string(page) + ", " + std::to_string(p.d) +
+                "] holds " + std::to_string(want) + " elements of K and of V (got " + std::to_string(k_elems) + ")");
+  if (table.size() != std::size_t(p.B) * pages_per_seq(p))
+    throw Error("the page table must be B × " + std::to_string(pages_per_seq(p)) + " (⌈N_kv / page⌉) entries (got " +
+                std::to_string(table.size()) + ")");
+  if (!lengths.empty() && lengths.size() != std::size_t(p.B))
+    throw Error("the lengths need one entry a sequence, B = " + std::to_string(p.B) + " (got " +
+                std::to_string(lengths.size()) + ")");
+  for (int b = 0; b < p.B; ++b) {
+    const int len = length(p, b);
+    if (len < p.N || len > p.keys())
+      throw Error("sequence " + std::to_string(b) + " holds " + std::to_string(len) + " keys: its " +
+                  std::to_string(p.N) + " queries are its last, and the table holds " + std::to_string(p.keys()));
+    for (int x = 0; x * page < len; ++x) {
+      const int at = table[std::size_t(b) * pages_per_seq(p) + x];
+      if (at < 0 || at >= pool)
+        throw Error("page table entry (" + std::to_string(b) + ", " + std::to_string(x) + ") = " + std::to_string(at) +
+                    " is not a page of the pool (0 … " + std::to_string(pool - 1) + ")");
+    }
+  }
+}
+
 }  // namespace fa

@@ -95,6 +95,22 @@ struct Problem {
 /// being rows offsets[b] … offsets[b + 1] − 1 of every head (FlashAttention's cu_seqlens).
 /// Throws fa::Error unless B = 1 and the offsets start at 0, rise by at least 1 and end at N.
 void require_offsets(const Problem& p, const std::vector<int>& offsets);
+
+/// A paged K/V cache on the host (vLLM's PagedAttention; step 08): K and V as a pool of pages
+/// of `page` positions, a page [H_kv, page, d] (each K/V head's rows of those positions,
+/// contiguous); sequence b's keys at positions page·x … in page table[b·pages_per_seq + x].
+/// Sequence b holds lengths[b] keys (empty: p.keys() each), its N queries the last N of them;
+/// p.keys() is the longest, the table's width its pages.
+struct PagedKv {
+  int page = 16;             ///< positions a page: 16 … 256, a multiple of 16 (a warp's keys)
+  int pool = 0;              ///< pages in K and V: they hold pool·H_kv·page·d elements each
+  std::vector<int> table;    ///< B × pages_per_seq(p) page numbers, row by row
+  std::vector<int> lengths;  ///< keys of each sequence, N … p.keys(); empty: p.keys()
+  int pages_per_seq(const Problem& p) const { return (p.keys() + page - 1) / page; }
+  int length(const Problem& p, int b) const { return lengths.empty() ? p.keys() : lengths[std::size_t(b)]; }
+  /// Throws fa::Error unless the table, the lengths and K, V of k_elems elements fit p.
+  void validate(const Problem& p, std::size_t k_elems) const;
+};
 /// Q, K, V on the host.
 struct Qkv {
   std::vector<float> q, k, v;

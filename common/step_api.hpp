@@ -37,12 +37,23 @@ struct Ragged {
   int sequences = 0;  ///< 0: not ragged
 };
 
+/// A paged K/V cache (vLLM's PagedAttention): K and V are pools of `pool` pages [H_kv, page, d];
+/// sequence b's key positions page·x … page·x + page − 1 are in page table[b·width + x]
+/// (width = ⌈N_kv/page⌉), and it holds lengths[b] keys (null: N_kv each). int32 on the device.
+struct Paged {
+  const int* table = nullptr;
+  const int* lengths = nullptr;
+  int page = 0;  ///< 0: not paged
+  int pool = 0;
+};
+
 /// Device pointers in the problem's own element type (bf16 or fp16: 2 bytes each).
 struct NativeFwdArgs {
   const void *q, *k, *v;
   void* o;
   float* lse;
   Ragged ragged{};  ///< a ragged batch, for the steps that take one (GpuForward::ragged_workspace_bytes)
+  Paged paged{};    ///< K and V as a paged cache, for the steps that take one (GpuForward::paged)
 };
 
 /// The same for a backward pass (L and the gradients' accumulators stay fp32).
@@ -84,6 +95,8 @@ struct GpuForward {
   /// Takes a ragged batch (NativeFwdArgs::ragged), with this workspace for p packed and its
   /// number of sequences; null where the step does not.
   std::size_t (*ragged_workspace_bytes)(const Problem&, int sequences) = nullptr;
+  /// Takes K and V as a paged cache (NativeFwdArgs::paged).
+  bool paged = false;
 };
 
 /// A backward step, written as GpuForward.

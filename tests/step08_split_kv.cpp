@@ -354,17 +354,17 @@ TEST_CASE("step08 refuses fp32, other head dimensions and groups that do not div
   CHECK(test::contains(test::error_of([&] { c.validate(); }), "N_kv must be at least N"));
 }
 
-// ---- A paged cache (the model; the kernels take a contiguous cache).
+// ---- A paged cache.
 
 namespace {
 /// The contiguous cache of p in a pool of pages of `page` positions, shuffled, with `spare`
 /// pages no sequence uses; the rows no sequence uses are NaN (never to be read).
-struct Paged {
+struct PagedPools {
   step08::PagedKv kv;
   Qkv pools;
 };
-Paged paged(const Problem& p, const Qkv& in, int page, int spare, std::vector<int> lengths = {}) {
-  Paged r;
+PagedPools paged(const Problem& p, const Qkv& in, int page, int spare, std::vector<int> lengths = {}) {
+  PagedPools r;
   r.kv.page = page;
   r.kv.lengths = std::move(lengths);
   const int pps = r.kv.pages_per_seq(p);
@@ -384,8 +384,8 @@ Paged paged(const Problem& p, const Qkv& in, int page, int spare, std::vector<in
       for (int key = 0; key < r.kv.length(p, b); ++key)
         for (int c = 0; c < p.d; ++c) {
           const std::size_t from = ((std::size_t(b) * p.kv_heads_per_batch() + h) * p.keys() + key) * p.d + c;
-          r.pools.k[r.kv.row(p, b, h, key) + c] = in.k[from];
-          r.pools.v[r.kv.row(p, b, h, key) + c] = in.v[from];
+          r.pools.k[step08::paged_row(p, r.kv, b, h, key) + c] = in.k[from];
+          r.pools.v[step08::paged_row(p, r.kv, b, h, key) + c] = in.v[from];
         }
   return r;
 }
@@ -398,7 +398,7 @@ TEST_CASE("step08 model on a paged cache: shuffled pages give the contiguous cac
       const Problem p = decode(2, 4, 3, 1000, 2, 64, causal);  // 1000 keys: no multiple of a page
       INFO(p.str() << ", pages of " << page);
       const Qkv in = inputs(p, 161);
-      const Paged pg = paged(p, in, page, 3);
+      const PagedPools pg = paged(p, in, page, 3);
       for (const step08::SplitPlan& s : {step08::fixed_plan(p, 1), step08::fixed_plan(p, 3), step08::plan(p, step08::kH200)}) {
         INFO(cut(s));
         const ModelForward got = step08::model_forward_paged(p, pg.pools, pg.kv, s), want = step08::model_forward(p, in, s);
@@ -414,7 +414,7 @@ TEST_CASE("step08 model on a paged cache: sequences of different lengths in one 
   for (bool causal : {false, true}) {
     const Problem p = decode(4, 4, 4, 1000, 4, 128, causal);
     const Qkv in = inputs(p, 171);
-    const Paged pg = paged(p, in, 32, 0, lengths);
+    const PagedPools pg = paged(p, in, 32, 0, lengths);
     for (const step08::SplitPlan& s : {step08::fixed_plan(p, 1), step08::fixed_plan(p, 8), step08::plan(p, step08::kH200)}) {
       const ForwardOut got = step08::model_forward_paged(p, pg.pools, pg.kv, s).out;
       for (int b = 0; b < p.B; ++b) {  // sequence b alone, its cache contiguous
@@ -441,17 +441,17 @@ TEST_CASE("step08 model on a paged cache: sequences of different lengths in one 
 TEST_CASE("step08 paged cache: a bad page size, table, length or pool is refused in one line", "[cpu]") {
   const Problem p = decode(2, 4, 3, 100, 2, 64, false);
   const Qkv in = inputs(p, 181);
-  const Paged good = paged(p, in, 16, 1);
+  const PagedPools good = paged(p, in, 16, 1);
   auto error_with = [&](auto change) {
-    Paged x = good;
+    PagedPools x = good;
     change(x);
     return test::error_of([&] { step08::model_forward_paged(p, x.pools, x.kv, step08::fixed_plan(p, 1)); });
   };
-  CHECK(test::contains(error_with([](Paged& x) { x.kv.page = 8; }), "16 to 256 positions"));
-  CHECK(test::contains(error_with([](Paged& x) { x.kv.table[3] = x.kv.pool; }), "is not a page of the pool"));
-  CHECK(test::contains(error_with([](Paged& x) { x.kv.table.pop_back(); }), "page table must be B × 7"));
-  CHECK(test::contains(error_with([](Paged& x) { x.kv.lengths = {100, 2}; }), "its 3 queries are its last"));
-  CHECK(test::contains(error_with([](Paged& x) { x.pools.k.pop_back(); }), "holds"));
+  CHECK(test::contains(error_with([](PagedPools& x) { x.kv.page = 8; }), "16 to 256 positions"));
+  CHECK(test::contains(error_with([](PagedPools& x) { x.kv.table[3] = x.kv.pool; }), "is not a page of the pool"));
+  CHECK(test::contains(error_with([](PagedPools& x) { x.kv.table.pop_back(); }), "page table must be B × 7"));
+  CHECK(test::contains(error_with([](PagedPools& x) { x.kv.lengths = {100, 2}; }), "its 3 queries are its last"));
+  CHECK(test::contains(error_with([](PagedPools& x) { x.pools.k.pop_back(); }), "holds"));
 }
 
 #ifdef FA_HAVE_CUDA
@@ -687,6 +687,81 @@ TEST_CASE("step08 kernel on self-attention, huge logits and many row blocks", "[
   h.scale = 400.0f;
   const Qkv in = inputs(h, 88);
   check_budget(h, in, gpu::forward(step08::kForwardFixed[3], h, in, true), "kernel, 32 splits, huge logits");
+}
+
+namespace {
+/// Sequence b of p alone (B = 1, its own keys, its cache contiguous): its problem and inputs.
+std::pair<Problem, Qkv> one_sequence(const Problem& p, const Qkv& in, int b, int keys) {
+  Problem one = p;
+  one.B = 1, one.N_kv = keys;
+  const std::size_t q = std::size_t(p.H) * p.N * p.d, kv = std::size_t(p.kv_heads_per_batch()) * p.keys() * p.d;
+  Qkv seq{std::vector<float>(in.q.begin() + b * q, in.q.begin() + (b + 1) * q), {}, {}};
+  for (int h = 0; h < p.kv_heads_per_batch(); ++h) {
+    const std::size_t from = b * kv + std::size_t(h) * p.keys() * p.d;
+    seq.k.insert(seq.k.end(), in.k.begin() + from, in.k.begin() + from + std::size_t(keys) * p.d);
+    seq.v.insert(seq.v.end(), in.v.begin() + from, in.v.begin() + from + std::size_t(keys) * p.d);
+  }
+  return {one, seq};
+}
+/// Rows of sequence b of out (B sequences of H·N rows).
+ForwardOut rows_of(const Problem& p, const ForwardOut& out, int b) {
+  const std::size_t q = std::size_t(p.H) * p.N * p.d, rows = std::size_t(p.H) * p.N;
+  return {std::vector<float>(out.o.begin() + b * q, out.o.begin() + (b + 1) * q),
+          std::vector<float>(out.lse.begin() + b * rows, out.lse.begin() + (b + 1) * rows)};
+}
+}  // namespace
+
+TEST_CASE("step08 kernel on a paged cache: shuffled pages give the contiguous cache's bits", "[gpu]") {
+  // The same plan, the same tiles: only where each 16-key run is read from changes. Pages of
+  // 48 and 80 positions put page ends inside tiles; the unused rows of the pool are NaN.
+  // 8192 keys × 128 heads at d = 128, one split: the ring filled by TMA, box by box.
+  struct Case {
+    Problem p;
+    int fixed;  // index into kForwardFixed, or −1: production's plan
+  };
+  std::vector<Case> cases = {{decode(2, 8, 16, 3000, 8, 128, true), -1}, {decode(1, 4, 17, 1000, 2, 64, true), -1},
+                             {decode(1, 15, 1, 2100, 1, 128, false), 1},  {decode(1, 32, 1, 20000, 4, 64, false), -1},
+                             {decode(2, 4, 3, 1000, 2, 128, false), 3},   {decode(1, 128, 1, 8192, 1, 128, false), 0}};
+  if (test::quick()) cases.resize(2);
+  for (const Case& c : cases)
+    for (int page : {16, 48, 64, 80, 256}) {
+      const GpuForward& step = c.fixed < 0 ? step08::kForward : step08::kForwardFixed[c.fixed];
+      INFO(c.p.str() << ", pages of " << page << ", " << step.name);
+      const Qkv in = inputs(c.p, 191);
+      const PagedPools pg = paged(c.p, in, page, 2);
+      check_same_bits(c.p, gpu::forward_paged(step, c.p, pg.pools, pg.kv), gpu::forward(step, c.p, in, true),
+                      "paged vs contiguous");
+    }
+}
+
+TEST_CASE("step08 kernel on a paged cache: sequences of different lengths, each as it runs alone", "[gpu]") {
+  // One split: a sequence's unit is one block whose tiles stop at its own keys, so each
+  // sequence gets the bits it gets alone. Production's plan: its model and the budget.
+  const std::vector<int> lengths = {9000, 37, 300, 16, 4097};
+  for (int d : kAllD)
+    for (bool causal : {false, true}) {
+      const Problem p = decode(int(lengths.size()), 4, 16, 9000, 2, d, causal);
+      if (test::quick() && (causal || d == 64)) continue;
+      const Qkv in = inputs(p, 193);
+      for (int page : {32, 48}) {
+        INFO(p.str() << ", pages of " << page);
+        const PagedPools pg = paged(p, in, page, 1, lengths);
+        const ForwardOut one = gpu::forward_paged(step08::kForwardFixed[0], p, pg.pools, pg.kv);
+        const ForwardOut prod = gpu::forward_paged(step08::kForward, p, pg.pools, pg.kv);
+        if (page == 32) {  // (the model takes seconds)
+          const ForwardOut m = step08::model_forward_paged(p, pg.pools, pg.kv, step08::device_plan(p)).out;
+          FA_CHECK_CLOSE("O vs model", prod.o, m.o, reorder(p.dtype), test::shape_o(p));
+          FA_CHECK_CLOSE("L vs model", prod.lse, m.lse, tol::kFp32Forward, test::shape_l(p));
+        }
+        for (int b = 0; b < p.B; ++b) {
+          const auto [alone, seq] = one_sequence(p, in, b, lengths[std::size_t(b)]);
+          INFO("sequence " << b << ": " << alone.str());
+          check_same_bits(alone, rows_of(p, one, b), gpu::forward(step08::kForwardFixed[0], alone, seq, true),
+                          "one split, paged vs alone");
+          check_budget(alone, seq, rows_of(p, prod, b), "production, paged");
+        }
+      }
+    }
 }
 
 TEST_CASE("step08 split plan's occupancy is the occupancy calculator's", "[gpu]") {

@@ -166,42 +166,13 @@ void stats_tree(const std::vector<float>& ls, float& mm, float& ll) {
 }
 }  // namespace
 
-std::size_t PagedKv::row(const Problem& p, int b, int h, int key) const {
+std::size_t paged_row(const Problem& p, const PagedKv& kv, int b, int h, int key) {
   // exercise 08-page: the element offset of key `key` of K/V head h of sequence b — its page from the table (row b, column key / page), then head h's rows in that page, then the key's row in them
-  // stub: (void)p, (void)b, (void)h;
+  // stub: (void)p, (void)kv, (void)b, (void)h;
   // stub: return std::size_t(key) * p.d;
-  const int at = table[std::size_t(b) * pages_per_seq(p) + key / page];
-  return ((std::size_t(at) * p.kv_heads_per_batch() + h) * page + key % page) * p.d;
+  const int at = kv.table[std::size_t(b) * kv.pages_per_seq(p) + key / kv.page];
+  return ((std::size_t(at) * p.kv_heads_per_batch() + h) * kv.page + key % kv.page) * p.d;
   // end exercise
-}
-
-void PagedKv::validate(const Problem& p, std::size_t k_elems) const {
-  if (page < 16 || page > 256 || page % 16)
-    throw Error("a page holds 16 to 256 positions, a multiple of 16 (got " + std::to_string(page) + ")");
-  if (pool < 1) throw Error("a paged cache needs at least one page");
-  const std::size_t want = std::size_t(pool) * p.kv_heads_per_batch() * page * p.d;
-  if (k_elems != want)
-    throw Error("a pool of " + std::to_string(pool) + " pages of [H_kv, page, d] = [" +
-                std::to_string(p.kv_heads_per_batch()) + ", " + std::to_string(page) + ", " + std::to_string(p.d) +
-                "] holds " + std::to_string(want) + " elements of K and of V (got " + std::to_string(k_elems) + ")");
-  if (table.size() != std::size_t(p.B) * pages_per_seq(p))
-    throw Error("the page table must be B × " + std::to_string(pages_per_seq(p)) + " (⌈N_kv / page⌉) entries (got " +
-                std::to_string(table.size()) + ")");
-  if (!lengths.empty() && lengths.size() != std::size_t(p.B))
-    throw Error("the lengths need one entry a sequence, B = " + std::to_string(p.B) + " (got " +
-                std::to_string(lengths.size()) + ")");
-  for (int b = 0; b < p.B; ++b) {
-    const int len = length(p, b);
-    if (len < p.N || len > p.keys())
-      throw Error("sequence " + std::to_string(b) + " holds " + std::to_string(len) + " keys: its " +
-                  std::to_string(p.N) + " queries are its last, and the table holds " + std::to_string(p.keys()));
-    for (int x = 0; x * page < len; ++x) {
-      const int at = table[std::size_t(b) * pages_per_seq(p) + x];
-      if (at < 0 || at >= pool)
-        throw Error("page table entry (" + std::to_string(b) + ", " + std::to_string(x) + ") = " + std::to_string(at) +
-                    " is not a page of the pool (0 … " + std::to_string(pool - 1) + ")");
-    }
-  }
 }
 
 ModelForward model_forward(const Problem& p, const Qkv& in, const SplitPlan& s) { return model_forward(p, in, s, nullptr); }
@@ -248,7 +219,7 @@ ModelForward forward(const Problem& p, const Qkv& in, const SplitPlan& s, online
       // Key `key` of the unit's K/V head: in its contiguous head, or in its sequence's page.
       const int seq = int(kvh / p.kv_heads_per_batch()), h = int(kvh % p.kv_heads_per_batch());
       const int len = paged ? paged->length(p, seq) : Nk;  // the sequence's keys
-      auto row_of = [&](int key) { return paged ? paged->row(p, seq, h, key) : (kvh * Nk + key) * d; };
+      auto row_of = [&](int key) { return paged ? paged_row(p, *paged, seq, h, key) : (kvh * Nk + key) * d; };
       const int t0 = pc.t0, t1 = std::min(pc.t1, tile_end(N, len, G, p.causal, rb));
       const std::size_t part = std::size_t(b - s.first(pc.unit));  // this block's part of the unit's rows
       OnChip chip(std::size_t(kRows) * d + 2 * std::size_t(kTileKeys) * d + std::size_t(kWarps) * kRows * (d + 2) +

@@ -12,6 +12,8 @@
 // shared memory (merge_in_cluster) and writes O and L.
 // split_kernel_tma — Hopper, long chunks: the same, the ring filled by TMA from a producer
 // warp, the compute warps waiting on mbarriers instead of issuing copies.
+// Both take a paged cache (kPaged): each 16-key run of a tile from its page of the pool,
+// through the sequence's row of the block table, and the sequence's own length.
 // combine_kernel — elsewhere: one block a row, launched early on Hopper, each row waiting
 // for its parts' tags; the statistics of all parts first, then every part weighted.
 #include <cooperative_groups.h>
@@ -106,6 +108,29 @@ struct Tags {
   unsigned long long tag;
 };
 
+/// A paged cache as the split kernel reads it (Paged, with the table's width): a 16-key run
+/// of a tile lies in one page (a page is a whole number of runs), so a tile is at most four
+/// places. Lengths and page numbers are clamped here, as nothing on the device checks them.
+struct PagedRead {
+  const int *table, *lengths;  // lengths: null where every sequence holds N_kv keys
+  int page, pool, width;       // width: pages a sequence (⌈N_kv/page⌉)
+};
+/// Keys of the sequence of K/V head kvh (of kv_heads a batch): its length, within [N, N_kv].
+__device__ __forceinline__ int paged_keys(const PagedRead& pg, int kvh, int kv_heads, int N, int Nk) {
+  return pg.lengths ? min(max(pg.lengths[kvh / kv_heads], N), Nk) : Nk;
+}
+/// The element offset of key `key`'s row of K/V head kvh in the pool: its page from the
+/// sequence's row of the table, the head's rows in the page, the key's row there.
+template <int kD>
+__device__ __forceinline__ std::size_t paged_offset(const PagedRead& pg, int kvh, int kv_heads, int key) {
+  const int x = key / pg.page, at = min(max(pg.table[std::size_t(kvh / kv_heads) * pg.width + x], 0), pg.pool - 1);
+  return ((std::size_t(at) * kv_heads + kvh % kv_heads) * pg.page + (key - x * pg.page)) * kD;
+}
+
+/// A TMA box of a paged cache: the most rows (16, 32 or 64) that divide the page and a tile,
+/// so that a box lies in one page.
+FA_HD constexpr int paged_box(int page) { return page % 64 == 0 ? 64 : page % 32 == 0 ? 32 : 16; }
+
 /// Where the ring's tiles start: after Q's 16 rows.
 template <class T, int kD>
 __device__ __forceinline__ unsigned char* after_q(unsigned char* smem) {
@@ -118,8 +143,9 @@ __device__ __forceinline__ unsigned char* after_q(unsigned char* smem) {
 template <class T, int kD>
 __device__ __forceinline__ void online_step(const SplitArgs<T>& a, float (&s)[1][kKeysPerWarp / 8][4],
                                             float (&acc)[1][kD / 8][4], float (&m)[2], float (&l)[2],
-                                            std::uint32_t (&pa)[1][1][4], int k0, int r0, int g, int t, float mul) {
-  const int N = a.N, Nk = a.Nk;
+                                            std::uint32_t (&pa)[1][1][4], int Nk, int k0, int r0, int g, int t,
+                                            float mul) {
+  const int N = a.N;
   // The mask, where it can bite: keys past N_kv, or (causal) keys past the earliest
   // query position, Nk − N.
   if (k0 + kKeysPerWarp > Nk || (a.causal && k0 + kKeysPerWarp - 1 > Nk - N)) {
@@ -170,27 +196,30 @@ __device__ __forceinline__ void online_step(const SplitArgs<T>& a, float (&s)[1]
 /// Where a piece of a block's chunk works: its unit's K/V head kvh and packed rows r0 … r0 + 15
 /// (of the head's G·N), the rows that exist and the first of them in Q, O and L (packed row
 /// r is row base + r), its tiles [t0, t1) — fewer than the plan's piece past the causal
-/// mask's end —, and the part of its unit's rows it writes.
+/// mask's end or its sequence's keys —, the part of its unit's rows it writes, and the keys
+/// its K/V head holds (N_kv, or its sequence's length in a paged cache).
 struct PieceAt {
   int kvh, r0, rows;
   std::size_t base;
-  int t0, t1, part;
+  int t0, t1, part, keys;
 };
-template <class T>
-__device__ __forceinline__ PieceAt piece_at(const SplitArgs<T>& a, const SplitPlan::Piece pc, int part) {
+template <bool kPaged, class T>
+__device__ __forceinline__ PieceAt piece_at(const SplitArgs<T>& a, const PagedRead& pg, const SplitPlan::Piece pc,
+                                            int part) {
   const int kvh = int(pc.unit / a.row_blocks), rb = int(pc.unit % a.row_blocks);
   const int rows = unit_rows(a.group, a.N, a.row_blocks, pc.unit);
   const std::size_t base = first_row(a.H, a.group, a.N, a.row_blocks, pc.unit);
-  const int end = tile_end(a.N, a.Nk, a.group, a.causal, rb);
-  return {kvh, rb * kRows, rows, base, pc.t0, pc.t1 < end ? pc.t1 : end, part};
+  const int keys = kPaged ? paged_keys(pg, kvh, a.H / a.group, a.N, a.Nk) : a.Nk;
+  const int end = tile_end(a.N, keys, a.group, a.causal, rb);
+  return {kvh, rb * kRows, rows, base, pc.t0, pc.t1 < end ? pc.t1 : end, part, keys};
 }
 /// Block b's chunk, piece by piece (a piece ends where the chunk or its unit does): run(piece).
-template <class T, class Run>
-__device__ __forceinline__ void for_each_piece(const SplitArgs<T>& a, int b, Run&& run) {
+template <bool kPaged, class T, class Run>
+__device__ __forceinline__ void for_each_piece(const SplitArgs<T>& a, const PagedRead& pg, int b, Run&& run) {
   for (long long from = a.plan.begin(b); from < a.plan.end(b);) {
     const SplitPlan::Piece pc = a.plan.piece(from, a.plan.end(b));
     from += pc.t1 - pc.t0;
-    run(piece_at(a, pc, b - a.plan.first(pc.unit)));
+    run(piece_at<kPaged>(a, pg, pc, b - a.plan.first(pc.unit)));
     __syncthreads();  // the epilogue's reads of shared memory done before the next piece's copies
   }
 }
@@ -271,9 +300,11 @@ __device__ __forceinline__ void finish_piece(const SplitArgs<T>& a, const PieceA
 #endif
 }
 
-/// One piece of a block's chunk (PieceAt), through a ring of kStages tiles.
-template <class T, int kD, int kStages>
-__device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const PieceAt& pc, const Tags& tags) {
+/// One piece of a block's chunk (PieceAt), through a ring of kStages tiles; kPaged: K and V
+/// are pools of pages (PagedRead).
+template <class T, int kD, int kStages, bool kPaged>
+__device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const PieceAt& pc, const Tags& tags,
+                                          const PagedRead& pg) {
 #if FA_MMA_ARCH_OK
   constexpr int kW = smem_cols(kD);
   static_assert(EpilogueSmem<kD>::kFloats * sizeof(float) <= 2 * kStages * kTileKeys * kW * sizeof(T),
@@ -285,8 +316,8 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const PieceAt& 
 
   mma::require_aligned_smem(smem_raw);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int Nk = a.Nk, r0 = pc.r0, rows = pc.rows, t0 = pc.t0, t1 = pc.t1;
-  const std::size_t base = pc.base, kv_head = std::size_t(pc.kvh) * Nk * kD;
+  const int Nk = pc.keys, r0 = pc.r0, rows = pc.rows, t0 = pc.t0, t1 = pc.t1;
+  const std::size_t base = pc.base, kv_head = std::size_t(pc.kvh) * a.Nk * kD;
   const int last_key = Nk < t1 * kTileKeys ? Nk : t1 * kTileKeys;  // keys past the piece are not read
   const float mul = a.scale * step06::kLog2e;  // exp(scale·(s − m)) = 2^(s·mul − m·mul)
 
@@ -295,9 +326,20 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const PieceAt& 
   auto load_tile = [&](int tile) {  // tile `tile` of this head into its slot of the ring
     const int k0 = tile * kTileKeys, slot = slot_of(tile);
     auto copy = [&](auto hint) {
-      const std::size_t from = kv_head + std::size_t(k0) * kD;
-      mma::copy_tile_async<kThreads, kD, kTileKeys, true>(Ks + slot * kTileKeys * kW, a.k + from, last_key - k0, hint);
-      mma::copy_tile_async<kThreads, kD, kTileKeys, true>(Vs + slot * kTileKeys * kW, a.v + from, last_key - k0, hint);
+      if constexpr (kPaged) {  // each 16-key run from its page (none read past the sequence's keys)
+        std::size_t runs[kTileKeys / 16];
+#pragma unroll
+        for (int j = 0; j < kTileKeys / 16; ++j)
+          runs[j] = k0 + 16 * j < last_key ? paged_offset<kD>(pg, pc.kvh, a.H / a.group, k0 + 16 * j) : 0;
+        mma::copy_runs_async<kThreads, kD, kTileKeys>(Ks + slot * kTileKeys * kW, a.k, runs, last_key - k0, hint);
+        mma::copy_runs_async<kThreads, kD, kTileKeys>(Vs + slot * kTileKeys * kW, a.v, runs, last_key - k0, hint);
+      } else {
+        const std::size_t from = kv_head + std::size_t(k0) * kD;
+        mma::copy_tile_async<kThreads, kD, kTileKeys, true>(Ks + slot * kTileKeys * kW, a.k + from, last_key - k0,
+                                                            hint);
+        mma::copy_tile_async<kThreads, kD, kTileKeys, true>(Vs + slot * kTileKeys * kW, a.v + from, last_key - k0,
+                                                            hint);
+      }
     };
     a.kv == KvLines::evict_first ? copy(once) : copy(mma::NoL2Hint{});
   };
@@ -339,7 +381,7 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const PieceAt& 
     mma::gemm_abt_regs<T, kD, 1, kKeysPerWarp / 8>(s, qa, k_at + at * kW * sizeof(T));
 
     std::uint32_t pa[1][1][4];  // [m-tile][16-key k-chunk][register]: P as the A operand of P·V
-    online_step<T, kD>(a, s, acc, m, l, pa, k0, r0, g, t, mul);
+    online_step<T, kD>(a, s, acc, m, l, pa, pc.keys, k0, r0, g, t, mul);
 
     // O_w += P·V_w, P rounded to 16 bits (the one rounding inside the algorithm).
     mma::gemm_pv<T, kD, 1, kKeysPerWarp>(acc, pa, smem_u32(Vt));
@@ -398,9 +440,9 @@ __device__ __forceinline__ void merge_in_cluster(const SplitArgs<T>& a, unsigned
 template <int kD, int kRingTiles>
 constexpr int kMostBlocksPerSm = blocks_fitting(kH200.smem_per_sm, kD, kRingTiles);
 
-template <class T, int kD, int kStages>
+template <class T, int kD, int kStages, bool kPaged>
 __global__ void __launch_bounds__(kThreads, (kMostBlocksPerSm<kD, kStages>))
-    split_kernel(const SplitArgs<T> a, const Tags tags) {
+    split_kernel(const SplitArgs<T> a, const Tags tags, const PagedRead pg) {
 #if FA_MMA_ARCH_OK  // compiled out before sm_80 (common/cuda/mma.cuh)
 #if __CUDA_ARCH__ >= 900
   // Programmatic dependent launch (CUDA C++ Programming Guide, "Programmatic Dependent
@@ -409,7 +451,8 @@ __global__ void __launch_bounds__(kThreads, (kMostBlocksPerSm<kD, kStages>))
   // are visible, but the launch itself is off the critical path.
   cudaTriggerProgrammaticLaunchCompletion();
 #endif
-  for_each_piece(a, blockIdx.x, [&](const PieceAt& pc) { run_piece<T, kD, kStages>(a, pc, tags); });
+  for_each_piece<kPaged>(a, pg, blockIdx.x,
+                         [&](const PieceAt& pc) { run_piece<T, kD, kStages, kPaged>(a, pc, tags, pg); });
 #if __CUDA_ARCH__ >= 900
   if (a.plan.cluster > 1) {  // one piece a block: its unit's part number is its rank in the cluster
     extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -431,19 +474,20 @@ __global__ void __launch_bounds__(kThreads, (kMostBlocksPerSm<kD, kStages>))
 /// A tile's panel (step07::swizzled): 64 keys × 64 columns, 128 bytes a key, 8 KiB.
 constexpr std::uint32_t kPanelBytes = kTileKeys * 128;
 
-/// A TMA tensor copy of tile (key row `row`, K/V head `head`) of `map` into dst, completing
-/// on bar, its L2 lines evict-first (PTX ISA, "cp.async.bulk.tensor", the .L2::cache_hint
-/// qualifier, which libcu++'s cuda::ptx lacks) or as any load (hopper::load_tile).
-__device__ __forceinline__ void load_tile_tma(const CUtensorMap* map, void* dst, std::uint64_t* bar, int row, int head,
-                                              mma::NoL2Hint) {
-  hopper::load_tile(map, dst, bar, row, head);
+/// A TMA tensor copy of the box at (key row `row`, panel `panel`, head `head`) of `map`
+/// into dst, completing on bar, its L2 lines evict-first (PTX ISA, "cp.async.bulk.tensor",
+/// the .L2::cache_hint qualifier, which libcu++'s cuda::ptx lacks) or as any load.
+__device__ __forceinline__ void load_tile_tma(const CUtensorMap* map, void* dst, std::uint64_t* bar, int row, int panel,
+                                              int head, mma::NoL2Hint) {
+  const std::int32_t at[4] = {0, row, panel, head};
+  cuda::ptx::cp_async_bulk_tensor(cuda::ptx::space_cluster, cuda::ptx::space_global, dst, map, at, bar);
 }
-__device__ __forceinline__ void load_tile_tma(const CUtensorMap* map, void* dst, std::uint64_t* bar, int row, int head,
-                                              mma::L2Hint h) {
+__device__ __forceinline__ void load_tile_tma(const CUtensorMap* map, void* dst, std::uint64_t* bar, int row, int panel,
+                                              int head, mma::L2Hint h) {
   asm volatile(
       "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.L2::cache_hint"
       " [%0], [%1, {%2, %3, %4, %5}], [%6], %7;\n" ::"r"(smem_u32(dst)),
-      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(0), "r"(row), "r"(0), "r"(head), "r"(smem_u32(bar)),
+      "l"(reinterpret_cast<std::uint64_t>(map)), "r"(0), "r"(row), "r"(panel), "r"(head), "r"(smem_u32(bar)),
       "l"(h.policy)
       : "memory");
 }
@@ -457,10 +501,12 @@ __device__ __forceinline__ std::uint64_t* ring_barriers(unsigned char* smem) {
 
 /// One piece, as run_piece, with the ring filled by the producer warp. `filled`: the
 /// ring's fills before this piece (the slots' phases go on from there). Returns the fills
-/// of this piece: its tiles before the causal mask's end.
-template <class T, int kD, int kStages>
+/// of this piece: its tiles before the causal mask's end. kPaged: kmap and vmap are the
+/// pools, [pages·H_kv, page, d] in boxes of one panel and paged_box rows.
+template <class T, int kD, int kStages, bool kPaged>
 __device__ __forceinline__ int run_piece_tma(const SplitArgs<T>& a, const PieceAt& pc, const Tags& tags,
-                                              const CUtensorMap* kmap, const CUtensorMap* vmap, int filled) {
+                                              const CUtensorMap* kmap, const CUtensorMap* vmap, int filled,
+                                              const PagedRead& pg) {
   static_assert(kD == 128, "two 64-column panels a tile");
   constexpr std::uint32_t kTileBytes = kTileKeys * kD * sizeof(T);
   static_assert(EpilogueSmem<kD>::kFloats * sizeof(float) <= 2 * kStages * kTileBytes,
@@ -488,9 +534,25 @@ __device__ __forceinline__ int run_piece_tma(const SplitArgs<T>& a, const PieceA
         for (int tile = t0; tile < t1; ++tile) {
           const int n = filled + tile - t0, slot = n % kStages;
           if (n >= kStages) hopper::wait(&empty[slot], (n / kStages - 1) & 1);  // its last tile consumed
-          hopper::arrive_expecting(&full[slot], 2 * kTileBytes);
-          load_tile_tma(kmap, Ks + slot * kTileBytes, &full[slot], tile * kTileKeys, kvh, hint);
-          load_tile_tma(vmap, Vs + slot * kTileBytes, &full[slot], tile * kTileKeys, kvh, hint);
+          if constexpr (kPaged) {  // box by box, each from its page; none past the sequence's keys
+            const int k0 = tile * kTileKeys, box = paged_box(pg.page), kv_heads = a.H / a.group;
+            const int boxes = min(kTileKeys / box, (pc.keys - k0 + box - 1) / box);
+            hopper::arrive_expecting(&full[slot], 2 * std::uint32_t(boxes * box) * kD * sizeof(T));
+            for (int j = 0; j < boxes; ++j) {
+              const int key = k0 + j * box, x = key / pg.page;
+              const int at = min(max(pg.table[std::size_t(kvh / kv_heads) * pg.width + x], 0), pg.pool - 1);
+              const int head = at * kv_heads + kvh % kv_heads, row = key - x * pg.page;
+              for (int p = 0; p < kD / hopper::kPanel; ++p) {
+                const std::uint32_t to = slot * kTileBytes + p * kPanelBytes + j * box * 128;
+                load_tile_tma(kmap, Ks + to, &full[slot], row, p, head, hint);
+                load_tile_tma(vmap, Vs + to, &full[slot], row, p, head, hint);
+              }
+            }
+          } else {
+            hopper::arrive_expecting(&full[slot], 2 * kTileBytes);
+            load_tile_tma(kmap, Ks + slot * kTileBytes, &full[slot], tile * kTileKeys, 0, kvh, hint);
+            load_tile_tma(vmap, Vs + slot * kTileBytes, &full[slot], tile * kTileKeys, 0, kvh, hint);
+          }
         }
       };
       a.kv == KvLines::evict_first ? fill(mma::l2_evict_first()) : fill(mma::NoL2Hint{});
@@ -517,6 +579,20 @@ __device__ __forceinline__ int run_piece_tma(const SplitArgs<T>& a, const PieceA
       hopper::wait(&full[slot], (n / kStages) & 1);  // the tile landed
       const std::uint32_t kt = k_at + slot * kTileBytes, vt = v_at + slot * kTileBytes;
       const int k0 = tile * kTileKeys + kKeysPerWarp * warp;
+      if (kPaged && k0 + kKeysPerWarp > pc.keys) {
+        // V's rows past the sequence's keys hold another's keys or nothing: zeros, as P·V
+        // takes them (P = 0 there, and 0·NaN is NaN). K's need not be: their S is masked.
+        constexpr int kChunks = kD / 8;  // 16-byte chunks a row, over the panels
+        for (int e = lane; e < kKeysPerWarp * kChunks; e += 32) {
+          const int r = e / kChunks, p = e % kChunks / 8, c = e % 8;
+          if (k0 + r >= pc.keys)
+            *reinterpret_cast<uint4*>(Vs + slot * kTileBytes + p * kPanelBytes + (kKeysPerWarp * warp + r) * 128 +
+                                      16 * c) = make_uint4(0, 0, 0, 0);
+        }
+        // The next TMA fill of the slot (async proxy) after these writes (PTX ISA, "membar/fence").
+        cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
+        __syncwarp();
+      }
 
       // S = Q·K_wᵀ: 16 rows × this warp's 16 keys, the k steps in two chains.
       float s[1][kKeysPerWarp / 8][4] = {};  // [m-tile][8-key n-tile][register]
@@ -524,7 +600,7 @@ __device__ __forceinline__ int run_piece_tma(const SplitArgs<T>& a, const PieceA
           s, qa, [kt](int kk) { return (kt ^ (32u * (kk % 4))) + (kk / 4) * kPanelBytes; }, 128);
 
       std::uint32_t pa[1][1][4];  // [m-tile][16-key k-chunk][register]: P as the A operand of P·V
-      online_step<T, kD>(a, s, acc, m, l, pa, k0, r0, g, t, mul);
+      online_step<T, kD>(a, s, acc, m, l, pa, pc.keys, k0, r0, g, t, mul);
 
       // O_w += P·V_w, P rounded to 16 bits, V read transposed.
       mma::gemm_pv_at<T, 1, kKeysPerWarp, kD>(
@@ -543,11 +619,12 @@ __device__ __forceinline__ int run_piece_tma(const SplitArgs<T>& a, const PieceA
 #endif
 
 /// split_kernel with the ring filled by TMA from a producer warp (Hopper: sm_90 code only).
-/// kmap, vmap: K and V as [B·H_kv, N_kv, d] in 64-key boxes; keys past N_kv read as zeros.
-template <class T, int kD, int kStages>
+/// kmap, vmap: K and V as [B·H_kv, N_kv, d] in 64-key boxes, keys past N_kv read as zeros;
+/// or (kPaged) the pools in boxes of one panel.
+template <class T, int kD, int kStages, bool kPaged>
 __global__ void __launch_bounds__(kThreadsTma, 1)
     split_kernel_tma(const SplitArgs<T> a, const Tags tags, const __grid_constant__ CUtensorMap kmap,
-                     const __grid_constant__ CUtensorMap vmap) {
+                     const __grid_constant__ CUtensorMap vmap, const PagedRead pg) {
 #if __CUDA_ARCH__ >= 900
   cudaTriggerProgrammaticLaunchCompletion();  // (as split_kernel)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
@@ -568,8 +645,8 @@ __global__ void __launch_bounds__(kThreadsTma, 1)
   __syncthreads();
   // This block's chunk, piece by piece; `filled` counts the ring's fills so far.
   int filled = 0;
-  for_each_piece(a, blockIdx.x, [&](const PieceAt& pc) {
-    filled += run_piece_tma<T, kD, kStages>(a, pc, tags, &kmap, &vmap, filled);
+  for_each_piece<kPaged>(a, pg, blockIdx.x, [&](const PieceAt& pc) {
+    filled += run_piece_tma<T, kD, kStages, kPaged>(a, pc, tags, &kmap, &vmap, filled, pg);
   });
 #endif
 }
@@ -659,24 +736,31 @@ unsigned long long next_tag() {
 
 /// The TMA kernel's launch: K and V as [B·H_kv, N_kv, d] in 64-key boxes (step 07's tile
 /// maps), without the 256-byte L2 promotion, which doubled the L2's traffic here (note 08,
-/// "The ring by TMA").
-template <class T, int kD, int kStages>
-void launch_tma(const Problem& p, const NativeFwdArgs& a, const SplitArgs<T>& args, const Tags& tags, Stream st) {
-  const std::size_t heads = std::size_t(p.B) * p.kv_heads_per_batch(), smem = smem_bytes_tma(kD, kStages);
-  const CUtensorMap kmap =
-      hopper::make_tile_map(a.k, p.dtype, p.keys(), heads, kD, kTileKeys, CU_TENSOR_MAP_L2_PROMOTION_NONE);
-  const CUtensorMap vmap =
-      hopper::make_tile_map(a.v, p.dtype, p.keys(), heads, kD, kTileKeys, CU_TENSOR_MAP_L2_PROMOTION_NONE);
-  set_smem_limit(split_kernel_tma<T, kD, kStages>, smem);
-  split_kernel_tma<T, kD, kStages><<<unsigned(args.plan.blocks), kThreadsTma, smem, st>>>(args, tags, kmap, vmap);
+/// "The ring by TMA"); a paged cache's pools as [pages·H_kv, page, d] in boxes of one panel.
+template <class T, int kD, int kStages, bool kPaged>
+void launch_tma(const Problem& p, const NativeFwdArgs& a, const SplitArgs<T>& args, const Tags& tags,
+                const PagedRead& pg, Stream st) {
+  const std::size_t smem = smem_bytes_tma(kD, kStages);
+  auto map = [&](const void* x) {
+    return kPaged ? hopper::make_tile_map(x, p.dtype, pg.page, std::size_t(pg.pool) * p.kv_heads_per_batch(), kD,
+                                          paged_box(pg.page), CU_TENSOR_MAP_L2_PROMOTION_NONE, 1)
+                  : hopper::make_tile_map(x, p.dtype, p.keys(), p.kv_heads(), kD, kTileKeys,
+                                          CU_TENSOR_MAP_L2_PROMOTION_NONE);
+  };
+  const CUtensorMap kmap = map(a.k), vmap = map(a.v);
+  set_smem_limit(split_kernel_tma<T, kD, kStages, kPaged>, smem);
+  split_kernel_tma<T, kD, kStages, kPaged>
+      <<<unsigned(args.plan.blocks), kThreadsTma, smem, st>>>(args, tags, kmap, vmap, pg);
 }
 
 /// The split kernel with a ring of kStages tiles (and the merge kernel where the plan needs
-/// it); tma: the ring filled by a producer warp (ring_by_tma: d = 128 only).
-template <class T, int kD, int kStages>
+/// it); tma: the ring filled by a producer warp (ring_by_tma: d = 128 only); kPaged: K and
+/// V a paged cache (a.paged).
+template <class T, int kD, int kStages, bool kPaged>
 void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const SplitPlan& sp, KvLines kv, bool tma) {
   const std::size_t smem = smem_bytes(kD, kStages);
-  set_smem_limit(split_kernel<T, kD, kStages>, smem);
+  auto* kernel = split_kernel<T, kD, kStages, kPaged>;
+  set_smem_limit(kernel, smem);
   float* part_o = static_cast<float*>(ws);
   float* part_lse = part_o ? part_o + std::size_t(most_parts(sp)) * p.elems() : nullptr;
   // The tags after the partials (8-byte aligned), where the merge kernel is launched early
@@ -690,15 +774,16 @@ void launch(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const
   const SplitArgs<T> args{p.N, p.keys(), p.H, p.group(), row_blocks(p), p.rows(), p.causal, p.softmax_scale(), kv, sp,
                           static_cast<const T*>(a.q), static_cast<const T*>(a.k), static_cast<const T*>(a.v),
                           static_cast<T*>(a.o), a.lse, part_o, part_lse};
+  const PagedRead pg{a.paged.table, a.paged.lengths, a.paged.page, a.paged.pool,
+                     a.paged.page ? (p.keys() + a.paged.page - 1) / a.paged.page : 0};
   if (sp.cluster > 1) {  // the units' parts merged in their clusters: no second kernel
-    launch_clustered(sp.cluster, split_kernel<T, kD, kStages>, dim3(unsigned(sp.blocks)), dim3(kThreads),
-                     smem, st, args, tags);
+    launch_clustered(sp.cluster, kernel, dim3(unsigned(sp.blocks)), dim3(kThreads), smem, st, args, tags, pg);
     return;
   }
   if (tma) {
-    if constexpr (kD == 128) launch_tma<T, kD, kStages>(p, a, args, tags, st);
+    if constexpr (kD == 128) launch_tma<T, kD, kStages, kPaged>(p, a, args, tags, pg, st);
   } else {
-    split_kernel<T, kD, kStages><<<unsigned(sp.blocks), kThreads, smem, st>>>(args, tags);
+    kernel<<<unsigned(sp.blocks), kThreads, smem, st>>>(args, tags, pg);
   }
   FA_CHECK_LAUNCH();
   if (sp.direct()) return;
@@ -718,7 +803,7 @@ GpuShape this_gpu() {
     GpuShape g{gpu::sm_count(), gpu::smem_per_sm(), gpu::smem_per_block(), gpu::l2_bytes()};
     if (gpu::compute_capability() < 90 || gpu::device_code_arch() < 90) return g;
     g.tma = true;
-    auto* kernel = split_kernel<__nv_bfloat16, 128, 4>;
+    auto* kernel = split_kernel<__nv_bfloat16, 128, 4, false>;
     const std::size_t smem = smem_bytes(128, 4);
     if (smem > g.smem_per_block) return g;
     set_smem_limit(kernel, smem);
@@ -747,12 +832,12 @@ SplitPlan plan_for(const Problem& p, const GpuShape& g, const Hook& h) {
   return with_clusters(h.splits > 0 ? fixed_plan(p, h.splits) : plan(p, g), g);
 }
 
-template <class T>
+template <class T, bool kPaged>
 void run_t(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st, const SplitPlan& sp, int ring, KvLines kv,
            bool tma) {
-  if (p.d == 64) return launch<T, 64, 4>(p, a, ws, st, sp, kv, tma);  // stages(64, ·) = 4 on every GPU
-  if (ring == kDeepRing) return launch<T, 128, kDeepRing>(p, a, ws, st, sp, kv, tma);
-  ring == 4 ? launch<T, 128, 4>(p, a, ws, st, sp, kv, tma) : launch<T, 128, 2>(p, a, ws, st, sp, kv, tma);
+  if (p.d == 64) return launch<T, 64, 4, kPaged>(p, a, ws, st, sp, kv, tma);  // stages(64, ·) = 4 on every GPU
+  if (ring == kDeepRing) return launch<T, 128, kDeepRing, kPaged>(p, a, ws, st, sp, kv, tma);
+  ring == 4 ? launch<T, 128, 4, kPaged>(p, a, ws, st, sp, kv, tma) : launch<T, 128, 2, kPaged>(p, a, ws, st, sp, kv, tma);
 }
 
 /// The forward: the plan, the ring's depth, its filling and the reads' L2 hint, all
@@ -764,8 +849,11 @@ void run(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st) {
   const KvLines kv = reads_evict_first(p, g) ? KvLines::evict_first : KvLines::normal;
   const int ring = ring_tiles(p, sp, g);
   const bool tma = ring_by_tma(p, sp, g);
-  p.dtype == DType::bf16 ? run_t<__nv_bfloat16>(p, a, ws, st, sp, ring, kv, tma)
-                         : run_t<__half>(p, a, ws, st, sp, ring, kv, tma);
+  if (a.paged.page)
+    return p.dtype == DType::bf16 ? run_t<__nv_bfloat16, true>(p, a, ws, st, sp, ring, kv, tma)
+                                  : run_t<__half, true>(p, a, ws, st, sp, ring, kv, tma);
+  p.dtype == DType::bf16 ? run_t<__nv_bfloat16, false>(p, a, ws, st, sp, ring, kv, tma)
+                         : run_t<__half, false>(p, a, ws, st, sp, ring, kv, tma);
 }
 
 template <const Hook& kH>
@@ -776,8 +864,8 @@ std::size_t workspace(const Problem& p) {
 template <int kD, int kStages>
 int occupancy() {
   int n = 0;
-  set_smem_limit(split_kernel<__nv_bfloat16, kD, kStages>, smem_bytes(kD, kStages));
-  FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, split_kernel<__nv_bfloat16, kD, kStages>, kThreads,
+  set_smem_limit(split_kernel<__nv_bfloat16, kD, kStages, false>, smem_bytes(kD, kStages));
+  FA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, split_kernel<__nv_bfloat16, kD, kStages, false>, kThreads,
                                                               smem_bytes(kD, kStages)));
   return n;
 }
@@ -794,7 +882,8 @@ constexpr GpuForward forward(const char* name) {
           .only_d = kSupportedD,
           .min_sm = kMinSm,
           .exact_sm = false,
-          .decode = true};
+          .decode = true,
+          .paged = true};
 }
 
 }  // namespace

@@ -10,8 +10,7 @@
 // or on Hopper a cluster merging through distributed shared memory.
 // Leaves for step 09: the same merge across GPUs. Limits: d = 64 or 128, bf16 or fp16,
 // N_kv ≥ N (causal within the last N positions), H_kv dividing H; sm_80 and newer.
-// The CPU model also reads a paged cache through a block table (PagedKv); the kernels a
-// contiguous one.
+// A paged cache (PagedKv): the same blocks, each 16-key run of a tile read from its page.
 // Note: notes/08_split_kv.md. Kernels: split_kv.cu (production), lesson.cu (rows 2–4).
 #pragma once
 
@@ -188,22 +187,10 @@ double traffic_bytes(const Problem& p, const SplitPlan& s);
 // ---- A paged K/V cache (vLLM's PagedAttention): the same blocks and merges, one
 // indirection a key. Note 08, "A paged cache".
 
-/// K and V as a pool of pages of `page` positions, a page [H_kv, page, d] (each K/V head's
-/// rows of those positions, contiguous); sequence b's keys at positions page·x … in page
-/// table[b·pages_per_seq + x]. Sequence b holds lengths[b] keys (empty: p.keys() each),
-/// its N queries the last N of them; p.keys() is the longest, the table's width its pages.
-struct PagedKv {
-  int page = 16;             ///< positions a page: 16 … 256, a multiple of 16 (a warp's keys)
-  int pool = 0;              ///< pages in K and V: they hold pool·H_kv·page·d elements each
-  std::vector<int> table;    ///< B × pages_per_seq(p) page numbers, row by row
-  std::vector<int> lengths;  ///< keys of each sequence, N … p.keys(); empty: p.keys()
-  int pages_per_seq(const Problem& p) const { return (p.keys() + page - 1) / page; }
-  int length(const Problem& p, int b) const { return lengths.empty() ? p.keys() : lengths[std::size_t(b)]; }
-  /// Element offset of key `key` of K/V head h (of H_kv) of sequence b in K (or V), row 0.
-  std::size_t row(const Problem& p, int b, int h, int key) const;
-  /// Throws fa::Error unless the table, the lengths and K, V of k_elems elements fit p.
-  void validate(const Problem& p, std::size_t k_elems) const;
-};
+/// The paged cache (common/problem.hpp): a pool of pages [H_kv, page, d] and a table per sequence.
+using fa::PagedKv;
+/// Element offset of key `key` of K/V head h (of H_kv) of sequence b in K (or V), row 0.
+std::size_t paged_row(const Problem& p, const PagedKv& kv, int b, int h, int key);
 /// The model on a paged cache: in.k and in.v are the pools.
 ModelForward model_forward_paged(const Problem& p, const Qkv& in, const PagedKv& kv, const SplitPlan& s);
 
