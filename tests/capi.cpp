@@ -215,6 +215,67 @@ TEST_CASE("capi: a ragged batch's forward and backward write what the host wrapp
   }
 }
 
+TEST_CASE("capi: a paged cache's forward writes what the host wrapper's writes, bit for bit", "[gpu]") {
+  Problem p = bf16(test::make(3, 4, 5, 128, true));
+  p.H_kv = 2, p.N_kv = 700;
+  PagedKv kv;
+  kv.page = 48;  // (a page end inside a 64-key tile)
+  kv.lengths = {700, 5, 333};
+  const int width = kv.pages_per_seq(p);
+  kv.pool = p.B * width + 1;
+  for (int x = 0; x < p.B * width; ++x) kv.table.push_back((7 * x + 3) % kv.pool);  // 7 and 46 coprime: shuffled
+  const std::size_t pool_elems = std::size_t(kv.pool) * p.kv_heads_per_batch() * kv.page * p.d;
+  const Qkv in{random_tensor(p.elems(), 21), random_tensor(pool_elems, 22), random_tensor(pool_elems, 23)};
+  const GpuForward& step = *find_kernels("08").gpu_forward;
+  const ForwardOut want = gpu::forward_paged(step, p, in, kv);
+  char err[512] = "";
+  unsigned long long bytes = 0;
+  const fa_shape s = shape_of(p);
+  void* plan = fa_plan("08", false, &s, &bytes, err, int(sizeof err));
+  INFO(err);
+  REQUIRE(plan);
+  DeviceBuffer<char> ws(bytes);
+  DeviceBuffer<std::uint16_t> q = gpu::upload16(p.dtype, in.q), k = gpu::upload16(p.dtype, in.k),
+                              v = gpu::upload16(p.dtype, in.v);
+  DeviceBuffer<std::uint16_t> o(std::vector<std::uint16_t>(p.elems(), gpu::kPoison16));
+  DeviceBuffer<float> lse = gpu::poisoned(p.rows());
+  DeviceBuffer<int> table(kv.table), lengths(kv.lengths);
+  auto call = [&](const int* t, int page) {
+    return fa_forward_paged(plan, q.get(), k.get(), v.get(), o.get(), lse.get(), t, lengths.get(), page, kv.pool,
+                            ws.get(), nullptr, err, int(sizeof err));
+  };
+  CHECK(call(table.get(), 40) == 1);  // refused, and nothing launched
+  CHECK(test::contains(err, "16 to 256 positions"));
+  CHECK(call(nullptr, kv.page) == 1);
+  CHECK(test::contains(err, "page table"));
+  REQUIRE(call(table.get(), kv.page) == 0);
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  FA_CHECK_CLOSE("O", gpu::download16(p.dtype, o), want.o, tol::kBitExact, test::shape_o(p));
+  FA_CHECK_CLOSE("L", lse.download(), want.lse, tol::kBitExact, test::shape_l(p));
+
+  // A page number outside the pool reaches the kernel unchecked: taken as the nearest page
+  // (the pool's last), the same bits as the host wrapper's table with that page.
+  std::vector<int> odd = kv.table;
+  odd[1] = kv.pool + 5;
+  PagedKv near = kv;
+  near.table[1] = kv.pool - 1;
+  const ForwardOut want_near = gpu::forward_paged(step, p, in, near);
+  DeviceBuffer<int> odd_dev(odd);
+  REQUIRE(call(odd_dev.get(), kv.page) == 0);
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  FA_CHECK_CLOSE("O, a page outside the pool", gpu::download16(p.dtype, o), want_near.o, tol::kBitExact,
+                 test::shape_o(p));
+
+  // A step that decodes from a contiguous cache only (06) refuses a paged one.
+  void* plan06 = fa_plan("06", false, &s, &bytes, err, int(sizeof err));
+  REQUIRE(plan06);
+  CHECK(fa_forward_paged(plan06, q.get(), k.get(), v.get(), o.get(), lse.get(), table.get(), nullptr, kv.page, kv.pool,
+                         ws.get(), nullptr, err, int(sizeof err)) == 1);
+  CHECK(test::contains(err, "does not take a paged K/V cache"));
+  fa_free_plan(plan06);
+  fa_free_plan(plan);
+}
+
 TEST_CASE("capi: a plan's backward writes what the host wrapper's backward writes", "[gpu]") {
   for (const char* id : {"06", "07"}) {
     const Problem p = bf16(test::make(1, 2, 113, 64, true));

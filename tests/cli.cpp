@@ -20,6 +20,7 @@
 #include "steps/07_hopper/step07.hpp"
 #include "tests/check.hpp"
 #include "tests/cli_run.hpp"
+#include "tools/flashattn/steps_table.hpp"
 #ifdef FA_HAVE_CUDA
 #include "common/gpu.hpp"
 #endif
@@ -488,9 +489,37 @@ TEST_CASE("flashattn runs step 08 on a decoding shape, 4 query heads a K/V head;
     CHECK(b.status == 2);
     CHECK(test::contains(b.err, "takes as many keys as queries"));
     CHECK_FALSE(exists("cli_o.npy"));
+
+    // The same cache in shuffled pages of 32 through a block table, the sequence holding 200 of
+    // its keys: the kernels' O on the paged cache, bit for bit.
+    PagedKv kv;
+    kv.page = 32, kv.pool = 12, kv.lengths = {200};
+    for (int x = 0; x < kv.pages_per_seq(p); ++x) kv.table.push_back((5 * x + 7) % kv.pool);  // distinct pages
+    const std::size_t pool = std::size_t(kv.pool) * p.H_kv * kv.page * p.d;
+    Qkv pages{in.q, std::vector<float>(pool, 0.0f), std::vector<float>(pool, 0.0f)};
+    for (int h = 0; h < p.H_kv; ++h)
+      for (int key = 0; key < 200; ++key)
+        for (int c = 0; c < p.d; ++c) {
+          const std::size_t at =
+              ((std::size_t(kv.table[std::size_t(key / kv.page)]) * p.H_kv + h) * kv.page + key % kv.page) * p.d + c;
+          pages.k[at] = in.k[(std::size_t(h) * p.N_kv + key) * p.d + c];
+          pages.v[at] = in.v[(std::size_t(h) * p.N_kv + key) * p.d + c];
+        }
+    save("cli_pk.npy", {kv.pool, p.H_kv, kv.page, p.d}, pages.k);
+    save("cli_pv.npy", {kv.pool, p.H_kv, kv.page, p.d}, pages.v);
+    test::save_ints("cli_t.npy", {1, (long long)kv.table.size()}, {kv.table.begin(), kv.table.end()});
+    test::save_ints("cli_len.npy", {1}, {200});
+    const Result pr = flashattn("run --step 08 --causal --q cli_q.npy --k cli_pk.npy --v cli_pv.npy --block-table "
+                                "cli_t.npy --page 32 --kv-lengths cli_len.npy --out cli_o.npy");
+    INFO(pr.err);
+    REQUIRE(pr.status == 0);
+    Problem pb = p;
+    pb.dtype = DType::bf16;
+    FA_CHECK_CLOSE("paged O (file) vs the kernel's", read_npy("cli_o.npy").data,
+                   gpu::forward_paged(*find_kernels("08").gpu_forward, pb, pages, kv).o, tol::kBitExact, test::shape_o(p));
   }
   remove_all({"cli_q.npy", "cli_k.npy", "cli_v.npy", "cli_do.npy", "cli_o.npy", "cli_l.npy", "cli_out.txt",
-              "cli_err.txt"});
+              "cli_err.txt", "cli_pk.npy", "cli_pv.npy", "cli_t.npy", "cli_len.npy"});
 }
 
 TEST_CASE("flashattn runs step 07 in bf16, forward and backward, or refuses in one line", "[gpu]") {

@@ -11,6 +11,8 @@
       sequences of N/2 and 3N/2 in turn (07m: mixed lengths, its own FLOPs)
   python3 tools/bench/ab.py --decode --lib ... [--impls 08,06,torch-cudnn,torch-flash,torch-efficient]
       [--Nq 1,16] [--Nkv 8192,...] [--bh 32,128] [--group 1,8] [--d 128] [--causal 0,1]
+      08p16, 08p256, …: step 08 on the same cache in shuffled pages of 16, 256, … positions
+      through a block table (fa_forward_paged), beside it on the contiguous cache (08)
   … --alt base=OTHER/libfa_capi.so --impls 08,08@base,…: a step of another build (another
       commit) beside this one's, in the same process: a change timed against what it changes
       with no second machine or second session between them.
@@ -81,6 +83,12 @@ class Shape(ctypes.Structure):
 RAGGED = ("07r", "07m")  # step 07 on the batch packed as a ragged one (--ragged): its own lengths, or mixed
 
 
+def paged(impl):
+    """(step, page) of a paged implementation (08p64: step 08, pages of 64 positions), or None."""
+    step, p, page = impl.partition("@")[0].partition("p")
+    return (step, int(page)) if p and step.isdigit() and page.isdigit() else None
+
+
 class Steps:
     """libfa_capi.so: plan, forward, backward on torch tensors and torch's current stream."""
 
@@ -94,6 +102,9 @@ class Steps:
         self.lib.fa_backward.argtypes = [ctypes.c_void_p] * 12 + [ctypes.c_char_p, ctypes.c_int]
         if hasattr(self.lib, "fa_forward_ragged"):  # a build before ragged batches (--alt) has none
             self.lib.fa_forward_ragged.argtypes = [ctypes.c_void_p] * 9 + [ctypes.c_char_p, ctypes.c_int]
+        if hasattr(self.lib, "fa_forward_paged"):  # nor one before paged caches
+            self.lib.fa_forward_paged.argtypes = ([ctypes.c_void_p] * 8 + [ctypes.c_int] * 2 + [ctypes.c_void_p] * 2 +
+                                                  [ctypes.c_char_p, ctypes.c_int])
         self.err = ctypes.create_string_buffer(1024)
 
     def plan(self, step, backward, shape):
@@ -164,6 +175,7 @@ class Case:
         if window != (-1, -1):
             self.shape.windowed, self.shape.window_left, self.shape.window_right = 1, window[0], window[1]
         self.libs, self.dir, self.plans = libs, a.dir, []  # libs: {"": --lib, name: --alt name=…}
+        self.keep = []  # tensors a call reads that nothing else holds (a paged cache's pools and table)
 
     def band(self):
         """The window's mask, True where a score counts (the queries the last N positions), or None."""
@@ -301,11 +313,50 @@ class Case:
             at += n
         return fwd, None
 
+    def paged_fn(self, impl):
+        """A paged implementation's call on the same cache in shuffled pages, through a block table, and its O."""
+        (step, page), name = paged(impl), impl.partition("@")[2]
+        if self.dir != "fwd":
+            raise RuntimeError(f"{impl}: a paged cache is read by the forward only")
+        S = self.libs[name]
+        if not hasattr(S.lib, "fa_forward_paged"):
+            raise RuntimeError(f"{impl}: this build's library takes no paged cache")
+        B, H_kv, d = self.B, self.H_kv, self.d
+        W = -(-self.N_kv // page)  # pages a sequence
+        perm = torch.randperm(B * W, generator=torch.Generator().manual_seed(B * W + page)).cuda()
+        table = perm.to(torch.int32).reshape(B, W).contiguous()  # block x of sequence b in page perm[b·W + x]
+
+        def pool(t):  # [B, H_kv, N_kv, d] as pages [B·W, H_kv, page, d], block i in page perm[i]
+            blocks = F.pad(t, (0, 0, 0, W * page - self.N_kv)).reshape(B, H_kv, W, page, d)
+            blocks = blocks.permute(0, 2, 1, 3, 4).reshape(B * W, H_kv, page, d)
+            out = blocks.new_empty(blocks.shape)  # contiguous (empty_like would keep the permuted strides of a view)
+            out[perm] = blocks
+            return out
+        kp, vp = pool(self.k), pool(self.v)
+        plan, ws = S.plan(step, False, self.shape)
+        self.plans.append((S, plan))
+        o = torch.full_like(self.q, float("nan"))
+        lse = torch.full((B, self.H, self.N), float("nan"), device="cuda")
+        args = [ctypes.c_void_p(x) for x in (plan, self.q.data_ptr(), kp.data_ptr(), vp.data_ptr(), o.data_ptr(),
+                                             lse.data_ptr(), table.data_ptr(), None)]
+        stream = torch.cuda.current_stream().cuda_stream
+
+        def fwd():
+            if S.lib.fa_forward_paged(*args, page, B * W, ctypes.c_void_p(ws.data_ptr()), ctypes.c_void_p(stream),
+                                      S.err, 1024):
+                raise RuntimeError(S.err.value.decode())
+        self.keep += [kp, vp, table]
+        fwd()
+        torch.cuda.synchronize()
+        return fwd, [o]
+
     def step_fn(self, impl):
         """The step's call (impl: a step of --lib, or STEP@NAME of --alt NAME=…), and its outputs after one poisoned
         call (to check)."""
         if self.lengths(impl):
             return self.ragged_fn(impl)
+        if paged(impl):
+            return self.paged_fn(impl)
         step, _, name = impl.partition("@")
         S = self.libs[name]
         lib = S.lib

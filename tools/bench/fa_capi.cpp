@@ -116,6 +116,22 @@ FA_CAPI int fa_forward_ragged(const void* plan, const void* q, const void* k, co
   });
 }
 
+FA_CAPI int fa_forward_paged(const void* plan, const void* q, const void* k, const void* v, void* o, float* lse,
+                             const int* table, const int* lengths, int page, int pool, void* workspace, void* stream,
+                             char* err, int n) {
+  const auto* pl = static_cast<const Plan*>(plan);
+  return guarded(err, n, [&] {
+    if (!pl || !pl->forward || pl->sequences) throw fa::Error("fa_forward_paged needs a forward plan, not a ragged one");
+    if (!pl->forward->paged) throw fa::Error(std::string(pl->forward->name) + " does not take a paged K/V cache");
+    if (page < 16 || page > 256 || page % 16)
+      throw fa::Error("a page holds 16 to 256 positions, a multiple of 16 (got " + std::to_string(page) + ")");
+    if (pool < 1) throw fa::Error("a paged cache needs at least one page");
+    if (!table) throw fa::Error("fa_forward_paged needs the page table");
+    pl->forward->run_native(pl->p, {q, k, v, o, lse, {}, {table, lengths, page, pool}}, workspace,
+                            static_cast<fa::Stream>(stream));
+  });
+}
+
 FA_CAPI int fa_backward(const void* plan, const void* q, const void* k, const void* v, const void* o, const float* lse,
                 const void* dout, void* dq, void* dk, void* dv, void* workspace, void* stream, char* err, int n) {
   const auto* pl = static_cast<const Plan*>(plan);

@@ -12,6 +12,13 @@
  *                  head: non-decreasing within [0, N] (an empty sequence is allowed); an offset
  *                  outside is clamped to it, one below an earlier one taken as that one, and
  *                  rows outside every sequence are left unwritten;
+ *   fa_forward_paged  fa_forward with K and V a paged cache (a step that decodes from one:
+ *                  "08"): k and v are pools of `pool` pages [H_kv, page, d] (page 16 to 256, a
+ *                  multiple of 16); sequence b's positions page·x … in page table[b·W + x],
+ *                  W = ceil(N_kv / page) (B·W int32 on the device); lengths: B int32 on the device,
+ *                  sequence b's keys (N … N_kv: its N queries its last N), or null for N_kv each.
+ *                  The device's tables are not read by the host: a page number outside the pool
+ *                  is taken as the nearest page, a length outside [N, N_kv] as the nearest bound;
  *   fa_backward    dQ, dK, dV from Q, K, V, O, L and dO: launches, and nothing else;
  *   fa_backward_ragged  fa_backward on a ragged batch, as fa_forward_ragged;
  *   fa_free_plan
@@ -44,6 +51,9 @@ FA_CAPI int fa_forward(const void* plan, const void* q, const void* k, const voi
                void* stream, char* err, int n);
 FA_CAPI int fa_forward_ragged(const void* plan, const void* q, const void* k, const void* v, void* o, float* lse,
                               const int* offsets, void* workspace, void* stream, char* err, int n);
+FA_CAPI int fa_forward_paged(const void* plan, const void* q, const void* k, const void* v, void* o, float* lse,
+                             const int* table, const int* lengths, int page, int pool, void* workspace, void* stream,
+                             char* err, int n);
 FA_CAPI int fa_backward(const void* plan, const void* q, const void* k, const void* v, const void* o, const float* lse,
                 const void* dout, void* dq, void* dk, void* dv, void* workspace, void* stream, char* err, int n);
 

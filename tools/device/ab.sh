@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The steps beside PyTorch's attention in one process, on the same tensors, in alternation
 # (tools/bench/ab.py over libfa_capi.so), on the H200 in one call.
-#   [PHASE=fwd|bwd|gqa|ragged|window|base|host|decode|floor|cluster|pause|gemm|h9|call|det|all, or several: PHASE=fwd,decode]
+#   [PHASE=fwd|bwd|gqa|ragged|window|base|host|decode|paged|floor|cluster|pause|gemm|h9|call|det|all, or several: PHASE=fwd,decode]
 #   [ROUNDS=5] bash tools/device/ab.sh [build-dir]
 # gemm:   the bf16 matrix-product rate, timed the same way (also in fwd);
 # fwd:    step 07's forward, step 06, cuDNN and FlashAttention-2, d = 64, 128, 256,
@@ -22,6 +22,9 @@
 #         other (PyTorch's backward enqueues for longer than 200: ab.py's host_us_max; a
 #         longer spin is also a longer rest for the GPU between repeats);
 # decode: step 08, step 06 and PyTorch's backends on note 08's decoding shapes;
+# paged:  step 08 on the same caches in shuffled pages of 16, 64 and 256 positions (08p16, …)
+#         beside it on the contiguous cache and cuDNN, FlashAttention-2 (on the contiguous cache:
+#         PyTorch takes no block table), d = 64 and 128, one query and sixteen (causal);
 # floor:  K and V read once with step 08's copy and nothing computed (tools/bench/read_floor.cu),
 #         at the K/V sizes of note 08's decoding shapes: static cuts, chunks from a counter,
 #         bulk copies (Hopper), fewer blocks, two an SM, and clusters (the clusters held at once
@@ -44,8 +47,8 @@ set -uo pipefail
 source "$(dirname "$0")/start.sh"  # device_start, stamp, build90
 PHASE=${PHASE:-all}; ROUNDS=${ROUNDS:-5}
 for p in ${PHASE//,/ }; do
-  [[ " fwd bwd gqa ragged window base host decode floor cluster pause gemm h9 call det all " == *" $p "* ]] ||
-    { echo "ab.sh: unknown phase '$p' (fwd, bwd, gqa, ragged, window, base, host, decode, floor, cluster, pause, gemm, h9, call, det, all)"; exit 2; }
+  [[ " fwd bwd gqa ragged window base host decode paged floor cluster pause gemm h9 call det all " == *" $p "* ]] ||
+    { echo "ab.sh: unknown phase '$p' (fwd, bwd, gqa, ragged, window, base, host, decode, paged, floor, cluster, pause, gemm, h9, call, det, all)"; exit 2; }
 done
 device_start "${1:-build-gpu}" device.txt
 build90 fa_capi fa_read_floor || exit 1
@@ -101,6 +104,12 @@ decode_runs() {
   run "$1_gqa" --decode --causal 0 --Nq 1 --bh 32,128 --group 8 "$2"
 }
 want decode && decode_runs ab08 --impls=08,06,torch-cudnn,torch-flash,torch-efficient
+if want paged; then
+  PAGED=08,08p16,08p64,08p256,torch-cudnn,torch-flash
+  run ab08_paged --decode --causal 0 --Nq 1 --d 64,128 --impls=$PAGED
+  run ab08_paged_causal --decode --causal 1 --Nq 16 --d 128 --impls=$PAGED
+  run ab08_paged_gqa --decode --causal 0 --Nq 1 --bh 32,128 --group 8 --d 128 --impls=$PAGED
+fi
 # The floor under them: K and V read once by step 08's copy, nothing computed, at the K/V
 # sizes of those shapes (B·H_kv = 4, 16, 32, 128), in static cuts and in chunks from a counter
 if want floor; then

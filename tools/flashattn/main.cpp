@@ -23,6 +23,7 @@
 #include <new>
 #include <optional>
 #include <sstream>
+#include <type_traits>
 
 #include "common/cli.hpp"
 #include "common/compare.hpp"
@@ -35,9 +36,7 @@
 #include "steps/01_naive/step01.hpp"
 #include "steps/07_hopper/step07.hpp"
 #include "steps/08_split_kv/step08.hpp"
-#ifdef FA_HAVE_CUDA
-#include "common/gpu.hpp"
-#endif
+#include "common/gpu.hpp"  // declarations only: a build without CUDA never calls them (on_kernels)
 
 namespace {
 
@@ -73,7 +72,7 @@ Usage:
       attention (and the mask, and the window) stays inside each sequence.
       --offsets OFFS.npy: the same batch by its offsets (cu_seqlens: int32 or
       int64, 0 first, increasing, T last). --block-table T.npy --page P (step
-      08's model): K and V are a paged cache, pools [pages, H_kv, P, d] (P from
+      08, its kernels or its model): K and V are a paged cache, pools [pages, H_kv, P, d] (P from
       16 to 256, a multiple of 16); sequence b's keys P*x .. P*x+P-1 lie in page
       T[b, x] (T: int32 or int64, [B, W]); --kv-lengths L.npy (int, [B]) the keys
       each sequence holds (default W*P), its N queries the last N of them.
@@ -520,21 +519,15 @@ std::vector<int> offsets_from_file(const std::string& path) {
   return offsets;
 }
 
-/// A ragged batch on the step's kernels (have_gpu was asked first: a build without CUDA stops there).
-ForwardOut ragged_forward(const StepEntry& s, const Problem& p, const Qkv& in, const std::vector<int>& offsets) {
+/// f() on the step's kernels: a ragged batch or a paged cache (have_gpu was asked first: a
+/// build without CUDA stops there, and never calls f, whose GPU wrappers it does not define).
+template <class F>
+std::invoke_result_t<F> on_kernels(const StepEntry& s, F&& f) {
 #ifdef FA_HAVE_CUDA
-  return gpu::forward(*s.gpu_forward, p, in, offsets);
+  (void)s;
+  return f();
 #else
-  (void)p, (void)in, (void)offsets;
-  throw Error("step " + s.id + "'s kernel runs on the GPU, and this build has no CUDA");
-#endif
-}
-Grads ragged_backward(const StepEntry& s, const Problem& p, const Qkv& in, const ForwardOut& fwd,
-                      const std::vector<float>& dout, const std::vector<int>& offsets) {
-#ifdef FA_HAVE_CUDA
-  return gpu::backward(*s.gpu_backward, p, in, fwd, dout, offsets);
-#else
-  (void)p, (void)in, (void)fwd, (void)dout, (void)offsets;
+  (void)f;
   throw Error("step " + s.id + "'s kernel runs on the GPU, and this build has no CUDA");
 #endif
 }
@@ -569,14 +562,12 @@ int ranks_of(const Args& a, const StepEntry& s) {
   return r;
 }
 
-/// --block-table T.npy --page P [--kv-lengths L.npy] (a paged K/V cache, step 08's model).
-std::optional<PagedArgs> paged_of(const Args& a, const StepEntry& s, bool model) {
+/// --block-table T.npy --page P [--kv-lengths L.npy] (a paged K/V cache, step 08's).
+std::optional<PagedArgs> paged_of(const Args& a, const StepEntry& s) {
   const bool table = a.kv.count("--block-table"), page = a.kv.count("--page"), lengths = a.kv.count("--kv-lengths");
   if (!table && !page && !lengths) return std::nullopt;
   if (!table || !page) throw Error("a paged K/V cache takes --block-table T.npy and --page P (and --kv-lengths L.npy)");
-  if (s.id != "08" || !model)
-    throw Error("--block-table (a paged K/V cache) is step 08's model's: add --step 08 --model (its kernels read a "
-                "contiguous cache)");
+  if (s.id != "08") throw Error("--block-table (a paged K/V cache) is step 08's: add --step 08 (or --step 08 --model)");
   PagedArgs g;
   g.page = to_int(a.kv.at("--page"), "--page");
   if (g.page < 16 || g.page > 256 || g.page % 16)
@@ -620,11 +611,11 @@ std::optional<PagedArgs> paged_of(const Args& a, const StepEntry& s, bool model)
 
 /// The paged cache for p: the table's first ⌈N_kv/page⌉ columns (the rest, a wider table's
 /// padding, unread), the pool's pages, the lengths.
-step08::PagedKv paged_kv(const PagedArgs& g, const Problem& p, const std::vector<long long>& pool_shape) {
+PagedKv paged_kv(const PagedArgs& g, const Problem& p, const std::vector<long long>& pool_shape) {
   if (g.rows != p.B)
     throw Error("the page table has " + std::to_string(g.rows) + " rows; Q has B = " + std::to_string(p.B) +
                 " sequences (one row each)");
-  step08::PagedKv kv;
+  PagedKv kv;
   kv.page = g.page;
   kv.pool = int(pool_shape[0]);
   const int cols = kv.pages_per_seq(p);
@@ -668,7 +659,7 @@ int run(const Args& a) {
       if (a.kv.count(opt)) inputs.push_back(a.kv.at(opt));
     check_output_paths(outputs, inputs);
   }
-  const std::optional<PagedArgs> paged = paged_of(a, s, model);
+  const std::optional<PagedArgs> paged = paged_of(a, s);
   const Inputs x = read_inputs(a, s, want_bwd, outputs, paged ? &*paged : nullptr);
   const Problem& p = x.p;
   const std::vector<long long>&sh = x.sh, &kv_sh = x.kv_sh;
@@ -679,9 +670,13 @@ int run(const Args& a) {
     throw Error(std::string("a ragged batch is packed into one sequence: Q [H, T, d] or [1, H, T, d] with T ") +
                 (a.kv.count("--offsets") ? "its last offset (" : "the sum of --seqlens (") +
                 std::to_string(offsets.back()) + "; got " + p.str() + ")");
+  auto run_paged = [&](const PagedKv& kv) {
+    return model ? step08::model_forward_paged(p, x.in, kv, h200_plan(p)).out
+                 : on_kernels(s, [&] { return gpu::forward_paged(*s.gpu_forward, p, x.in, kv); });
+  };
   const ForwardOut out = !offsets.empty() ? (model ? step07::model_forward_ragged(p, x.in, offsets).out
-                                                  : ragged_forward(s, p, x.in, offsets))
-                         : paged          ? step08::model_forward_paged(p, x.in, paged_kv(*paged, p, kv_sh), h200_plan(p)).out
+                                                  : on_kernels(s, [&] { return gpu::forward(*s.gpu_forward, p, x.in, offsets); }))
+                         : paged          ? run_paged(paged_kv(*paged, p, kv_sh))
                          : model          ? run_model(s, p, x.in, nullptr, ranks).out
                                           : s.forward(p, x.in);
   require_finite_result(out.o, sh, s.id, "O");
@@ -691,7 +686,9 @@ int run(const Args& a) {
   if (a.kv.count("--lse")) files.add(a.kv.at("--lse"), lshape, out.lse);
   if (want_bwd) {
     const Grads g = !offsets.empty() ? (model ? step07::model_backward_ragged(p, x.in, out, x.dO, offsets).grads
-                                              : ragged_backward(s, p, x.in, out, x.dO, offsets))
+                                              : on_kernels(s, [&] {
+                                                  return gpu::backward(*s.gpu_backward, p, x.in, out, x.dO, offsets);
+                                                }))
                     : model          ? s.model_backward(p, x.in, out, x.dO).grads
                                      : s.backward(p, x.in, out, x.dO);
     require_finite_result(g.dq, sh, s.id, "dQ");
