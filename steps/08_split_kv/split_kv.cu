@@ -119,12 +119,20 @@ struct PagedRead {
 __device__ __forceinline__ int paged_keys(const PagedRead& pg, int kvh, int kv_heads, int N, int Nk) {
   return pg.lengths ? min(max(pg.lengths[kvh / kv_heads], N), Nk) : Nk;
 }
-/// The element offset of key `key`'s row of K/V head kvh in the pool: its page from the
-/// sequence's row of the table, the head's rows in the page, the key's row there.
+/// Where key `key` of K/V head kvh lies in the pool: its page from the sequence's row of the
+/// table, the head (of H_kv) whose rows it is in there, its row among them.
+struct PagedAt {
+  int page, head, row;
+};
+__device__ __forceinline__ PagedAt paged_at(const PagedRead& pg, int kvh, int kv_heads, int key) {
+  const int x = key / pg.page, at = min(max(pg.table[std::size_t(kvh / kv_heads) * pg.width + x], 0), pg.pool - 1);
+  return {at, kvh % kv_heads, key - x * pg.page};
+}
+/// The same as an element offset into the pool.
 template <int kD>
 __device__ __forceinline__ std::size_t paged_offset(const PagedRead& pg, int kvh, int kv_heads, int key) {
-  const int x = key / pg.page, at = min(max(pg.table[std::size_t(kvh / kv_heads) * pg.width + x], 0), pg.pool - 1);
-  return ((std::size_t(at) * kv_heads + kvh % kv_heads) * pg.page + (key - x * pg.page)) * kD;
+  const PagedAt p = paged_at(pg, kvh, kv_heads, key);
+  return ((std::size_t(p.page) * kv_heads + p.head) * pg.page + p.row) * kD;
 }
 
 /// A TMA box of a paged cache: the most rows (16, 32 or 64) that divide the page and a tile,
@@ -539,13 +547,12 @@ __device__ __forceinline__ int run_piece_tma(const SplitArgs<T>& a, const PieceA
             const int boxes = min(kTileKeys / box, (pc.keys - k0 + box - 1) / box);
             hopper::arrive_expecting(&full[slot], 2 * std::uint32_t(boxes * box) * kD * sizeof(T));
             for (int j = 0; j < boxes; ++j) {
-              const int key = k0 + j * box, x = key / pg.page;
-              const int at = min(max(pg.table[std::size_t(kvh / kv_heads) * pg.width + x], 0), pg.pool - 1);
-              const int head = at * kv_heads + kvh % kv_heads, row = key - x * pg.page;
+              const PagedAt at = paged_at(pg, kvh, kv_heads, k0 + j * box);
+              const int head = at.page * kv_heads + at.head;  // the map's heads: the pool's pages × H_kv
               for (int p = 0; p < kD / hopper::kPanel; ++p) {
                 const std::uint32_t to = slot * kTileBytes + p * kPanelBytes + j * box * 128;
-                load_tile_tma(kmap, Ks + to, &full[slot], row, p, head, hint);
-                load_tile_tma(vmap, Vs + to, &full[slot], row, p, head, hint);
+                load_tile_tma(kmap, Ks + to, &full[slot], at.row, p, head, hint);
+                load_tile_tma(vmap, Vs + to, &full[slot], at.row, p, head, hint);
               }
             }
           } else {
