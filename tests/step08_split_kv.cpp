@@ -389,6 +389,25 @@ PagedPools paged(const Problem& p, const Qkv& in, int page, int spare, std::vect
         }
   return r;
 }
+/// Sequence b of p alone (B = 1, its own keys, its cache contiguous): its problem and inputs.
+std::pair<Problem, Qkv> one_sequence(const Problem& p, const Qkv& in, int b, int keys) {
+  Problem one = p;
+  one.B = 1, one.N_kv = keys;
+  const std::size_t q = std::size_t(p.H) * p.N * p.d, kv = std::size_t(p.kv_heads_per_batch()) * p.keys() * p.d;
+  Qkv seq{std::vector<float>(in.q.begin() + b * q, in.q.begin() + (b + 1) * q), {}, {}};
+  for (int h = 0; h < p.kv_heads_per_batch(); ++h) {
+    const std::size_t from = b * kv + std::size_t(h) * p.keys() * p.d;
+    seq.k.insert(seq.k.end(), in.k.begin() + from, in.k.begin() + from + std::size_t(keys) * p.d);
+    seq.v.insert(seq.v.end(), in.v.begin() + from, in.v.begin() + from + std::size_t(keys) * p.d);
+  }
+  return {one, seq};
+}
+/// Rows of sequence b of out (B sequences of H·N rows).
+ForwardOut rows_of(const Problem& p, const ForwardOut& out, int b) {
+  const std::size_t q = std::size_t(p.H) * p.N * p.d, rows = std::size_t(p.H) * p.N;
+  return {std::vector<float>(out.o.begin() + b * q, out.o.begin() + (b + 1) * q),
+          std::vector<float>(out.lse.begin() + b * rows, out.lse.begin() + (b + 1) * rows)};
+}
 }  // namespace
 
 TEST_CASE("step08 model on a paged cache: shuffled pages give the contiguous cache's bits (exercise 08-page)",
@@ -417,22 +436,10 @@ TEST_CASE("step08 model on a paged cache: sequences of different lengths in one 
     const PagedPools pg = paged(p, in, 32, 0, lengths);
     for (const step08::SplitPlan& s : {step08::fixed_plan(p, 1), step08::fixed_plan(p, 8), step08::plan(p, step08::kH200)}) {
       const ForwardOut got = step08::model_forward_paged(p, pg.pools, pg.kv, s).out;
-      for (int b = 0; b < p.B; ++b) {  // sequence b alone, its cache contiguous
-        Problem one = p;
-        one.B = 1, one.N_kv = lengths[std::size_t(b)];
+      for (int b = 0; b < p.B; ++b) {
+        const auto [one, seq] = one_sequence(p, in, b, lengths[std::size_t(b)]);
         INFO(one.str() << " (sequence " << b << "), " << cut(s));
-        const std::size_t q = std::size_t(p.H) * p.N * p.d, kv = std::size_t(p.kv_heads_per_batch()) * p.keys() * p.d;
-        Qkv seq{std::vector<float>(in.q.begin() + b * q, in.q.begin() + (b + 1) * q), {}, {}};
-        for (int h = 0; h < p.kv_heads_per_batch(); ++h) {
-          const auto from = in.k.begin() + b * kv + std::size_t(h) * p.keys() * p.d;
-          seq.k.insert(seq.k.end(), from, from + std::size_t(one.N_kv) * p.d);
-          const auto vfrom = in.v.begin() + b * kv + std::size_t(h) * p.keys() * p.d;
-          seq.v.insert(seq.v.end(), vfrom, vfrom + std::size_t(one.N_kv) * p.d);
-        }
-        const std::size_t rows = std::size_t(p.H) * p.N;
-        const ForwardOut mine{std::vector<float>(got.o.begin() + b * q, got.o.begin() + (b + 1) * q),
-                              std::vector<float>(got.lse.begin() + b * rows, got.lse.begin() + (b + 1) * rows)};
-        check_budget(one, seq, mine, "paged model");
+        check_budget(one, seq, rows_of(p, got, b), "paged model");
       }
     }
   }
@@ -688,28 +695,6 @@ TEST_CASE("step08 kernel on self-attention, huge logits and many row blocks", "[
   const Qkv in = inputs(h, 88);
   check_budget(h, in, gpu::forward(step08::kForwardFixed[3], h, in, true), "kernel, 32 splits, huge logits");
 }
-
-namespace {
-/// Sequence b of p alone (B = 1, its own keys, its cache contiguous): its problem and inputs.
-std::pair<Problem, Qkv> one_sequence(const Problem& p, const Qkv& in, int b, int keys) {
-  Problem one = p;
-  one.B = 1, one.N_kv = keys;
-  const std::size_t q = std::size_t(p.H) * p.N * p.d, kv = std::size_t(p.kv_heads_per_batch()) * p.keys() * p.d;
-  Qkv seq{std::vector<float>(in.q.begin() + b * q, in.q.begin() + (b + 1) * q), {}, {}};
-  for (int h = 0; h < p.kv_heads_per_batch(); ++h) {
-    const std::size_t from = b * kv + std::size_t(h) * p.keys() * p.d;
-    seq.k.insert(seq.k.end(), in.k.begin() + from, in.k.begin() + from + std::size_t(keys) * p.d);
-    seq.v.insert(seq.v.end(), in.v.begin() + from, in.v.begin() + from + std::size_t(keys) * p.d);
-  }
-  return {one, seq};
-}
-/// Rows of sequence b of out (B sequences of H·N rows).
-ForwardOut rows_of(const Problem& p, const ForwardOut& out, int b) {
-  const std::size_t q = std::size_t(p.H) * p.N * p.d, rows = std::size_t(p.H) * p.N;
-  return {std::vector<float>(out.o.begin() + b * q, out.o.begin() + (b + 1) * q),
-          std::vector<float>(out.lse.begin() + b * rows, out.lse.begin() + (b + 1) * rows)};
-}
-}  // namespace
 
 TEST_CASE("step08 kernel on a paged cache: shuffled pages give the contiguous cache's bits", "[gpu]") {
   // The same plan, the same tiles: only where each 16-key run is read from changes. Pages of
