@@ -44,32 +44,41 @@ Problem bf16(Problem p) {
 struct Planned {
   void* plan = nullptr;
   DeviceBuffer<char> ws;
-  Planned(const char* step, bool backward, const Problem& p) {
+  Planned(const char* step, bool backward, const fa_shape& s) {
     char err[512] = "";
     unsigned long long bytes = 0;
-    const fa_shape s = shape_of(p);
     plan = fa_plan(step, backward, &s, &bytes, err, int(sizeof err));
     INFO(err);
     REQUIRE(plan);
     ws = DeviceBuffer<char>(bytes);
   }
+  Planned(const char* step, bool backward, const Problem& p) : Planned(step, backward, shape_of(p)) {}
+  Planned(const Planned&) = delete;
+  Planned& operator=(const Planned&) = delete;
   ~Planned() { fa_free_plan(plan); }
+};
+
+/// A forward call's tensors on the device: Q, K and V uploaded from `in`, O and L poisoned.
+struct DeviceQkv {
+  DeviceBuffer<std::uint16_t> q, k, v, o;
+  DeviceBuffer<float> lse;
+  DeviceQkv(const Problem& p, const Qkv& in)
+      : q(gpu::upload16(p.dtype, in.q)), k(gpu::upload16(p.dtype, in.k)), v(gpu::upload16(p.dtype, in.v)),
+        o(std::vector<std::uint16_t>(p.elems(), gpu::kPoison16)), lse(gpu::poisoned(p.rows())) {}
+  ForwardOut download(const Problem& p) const { return {gpu::download16(p.dtype, o), lse.download()}; }
 };
 
 /// The forward of `step` at p through the C interface, on device tensors made from `in`.
 ForwardOut forward_capi(const char* step, const Problem& p, const Qkv& in) {
   Planned pl(step, false, p);
-  DeviceBuffer<std::uint16_t> q = gpu::upload16(p.dtype, in.q), k = gpu::upload16(p.dtype, in.k),
-                              v = gpu::upload16(p.dtype, in.v);
-  DeviceBuffer<std::uint16_t> o(std::vector<std::uint16_t>(p.elems(), gpu::kPoison16));
-  DeviceBuffer<float> lse = gpu::poisoned(p.rows());
+  DeviceQkv t(p, in);
   char err[512] = "";
-  const int rc = fa_forward(pl.plan, q.get(), k.get(), v.get(), o.get(), lse.get(), pl.ws.get(), nullptr, err,
-                            int(sizeof err));
+  const int rc = fa_forward(pl.plan, t.q.get(), t.k.get(), t.v.get(), t.o.get(), t.lse.get(), pl.ws.get(), nullptr,
+                            err, int(sizeof err));
   INFO(err);
   REQUIRE(rc == 0);
   FA_CUDA_CHECK(cudaDeviceSynchronize());
-  return {gpu::download16(p.dtype, o), lse.download()};
+  return t.download(p);
 }
 
 }  // namespace
@@ -152,43 +161,34 @@ TEST_CASE("capi: a ragged batch's forward and backward write what the host wrapp
   fa_shape s = shape_of(p);
   s.sequences = int(offsets.size()) - 1;
   char err[512] = "";
-  unsigned long long bytes = 0;
-  void* plan = fa_plan("07", false, &s, &bytes, err, int(sizeof err));
-  INFO(err);
-  REQUIRE(plan);
-  DeviceBuffer<char> ws(bytes);
-  DeviceBuffer<std::uint16_t> q = gpu::upload16(p.dtype, in.q), k = gpu::upload16(p.dtype, in.k),
-                              v = gpu::upload16(p.dtype, in.v);
-  DeviceBuffer<std::uint16_t> o(std::vector<std::uint16_t>(p.elems(), gpu::kPoison16));
-  DeviceBuffer<float> lse = gpu::poisoned(p.rows());
+  DeviceQkv t(p, in);
   DeviceBuffer<int> offs(offsets);
-  // fa_forward has no offsets to take: refused, and nothing launched.
-  CHECK(fa_forward(plan, q.get(), k.get(), v.get(), o.get(), lse.get(), ws.get(), nullptr, err, int(sizeof err)) == 1);
-  CHECK(test::contains(err, "fa_forward_ragged"));
-  const int rc = fa_forward_ragged(plan, q.get(), k.get(), v.get(), o.get(), lse.get(), offs.get(), ws.get(), nullptr,
-                                   err, int(sizeof err));
-  fa_free_plan(plan);
-  REQUIRE(rc == 0);
-  FA_CUDA_CHECK(cudaDeviceSynchronize());
-  FA_CHECK_CLOSE("O", gpu::download16(p.dtype, o), want.o, tol::kBitExact, test::shape_o(p));
-  FA_CHECK_CLOSE("L", lse.download(), want.lse, tol::kBitExact, test::shape_l(p));
+  {
+    Planned pl("07", false, s);
+    // fa_forward has no offsets to take: refused, and nothing launched.
+    CHECK(fa_forward(pl.plan, t.q.get(), t.k.get(), t.v.get(), t.o.get(), t.lse.get(), pl.ws.get(), nullptr, err,
+                     int(sizeof err)) == 1);
+    CHECK(test::contains(err, "fa_forward_ragged"));
+    REQUIRE(fa_forward_ragged(pl.plan, t.q.get(), t.k.get(), t.v.get(), t.o.get(), t.lse.get(), offs.get(),
+                              pl.ws.get(), nullptr, err, int(sizeof err)) == 0);
+    FA_CUDA_CHECK(cudaDeviceSynchronize());
+  }
+  FA_CHECK_CLOSE("O", gpu::download16(p.dtype, t.o), want.o, tol::kBitExact, test::shape_o(p));
+  FA_CHECK_CLOSE("L", t.lse.download(), want.lse, tol::kBitExact, test::shape_l(p));
 
   // The backward, in the deterministic mode (07det): dQ, dK, dV those of the host wrapper, bit for bit.
   const std::vector<float> dout_h = random_tensor(p.elems(), 13);
   const Grads want_g = gpu::backward(*find_kernels("07det").gpu_backward, p, in, want, dout_h, offsets);
-  void* bplan = fa_plan("07det", true, &s, &bytes, err, int(sizeof err));
-  INFO(err);
-  REQUIRE(bplan);
-  DeviceBuffer<char> bws(bytes);
   DeviceBuffer<std::uint16_t> dout = gpu::upload16(p.dtype, dout_h);
   DeviceBuffer<std::uint16_t> dq(std::vector<std::uint16_t>(p.elems(), gpu::kPoison16)),
       dk(std::vector<std::uint16_t>(p.kv_elems(), gpu::kPoison16)),
       dv(std::vector<std::uint16_t>(p.kv_elems(), gpu::kPoison16));
-  const int brc = fa_backward_ragged(bplan, q.get(), k.get(), v.get(), o.get(), lse.get(), dout.get(), dq.get(),
-                                     dk.get(), dv.get(), offs.get(), bws.get(), nullptr, err, int(sizeof err));
-  fa_free_plan(bplan);
-  REQUIRE(brc == 0);
-  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  {
+    Planned pl("07det", true, s);
+    REQUIRE(fa_backward_ragged(pl.plan, t.q.get(), t.k.get(), t.v.get(), t.o.get(), t.lse.get(), dout.get(), dq.get(),
+                               dk.get(), dv.get(), offs.get(), pl.ws.get(), nullptr, err, int(sizeof err)) == 0);
+    FA_CUDA_CHECK(cudaDeviceSynchronize());
+  }
   FA_CHECK_CLOSE("dQ", gpu::download16(p.dtype, dq), want_g.dq, tol::kBitExact, test::shape_o(p));
   FA_CHECK_CLOSE("dK", gpu::download16(p.dtype, dk), want_g.dk, tol::kBitExact, test::shape_kv(p));
   FA_CHECK_CLOSE("dV", gpu::download16(p.dtype, dv), want_g.dv, tol::kBitExact, test::shape_kv(p));
@@ -201,15 +201,11 @@ TEST_CASE("capi: a ragged batch's forward and backward write what the host wrapp
     INFO("offsets " << odd[1] << ", " << odd[2]);
     fa_shape so = s;
     so.sequences = 3;
-    void* oplan = fa_plan("07", false, &so, &bytes, err, int(sizeof err));
-    REQUIRE(oplan);
-    DeviceBuffer<char> ows(bytes);
+    Planned pl("07", false, so);
     DeviceBuffer<int> odd_dev(odd);
     DeviceBuffer<std::uint16_t> o2(std::vector<std::uint16_t>(p.elems(), gpu::kPoison16));
-    const int orc = fa_forward_ragged(oplan, q.get(), k.get(), v.get(), o2.get(), lse.get(), odd_dev.get(), ows.get(),
-                                      nullptr, err, int(sizeof err));
-    fa_free_plan(oplan);
-    REQUIRE(orc == 0);
+    REQUIRE(fa_forward_ragged(pl.plan, t.q.get(), t.k.get(), t.v.get(), o2.get(), t.lse.get(), odd_dev.get(),
+                              pl.ws.get(), nullptr, err, int(sizeof err)) == 0);
     FA_CUDA_CHECK(cudaDeviceSynchronize());
     FA_CHECK_CLOSE("O", gpu::download16(p.dtype, o2), two.o, tol::kBitExact, test::shape_o(p));
   }
@@ -229,20 +225,12 @@ TEST_CASE("capi: a paged cache's forward writes what the host wrapper's writes, 
   const GpuForward& step = *find_kernels("08").gpu_forward;
   const ForwardOut want = gpu::forward_paged(step, p, in, kv);
   char err[512] = "";
-  unsigned long long bytes = 0;
-  const fa_shape s = shape_of(p);
-  void* plan = fa_plan("08", false, &s, &bytes, err, int(sizeof err));
-  INFO(err);
-  REQUIRE(plan);
-  DeviceBuffer<char> ws(bytes);
-  DeviceBuffer<std::uint16_t> q = gpu::upload16(p.dtype, in.q), k = gpu::upload16(p.dtype, in.k),
-                              v = gpu::upload16(p.dtype, in.v);
-  DeviceBuffer<std::uint16_t> o(std::vector<std::uint16_t>(p.elems(), gpu::kPoison16));
-  DeviceBuffer<float> lse = gpu::poisoned(p.rows());
+  Planned pl("08", false, p);
+  DeviceQkv t(p, in);
   DeviceBuffer<int> table(kv.table), lengths(kv.lengths);
-  auto call = [&](const int* t, int page) {
-    return fa_forward_paged(plan, q.get(), k.get(), v.get(), o.get(), lse.get(), t, lengths.get(), page, kv.pool,
-                            ws.get(), nullptr, err, int(sizeof err));
+  auto call = [&](const int* tab, int page) {
+    return fa_forward_paged(pl.plan, t.q.get(), t.k.get(), t.v.get(), t.o.get(), t.lse.get(), tab, lengths.get(),
+                            page, kv.pool, pl.ws.get(), nullptr, err, int(sizeof err));
   };
   CHECK(call(table.get(), 40) == 1);  // refused, and nothing launched
   CHECK(test::contains(err, "16 to 256 positions"));
@@ -250,8 +238,8 @@ TEST_CASE("capi: a paged cache's forward writes what the host wrapper's writes, 
   CHECK(test::contains(err, "page table"));
   REQUIRE(call(table.get(), kv.page) == 0);
   FA_CUDA_CHECK(cudaDeviceSynchronize());
-  FA_CHECK_CLOSE("O", gpu::download16(p.dtype, o), want.o, tol::kBitExact, test::shape_o(p));
-  FA_CHECK_CLOSE("L", lse.download(), want.lse, tol::kBitExact, test::shape_l(p));
+  FA_CHECK_CLOSE("O", gpu::download16(p.dtype, t.o), want.o, tol::kBitExact, test::shape_o(p));
+  FA_CHECK_CLOSE("L", t.lse.download(), want.lse, tol::kBitExact, test::shape_l(p));
 
   // A page number outside the pool reaches the kernel unchecked: taken as the nearest page
   // (the pool's last), the same bits as the host wrapper's table with that page.
@@ -263,17 +251,14 @@ TEST_CASE("capi: a paged cache's forward writes what the host wrapper's writes, 
   DeviceBuffer<int> odd_dev(odd);
   REQUIRE(call(odd_dev.get(), kv.page) == 0);
   FA_CUDA_CHECK(cudaDeviceSynchronize());
-  FA_CHECK_CLOSE("O, a page outside the pool", gpu::download16(p.dtype, o), want_near.o, tol::kBitExact,
+  FA_CHECK_CLOSE("O, a page outside the pool", gpu::download16(p.dtype, t.o), want_near.o, tol::kBitExact,
                  test::shape_o(p));
 
   // A step that decodes from a contiguous cache only (06) refuses a paged one.
-  void* plan06 = fa_plan("06", false, &s, &bytes, err, int(sizeof err));
-  REQUIRE(plan06);
-  CHECK(fa_forward_paged(plan06, q.get(), k.get(), v.get(), o.get(), lse.get(), table.get(), nullptr, kv.page, kv.pool,
-                         ws.get(), nullptr, err, int(sizeof err)) == 1);
+  Planned pl06("06", false, p);
+  CHECK(fa_forward_paged(pl06.plan, t.q.get(), t.k.get(), t.v.get(), t.o.get(), t.lse.get(), table.get(), nullptr,
+                         kv.page, kv.pool, pl06.ws.get(), nullptr, err, int(sizeof err)) == 1);
   CHECK(test::contains(err, "does not take a paged K/V cache"));
-  fa_free_plan(plan06);
-  fa_free_plan(plan);
 }
 
 TEST_CASE("capi: a plan's backward writes what the host wrapper's backward writes", "[gpu]") {
