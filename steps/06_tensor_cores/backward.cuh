@@ -25,6 +25,31 @@ constexpr int kQ = kBwdQueries;  // queries per step of the inner loop
 /// Rows per head in the padded L·log2(e) and D arrays.
 int padded_rows(int N) { return tiles::q_blocks(N, kQ) * kQ; }
 
+/// A warp's row r of the dQ accumulator zeroed: zero[r·kD, (r + 1)·kD).
+template <int kD>
+__device__ __forceinline__ void zero_row(float* __restrict__ zero, int r, int lane) {
+  for (int c = 4 * lane; c < kD; c += 128)
+    *reinterpret_cast<float4*>(zero + std::size_t(r) * kD + c) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+}
+
+/// D = Σ_c dO·O of row n of head bh (heads of N rows of kD) in fp32, a warp's lanes two
+/// columns at a time, summed across the warp (every lane gets it); 0 where the row is not
+/// real (padding).
+template <class T, int kD>
+__device__ __forceinline__ float row_dsum(const T* __restrict__ o, const T* __restrict__ dout, int bh, int N, int n,
+                                          bool real, int lane) {
+  float acc = 0.0f;
+  if (real) {
+    const std::size_t base = (std::size_t(bh) * N + n) * kD;
+    for (int c = 2 * lane; c < kD; c += 64) {
+      const float2 x = Mma<T>::load2(o + base + c), y = Mma<T>::load2(dout + base + c);
+      acc += x.x * y.x + x.y * y.y;
+    }
+  }
+  for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  return acc;
+}
+
 /// One warp per row (of B·H·Np): D = Σ_c dO·O in fp32; rows past N get 0. Where `zero` is
 /// given (step 07), the warp also zeroes the row's kD floats of it: zero[r·kD, (r + 1)·kD),
 /// a dQ accumulator of rows·kD floats, zeroed here instead of by a memset of its own; where
@@ -42,19 +67,9 @@ __global__ void preprocess_kernel(int N, int Np, int rows, const T* __restrict__
   const int r = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (counter && r == 0 && lane == 0) *counter = 0;
   if (r >= rows) return;
-  if (zero)
-    for (int c = 4 * lane; c < kD; c += 128)
-      *reinterpret_cast<float4*>(zero + std::size_t(r) * kD + c) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  if (zero) zero_row<kD>(zero, r, lane);
   const int bh = r / Np, n = r % Np;
-  float acc = 0.0f;
-  if (n < N) {
-    const std::size_t base = (std::size_t(bh) * N + n) * kD;
-    for (int c = 2 * lane; c < kD; c += 64) {
-      const float2 x = Mma<T>::load2(o + base + c), y = Mma<T>::load2(dout + base + c);
-      acc += x.x * y.x + x.y * y.y;
-    }
-  }
-  for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  const float acc = row_dsum<T, kD>(o, dout, bh, N, n, n < N, lane);
   if (lane == 0) {
     dsum[r] = acc;
     l2[r] = n < N ? lse[std::size_t(bh) * N + n] * kLog2e : 0.0f;

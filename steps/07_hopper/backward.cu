@@ -1107,9 +1107,9 @@ __global__ void __launch_bounds__(256) convert_dkdv_kernel(std::size_t pairs, co
 }
 
 /// A ragged batch's preprocess: step 06's (D = rowsum(dO∘O), L·log2 e, the accumulator's row
-/// zeroed; a warp a row), on the rows of the query blocks' table: padded row u·kQi + r of a
-/// head is row r of entry u's block, D and L·log2 e 0 past its sequence's end (and past the
-/// table's q_count entries).
+/// zeroed; a warp a row, with its pieces), on the rows of the query blocks' table: padded
+/// row u·kQi + r of a head is row r of entry u's block, D and L·log2 e 0 past its
+/// sequence's end (and past the table's q_count entries).
 template <class T, int kD, int kQi>
 __global__ void __launch_bounds__(256)
     ragged_preprocess_kernel(int N, int Np, int rows, const SeqBlock* __restrict__ q_table,
@@ -1120,8 +1120,7 @@ __global__ void __launch_bounds__(256)
   cudaTriggerProgrammaticLaunchCompletion();  // as step 06's: the dK/dV kernel waits for these writes
   const int r = blockIdx.x * 8 + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (r >= rows) return;
-  for (int c = 4 * lane; c < kD; c += 128)
-    *reinterpret_cast<float4*>(zero + std::size_t(r) * kD + c) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  step06::zero_row<kD>(zero, r, lane);
   const int bh = r / Np, u = r % Np / kQi;
   int row = -1;  // the packed row, if any
   if (u < *q_count) {
@@ -1129,15 +1128,7 @@ __global__ void __launch_bounds__(256)
     const int x = b.i * kQi + r % kQi;
     if (x < b.length) row = b.start + x;
   }
-  float acc = 0.0f;
-  if (row >= 0) {
-    const std::size_t base = (std::size_t(bh) * N + row) * kD;
-    for (int c = 2 * lane; c < kD; c += 64) {
-      const float2 x = mma::Mma<T>::load2(o + base + c), y = mma::Mma<T>::load2(dout + base + c);
-      acc += x.x * y.x + x.y * y.y;
-    }
-  }
-  for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  const float acc = step06::row_dsum<T, kD>(o, dout, bh, N, row, row >= 0, lane);
   if (lane == 0) {
     dsum[r] = acc;
     l2[r] = row >= 0 ? lse[std::size_t(bh) * N + row] * step06::kLog2e : 0.0f;
