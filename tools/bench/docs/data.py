@@ -123,18 +123,17 @@ def ab_medians(path, key=None, field="tflops"):
 
 
 AB07 = {"fwd": "ab/ab07.csv", "bwd": "ab/ab07bwd.csv"}  # the production kernels' run of every shape
-BWD07_D256 = "ab/bwd_b16/ab07bwd_b16.csv"  # production's backward at d = 256: the run of its last change
 
 
 def production07(D, direction):
     """{(tokens, d, causal, N): {who: TFLOP/s}} of step 07's production kernels and the peers in the same run
-    (who: step07, step06, cudnn, flash): ab.py's run of every shape, and for the backward at d = 256 the run of
-    that kernel's last change (which timed cuDNN beside it, not FlashAttention-2)."""
-    rows = compare07.table(D.path(AB07[direction]), direction)
-    if direction == "bwd" and os.path.exists(D.path(BWD07_D256)):
-        rows = {k: r for k, r in rows.items() if k[1] != 256}
-        rows.update({k: r for k, r in compare07.table(D.path(BWD07_D256), "bwd").items() if k[1] == 256})
-    return rows
+    (who: step07, step06, cudnn, flash): ab.py's run of every shape."""
+    return compare07.table(D.path(AB07[direction]), direction)
+
+
+def rounds(path):
+    """How many rounds an ab.py CSV's shapes took."""
+    return 1 + max(int(r["round"]) for r in load(os.path.dirname(path), os.path.basename(path)))
 
 
 # ---- step 08: decoding ------------------------------------------------------------------------

@@ -9,8 +9,9 @@ import os
 import re
 import statistics
 
-from .data import (AB07, BWD07_D256, ROOT, WORD, ab_medians, best_peer, bold, bold3, compare07, decode08, decode08_ab,
-                   device_words, fmt_bytes, fmt_ms, load, order08, production07, rel, span, text, vs_peers08, yes)
+from .data import (AB07, ROOT, WORD, ab_medians, best_peer, bold, bold3, compare07, decode08,
+                   decode08_ab, device_words, fmt_bytes, fmt_ms, load, order08, production07, rel, rounds, span,
+                   text, vs_peers08, yes)
 
 # ---- steps 01-05, the claims, PyTorch's backends (README, notes 01-05, bench.md) ---------------------
 STEP_ROWS = [("01", "fwd", "naive: S, P in device memory", "notes/01_naive.md"),
@@ -278,9 +279,9 @@ def speed(D):
     out = [f"bf16, B = 1, on {dev}. Each ratio: the step's speed over the peer's at the same shape in the same run, "
            "lowest–highest over the shapes (bold: below 1.0); PyTorch's fastest: its fastest backend at each shape. "
            "Step 06: one run of `fa_bench` and `peers.py` (`bench06.csv`, `peers06.csv`; median of 10, L2 flushed); "
-           "steps 07 and 08: one process each (`tools/bench/ab.py`: the step and PyTorch's backends on the same "
-           "tensors, taking turns, 3 rounds of 10 repeats; the median), step 07's backward at d = 256 from the run of "
-           "its last change, which timed cuDNN beside it, not FlashAttention-2. Step 08's speed: the fewest bytes "
+           f"steps 07 and 08: one process each (`tools/bench/ab.py`: the step and PyTorch's backends on the same "
+           f"tensors, taking turns, {rounds(D.path(AB07['fwd']))} rounds of 10 repeats for step 07, "
+           f"{rounds(D.path(DECODE08, 'ab08.csv'))} for step 08; the median). Step 08's speed: the fewest bytes "
            "(Q, K, V read once, O and L written) over the time.", "",
            "| step | pass | d | shapes | speed | × FlashAttention-2 | × cuDNN | at least PyTorch's fastest |",
            "|---|---|---|---|---|---|---|---|"]
@@ -496,8 +497,8 @@ LESSON07_BWD = [
 def lesson07_bwd(D):
     cols = [(64, 0), (64, 1), (128, 0), (128, 1), (256, 0), (256, 1)]
     out = [f"bf16 backward, B·H·N = 131072, N = 16384, on {D.device_of('device07.txt')}; each row from a run of its "
-           f"own, so TFLOP/s with the ratio to cuDNN of that run in brackets (the production row: d = 256 from the run "
-           f"of its last change, d = 64 and 128 from the run of every shape below).", "",
+           f"own, so TFLOP/s with the ratio to cuDNN of that run in brackets (the production row: the run of every shape "
+           f"below).", "",
            "| step | the idea | " + " | ".join(f"d = {d}{', causal' if c else ''}" for d, c in cols) + " |",
            "|---|---|" + "---|" * len(cols)]
     for ver, folder, idea in LESSON07_BWD:
@@ -515,12 +516,11 @@ def peers07(D):
     """Step 07's production kernels, forward and backward, against cuDNN and FlashAttention-2 at every shape."""
     rows = {direction: production07(D, direction) for direction in ("fwd", "bwd")}
     Ns = sorted({k[3] for r in rows.values() for k in r})
-    paths = ", ".join(f"`{rel(D.path(p))}`" for p in (AB07["fwd"], AB07["bwd"], BWD07_D256))
+    paths = ", ".join(f"`{rel(D.path(p))}`" for p in (AB07["fwd"], AB07["bwd"]))
     out = [f"bf16, B = 1, H = B·H·N / N, on {D.device_of('ab', 'device.txt')}, measured in one process "
-           f"(`tools/bench/ab.py`: at each shape every implementation on the same tensors, taking turns, 3 rounds of "
-           f"10 repeats; the median of the rounds; {paths}, the last for the backward at d = 256, the run of its last "
-           f"change, which timed cuDNN and not FlashAttention-2). Each cell: step 07's TFLOP/s (× cuDNN, × "
-           f"FlashAttention-2); bold: below 1.0.", "",
+           f"(`tools/bench/ab.py`: at each shape every implementation on the same tensors, taking turns, "
+           f"{rounds(D.path(AB07['fwd']))} rounds of 10 repeats; the median of the rounds; {paths}). Each cell: step "
+           f"07's TFLOP/s (× cuDNN, × FlashAttention-2); bold: below 1.0.", "",
            "| pass | B·H·N | d | causal | " + " | ".join(f"N = {n}" for n in Ns) + " |",
            "|---|---|---|---|" + "---|" * len(Ns)]
     cudnn, flash = [], []
@@ -736,7 +736,7 @@ TABLES = {
     "step06-lesson-fwd": lesson06("fwd"), "step06-lesson-bwd": lesson06("bwd"), "step06": step06,
     # note 07
     "step07-lesson": lesson07, "step07-bwd-lesson": lesson07_bwd, "step07-peers": peers07,
-    "step07-gqa": gqa07, "test07": transcript("../h100/test07.txt"),
+    "step07-gqa": gqa07, "test07": transcript("test07.txt"),
     # note 08
     "step08-lesson": lesson08, "step08-decode": decode, "ctest08": transcript("ctest08.txt"),
     # note 09
