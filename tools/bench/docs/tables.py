@@ -9,7 +9,7 @@ import os
 import re
 import statistics
 
-from .data import (AB07, ROOT, WORD, ab_medians, best_peer, bold, bold3, compare07, decode08,
+from .data import (AB07, PEERS08, ROOT, WORD, ab_medians, best_peer, bold, bold3, compare07, decode08,
                    decode08_ab, device_words, fmt_bytes, fmt_ms, load, order08, production07, rel, rounds, span,
                    text, vs_peers08, yes)
 
@@ -661,6 +661,47 @@ def decode(D):
                   f"2.5%; the lowest ratio {min(ratios):.3f})."]
 
 
+PAGED08 = "paged08"  # ab.py's run of the paged and contiguous caches
+
+
+def paged08(D):
+    """Step 08 on a cache in shuffled pages of P positions (08pP) against itself on the same cache laid out
+    contiguously (08) and against PyTorch's best on the contiguous cache: geometric mean and lowest over the shapes."""
+    folder = os.path.normpath(D.path(PAGED08))
+    t = {}
+    for path in sorted(glob.glob(os.path.join(folder, "ab08_paged*.csv"))):
+        t.update(ab_medians(path, lambda r: tuple(int(r[k]) for k in ("d", "H", "H_kv", "N", "N_kv", "causal")), "ms"))
+    shapes = sorted({k[:-1] for k in t if k[:-1] + ("08",) in t})
+    out = [f"bf16, B = 1, d = 64 and 128, one query (and 16 with the mask), 8k–128k keys, one K/V head a query head "
+           f"and 8 query heads a K/V head, on {device_words(os.path.join(folder, 'device.txt'))}, in one process "
+           f"(`tools/bench/ab.py`, `{rel(folder)}`): the same cache, contiguous and in shuffled pages. × contiguous: "
+           f"step 08's time on it over the paged call's; × PyTorch: the fastest backend's time on the contiguous cache "
+           f"(PyTorch takes no block table) over the call's. Bold: below 1.0.", "",
+           "| cache | shapes | × contiguous: geometric mean | lowest | × PyTorch's best: geometric mean | lowest |",
+           "|---|---|---|---|---|---|"]
+
+    def gm(xs):
+        return math.exp(sum(map(math.log, xs)) / len(xs))
+
+    def at(k):
+        d, H, Hkv, N, Nk, causal = k
+        return (f"d = {d}, B·H {H}{f', H_kv {Hkv}' if Hkv != H else ''}, N_q {N}, {Nk // 1024}k"
+                f"{', causal' if causal else ''}")
+
+    for who, what in [("08", "contiguous")] + [(f"08p{P}", f"pages of {P}") for P in (16, 64, 256)]:
+        got = [k for k in shapes if k + (who,) in t]
+        if not got:
+            continue
+        own = [(t[k + ("08",)] / t[k + (who,)], k) for k in got]
+        peer = [(min(t[k + (p,)] for p in PEERS08 if k + (p,) in t) / t[k + (who,)], k) for k in got
+                if any(k + (p,) in t for p in PEERS08)]
+        low, low_peer = min(own), min(peer)
+        own_cells = "— | —" if who == "08" else f"{bold(gm([x for x, _ in own]))} | {bold(low[0])} ({at(low[1])})"
+        out.append(f"| {what} | {len(got)} | {own_cells} | {bold(gm([x for x, _ in peer]))} | "
+                   f"{bold(low_peer[0])} ({at(low_peer[1])}) |")
+    return out
+
+
 # ---- step 09 -------------------------------------------------------------------------------------
 def bench09(D):
     """The ring over NCCL (step09_bench through ring09) against its local kernel on one GPU, every R that ran."""
@@ -738,7 +779,7 @@ TABLES = {
     "step07-lesson": lesson07, "step07-bwd-lesson": lesson07_bwd, "step07-peers": peers07,
     "step07-gqa": gqa07, "test07": transcript("test07.txt"),
     # note 08
-    "step08-lesson": lesson08, "step08-decode": decode, "ctest08": transcript("ctest08.txt"),
+    "step08-lesson": lesson08, "step08-decode": decode, "step08-paged": paged08, "ctest08": transcript("ctest08.txt"),
     # note 09
     "train": train,
     "step09-bench": bench09, "test09": transcript("test09.txt", "nccl09.txt"),
