@@ -4,7 +4,6 @@ that go between its markers. TABLES names them; README.md and notes/*.md call th
 Only the tables a lesson or the README shows are here; what the lab keeps is frozen text in notes/lab/."""
 import csv
 import glob
-import math
 import os
 import re
 import statistics
@@ -572,7 +571,7 @@ def gqa07(D):
             for k in sorted(k for k in t if k[1] == G and k[-1] == "07"):
                 best = min(t[k[:-1] + (who,)] for who in ("cudnn", "flash") if k[:-1] + (who,) in t)
                 ratios.append((best / t[k], k[2], k[3], k[4]))
-            gm = math.exp(sum(math.log(x[0]) for x in ratios) / len(ratios))
+            gm = statistics.geometric_mean(x[0] for x in ratios)
             x, d, causal, n = min(ratios)
             out.append(f"| {WORD[direction]} | {G} | {len(ratios)} | {bold(gm)} | {bold(x)} (d = {d}, N = {n}"
                        f"{', causal' if causal else ''}) |")
@@ -601,7 +600,7 @@ def gqa07(D):
         for who in ("07r", "07m"):
             for d in ds:
                 r = [t[k] / t[k[:-1] + ("07",)] for k in t if k[-1] == who and k[0] == d and k[1] == causal]
-                cells.append(f"{bold(math.exp(sum(map(math.log, r)) / len(r)))} ({bold(min(r))})")
+                cells.append(f"{bold(statistics.geometric_mean(r))} ({bold(min(r))})")
         out.append(f"| {yes(causal)} | " + " | ".join(cells) + " |")
     return out
 
@@ -680,9 +679,6 @@ def paged08(D):
            "| cache | shapes | × contiguous: geometric mean | lowest | × PyTorch's best: geometric mean | lowest |",
            "|---|---|---|---|---|---|"]
 
-    def gm(xs):
-        return math.exp(sum(map(math.log, xs)) / len(xs))
-
     def at(k):
         d, H, Hkv, N, Nk, causal = k
         return (f"d = {d}, B·H {H}{f', H_kv {Hkv}' if Hkv != H else ''}, N_q {N}, {Nk // 1024}k"
@@ -696,8 +692,9 @@ def paged08(D):
         peer = [(min(t[k + (p,)] for p in PEERS08 if k + (p,) in t) / t[k + (who,)], k) for k in got
                 if any(k + (p,) in t for p in PEERS08)]
         low, low_peer = min(own), min(peer)
-        own_cells = "— | —" if who == "08" else f"{bold(gm([x for x, _ in own]))} | {bold(low[0])} ({at(low[1])})"
-        out.append(f"| {what} | {len(got)} | {own_cells} | {bold(gm([x for x, _ in peer]))} | "
+        own_cells = ("— | —" if who == "08" else
+                     f"{bold(statistics.geometric_mean(x for x, _ in own))} | {bold(low[0])} ({at(low[1])})")
+        out.append(f"| {what} | {len(got)} | {own_cells} | {bold(statistics.geometric_mean(x for x, _ in peer))} | "
                    f"{bold(low_peer[0])} ({at(low_peer[1])}) |")
     return out
 
