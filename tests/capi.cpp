@@ -68,6 +68,18 @@ struct DeviceQkv {
   ForwardOut download(const Problem& p) const { return {gpu::download16(p.dtype, o), lse.download()}; }
 };
 
+/// A backward call's gradients on the device, poisoned: dQ shaped as Q, dK and dV as K and V.
+struct DeviceGrads {
+  DeviceBuffer<std::uint16_t> dq, dk, dv;
+  explicit DeviceGrads(const Problem& p)
+      : dq(std::vector<std::uint16_t>(p.elems(), gpu::kPoison16)),
+        dk(std::vector<std::uint16_t>(p.kv_elems(), gpu::kPoison16)),
+        dv(std::vector<std::uint16_t>(p.kv_elems(), gpu::kPoison16)) {}
+  Grads download(const Problem& p) const {
+    return {gpu::download16(p.dtype, dq), gpu::download16(p.dtype, dk), gpu::download16(p.dtype, dv)};
+  }
+};
+
 /// The forward of `step` at p through the C interface, on device tensors made from `in`.
 ForwardOut forward_capi(const char* step, const Problem& p, const Qkv& in) {
   Planned pl(step, false, p);
@@ -180,18 +192,18 @@ TEST_CASE("capi: a ragged batch's forward and backward write what the host wrapp
   const std::vector<float> dout_h = random_tensor(p.elems(), 13);
   const Grads want_g = gpu::backward(*find_kernels("07det").gpu_backward, p, in, want, dout_h, offsets);
   DeviceBuffer<std::uint16_t> dout = gpu::upload16(p.dtype, dout_h);
-  DeviceBuffer<std::uint16_t> dq(std::vector<std::uint16_t>(p.elems(), gpu::kPoison16)),
-      dk(std::vector<std::uint16_t>(p.kv_elems(), gpu::kPoison16)),
-      dv(std::vector<std::uint16_t>(p.kv_elems(), gpu::kPoison16));
+  DeviceGrads g(p);
   {
     Planned pl("07det", true, s);
-    REQUIRE(fa_backward_ragged(pl.plan, t.q.get(), t.k.get(), t.v.get(), t.o.get(), t.lse.get(), dout.get(), dq.get(),
-                               dk.get(), dv.get(), offs.get(), pl.ws.get(), nullptr, err, int(sizeof err)) == 0);
+    REQUIRE(fa_backward_ragged(pl.plan, t.q.get(), t.k.get(), t.v.get(), t.o.get(), t.lse.get(), dout.get(),
+                               g.dq.get(), g.dk.get(), g.dv.get(), offs.get(), pl.ws.get(), nullptr, err,
+                               int(sizeof err)) == 0);
     FA_CUDA_CHECK(cudaDeviceSynchronize());
   }
-  FA_CHECK_CLOSE("dQ", gpu::download16(p.dtype, dq), want_g.dq, tol::kBitExact, test::shape_o(p));
-  FA_CHECK_CLOSE("dK", gpu::download16(p.dtype, dk), want_g.dk, tol::kBitExact, test::shape_kv(p));
-  FA_CHECK_CLOSE("dV", gpu::download16(p.dtype, dv), want_g.dv, tol::kBitExact, test::shape_kv(p));
+  const Grads got = g.download(p);
+  FA_CHECK_CLOSE("dQ", got.dq, want_g.dq, tol::kBitExact, test::shape_o(p));
+  FA_CHECK_CLOSE("dK", got.dk, want_g.dk, tol::kBitExact, test::shape_kv(p));
+  FA_CHECK_CLOSE("dV", got.dv, want_g.dv, tol::kBitExact, test::shape_kv(p));
 
   // Offsets the host wrapper refuses reach the kernels through the C interface unchecked: an
   // empty sequence is one, and an offset below an earlier one is taken as that one (the
@@ -281,18 +293,18 @@ TEST_CASE("capi: a plan's backward writes what the host wrapper's backward write
     DeviceBuffer<std::uint16_t> q = gpu::upload16(t, in.q), k = gpu::upload16(t, in.k), v = gpu::upload16(t, in.v);
     DeviceBuffer<std::uint16_t> o = gpu::upload16(t, fwd.o), dO = gpu::upload16(t, dout);
     DeviceBuffer<float> lse(fwd.lse);
-    const std::vector<std::uint16_t> poison(p.elems(), gpu::kPoison16);
-    DeviceBuffer<std::uint16_t> dq(poison), dk(poison), dv(poison);
+    DeviceGrads g(p);
     char err[512] = "";
-    const int rc = fa_backward(pl.plan, q.get(), k.get(), v.get(), o.get(), lse.get(), dO.get(), dq.get(), dk.get(),
-                               dv.get(), pl.ws.get(), nullptr, err, int(sizeof err));
+    const int rc = fa_backward(pl.plan, q.get(), k.get(), v.get(), o.get(), lse.get(), dO.get(), g.dq.get(),
+                               g.dk.get(), g.dv.get(), pl.ws.get(), nullptr, err, int(sizeof err));
     INFO(err);
     REQUIRE(rc == 0);
     FA_CUDA_CHECK(cudaDeviceSynchronize());
     // dK and dV are each one block's own sums: bit for bit. dQ's pieces are added in the
     // order the key blocks finish (note 07), so its last bits may differ from run to run.
-    FA_CHECK_CLOSE("dK", gpu::download16(t, dk), want.dk, tol::kBitExact, test::shape_o(p));
-    FA_CHECK_CLOSE("dV", gpu::download16(t, dv), want.dv, tol::kBitExact, test::shape_o(p));
-    FA_CHECK_CLOSE("dQ", gpu::download16(t, dq), want.dq, step06::kBf16Reorder, test::shape_o(p));
+    const Grads got = g.download(p);
+    FA_CHECK_CLOSE("dK", got.dk, want.dk, tol::kBitExact, test::shape_kv(p));
+    FA_CHECK_CLOSE("dV", got.dv, want.dv, tol::kBitExact, test::shape_kv(p));
+    FA_CHECK_CLOSE("dQ", got.dq, want.dq, step06::kBf16Reorder, test::shape_o(p));
   }
 }
