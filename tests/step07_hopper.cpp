@@ -7,7 +7,9 @@
 // deterministic mode twice, bit for bit.
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <iterator>
+#include <string>
 #include <tuple>
 #include <utility>
 
@@ -563,6 +565,48 @@ TEST_CASE("step07 model on a ragged batch: each sequence its own attention, no p
   CHECK(test::contains(test::error_of([&] { step07::model_forward_ragged(p, in, {0, 5, 19}); }), "end at N = 20 (got 0,5,19)"));
 }
 
+namespace {
+/// A table's entries as (start, i, length): which sequence's block each is.
+std::string table_str(const std::vector<step07::SeqBlock>& t, std::size_t from, std::size_t n) {
+  std::string out;
+  for (std::size_t e = from; e < std::min(t.size(), from + n); ++e)
+    out += "(" + std::to_string(t[e].start) + "," + std::to_string(t[e].i) + ") ";
+  return out;
+}
+}  // namespace
+
+TEST_CASE("step07 model of a ragged batch's table: by weight across the batch with the mask", "[cpu]") {
+  // Three sequences of 20, 3 and 20 blocks of 64 rows (the second 5 rows short), starting at
+  // rows 0, 1280 and 1467.
+  const std::vector<int> offsets = offsets_of({20 * 64, 3 * 64 - 5, 20 * 64});
+  const int T = offsets.back();
+  // The forward's query blocks, taken from the table's end: distance k = i ascending, then
+  // the longer sequence first (0 and 2 before 1), then the sequences' order.
+  const step07::RaggedTable f = step07::ragged_table_model(offsets, T, 64, 0, true);
+  REQUIRE(f.blocks.size() == 43);
+  CHECK(table_str(f.blocks, 0, 7) == "(0,0) (1467,0) (1280,0) (0,1) (1467,1) (1280,1) (0,2) ");
+  CHECK(table_str(f.blocks, 7, 4) == "(1467,2) (1280,2) (0,3) (1467,3) ");
+  CHECK(table_str(f.blocks, 41, 2) == "(0,19) (1467,19) ");
+  CHECK(f.blocks[2].length == 3 * 64 - 5);
+  // The backward's key blocks, taken from the start: the largest distance first (key block 0
+  // of the longest sequences), so each sequence's key blocks in order.
+  const step07::RaggedTable b = step07::ragged_table_model(offsets, T, 64, 64, true);
+  REQUIRE(b.blocks.size() == 43);
+  CHECK(table_str(b.blocks, 0, 4) == "(0,0) (1467,0) (0,1) (1467,1) ");
+  CHECK(table_str(b.blocks, 34, 9) == "(0,17) (1467,17) (1280,0) (0,18) (1467,18) (1280,1) (0,19) (1467,19) (1280,2) ");
+  CHECK(b.q_first[36] == 20);  // sequence 1's first query block: after sequence 0's 20
+  CHECK(b.q_blocks.size() == 43);
+  // Without the mask, or with no sequence of kSortFromBlocks blocks: the sequences' order.
+  for (const auto& [offs, causal] : {std::pair{offsets, false}, std::pair{offsets_of({15 * 64, 64, 700}), true}}) {
+    const step07::RaggedTable s = step07::ragged_table_model(offs, offs.back(), 64, 0, causal);
+    for (std::size_t e = 1; e < s.blocks.size(); ++e) {
+      INFO("entry " << e << ": " << table_str(s.blocks, e - 1, 2));
+      const bool next = s.blocks[e].start == s.blocks[e - 1].start && s.blocks[e].i == s.blocks[e - 1].i + 1;
+      CHECK((next || (s.blocks[e].start > s.blocks[e - 1].start && s.blocks[e].i == 0)));
+    }
+  }
+}
+
 #ifdef FA_HAVE_CUDA
 /// The forward version whose name starts with `id` and a colon.
 const GpuForward& forward_version(const char* id) {
@@ -881,6 +925,47 @@ TEST_CASE("step07 on a ragged batch: each sequence's rows are the kernels' on it
                               tol::kBitExact);
           }
         }
+}
+
+TEST_CASE("step07's ragged tables on the GPU are the model's, entry for entry", "[gpu]") {
+  // The one-block kernel counts where the model sorts: the same table, every run. Lengths
+  // 1, 17, 1000, mixed, thousands of random ones, and offsets the device must clamp.
+  std::vector<std::vector<int>> cases = {offsets_of({1}), offsets_of({17}), offsets_of({1000}),
+                                         offsets_of({1, 17, 1000, 3}), offsets_of({2049, 5, 383, 4097}),
+                                         offsets_of({20 * 64, 3 * 64 - 5, 20 * 64}), {5, 3, 900, 40, 5000, -7, 2000}};
+  for (int sequences : {100, 3000}) {
+    std::vector<int> lengths;
+    for (int b = 0; b < sequences; ++b) lengths.push_back(1 + int((std::uint64_t(b) * 2654435761u) % 2500));
+    cases.push_back(offsets_of(lengths));
+  }
+  for (const std::vector<int>& offsets : cases)
+    for (auto [rows, q_rows] : {std::pair{128, 0}, std::pair{64, 0}, std::pair{128, 80}, std::pair{64, 64}})
+      for (bool causal : {false, true}) {
+        const int T = std::max(offsets.back(), 4000);
+        INFO(offsets.size() - 1 << " sequences, T = " << T << ", rows " << rows << ", q_rows " << q_rows
+                                << (causal ? ", causal" : ""));
+        const step07::RaggedTable want = step07::ragged_table_model(offsets, T, rows, q_rows, causal);
+        for (int run = 0; run < 2; ++run) {
+          const step07::RaggedTable got = step07::ragged_table_gpu(offsets, T, rows, q_rows, causal);
+          REQUIRE(got.blocks.size() == want.blocks.size());
+          REQUIRE(got.q_blocks.size() == want.q_blocks.size());
+          auto same = [](const step07::SeqBlock& x, const step07::SeqBlock& y) {
+            return x.i == y.i && x.start == y.start && x.length == y.length;
+          };
+          for (std::size_t e = 0; e < want.blocks.size(); ++e)
+            if (!same(got.blocks[e], want.blocks[e]) || (q_rows && got.q_first[e] != want.q_first[e])) {
+              FAIL_CHECK("entry " << e << ": got " << table_str(got.blocks, e, 3) << "want "
+                                  << table_str(want.blocks, e, 3));
+              break;
+            }
+          for (std::size_t e = 0; e < want.q_blocks.size(); ++e)
+            if (!same(got.q_blocks[e], want.q_blocks[e])) {
+              FAIL_CHECK("query block " << e << ": got " << table_str(got.q_blocks, e, 3) << "want "
+                                        << table_str(want.q_blocks, e, 3));
+              break;
+            }
+        }
+      }
 }
 
 TEST_CASE("step07 refuses a ragged batch it cannot take", "[gpu]") {

@@ -125,3 +125,47 @@ ModelBackward model_backward_ragged(const Problem& p, const Qkv& in, const Forwa
 }
 
 }  // namespace fa::step07
+
+namespace fa::step07 {
+
+RaggedTable ragged_table_model(const std::vector<int>& offsets, int T, int rows, int q_rows, bool causal) {
+  struct Seq {
+    int start, length, count, q_first;
+  };
+  std::vector<Seq> seqs;
+  RaggedTable t;
+  int last = std::clamp(offsets.at(0), 0, T);  // the largest end so far: a sequence never starts before it
+  for (std::size_t b = 0; b + 1 < offsets.size(); ++b) {
+    const int end = std::clamp(offsets[b + 1], 0, T), length = std::max(end, last) - last;
+    seqs.push_back({last, length, (length + rows - 1) / rows, int(t.q_blocks.size())});
+    for (int i = 0; q_rows && i < (length + q_rows - 1) / q_rows; ++i) t.q_blocks.push_back({i, last, length});
+    last = std::max(last, end);
+  }
+  const bool key_blocks = q_rows != 0;
+  std::vector<std::pair<int, int>> order;  // (sequence, block), in the sequences' order
+  int most = 0;
+  for (int b = 0; b < int(seqs.size()); ++b) {
+    most = std::max(most, seqs[std::size_t(b)].count);
+    for (int i = 0; i < seqs[std::size_t(b)].count; ++i) order.emplace_back(b, i);
+  }
+  if (causal && most >= kSortFromBlocks) {
+    // By weight: the distance from the light end (k), the forward's ascending, the backward's
+    // descending; then the longer sequence first; stable, so then the sequences' order.
+    auto k_of = [&](const std::pair<int, int>& x) {
+      return key_blocks ? seqs[std::size_t(x.first)].count - 1 - x.second : x.second;
+    };
+    std::stable_sort(order.begin(), order.end(), [&](const auto& x, const auto& y) {
+      const int kx = k_of(x), ky = k_of(y);
+      if (kx != ky) return key_blocks ? kx > ky : kx < ky;
+      return seqs[std::size_t(x.first)].count > seqs[std::size_t(y.first)].count;
+    });
+  }
+  for (const auto& [b, i] : order) {
+    const Seq& s = seqs[std::size_t(b)];
+    t.blocks.push_back({i, s.start, s.length});
+    if (key_blocks) t.q_first.push_back(s.q_first);
+  }
+  return t;
+}
+
+}  // namespace fa::step07

@@ -4,10 +4,13 @@
 // one entry and no tile holds rows of two sequences. One block builds the tables on the
 // device from the offsets there (no copy back to the host, nothing synchronised): a prefix
 // sum of the sequences' block counts gives each sequence its first entry. The tiles' order
-// (TileOrder) is worked out there too, since only then is the number of blocks known.
+// (TileOrder) is worked out there too, since only then is the number of blocks known. With
+// the causal mask and long sequences the table goes by the blocks' weight across the batch
+// (WeightOrder), as a dense batch's tiles go heaviest first across its heads.
 #include <cub/block/block_scan.cuh>
 
 #include "common/cuda_check.cuh"
+#include "common/device_buffer.cuh"
 #include "common/gpu.hpp"  // sm_count, l2_bytes
 #include "steps/07_hopper/ragged.cuh"
 
@@ -16,19 +19,27 @@ namespace {
 
 constexpr int kThreads = 1024;  // sequences a round of the prefix sums
 
+using Scan = cub::BlockScan<int, kThreads>;
+
 struct Max {
   __device__ int operator()(int a, int b) const { return a > b ? a : b; }
+};
+
+/// One thread's sequence of a round: its rows and its blocks, and where the sequence order
+/// puts them (first: its first entry of the blocks' table; q_first: of the query blocks').
+struct Seq {
+  int b, start, length, count, first, q_count, q_first;
 };
 
 /// Offsets are not checked on the device: each is clamped to [0, T] and taken as the largest
 /// of those up to it, so that the sequences never overlap, their lengths add up to at most T
 /// and the tables fit max_blocks. (Rows outside every sequence are then left unwritten.)
-__global__ void __launch_bounds__(kThreads)
-    ragged_blocks_kernel(const Ragged r, int T, int rows, int q_rows, int units, bool causal, double bytes_a_unit,
-                         double l2_bytes, int sms, RaggedTables out, int* taken) {
-  using Scan = cub::BlockScan<int, kThreads>;
-  __shared__ typename Scan::TempStorage scan;
+/// f(seq) for every sequence, a round of kThreads at a time (f may hold __syncthreads: every
+/// thread calls it each round, b ≥ sequences with no blocks). Returns the two tables' entries.
+template <class F>
+__device__ int2 for_each_sequence(const Ragged& r, int T, int rows, int q_rows, Scan::TempStorage& scan, F&& f) {
   __shared__ int base, q_base, last;  // the tables' entries before this round's sequences; their last end
+  __syncthreads();                    // (the last caller's reads of base and q_base)
   if (threadIdx.x == 0) base = q_base = 0, last = min(max(r.offsets[0], 0), T);
   __syncthreads();
   for (int b0 = 0; b0 < r.sequences; b0 += kThreads) {
@@ -43,19 +54,97 @@ __global__ void __launch_bounds__(kThreads)
     Scan(scan).ExclusiveSum(count, first, total);
     __syncthreads();  // the scan's storage, once more
     Scan(scan).ExclusiveSum(q_count, q_first, q_total);
-    for (int i = 0; i < count; ++i) {
-      out.blocks[base + first + i] = {i, start, length};
-      if (q_rows) out.q_first[base + first + i] = q_base + q_first;
-    }
-    for (int i = 0; i < q_count; ++i) out.q_blocks[q_base + q_first + i] = {i, start, length};
+    f(Seq{b, start, length, count, base + first, q_count, q_base + q_first});
     __syncthreads();  // every thread has read the bases, and the scan's storage is free again
     if (threadIdx.x == 0) base += total, q_base += q_total, last = max(last, top);
     __syncthreads();
   }
+  return {base, q_base};
+}
+
+/// The order by weight (step07.hpp, kSortFromBlocks) by counting, not sorting: with n_k the
+/// sequences of more than k blocks and s_k = n_0 + … + n_{k−1}, the sequence of rank r (by
+/// block count, most first, then in order) puts its block of distance k at s_k + r (query
+/// blocks, k ascending) or at entries − s_{k+1} + r (key blocks, k descending: a sequence's
+/// key block j − 1 before j, as the deterministic mode's waits need). cnt, n, s: [most + 1]
+/// ints of the workspace.
+struct WeightOrder {
+  int *cnt, *n, *s;
+  int most, entries;
+  __device__ int at(bool key_blocks, int k, int rank) const {
+    return key_blocks ? entries - (s[k] + n[k]) + rank : s[k] + rank;
+  }
+};
+
+/// n and s from the histogram cnt (cnt[c]: the sequences of c blocks), the largest k first in
+/// rounds of kThreads; cnt is zeroed for the ranks' counters.
+__device__ void weight_sums(const WeightOrder& w, Scan::TempStorage& scan) {
+  __shared__ int carry_n, carry_m;  // n_k and n_k + … + n_{most−1} at the last round's smallest k
+  if (threadIdx.x == 0) carry_n = carry_m = 0;
+  __syncthreads();
+  for (int q0 = 0; q0 < w.most; q0 += kThreads) {
+    const int q = q0 + int(threadIdx.x), k = w.most - 1 - q;  // k from most − 1 down
+    int n, m, n_all, m_all;
+    Scan(scan).InclusiveSum(q < w.most ? w.cnt[k + 1] : 0, n, n_all);
+    n += carry_n;
+    __syncthreads();
+    Scan(scan).InclusiveSum(q < w.most ? n : 0, m, m_all);
+    m += carry_m;  // n_k + … + n_{most−1}: s_k = entries − m
+    if (q < w.most) w.n[k] = n, w.s[k] = w.entries - m;
+    __syncthreads();
+    if (threadIdx.x == 0) carry_n += n_all, carry_m += m_all;
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) w.n[w.most] = 0;
+  for (int c = int(threadIdx.x); c <= w.most; c += kThreads) w.cnt[c] = 0;
+  __syncthreads();
+}
+
+__global__ void __launch_bounds__(kThreads)
+    ragged_blocks_kernel(const Ragged r, int T, int rows, int q_rows, int units, bool causal, double bytes_a_unit,
+                         double l2_bytes, int sms, RaggedTables out, int* taken, WeightOrder w) {
+  __shared__ typename Scan::TempStorage scan;
+  __shared__ int most;
+  const bool key_blocks = q_rows != 0;  // the backward's table: key blocks
+  bool by_weight = false;
+  if (causal) {  // the histogram of the block counts, and the longest sequence's
+    if (threadIdx.x == 0) most = 0;
+    for (int c = int(threadIdx.x); c < w.most + 1; c += kThreads) w.cnt[c] = 0;
+    __syncthreads();
+    w.entries = for_each_sequence(r, T, rows, 0, scan, [&](const Seq& q) {
+                  if (q.count > 0) atomicAdd(&w.cnt[q.count], 1), atomicMax(&most, q.count);
+                }).x;
+    __syncthreads();
+    by_weight = most >= kSortFromBlocks;
+    if (by_weight) {
+      w.most = most;
+      weight_sums(w, scan);
+    }
+  }
+  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  const int2 entries = for_each_sequence(r, T, rows, q_rows, scan, [&](const Seq& q) {
+    int rank = 0;
+    if (by_weight) {  // the sequences of more blocks, then those of as many before this one
+      const unsigned same = __match_any_sync(0xffffffffu, q.count);
+      const int leader = __ffs(same) - 1, before = __popc(same & ((1u << lane) - 1));
+      for (int x = 0; x < kThreads / 32; ++x) {  // a warp at a time: the same ranks every run
+        int tie = 0;
+        if (warp == x && lane == leader) tie = w.cnt[q.count], w.cnt[q.count] = tie + __popc(same);
+        if (warp == x) rank = w.n[q.count] + __shfl_sync(0xffffffffu, tie, leader) + before;
+        __syncthreads();
+      }
+    }
+    for (int i = 0; i < q.count; ++i) {
+      const int e = by_weight ? w.at(key_blocks, key_blocks ? q.count - 1 - i : i, rank) : q.first + i;
+      out.blocks[e] = {i, q.start, q.length};
+      if (key_blocks) out.q_first[e] = q.q_first;
+    }
+    for (int i = 0; i < q.q_count; ++i) out.q_blocks[q.q_first + i] = {i, q.start, q.length};
+  });
   if (threadIdx.x == 0) {
-    *out.order = tile_order(base, units, causal, bytes_a_unit, l2_bytes, sms);
+    *out.order = tile_order(entries.x, units, causal, bytes_a_unit, l2_bytes, sms);
     *out.tiles = out.order->tiles();
-    *out.q_count = q_base;
+    *out.q_count = entries.y;
     *taken = 0;
   }
 }
@@ -64,18 +153,23 @@ __global__ void __launch_bounds__(kThreads)
 constexpr std::size_t kTilesAt = 48, kCountAt = 52, kEntriesAt = 64;
 static_assert(sizeof(TileOrder) <= kTilesAt, "the order fits before the counts");
 
+/// The largest block count a sequence may have: WeightOrder's arrays hold one more int each.
+int most_blocks(int T, int rows) { return (T + rows - 1) / rows; }
+
 }  // namespace
 
 std::size_t ragged_tables_bytes(int T, int rows, int q_rows, int sequences) {
   const std::size_t blocks = std::size_t(max_blocks(T, rows, sequences));
   const std::size_t q_blocks = q_rows ? std::size_t(max_blocks(T, q_rows, sequences)) : 0;
-  return kEntriesAt + blocks * sizeof(SeqBlock) + (q_rows ? blocks * sizeof(int) : 0) + q_blocks * sizeof(SeqBlock);
+  return kEntriesAt + blocks * sizeof(SeqBlock) + (q_rows ? blocks * sizeof(int) : 0) + q_blocks * sizeof(SeqBlock) +
+         3 * (std::size_t(most_blocks(T, rows)) + 1) * sizeof(int);
 }
 
 RaggedTables ragged_tables(const Ragged& r, int T, int rows, int q_rows, int units, bool causal, double bytes_a_unit,
                            void* workspace, int* taken, Stream s) {
   auto* at = static_cast<unsigned char*>(workspace);
   const std::size_t blocks = std::size_t(max_blocks(T, rows, r.sequences));
+  const std::size_t q_blocks = q_rows ? std::size_t(max_blocks(T, q_rows, r.sequences)) : 0;
   RaggedTables t{.blocks = reinterpret_cast<SeqBlock*>(at + kEntriesAt),
                  .order = reinterpret_cast<TileOrder*>(at),
                  .tiles = reinterpret_cast<int*>(at + kTilesAt),
@@ -84,10 +178,35 @@ RaggedTables ragged_tables(const Ragged& r, int T, int rows, int q_rows, int uni
     t.q_first = reinterpret_cast<int*>(t.blocks + blocks);
     t.q_blocks = reinterpret_cast<SeqBlock*>(t.q_first + blocks);
   }
+  // The weight order's arrays after the tables.
+  const int most = most_blocks(T, rows);
+  int* cnt = reinterpret_cast<int*>(at + kEntriesAt + blocks * sizeof(SeqBlock) + (q_rows ? blocks * sizeof(int) : 0) +
+                                    q_blocks * sizeof(SeqBlock));
+  const WeightOrder w{.cnt = cnt, .n = cnt + most + 1, .s = cnt + 2 * (most + 1), .most = most, .entries = 0};
   ragged_blocks_kernel<<<1, kThreads, 0, s>>>(r, T, rows, q_rows, units, causal, bytes_a_unit,
-                                              double(gpu::l2_bytes()), gpu::sm_count(), t, taken);
+                                              double(gpu::l2_bytes()), gpu::sm_count(), t, taken, w);
   FA_CHECK_LAUNCH();
   return t;
+}
+
+RaggedTable ragged_table_gpu(const std::vector<int>& offsets, int T, int rows, int q_rows, bool causal) {
+  const int sequences = int(offsets.size()) - 1;
+  const DeviceBuffer<int> dev_offsets(offsets);
+  DeviceBuffer<unsigned char> ws(ragged_tables_bytes(T, rows, q_rows, sequences));
+  DeviceBuffer<int> taken(1);
+  const RaggedTables t = ragged_tables({dev_offsets.get(), sequences}, T, rows, q_rows, 1, causal, 0.0, ws.get(),
+                                       taken.get(), nullptr);
+  FA_CUDA_CHECK(cudaDeviceSynchronize());
+  int counts[2];
+  FA_CUDA_CHECK(cudaMemcpy(&counts[0], t.tiles, sizeof(int), cudaMemcpyDeviceToHost));
+  FA_CUDA_CHECK(cudaMemcpy(&counts[1], t.q_count, sizeof(int), cudaMemcpyDeviceToHost));
+  RaggedTable out{std::vector<SeqBlock>(std::size_t(counts[0])), std::vector<int>(q_rows ? counts[0] : 0),
+                  std::vector<SeqBlock>(q_rows ? std::size_t(counts[1]) : 0)};
+  auto get = [](auto& v, const void* from) {
+    if (!v.empty()) FA_CUDA_CHECK(cudaMemcpy(v.data(), from, v.size() * sizeof(v[0]), cudaMemcpyDeviceToHost));
+  };
+  get(out.blocks, t.blocks), get(out.q_first, t.q_first), get(out.q_blocks, t.q_blocks);
+  return out;
 }
 
 }  // namespace fa::step07

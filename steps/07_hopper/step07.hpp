@@ -228,6 +228,29 @@ struct SeqBlock {
 /// Blocks of `rows` rows a ragged batch has at most: ⌈T/rows⌉ + sequences.
 FA_HD constexpr long long max_blocks(int T, int rows, int sequences) { return (T + rows - 1LL) / rows + sequences; }
 
+/// The table's order. Without the mask, the sequences' blocks one sequence after another.
+/// With it, where the longest sequence has at least kSortFromBlocks blocks, by the blocks'
+/// weight across the batch, as a dense batch's heads go heaviest first: the forward's query
+/// block i sees i + 1 key blocks and the backward's key block j of c blocks is seen by c − j
+/// query blocks, so the table goes by that distance k from the light end (the forward takes
+/// its table from the end, k ascending; the backward from the start, k descending), then by
+/// the sequences' block counts, most first, then in the sequences' order. Shorter sequences
+/// keep their own order, whose tiles share their K/V in L2 (lab: 07_ragged).
+constexpr int kSortFromBlocks = 16;
+/// A ragged batch's tables as the kernels take them: `blocks` (the forward's query blocks of
+/// `rows` rows, or with q_rows the backward's key blocks) in the order above; for each the
+/// first entry of its sequence in `q_blocks`, the backward's query blocks of q_rows rows in
+/// the sequences' order. Offsets are taken as the device takes them (ragged.cu: clamped to
+/// [0, T], each the largest so far).
+struct RaggedTable {
+  std::vector<SeqBlock> blocks;
+  std::vector<int> q_first;
+  std::vector<SeqBlock> q_blocks;
+};
+/// The tables by the CPU (model.cpp), and as the GPU builds them (ragged.cu, copied back).
+RaggedTable ragged_table_model(const std::vector<int>& offsets, int T, int rows, int q_rows, bool causal);
+RaggedTable ragged_table_gpu(const std::vector<int>& offsets, int T, int rows, int q_rows, bool causal);
+
 /// Sequence b of a ragged batch as a problem of its own (B = 1, N = its length).
 Problem sequence(const Problem& p, const std::vector<int>& offsets, int b);
 /// The model of each sequence on its rows: the blocks, the roundings, the traffic of each.
