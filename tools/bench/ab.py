@@ -5,7 +5,7 @@
       [--impls 07,06,torch-cudnn,torch-flash] [--dir fwd|bwd] [--dtype bf16]
       [--d 64,128,256] [--N 1024,...,32768] [--causal 0,1] [--tokens 131072,524288]
       [--group 1,4,8] [--windows -1:-1,1024:0] [--rounds 5] [--reps 10] [--pause-ms 0] [--hide-host-us 200] [--check-peers]
-  python3 tools/bench/ab.py --lib ... --ragged 8 --impls 07,07r,07m: B = 8 sequences a shape, step 07
+  python3 tools/bench/ab.py --lib ... --ragged 8 --impls 07,07r,07m [--dir bwd]: B = 8 sequences a shape, step 07
       on the dense batch [B, H, N, d] (07), on the same sequences packed as a ragged batch
       [1, H, B·N, d] with their offsets (07r: the same work), and on those B·N rows cut into
       sequences of N/2 and 3N/2 in turn (07m: mixed lengths, its own FLOPs)
@@ -102,6 +102,7 @@ class Steps:
         self.lib.fa_backward.argtypes = [ctypes.c_void_p] * 12 + [ctypes.c_char_p, ctypes.c_int]
         if hasattr(self.lib, "fa_forward_ragged"):  # a build before ragged batches (--alt) has none
             self.lib.fa_forward_ragged.argtypes = [ctypes.c_void_p] * 9 + [ctypes.c_char_p, ctypes.c_int]
+            self.lib.fa_backward_ragged.argtypes = [ctypes.c_void_p] * 13 + [ctypes.c_char_p, ctypes.c_int]
         if hasattr(self.lib, "fa_forward_paged"):  # nor one before paged caches
             self.lib.fa_forward_paged.argtypes = ([ctypes.c_void_p] * 8 + [ctypes.c_int] * 2 + [ctypes.c_void_p] * 2 +
                                                   [ctypes.c_char_p, ctypes.c_int])
@@ -299,19 +300,41 @@ class Case:
                              o.data_ptr(), lse.data_ptr(), offsets.data_ptr(), ws.data_ptr())
         fwd()
         torch.cuda.synchronize()
+        unpack = lambda t: t.reshape(t.shape[1], self.B, self.N, self.d).transpose(0, 1)  # noqa: E731
+        if self.dir == "fwd":
+            if lengths == [self.N] * self.B:
+                return fwd, [unpack(o)]
+            self.check_sequences(lengths, [q, k, v], [o], None)
+            return fwd, None
+        # The backward on the forward's O and L: dQ, dK, dV of the packed batch.
+        bplan, bws = S.plan(step[:-1], True, shape)
+        self.plans.append((S, bplan))
+        do = pack(self.do)
+        dq, dk, dv = (torch.full_like(t, float("nan")) for t in (q, k, v))
+        bwd = lambda: S.call(S.lib.fa_backward_ragged, bplan, q.data_ptr(), k.data_ptr(), v.data_ptr(),  # noqa: E731
+                             o.data_ptr(), lse.data_ptr(), do.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
+                             offsets.data_ptr(), bws.data_ptr())
+        bwd()
+        torch.cuda.synchronize()
         if lengths == [self.N] * self.B:
-            return fwd, [o.reshape(self.H, self.B, self.N, self.d).transpose(0, 1)]
+            return bwd, [unpack(dq), unpack(dk), unpack(dv)]
+        self.check_sequences(lengths, [q, k, v], [dq, dk, dv], do)
+        return bwd, None
+
+    def check_sequences(self, lengths, qkv, got, do):
+        """A ragged batch of other lengths (07m), each sequence against PyTorch's math in fp32: its O, or with do
+        its dQ, dK, dV (the backward's tolerance)."""
         G, at = self.H // self.H_kv, 0
-        for n in lengths:  # each sequence against PyTorch's math in fp32
+        for n in lengths:
             s = slice(at, at + n)
-            want = F.scaled_dot_product_attention(q[:, :, s].float(), k[:, :, s].float().repeat_interleave(G, dim=1),
-                                                  v[:, :, s].float().repeat_interleave(G, dim=1),
-                                                  is_causal=bool(self.causal))
-            err = relative_error(o[:, :, s], want)
-            if not err <= 2e-2:
+            q, k, v = (t[:, :, s].float().requires_grad_() for t in qkv)
+            o = F.scaled_dot_product_attention(q, k.repeat_interleave(G, dim=1), v.repeat_interleave(G, dim=1),
+                                               is_causal=bool(self.causal))
+            want = [o] if do is None else torch.autograd.grad(o, (q, k, v), do[:, :, s].float())
+            err = max(relative_error(g[:, :, s], w.detach()) for g, w in zip(got, want))
+            if not err <= (2e-2 if do is None else 5e-2):
                 raise RuntimeError(f"outputs differ from PyTorch's: max relative error {err:.3g} (sequence at {at})")
             at += n
-        return fwd, None
 
     def paged_fn(self, impl):
         """A paged implementation's call on the same cache in shuffled pages, through a block table, and its O."""
@@ -479,8 +502,8 @@ def main():
     import_torch()
     if a.decode and a.dir == "bwd":
         sys.exit("ab.py: decoding shapes have no backward here")
-    if a.ragged and (a.ragged % 2 or a.decode or a.dir == "bwd" or a.windows != "-1:-1"):
-        sys.exit("ab.py: --ragged takes an even number of sequences, training shapes with no window, the forward")
+    if a.ragged and (a.ragged % 2 or a.decode or a.windows != "-1:-1"):
+        sys.exit("ab.py: --ragged takes an even number of sequences, training shapes with no window")
     a.impls = (a.impls or ("08,06,torch-cudnn,torch-flash,torch-efficient" if a.decode else "07,06,torch-cudnn,torch-flash")).split(",")
     a.d = a.d or ("128" if a.decode else "64,128,256")
     a.causal = a.causal or "0"
@@ -515,7 +538,8 @@ def main():
         pairs = float(band.sum()) if band is not None else N * N_kv - (N * N / 2 if causal else 0)
         del band
         flops = 4.0 * B * H * pairs * d * (2.5 if a.dir == "bwd" else 1.0)
-        flops_of = {impl: 4.0 * H * case.pairs(impl) * d for impl in a.impls if case.lengths(impl)}  # ragged ones
+        flops_of = {impl: 4.0 * H * case.pairs(impl) * d * (2.5 if a.dir == "bwd" else 1.0)  # ragged ones
+                    for impl in a.impls if case.lengths(impl)}
         floor = 2.0 * (2 * case.q.numel() + 2 * case.k.numel()) + 4.0 * B * H * N
         shape_txt = f"B={B} H={H} H_kv={H_kv} N={N} N_kv={N_kv} d={d} causal={causal}" + (
             f" window={window[0]},{window[1]}" if window != (-1, -1) else "")
