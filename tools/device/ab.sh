@@ -10,7 +10,7 @@
 # gqa:    step 07 with grouped K/V heads (4 and 8 query heads a K/V head) beside cuDNN and
 #         FlashAttention-2 (enable_gqa; K, V repeated where a backend refuses it), forward and
 #         backward, d = 64, 128, N = 1k–16k, causal and not, B·H·N = 131072;
-# ragged: step 07's forward on a ragged batch (8 sequences packed, 07r) beside the same batch
+# ragged: step 07's forward and backward on a ragged batch (8 sequences packed, 07r) beside the same batch
 #         dense (07), and on mixed lengths (N/2, 3N/2: 07m), d = 64, 128, 256, N = 1k–8k,
 #         causal and not, B·H·N = 131072 (note 07, "Attention as models use it");
 # window: step 07 with a sliding window (none, 4096, 1024, 256 keys before, causal; 512 either
@@ -71,8 +71,10 @@ if want gqa; then
       --causal 0,1 --tokens 131072 --group 4,8
   done
 fi
-want ragged && run ab07_ragged --dir fwd --impls 07,07r,07m --ragged 8 --N 1024,2048,4096,8192 --causal 0,1 \
-  --tokens 131072
+if want ragged; then
+  run ab07_ragged --dir fwd --impls 07,07r,07m --ragged 8 --N 1024,2048,4096,8192 --causal 0,1 --tokens 131072
+  run ab07_ragged_bwd --dir bwd --impls 07,07r,07m --ragged 8 --N 1024,2048,4096,8192 --causal 0,1 --tokens 131072
+fi
 if want window; then
   for dir in fwd bwd; do
     run ab07_window_$dir --dir $dir --impls 07,torch-cudnn --d 64,128 --N 8192,16384 --causal 1 --tokens 131072 \

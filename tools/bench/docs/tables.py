@@ -546,6 +546,7 @@ def peers07(D):
 
 # ---- step 07 with grouped K/V heads and a window (an H100's run) ----------------------------------
 GQA07 = "../h100/gqa07"  # beside the folder the other tables read
+RAGGED07 = "../h100/ragged_weight"  # step 07 on a ragged batch, forward and backward
 
 
 def ab_ms(path):
@@ -585,23 +586,30 @@ def gqa07(D):
              **ab_ms(os.path.join(folder, f"ab07_window2_{direction}.csv"))}
         out.append(f"| {WORD[direction]} | " + " | ".join(
             fmt_ms(t[(direction, 1, 128, c, 16384, w, "07")]) for c, w, _ in windows) + " |")
-    # A ragged batch: its TFLOP/s over the same kernel's on the dense batch [8, H, N, d] (07r: those sequences
-    # packed, the same work; 07m: the same rows cut into N/2 and 3N/2, its own FLOPs).
-    t = ab_medians(os.path.join(folder, "ab07_ragged.csv"),
-                   lambda r: (int(r["d"]), r["causal"] == "1", int(r["N"])))
-    ds = sorted({k[0] for k in t})
-    out += ["", "Its forward on a ragged batch of 8 sequences (the batch's own, packed; or its rows cut into N/2 and "
-            "3N/2 in turn), B·H·N = 131072, N = 1k–8k: TFLOP/s over the same kernel's on the dense batch "
-            "[8, H, N, d], geometric mean (lowest):", "",
-            "| mask | " + " | ".join(f"{w}, d = {d}" for w in ("packed", "N/2, 3N/2") for d in ds) + " |",
-            "|---|" + "---|" * 2 * len(ds)]
-    for causal in (False, True):
-        cells = []
-        for who in ("07r", "07m"):
-            for d in ds:
-                r = [t[k] / t[k[:-1] + ("07",)] for k in t if k[-1] == who and k[0] == d and k[1] == causal]
-                cells.append(f"{bold(statistics.geometric_mean(r))} ({bold(min(r))})")
-        out.append(f"| {yes(causal)} | " + " | ".join(cells) + " |")
+    # A ragged batch (its own run, `RAGGED07`): its TFLOP/s over the same kernel's on the dense batch [8, H, N, d]
+    # (07r: those sequences packed, the same work; 07m: the same rows cut into N/2 and 3N/2, its own FLOPs).
+    folder = os.path.normpath(D.path(RAGGED07))
+    t = {}
+    for direction in ("fwd", "bwd"):
+        name = "ab07_ragged.csv" if direction == "fwd" else "ab07_ragged_bwd.csv"
+        t.update(ab_medians(os.path.join(folder, name), lambda r: (r["dir"], int(r["d"]), r["causal"] == "1",
+                                                                    int(r["N"]))))
+    ds = sorted({k[1] for k in t})
+    out += ["", f"On a ragged batch of 8 sequences (the batch's own, packed; or its rows cut into N/2 and 3N/2 in "
+            f"turn), B·H·N = 131072, N = 1k–8k, on {device_words(os.path.join(folder, 'device.txt'))} "
+            f"(`{rel(folder)}`): TFLOP/s over the same kernel's on the dense batch [8, H, N, d], geometric mean "
+            "(lowest):", "",
+            "| pass | mask | " + " | ".join(f"{w}, d = {d}" for w in ("packed", "N/2, 3N/2") for d in ds) + " |",
+            "|---|---|" + "---|" * 2 * len(ds)]
+    for direction in ("fwd", "bwd"):
+        for causal in (False, True):
+            cells = []
+            for who in ("07r", "07m"):
+                for d in ds:
+                    r = [t[k] / t[k[:-1] + ("07",)] for k in t
+                         if k[-1] == who and k[0] == direction and k[1] == d and k[2] == causal]
+                    cells.append(f"{bold(statistics.geometric_mean(r))} ({bold(min(r))})")
+            out.append(f"| {WORD[direction]} | {yes(causal)} | " + " | ".join(cells) + " |")
     return out
 
 
@@ -774,7 +782,7 @@ TABLES = {
     "step06-lesson-fwd": lesson06("fwd"), "step06-lesson-bwd": lesson06("bwd"), "step06": step06,
     # note 07
     "step07-lesson": lesson07, "step07-bwd-lesson": lesson07_bwd, "step07-peers": peers07,
-    "step07-gqa": gqa07, "test07": transcript("test07.txt"),
+    "step07-gqa": gqa07, "test07": transcript("../h100/test07.txt"),
     # note 08
     "step08-lesson": lesson08, "step08-decode": decode, "step08-paged": paged08, "ctest08": transcript("ctest08.txt"),
     # note 09
