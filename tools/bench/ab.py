@@ -42,7 +42,9 @@ waited for the host inside the timed interval, and ab.py says so at the end). Be
 outputs (poisoned first) are compared with a reference: the forward computed in fp32 from
 the same 16-bit inputs where a head's scores fit in 1 GiB, else (and for the backward)
 PyTorch's output by its default backend. A mismatch is reported and the step is not
-timed at that shape (status "differs"). --check-peers holds PyTorch's backends to the
+timed at that shape (status "differs"). After every timed round they are poisoned and
+checked again, after one more call like the timed ones: a round whose call skipped work
+is written as "differs", not timed. --check-peers holds PyTorch's backends to the
 same check, and prints every backend's error.
 """
 import argparse
@@ -176,7 +178,6 @@ class Case:
         if window != (-1, -1):
             self.shape.windowed, self.shape.window_left, self.shape.window_right = 1, window[0], window[1]
         self.libs, self.dir, self.plans = libs, a.dir, []  # libs: {"": --lib, name: --alt name=…}
-        self.keep = []  # tensors a call reads that nothing else holds (a paged cache's pools and table)
 
     def band(self):
         """The window's mask, True where a score counts (the queries the last N positions), or None."""
@@ -360,15 +361,13 @@ class Case:
         self.plans.append((S, plan))
         o = torch.full_like(self.q, float("nan"))
         lse = torch.full((B, self.H, self.N), float("nan"), device="cuda")
-        args = [ctypes.c_void_p(x) for x in (plan, self.q.data_ptr(), kp.data_ptr(), vp.data_ptr(), o.data_ptr(),
-                                             lse.data_ptr(), table.data_ptr(), None)]
-        stream = torch.cuda.current_stream().cuda_stream
 
-        def fwd():
-            if S.lib.fa_forward_paged(*args, page, B * W, ctypes.c_void_p(ws.data_ptr()), ctypes.c_void_p(stream),
-                                      S.err, 1024):
+        def fwd():  # (the pointers taken at each call, so that the closure keeps every tensor it writes alive)
+            args = [ctypes.c_void_p(x) for x in (plan, self.q.data_ptr(), kp.data_ptr(), vp.data_ptr(), o.data_ptr(),
+                                                 lse.data_ptr(), table.data_ptr(), None, ws.data_ptr(),
+                                                 torch.cuda.current_stream().cuda_stream)]
+            if S.lib.fa_forward_paged(*args[:8], page, B * W, *args[8:], S.err, 1024):
                 raise RuntimeError(S.err.value.decode())
-        self.keep += [kp, vp, table]
         fwd()
         torch.cuda.synchronize()
         return fwd, [o]
@@ -544,7 +543,7 @@ def main():
         shape_txt = f"B={B} H={H} H_kv={H_kv} N={N} N_kv={N_kv} d={d} causal={causal}" + (
             f" window={window[0]},{window[1]}" if window != (-1, -1) else "")
         ref = case.torch_ref()
-        fns, status = {}, {}
+        fns, status, outs = {}, {}, {}  # outs: a step's output tensors, checked again after every timed round
         for impl in a.impls:
             try:
                 if impl.startswith("torch-"):
@@ -561,13 +560,12 @@ def main():
                     err = max(relative_error(g, r) for g, r in zip(got, ref)) if got else 0.0  # None: checked there
                     if not err <= (2e-2 if a.dir == "fwd" else 5e-2):  # NaN too
                         raise RuntimeError(f"outputs differ from PyTorch's: max relative error {err:.3g}")
-                    fns[impl] = fn
+                    fns[impl], outs[impl] = fn, got
             except (RuntimeError, torch.OutOfMemoryError) as e:
                 status[impl] = ("out-of-memory" if "out of memory" in str(e) else "differs" if "differ" in str(e)
                                 else "unsupported")
                 if not impl.startswith("torch-") or status[impl] == "differs":
                     print(f"  {impl} {a.dir} {shape_txt}: {e}", file=sys.stderr)
-        del ref
         meds = {}
         for r in range(a.rounds):
             order = a.impls[r % len(a.impls):] + a.impls[:r % len(a.impls)]
@@ -581,6 +579,16 @@ def main():
                     torch.cuda.synchronize()
                     time.sleep(a.pause_ms / 1000)
                 ms, mhz, watts, temp, why, host_us = time_block(fns[impl], a.reps, flush, spin, nvml)
+                if outs.get(impl):  # a call like the timed ones, poisoned first: a time is the work's, all of it
+                    for g in outs[impl]:
+                        g.fill_(float("nan"))
+                    fns[impl]()
+                    err = max(relative_error(g, want) for g, want in zip(outs[impl], ref))
+                    if not err <= (2e-2 if a.dir == "fwd" else 5e-2):
+                        print(f"  {impl} {a.dir} {shape_txt}, round {r}: after timing, outputs differ from PyTorch's: "
+                              f"max relative error {err:.3g}", file=sys.stderr)
+                        out.write(row + f"0,0,0,0,0,0,0,none,differs,{dev},{window[0]},{window[1]}\n")
+                        continue
                 meds.setdefault(impl, []).append(ms)
                 if host_us > a.hide_host_us:
                     late[impl] = max(late.get(impl, 0.0), host_us)
@@ -591,7 +599,7 @@ def main():
             out.flush()
         print(shape_txt + ": " + ", ".join(f"{i} {statistics.median(m):.4f} ms" for i, m in meds.items()), file=sys.stderr)
         case.free()
-        del case, fns
+        del case, fns, outs, ref
         torch.cuda.empty_cache()
     for impl, us in late.items():
         print(f"ab.py: {impl}'s host work took up to {us:.0f} µs, past the {a.hide_host_us} µs spin: its times there "
