@@ -191,11 +191,12 @@ __device__ __forceinline__ void copy_tile_async(T* dst, const T* __restrict__ sr
   }
 }
 /// copy_tile_async for a tile whose 16-row runs lie in different places (a paged cache's
-/// pages): run j's rows from src + runs[j], kCols apart; rows at or past `valid` are zeros.
-/// A thread's rows are kStep ≤ 16 apart, so which run each of them is in is known here.
+/// pages): run j from row runs[j] of src (rows of kCols; 32 bits, half a 64-bit offset's
+/// registers); rows at or past `valid` are zeros. A thread's rows are kStep ≤ 16 apart, so
+/// which run each of them is in is known here.
 template <int kThreads, int kCols, int kRowsT, class T, class Hint = NoL2Hint>
 __device__ __forceinline__ void copy_runs_async(T* dst, const T* __restrict__ src,
-                                                const std::size_t (&runs)[kRowsT / 16], int valid, Hint hint = {}) {
+                                                const std::uint32_t (&runs)[kRowsT / 16], int valid, Hint hint = {}) {
   constexpr int kW = smem_cols(kCols), kChunks = kW / 8, kStep = kThreads / kChunks;
   static_assert(kStep % 8 == 0 && 16 % kStep == 0 && kRowsT % 16 == 0, "a thread's rows, 8 or 16 apart, run by run");
   const int r0 = threadIdx.x / kChunks, c = (threadIdx.x % kChunks) * 8;
@@ -204,7 +205,7 @@ __device__ __forceinline__ void copy_runs_async(T* dst, const T* __restrict__ sr
 #pragma unroll
   for (int i = 0; i < kRowsT / kStep; ++i) {
     const int r = r0 + i * kStep, run = i * kStep / 16;
-    const T* g = src + (r < valid ? runs[run] + std::size_t(r % 16) * kCols : 0) + c;  // valid even when not read
+    const T* g = src + (r < valid ? (std::size_t(runs[run]) + r % 16) * kCols : 0) + c;  // valid even when not read
     cp_async_16(d + 2 * i * kStep * kW, g, r < valid ? 16 : 0, hint);
   }
 }

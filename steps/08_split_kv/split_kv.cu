@@ -119,21 +119,32 @@ struct PagedRead {
 __device__ __forceinline__ int paged_keys(const PagedRead& pg, int kvh, int kv_heads, int N, int Nk) {
   return pg.lengths ? min(max(pg.lengths[kvh / kv_heads], N), Nk) : Nk;
 }
-/// Where key `key` of K/V head kvh lies in the pool: its page from the sequence's row of the
-/// table, the head (of H_kv) whose rows it is in there, its row among them.
-struct PagedAt {
-  int page, head, row;
+/// One K/V head of a paged cache as a piece reads it, worked out once a piece: its sequence's
+/// row of the table and its head among the H_kv whose rows share each page.
+struct PagedHead {
+  const int* row;    // the sequence's row of the block table
+  int head, kv_heads;
 };
-__device__ __forceinline__ PagedAt paged_at(const PagedRead& pg, int kvh, int kv_heads, int key) {
-  const int x = key / pg.page, at = min(max(pg.table[std::size_t(kvh / kv_heads) * pg.width + x], 0), pg.pool - 1);
-  return {at, kvh % kv_heads, key - x * pg.page};
+__device__ __forceinline__ PagedHead paged_head(const PagedRead& pg, int kvh, int kv_heads) {
+  return {pg.table + std::size_t(kvh / kv_heads) * pg.width, kvh % kv_heads, kv_heads};
 }
-/// The same as an element offset into the pool.
-template <int kD>
-__device__ __forceinline__ std::size_t paged_offset(const PagedRead& pg, int kvh, int kv_heads, int key) {
-  const PagedAt p = paged_at(pg, kvh, kv_heads, key);
-  return ((std::size_t(p.page) * kv_heads + p.head) * pg.page + p.row) * kD;
-}
+/// A walk along a head's pages from key k0, the one division a tile: then each run (or box)
+/// steps down its page, and to the next page at the page's end, as a page is a whole number
+/// of them. At each step: the page (clamped into the pool), its rows' head in the pool's
+/// heads (pages × H_kv) and the row there.
+struct PageWalk {
+  const PagedRead& pg;
+  const PagedHead& ph;
+  int x, at;  // the sequence's page x, row `at` of it
+  __device__ PageWalk(const PagedRead& pg, const PagedHead& ph, int k0)
+      : pg(pg), ph(ph), x(k0 / pg.page), at(k0 - x * pg.page) {}
+  __device__ int pool_head() const { return min(max(ph.row[x], 0), pg.pool - 1) * ph.kv_heads + ph.head; }
+  __device__ std::uint32_t pool_row() const { return std::uint32_t(pool_head()) * pg.page + at; }  // of the pool's rows
+  __device__ void next(int rows) {
+    at += rows;
+    if (at == pg.page) at = 0, ++x;
+  }
+};
 
 /// A TMA box of a paged cache: the most rows (16, 32 or 64) that divide the page and a tile,
 /// so that a box lies in one page.
@@ -330,15 +341,16 @@ __device__ __forceinline__ void run_piece(const SplitArgs<T>& a, const PieceAt& 
   const float mul = a.scale * step06::kLog2e;  // exp(scale·(s − m)) = 2^(s·mul − m·mul)
 
   auto slot_of = [&](int tile) { return (tile - t0) % kStages; };  // the ring's slot holding `tile`
+  const PagedHead ph = kPaged ? paged_head(pg, pc.kvh, a.H / a.group) : PagedHead{};
   const mma::L2Hint once = mma::l2_evict_first();  // (used where a.kv asks for it)
   auto load_tile = [&](int tile) {  // tile `tile` of this head into its slot of the ring
     const int k0 = tile * kTileKeys, slot = slot_of(tile);
     auto copy = [&](auto hint) {
       if constexpr (kPaged) {  // each 16-key run from its page (none read past the sequence's keys)
-        std::size_t runs[kTileKeys / 16];
+        std::uint32_t runs[kTileKeys / 16];
+        PageWalk walk(pg, ph, k0);
 #pragma unroll
-        for (int j = 0; j < kTileKeys / 16; ++j)
-          runs[j] = k0 + 16 * j < last_key ? paged_offset<kD>(pg, pc.kvh, a.H / a.group, k0 + 16 * j) : 0;
+        for (int j = 0; j < kTileKeys / 16; ++j, walk.next(16)) runs[j] = k0 + 16 * j < last_key ? walk.pool_row() : 0;
         mma::copy_runs_async<kThreads, kD, kTileKeys>(Ks + slot * kTileKeys * kW, a.k, runs, last_key - k0, hint);
         mma::copy_runs_async<kThreads, kD, kTileKeys>(Vs + slot * kTileKeys * kW, a.v, runs, last_key - k0, hint);
       } else {
@@ -538,21 +550,23 @@ __device__ __forceinline__ int run_piece_tma(const SplitArgs<T>& a, const PieceA
 
   if (warp == kWarps) {  // the producer: one lane issues every copy of the piece
     if (lane == 0) {
+      const PagedHead ph = kPaged ? paged_head(pg, kvh, a.H / a.group) : PagedHead{};
+      const int box = paged_box(pg.page);
       auto fill = [&](auto hint) {
         for (int tile = t0; tile < t1; ++tile) {
           const int n = filled + tile - t0, slot = n % kStages;
           if (n >= kStages) hopper::wait(&empty[slot], (n / kStages - 1) & 1);  // its last tile consumed
           if constexpr (kPaged) {  // box by box, each from its page; none past the sequence's keys
-            const int k0 = tile * kTileKeys, box = paged_box(pg.page), kv_heads = a.H / a.group;
+            const int k0 = tile * kTileKeys;
             const int boxes = min(kTileKeys / box, (pc.keys - k0 + box - 1) / box);
             hopper::arrive_expecting(&full[slot], 2 * std::uint32_t(boxes * box) * kD * sizeof(T));
-            for (int j = 0; j < boxes; ++j) {
-              const PagedAt at = paged_at(pg, kvh, kv_heads, k0 + j * box);
-              const int head = at.page * kv_heads + at.head;  // the map's heads: the pool's pages × H_kv
+            PageWalk walk(pg, ph, k0);
+            for (int j = 0; j < boxes; ++j, walk.next(box)) {
+              const int head = walk.pool_head();  // the map's heads: the pool's pages × H_kv
               for (int p = 0; p < kD / hopper::kPanel; ++p) {
                 const std::uint32_t to = slot * kTileBytes + p * kPanelBytes + j * box * 128;
-                load_tile_tma(kmap, Ks + to, &full[slot], at.row, p, head, hint);
-                load_tile_tma(vmap, Vs + to, &full[slot], at.row, p, head, hint);
+                load_tile_tma(kmap, Ks + to, &full[slot], walk.at, p, head, hint);
+                load_tile_tma(vmap, Vs + to, &full[slot], walk.at, p, head, hint);
               }
             }
           } else {
