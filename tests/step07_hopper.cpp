@@ -929,10 +929,12 @@ TEST_CASE("step07 on a ragged batch: each sequence's rows are the kernels' on it
 
 TEST_CASE("step07's ragged tables on the GPU are the model's, entry for entry", "[gpu]") {
   // The one-block kernel counts where the model sorts: the same table, every run. Lengths
-  // 1, 17, 1000, mixed, thousands of random ones, and offsets the device must clamp.
+  // 1, 17, 1000, mixed, thousands of random ones, offsets the device must clamp, and a
+  // sequence of more blocks than the kernel has threads (weight_sums' carry between rounds).
   std::vector<std::vector<int>> cases = {offsets_of({1}), offsets_of({17}), offsets_of({1000}),
                                          offsets_of({1, 17, 1000, 3}), offsets_of({2049, 5, 383, 4097}),
-                                         offsets_of({20 * 64, 3 * 64 - 5, 20 * 64}), {5, 3, 900, 40, 5000, -7, 2000}};
+                                         offsets_of({20 * 64, 3 * 64 - 5, 20 * 64}), {5, 3, 900, 40, 5000, -7, 2000},
+                                         offsets_of({70000, 300, 1100 * 64, 70000})};
   for (int sequences : {100, 3000}) {
     std::vector<int> lengths;
     for (int b = 0; b < sequences; ++b) lengths.push_back(1 + int((std::uint64_t(b) * 2654435761u) % 2500));

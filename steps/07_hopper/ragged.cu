@@ -66,11 +66,12 @@ __device__ int2 for_each_sequence(const Ragged& r, int T, int rows, int q_rows, 
 /// sequences of more than k blocks and s_k = n_0 + … + n_{k−1}, the sequence of rank r (by
 /// block count, most first, then in order) puts its block of distance k at s_k + r (query
 /// blocks, k ascending) or at entries − s_{k+1} + r (key blocks, k descending: a sequence's
-/// key block j − 1 before j, as the deterministic mode's waits need). cnt, n, s: [most + 1]
-/// ints of the workspace.
+/// key block j − 1 before j, as the deterministic mode's waits need). cnt, n, s: [capacity + 1]
+/// ints of the workspace, capacity the most blocks a sequence may have (⌈T/rows⌉).
 struct WeightOrder {
   int *cnt, *n, *s;
-  int most, entries;
+  int capacity;
+  int most, entries;  // the longest sequence's blocks; the table's entries
   __device__ int at(bool key_blocks, int k, int rank) const {
     return key_blocks ? entries - (s[k] + n[k]) + rank : s[k] + rank;
   }
@@ -106,41 +107,41 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ typename Scan::TempStorage scan;
   __shared__ int most;
   const bool key_blocks = q_rows != 0;  // the backward's table: key blocks
-  bool by_weight = false;
-  if (causal) {  // the histogram of the block counts, and the longest sequence's
+  if (causal) {                         // (the histogram of the block counts, below)
     if (threadIdx.x == 0) most = 0;
-    for (int c = int(threadIdx.x); c < w.most + 1; c += kThreads) w.cnt[c] = 0;
-    __syncthreads();
-    w.entries = for_each_sequence(r, T, rows, 0, scan, [&](const Seq& q) {
-                  if (q.count > 0) atomicAdd(&w.cnt[q.count], 1), atomicMax(&most, q.count);
-                }).x;
-    __syncthreads();
-    by_weight = most >= kSortFromBlocks;
-    if (by_weight) {
-      w.most = most;
-      weight_sums(w, scan);
-    }
+    for (int c = int(threadIdx.x); c <= w.capacity; c += kThreads) w.cnt[c] = 0;
   }
-  const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+  // The tables in the sequences' order; with the mask, the histogram and the longest sequence too.
   const int2 entries = for_each_sequence(r, T, rows, q_rows, scan, [&](const Seq& q) {
-    int rank = 0;
-    if (by_weight) {  // the sequences of more blocks, then those of as many before this one
+    if (causal && q.count > 0) atomicAdd(&w.cnt[q.count], 1), atomicMax(&most, q.count);
+    for (int i = 0; i < q.count; ++i) {
+      out.blocks[q.first + i] = {i, q.start, q.length};
+      if (key_blocks) out.q_first[q.first + i] = q.q_first;
+    }
+    for (int i = 0; i < q.q_count; ++i) out.q_blocks[q.q_first + i] = {i, q.start, q.length};
+  });  // (it ends at a barrier: the histogram and `most` are whole)
+  if (causal && most >= kSortFromBlocks) {  // the blocks' table again, by weight
+    w.most = most, w.entries = entries.x;
+    weight_sums(w, scan);
+    const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
+    for_each_sequence(r, T, rows, q_rows, scan, [&](const Seq& q) {
+      // The rank: the sequences of more blocks, then those of as many before this one.
       const unsigned same = __match_any_sync(0xffffffffu, q.count);
       const int leader = __ffs(same) - 1, before = __popc(same & ((1u << lane) - 1));
+      int rank = 0;
       for (int x = 0; x < kThreads / 32; ++x) {  // a warp at a time: the same ranks every run
         int tie = 0;
         if (warp == x && lane == leader) tie = w.cnt[q.count], w.cnt[q.count] = tie + __popc(same);
         if (warp == x) rank = w.n[q.count] + __shfl_sync(0xffffffffu, tie, leader) + before;
         __syncthreads();
       }
-    }
-    for (int i = 0; i < q.count; ++i) {
-      const int e = by_weight ? w.at(key_blocks, key_blocks ? q.count - 1 - i : i, rank) : q.first + i;
-      out.blocks[e] = {i, q.start, q.length};
-      if (key_blocks) out.q_first[e] = q.q_first;
-    }
-    for (int i = 0; i < q.q_count; ++i) out.q_blocks[q.q_first + i] = {i, q.start, q.length};
-  });
+      for (int i = 0; i < q.count; ++i) {
+        const int e = w.at(key_blocks, key_blocks ? q.count - 1 - i : i, rank);
+        out.blocks[e] = {i, q.start, q.length};
+        if (key_blocks) out.q_first[e] = q.q_first;
+      }
+    });
+  }
   if (threadIdx.x == 0) {
     *out.order = tile_order(entries.x, units, causal, bytes_a_unit, l2_bytes, sms);
     *out.tiles = out.order->tiles();
@@ -153,36 +154,49 @@ __global__ void __launch_bounds__(kThreads)
 constexpr std::size_t kTilesAt = 48, kCountAt = 52, kEntriesAt = 64;
 static_assert(sizeof(TileOrder) <= kTilesAt, "the order fits before the counts");
 
-/// The largest block count a sequence may have: WeightOrder's arrays hold one more int each.
-int most_blocks(int T, int rows) { return (T + rows - 1) / rows; }
+/// Where the rest lies, in bytes from the workspace's start: the blocks' table, each block's
+/// first query block (key blocks only), the query blocks' table, then WeightOrder's three
+/// arrays of capacity + 1 ints.
+struct Layout {
+  std::size_t blocks, q_first, q_blocks, weights, end;
+  int capacity;
+};
+Layout layout(int T, int rows, int q_rows, int sequences) {
+  const std::size_t blocks = std::size_t(max_blocks(T, rows, sequences));
+  const std::size_t q_blocks = q_rows ? std::size_t(max_blocks(T, q_rows, sequences)) : 0;
+  const int capacity = (T + rows - 1) / rows;
+  const std::size_t q_first = kEntriesAt + blocks * sizeof(SeqBlock);
+  const std::size_t q_blocks_at = q_first + (q_rows ? blocks * sizeof(int) : 0);
+  const std::size_t weights = q_blocks_at + q_blocks * sizeof(SeqBlock);
+  return {.blocks = kEntriesAt,
+          .q_first = q_first,
+          .q_blocks = q_blocks_at,
+          .weights = weights,
+          .end = weights + 3 * (std::size_t(capacity) + 1) * sizeof(int),
+          .capacity = capacity};
+}
 
 }  // namespace
 
 std::size_t ragged_tables_bytes(int T, int rows, int q_rows, int sequences) {
-  const std::size_t blocks = std::size_t(max_blocks(T, rows, sequences));
-  const std::size_t q_blocks = q_rows ? std::size_t(max_blocks(T, q_rows, sequences)) : 0;
-  return kEntriesAt + blocks * sizeof(SeqBlock) + (q_rows ? blocks * sizeof(int) : 0) + q_blocks * sizeof(SeqBlock) +
-         3 * (std::size_t(most_blocks(T, rows)) + 1) * sizeof(int);
+  return layout(T, rows, q_rows, sequences).end;
 }
 
 RaggedTables ragged_tables(const Ragged& r, int T, int rows, int q_rows, int units, bool causal, double bytes_a_unit,
                            void* workspace, int* taken, Stream s) {
   auto* at = static_cast<unsigned char*>(workspace);
-  const std::size_t blocks = std::size_t(max_blocks(T, rows, r.sequences));
-  const std::size_t q_blocks = q_rows ? std::size_t(max_blocks(T, q_rows, r.sequences)) : 0;
-  RaggedTables t{.blocks = reinterpret_cast<SeqBlock*>(at + kEntriesAt),
+  const Layout l = layout(T, rows, q_rows, r.sequences);
+  RaggedTables t{.blocks = reinterpret_cast<SeqBlock*>(at + l.blocks),
                  .order = reinterpret_cast<TileOrder*>(at),
                  .tiles = reinterpret_cast<int*>(at + kTilesAt),
                  .q_count = reinterpret_cast<int*>(at + kCountAt)};
   if (q_rows) {
-    t.q_first = reinterpret_cast<int*>(t.blocks + blocks);
-    t.q_blocks = reinterpret_cast<SeqBlock*>(t.q_first + blocks);
+    t.q_first = reinterpret_cast<int*>(at + l.q_first);
+    t.q_blocks = reinterpret_cast<SeqBlock*>(at + l.q_blocks);
   }
-  // The weight order's arrays after the tables.
-  const int most = most_blocks(T, rows);
-  int* cnt = reinterpret_cast<int*>(at + kEntriesAt + blocks * sizeof(SeqBlock) + (q_rows ? blocks * sizeof(int) : 0) +
-                                    q_blocks * sizeof(SeqBlock));
-  const WeightOrder w{.cnt = cnt, .n = cnt + most + 1, .s = cnt + 2 * (most + 1), .most = most, .entries = 0};
+  int* cnt = reinterpret_cast<int*>(at + l.weights);
+  const int c = l.capacity;
+  const WeightOrder w{.cnt = cnt, .n = cnt + c + 1, .s = cnt + 2 * (c + 1), .capacity = c, .most = 0, .entries = 0};
   ragged_blocks_kernel<<<1, kThreads, 0, s>>>(r, T, rows, q_rows, units, causal, bytes_a_unit,
                                               double(gpu::l2_bytes()), gpu::sm_count(), t, taken, w);
   FA_CHECK_LAUNCH();
