@@ -124,10 +124,6 @@ ModelBackward model_backward_ragged(const Problem& p, const Qkv& in, const Forwa
   return r;
 }
 
-}  // namespace fa::step07
-
-namespace fa::step07 {
-
 RaggedTable ragged_table_model(const std::vector<int>& offsets, int T, int rows, int q_rows, bool causal) {
   struct Seq {
     int start, length, count, q_first;
