@@ -416,6 +416,38 @@ __device__ __forceinline__ void add_dkdv(const BwdParams& prm, const float (&dk)
   }
 }
 
+/// A tile's dK and dV, staged in K/V's buffers (a box of kBox rows from key `first` of its
+/// sequence), out by TMA from thread 0, then the buffers handed back once read. In a ragged
+/// batch a box that would run past its sequence's end (into the next one's rows) goes by
+/// hand, by every thread; the barrier that needs (sync) is taken on every tile, as under
+/// the branch ptxas spilled the main loop's registers (lab: 07_ragged).
+template <class T, int kD, int kBox, bool kRagged, class Sync>
+__device__ __forceinline__ void write_dkdv(const BwdParams& prm, const CUtensorMap* dk_map, const CUtensorMap* dv_map,
+                                           unsigned char* dk_tile, unsigned char* dv_tile, std::uint64_t* kv_empty,
+                                           int first, int N, int start, int unit, int thread, int threads,
+                                           Sync&& sync) {
+  bool by_hand = false;
+  if constexpr (kRagged) {
+    by_hand = first + kBox > N;
+    if (by_hand) {
+      const std::size_t at = (std::size_t(unit) * prm.N + start + first) * kD;
+      store_rows<kD>(static_cast<T*>(prm.dk) + at, dk_tile, kBox, N - first, thread, threads);
+      store_rows<kD>(static_cast<T*>(prm.dv) + at, dv_tile, kBox, N - first, thread, threads);
+    }
+    cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // before TMA writes the next K, V there
+    sync();
+  }
+  if (thread == 0) {
+    if (!by_hand) {
+      store_tile(dk_map, dk_tile, start + first, unit);  // unit = K/V head
+      store_tile(dv_map, dv_tile, start + first, unit);
+      cuda::ptx::cp_async_bulk_commit_group();
+      cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
+    }
+    arrive(kv_empty);
+  }
+}
+
 /// A consumer's dQ piece (fp32: an m64 accumulator of R registers a thread, 64 × 64 or
 /// 64 × 80 or 64 × 96 transposed) to the writer, in two parts. stage_dq: once the slot is free
 /// (dq_empty's phase of this parity), the piece stored as the accumulator lays it out
@@ -725,23 +757,9 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       store_dkdv<T, kD>(dk_tile, dv_tile, dk, dv, prm.scale, 0, warp, g, t);
       cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
       named_sync(epilogue_bar(c), 128);
-      const int first = k0 + kRowsPerConsumer * c;  // this consumer's first key
-      if (kRagged && first + kRowsPerConsumer > N) {
-        // A box past the sequence's end would write the next sequence's rows: the rows before
-        // it by hand, the buffers handed back once every thread has read them.
-        const std::size_t at = (std::size_t(unit) * prm.N + start + first) * kD;
-        store_rows<kD>(static_cast<T*>(prm.dk) + at, dk_tile, kRowsPerConsumer, N - first, tid, 128);
-        store_rows<kD>(static_cast<T*>(prm.dv) + at, dv_tile, kRowsPerConsumer, N - first, tid, 128);
-        cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);  // before TMA writes the next K, V there
-        named_sync(epilogue_bar(c), 128);
-        if (tid == 0) arrive(bars.kv_empty);
-      } else if (tid == 0) {
-        store_tile(&dk_map, dk_tile, start + first, unit);  // unit = K/V head
-        store_tile(&dv_map, dv_tile, start + first, unit);
-        cuda::ptx::cp_async_bulk_commit_group();
-        cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
-        arrive(bars.kv_empty);
-      }
+      write_dkdv<T, kD, kRowsPerConsumer, kRagged>(prm, &dk_map, &dv_map, dk_tile, dv_tile, bars.kv_empty,
+                                                   k0 + kRowsPerConsumer * c, N, start, unit, tid, 128,
+                                                   [&] { named_sync(epilogue_bar(c), 128); });
     }
     done += steps;
   }
@@ -1022,21 +1040,9 @@ __global__ void __launch_bounds__(128 * (1 + kBwdConsumers), 1)
       store_dkdv<T, kWideD / 2>(dk_tile, dv_tile, dk, dv, prm.scale, kWideD / 2 * c, warp, g, t);
       cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
       named_sync(kEpilogueBar, 128 * kBwdConsumers);
-      if (kRagged && k0 + kWideKeys > N) {  // as dkdv_kernel's: the rows before the sequence's end by hand
-        const std::size_t at = (std::size_t(unit) * prm.N + start + k0) * kWideD;
-        const int thread = threadIdx.x - 128, threads = 128 * kBwdConsumers;
-        store_rows<kWideD>(static_cast<T*>(prm.dk) + at, dk_tile, kWideKeys, N - k0, thread, threads);
-        store_rows<kWideD>(static_cast<T*>(prm.dv) + at, dv_tile, kWideKeys, N - k0, thread, threads);
-        cuda::ptx::fence_proxy_async(cuda::ptx::space_shared);
-        named_sync(kEpilogueBar, 128 * kBwdConsumers);
-        if (threadIdx.x == 128) arrive(bars.kv_empty);
-      } else if (threadIdx.x == 128) {
-        store_tile(&dk_map, dk_tile, start + k0, unit);  // unit = K/V head
-        store_tile(&dv_map, dv_tile, start + k0, unit);
-        cuda::ptx::cp_async_bulk_commit_group();
-        cuda::ptx::cp_async_bulk_wait_group_read(cuda::ptx::n32_t<0>{});
-        arrive(bars.kv_empty);
-      }
+      write_dkdv<T, kWideD, kWideKeys, kRagged>(prm, &dk_map, &dv_map, dk_tile, dv_tile, bars.kv_empty, k0, N, start,
+                                                unit, int(threadIdx.x) - 128, 128 * kBwdConsumers,
+                                                [] { named_sync(kEpilogueBar, 128 * kBwdConsumers); });
     }
     done += steps;
   }
