@@ -163,6 +163,9 @@ __global__ void __launch_bounds__(forward_tile(kD).threads(), 1)
   // every consumer's O store (staged in its Q tile) done reading it.
   std::uint64_t* q_empty = reinterpret_cast<std::uint64_t*>(smem + P::q_empty);
   const TileRing ring(smem + P::ring);
+  // A ragged batch's grid is launched early, under the table kernel (launch_persistent): its
+  // table, order and counter are read once that kernel is done.
+  if constexpr (kRagged) cudaGridDependencySynchronize();
   const TileOrder order = kRagged ? *rg.order : dense_order;  // a ragged batch's: made with its table
   const int tiles = order.tiles(), q_blocks = order.blocks;
   if (threadIdx.x == 0) {
@@ -264,9 +267,10 @@ void launch_persistent(const Problem& p, const NativeFwdArgs& a, void* workspace
   const int grid = std::min(tile_count, gpu::sm_count());
   if (!kRagged && tile_count > grid) FA_CUDA_CHECK(cudaMemsetAsync(taken, 0, sizeof(int), stream));
   set_smem_limit(persistent_kernel<T, kD, kBanded, kRagged>, P::bytes + 1024);
-  persistent_kernel<T, kD, kBanded, kRagged><<<grid, kTile.threads(), P::bytes + 1024, stream>>>(
-      m.q, m.k, m.v, m.o, a.lse, p.N, p.group(), p.softmax_scale(), band_of(p), order, taken, rg);
-  FA_CHECK_LAUNCH();
+  // A ragged batch's grid launched under the table kernel: its launch and set-up hidden there.
+  launch_early(kRagged, persistent_kernel<T, kD, kBanded, kRagged>, dim3(unsigned(grid)), dim3(kTile.threads()),
+               P::bytes + 1024, stream, m.q, m.k, m.v, m.o, a.lse, p.N, p.group(), p.softmax_scale(), band_of(p), order,
+               taken, rg);
 }
 
 template <int kD>

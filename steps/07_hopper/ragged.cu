@@ -106,6 +106,9 @@ __global__ void __launch_bounds__(kThreads)
                          double l2_bytes, int sms, RaggedTables out, int* taken, WeightOrder w) {
   __shared__ typename Scan::TempStorage scan;
   __shared__ int most;
+  // The forward's grid, launched early (launch_early), may take its SMs now: it waits for this
+  // grid to finish before it reads the tables.
+  cudaTriggerProgrammaticLaunchCompletion();
   const bool key_blocks = q_rows != 0;  // the backward's table: key blocks
   if (causal) {                         // (the histogram of the block counts, below)
     if (threadIdx.x == 0) most = 0;
