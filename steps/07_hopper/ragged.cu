@@ -132,7 +132,8 @@ __global__ void __launch_bounds__(kThreads)
       const unsigned same = __match_any_sync(0xffffffffu, q.count);
       const int leader = __ffs(same) - 1, before = __popc(same & ((1u << lane) - 1));
       int rank = 0;
-      for (int x = 0; x < kThreads / 32; ++x) {  // a warp at a time: the same ranks every run
+      const int warps = min(kThreads / 32, (r.sequences - (q.b - int(threadIdx.x)) + 31) / 32);  // holding sequences
+      for (int x = 0; x < warps; ++x) {  // a warp at a time: the same ranks every run
         int tie = 0;
         if (warp == x && lane == leader) tie = w.cnt[q.count], w.cnt[q.count] = tie + __popc(same);
         if (warp == x) rank = w.n[q.count] + __shfl_sync(0xffffffffu, tie, leader) + before;
