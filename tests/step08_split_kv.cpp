@@ -340,6 +340,9 @@ TEST_CASE("step08 ring filled by TMA where every chunk has 128 tiles or more, on
   clustered.cluster = 2;
   CHECK(step08::ring_by_tma(p, step08::fixed_plan(p, 2), h200));
   CHECK_FALSE(step08::ring_by_tma(p, clustered, h200));
+  // A paged cache: only in pages of whole tiles.
+  for (int page : {64, 128, 256}) CHECK(step08::ring_by_tma(p, step08::fixed_plan(p, 2), h200, page));
+  for (int page : {16, 32, 48, 80}) CHECK_FALSE(step08::ring_by_tma(p, step08::fixed_plan(p, 2), h200, page));
 }
 
 TEST_CASE("step08 refuses fp32, other head dimensions and groups that do not divide", "[cpu]") {
@@ -699,7 +702,8 @@ TEST_CASE("step08 kernel on self-attention, huge logits and many row blocks", "[
 TEST_CASE("step08 kernel on a paged cache: shuffled pages give the contiguous cache's bits", "[gpu]") {
   // The same plan, the same tiles: only where each 16-key run is read from changes. Pages of
   // 48 and 80 positions put page ends inside tiles; the unused rows of the pool are NaN.
-  // 8192 keys × 128 heads at d = 128, one split: the ring filled by TMA, box by box.
+  // 8192 keys × 128 heads at d = 128, one split: the ring filled by TMA in pages of whole tiles
+  // (64, 256), by cp.async in the others.
   struct Case {
     Problem p;
     int fixed;  // index into kForwardFixed, or −1: production's plan

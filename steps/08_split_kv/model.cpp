@@ -85,8 +85,8 @@ bool ring_can_take_tma(const Problem& p, const SplitPlan& s, const GpuShape& gpu
   return p.d == 128 && gpu.tma && s.cluster <= 1;
 }
 
-bool ring_by_tma(const Problem& p, const SplitPlan& s, const GpuShape& gpu) {
-  return ring_can_take_tma(p, s, gpu) && s.total() / s.blocks >= kTmaMinTiles;
+bool ring_by_tma(const Problem& p, const SplitPlan& s, const GpuShape& gpu, int page) {
+  return ring_can_take_tma(p, s, gpu) && s.total() / s.blocks >= kTmaMinTiles && page % kTileKeys == 0;
 }
 
 bool reads_evict_first(const Problem& p, const GpuShape& gpu) {

@@ -12,8 +12,9 @@
 // shared memory (merge_in_cluster) and writes O and L.
 // split_kernel_tma — Hopper, long chunks: the same, the ring filled by TMA from a producer
 // warp, the compute warps waiting on mbarriers instead of issuing copies.
-// Both take a paged cache (kPaged): each 16-key run of a tile from its page of the pool,
-// through the sequence's row of the block table, and the sequence's own length.
+// Both take a paged cache (kPaged): each 16-key run of a tile (the TMA ring: each tile, its
+// pages whole tiles) from its page of the pool, through the sequence's row of the block
+// table, and the sequence's own length.
 // combine_kernel — elsewhere: one block a row, launched early on Hopper, each row waiting
 // for its parts' tags; the statistics of all parts first, then every part weighted.
 #include <cooperative_groups.h>
@@ -128,9 +129,9 @@ struct PagedHead {
 __device__ __forceinline__ PagedHead paged_head(const PagedRead& pg, int kvh, int kv_heads) {
   return {pg.table + std::size_t(kvh / kv_heads) * pg.width, kvh % kv_heads, kv_heads};
 }
-/// A walk along a head's pages from key k0, the one division a tile: then each run (or box)
+/// A walk along a head's pages from key k0, the one division a tile: then each 16-key run
 /// steps down its page, and to the next page at the page's end, as a page is a whole number
-/// of them. At each step: the page (clamped into the pool), its rows' head in the pool's
+/// of runs. At each step: the page (clamped into the pool), its rows' head in the pool's
 /// heads (pages × H_kv) and the row there.
 struct PageWalk {
   const PagedRead& pg;
@@ -145,10 +146,6 @@ struct PageWalk {
     if (at == pg.page) at = 0, ++x;
   }
 };
-
-/// A TMA box of a paged cache: the most rows (16, 32 or 64) that divide the page and a tile,
-/// so that a box lies in one page.
-FA_HD constexpr int paged_box(int page) { return page % 64 == 0 ? 64 : page % 32 == 0 ? 32 : 16; }
 
 /// Where the ring's tiles start: after Q's 16 rows.
 template <class T, int kD>
@@ -522,7 +519,7 @@ __device__ __forceinline__ std::uint64_t* ring_barriers(unsigned char* smem) {
 /// One piece, as run_piece, with the ring filled by the producer warp. `filled`: the
 /// ring's fills before this piece (the slots' phases go on from there). Returns the fills
 /// of this piece: its tiles before the causal mask's end. kPaged: kmap and vmap are the
-/// pools, [pages·H_kv, page, d] in boxes of one panel and paged_box rows.
+/// pools, [pages·H_kv, page, d], in the same boxes.
 template <class T, int kD, int kStages, bool kPaged>
 __device__ __forceinline__ int run_piece_tma(const SplitArgs<T>& a, const PieceAt& pc, const Tags& tags,
                                               const CUtensorMap* kmap, const CUtensorMap* vmap, int filled,
@@ -551,29 +548,20 @@ __device__ __forceinline__ int run_piece_tma(const SplitArgs<T>& a, const PieceA
   if (warp == kWarps) {  // the producer: one lane issues every copy of the piece
     if (lane == 0) {
       const PagedHead ph = kPaged ? paged_head(pg, kvh, a.H / a.group) : PagedHead{};
-      const int box = paged_box(pg.page);
       auto fill = [&](auto hint) {
         for (int tile = t0; tile < t1; ++tile) {
           const int n = filled + tile - t0, slot = n % kStages;
           if (n >= kStages) hopper::wait(&empty[slot], (n / kStages - 1) & 1);  // its last tile consumed
-          if constexpr (kPaged) {  // box by box, each from its page; none past the sequence's keys
-            const int k0 = tile * kTileKeys;
-            const int boxes = min(kTileKeys / box, (pc.keys - k0 + box - 1) / box);
-            hopper::arrive_expecting(&full[slot], 2 * std::uint32_t(boxes * box) * kD * sizeof(T));
-            PageWalk walk(pg, ph, k0);
-            for (int j = 0; j < boxes; ++j, walk.next(box)) {
-              const int head = walk.pool_head();  // the map's heads: the pool's pages × H_kv
-              for (int p = 0; p < kD / hopper::kPanel; ++p) {
-                const std::uint32_t to = slot * kTileBytes + p * kPanelBytes + j * box * 128;
-                load_tile_tma(kmap, Ks + to, &full[slot], walk.at, p, head, hint);
-                load_tile_tma(vmap, Vs + to, &full[slot], walk.at, p, head, hint);
-              }
-            }
-          } else {
-            hopper::arrive_expecting(&full[slot], 2 * kTileBytes);
-            load_tile_tma(kmap, Ks + slot * kTileBytes, &full[slot], tile * kTileKeys, 0, kvh, hint);
-            load_tile_tma(vmap, Vs + slot * kTileBytes, &full[slot], tile * kTileKeys, 0, kvh, hint);
+          // The tile's rows; in a paged cache, from its page (pages of whole tiles on this ring), the
+          // map's heads the pool's pages × H_kv, and rows past the sequence's end read too.
+          int row = tile * kTileKeys, head = kvh;
+          if constexpr (kPaged) {
+            const PageWalk walk(pg, ph, row);
+            row = walk.at, head = walk.pool_head();
           }
+          hopper::arrive_expecting(&full[slot], 2 * kTileBytes);
+          load_tile_tma(kmap, Ks + slot * kTileBytes, &full[slot], row, 0, head, hint);
+          load_tile_tma(vmap, Vs + slot * kTileBytes, &full[slot], row, 0, head, hint);
         }
       };
       a.kv == KvLines::evict_first ? fill(mma::l2_evict_first()) : fill(mma::NoL2Hint{});
@@ -641,7 +629,7 @@ __device__ __forceinline__ int run_piece_tma(const SplitArgs<T>& a, const PieceA
 
 /// split_kernel with the ring filled by TMA from a producer warp (Hopper: sm_90 code only).
 /// kmap, vmap: K and V as [B·H_kv, N_kv, d] in 64-key boxes, keys past N_kv read as zeros;
-/// or (kPaged) the pools in boxes of one panel.
+/// or (kPaged) the pools, [pages·H_kv, page, d], in the same boxes (a page: whole tiles).
 template <class T, int kD, int kStages, bool kPaged>
 __global__ void __launch_bounds__(kThreadsTma, 1)
     split_kernel_tma(const SplitArgs<T> a, const Tags tags, const __grid_constant__ CUtensorMap kmap,
@@ -757,14 +745,14 @@ unsigned long long next_tag() {
 
 /// The TMA kernel's launch: K and V as [B·H_kv, N_kv, d] in 64-key boxes (step 07's tile
 /// maps), without the 256-byte L2 promotion, which doubled the L2's traffic here (note 08,
-/// "The ring by TMA"); a paged cache's pools as [pages·H_kv, page, d] in boxes of one panel.
+/// "The ring by TMA"); a paged cache's pools as [pages·H_kv, page, d] in the same boxes.
 template <class T, int kD, int kStages, bool kPaged>
 void launch_tma(const Problem& p, const NativeFwdArgs& a, const SplitArgs<T>& args, const Tags& tags,
                 const PagedRead& pg, Stream st) {
   const std::size_t smem = smem_bytes_tma(kD, kStages);
   auto map = [&](const void* x) {
     return kPaged ? hopper::make_tile_map(x, p.dtype, pg.page, std::size_t(pg.pool) * p.kv_heads_per_batch(), kD,
-                                          paged_box(pg.page), CU_TENSOR_MAP_L2_PROMOTION_NONE, 1)
+                                          kTileKeys, CU_TENSOR_MAP_L2_PROMOTION_NONE)
                   : hopper::make_tile_map(x, p.dtype, p.keys(), p.kv_heads(), kD, kTileKeys,
                                           CU_TENSOR_MAP_L2_PROMOTION_NONE);
   };
@@ -869,7 +857,7 @@ void run(const Problem& p, const NativeFwdArgs& a, void* ws, Stream st) {
   const SplitPlan sp = plan_for(p, g, kH);
   const KvLines kv = reads_evict_first(p, g) ? KvLines::evict_first : KvLines::normal;
   const int ring = ring_tiles(p, sp, g);
-  const bool tma = ring_by_tma(p, sp, g);
+  const bool tma = ring_by_tma(p, sp, g, a.paged.page);
   if (a.paged.page)
     return p.dtype == DType::bf16 ? run_t<__nv_bfloat16, true>(p, a, ws, st, sp, ring, kv, tma)
                                   : run_t<__half, true>(p, a, ws, st, sp, ring, kv, tma);

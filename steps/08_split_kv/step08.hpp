@@ -138,8 +138,10 @@ bool reads_evict_first(const Problem& p, const GpuShape& gpu);
 constexpr int kTmaMinTiles = 128;
 /// Whether a producer warp can fill plan s's ring by TMA: d = 128, TMA, no cluster's merge.
 bool ring_can_take_tma(const Problem& p, const SplitPlan& s, const GpuShape& gpu);
-/// Whether it does: where it can and every chunk has kTmaMinTiles tiles or more.
-bool ring_by_tma(const Problem& p, const SplitPlan& s, const GpuShape& gpu);
+/// Whether it does: where it can and every chunk has kTmaMinTiles tiles or more; a paged
+/// cache (page: positions a page; 0, a contiguous one) only in pages of whole tiles, as its
+/// producer copies a box a tile (smaller pages go to cp.async: lab 08_paged).
+bool ring_by_tma(const Problem& p, const SplitPlan& s, const GpuShape& gpu, int page = 0);
 
 /// Units a K/V head: ⌈G·N/16⌉; tiles a head: ⌈N_kv/64⌉.
 int row_blocks(const Problem& p);
