@@ -62,15 +62,14 @@ inline PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
 
 /// A TMA tensor map over one [heads, N, d] tensor of 16-bit elements, read or written in
 /// boxes of `box_rows` rows × all d columns: a 4-d map (64 columns, N rows, d/64 panels,
-/// heads) whose box lands in shared memory as the panels above (box_panels > 0: that many
-/// of them a box). Rows past N read as zeros and are not written.
+/// heads) whose box lands in shared memory as the panels above. Rows past N read as zeros
+/// and are not written.
 inline CUtensorMap make_tile_map(const void* base, DType t, int N, std::size_t heads, int d, int box_rows,
-                                 CUtensorMapL2promotion promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                 int box_panels = 0) {
+                                 CUtensorMapL2promotion promotion = CU_TENSOR_MAP_L2_PROMOTION_L2_256B) {
   // Dimensions, innermost first, and the byte strides of dimensions 1..3 (a row, a panel, a head).
   const cuuint64_t dims[4] = {cuuint64_t(kPanel), cuuint64_t(N), cuuint64_t(d / kPanel), cuuint64_t(heads)};
   const cuuint64_t strides[3] = {cuuint64_t(d) * 2, cuuint64_t(kPanel) * 2, cuuint64_t(N) * d * 2};
-  const cuuint32_t box[4] = {cuuint32_t(kPanel), cuuint32_t(box_rows), cuuint32_t(box_panels ? box_panels : d / kPanel), 1};
+  const cuuint32_t box[4] = {cuuint32_t(kPanel), cuuint32_t(box_rows), cuuint32_t(d / kPanel), 1};
   const cuuint32_t unit[4] = {1, 1, 1, 1};
   CUtensorMap map{};
   const CUresult r = encode_tiled()(

@@ -750,11 +750,10 @@ template <class T, int kD, int kStages, bool kPaged>
 void launch_tma(const Problem& p, const NativeFwdArgs& a, const SplitArgs<T>& args, const Tags& tags,
                 const PagedRead& pg, Stream st) {
   const std::size_t smem = smem_bytes_tma(kD, kStages);
+  const int rows = kPaged ? pg.page : p.keys();  // a head's rows: a page's, or N_kv
+  const std::size_t heads = kPaged ? std::size_t(pg.pool) * p.kv_heads_per_batch() : p.kv_heads();
   auto map = [&](const void* x) {
-    return kPaged ? hopper::make_tile_map(x, p.dtype, pg.page, std::size_t(pg.pool) * p.kv_heads_per_batch(), kD,
-                                          kTileKeys, CU_TENSOR_MAP_L2_PROMOTION_NONE)
-                  : hopper::make_tile_map(x, p.dtype, p.keys(), p.kv_heads(), kD, kTileKeys,
-                                          CU_TENSOR_MAP_L2_PROMOTION_NONE);
+    return hopper::make_tile_map(x, p.dtype, rows, heads, kD, kTileKeys, CU_TENSOR_MAP_L2_PROMOTION_NONE);
   };
   const CUtensorMap kmap = map(a.k), vmap = map(a.v);
   set_smem_limit(split_kernel_tma<T, kD, kStages, kPaged>, smem);
