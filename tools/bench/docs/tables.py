@@ -603,7 +603,7 @@ def gqa07(D):
             "(lowest):", "",
             "| pass | mask | " + " | ".join(f"{w}, d = {d}" for w in ("packed", "N/2, 3N/2") for d in ds) + " |",
             "|---|---|" + "---|" * 2 * len(ds)]
-    def dense(k):  # the same kernel on the dense batch
+    def dense(k):  # the same kernel on the dense batch (at d = 256 both take step 07's block a tile, not 07h9's grid)
         return k[:-1] + ("07h9",) if k[:-1] + ("07h9",) in t and k[1] != 256 else k[:-1] + ("07",)
     own = []  # (ratio to step 07's own choice, d, N) of the packed forward with the mask
     for direction in ("fwd", "bwd"):
