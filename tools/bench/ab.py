@@ -327,7 +327,7 @@ class Case:
 
     def sequences_error(self, lengths, qkv, got, do):
         """For a ragged batch of other lengths (07m): a function giving the largest error of its outputs `got`, each
-        sequence against PyTorch's math in fp32 (its O, or with do its dQ, dK, dV), computed here once."""
+        sequence against PyTorch's math in fp32 (its O, or with do its dQ, dK, dV), computed here once, and where."""
         G, at, parts = self.H // self.H_kv, 0, []
         for n in lengths:
             s = slice(at, at + n)
@@ -337,7 +337,11 @@ class Case:
             want = [o] if do is None else torch.autograd.grad(o, (q, k, v), do[:, :, s].float())
             parts.append((s, [w.detach() for w in want]))
             at += n
-        return lambda: max(max_error([g[:, :, s] for g in got], want) for s, want in parts)
+        def error():  # the largest, and the sequence it is in
+            errs = [max_error([g[:, :, s] for g in got], want) for s, want in parts]
+            b = max(range(len(errs)), key=lambda i: float("inf") if errs[i] != errs[i] else errs[i])  # NaN first
+            return errs[b], f" (sequence {b}, {lengths[b]} rows)"
+        return error
 
     def paged_fn(self, impl):
         """A paged implementation's call on the same cache in shuffled pages, through a block table, and its O."""
@@ -376,7 +380,8 @@ class Case:
 
     def step_fn(self, impl):
         """The step's call (impl: a step of --lib, or STEP@NAME of --alt NAME=…), its outputs after one poisoned
-        call, and the function giving their error where it is not against the case's reference (07m), else None."""
+        call, and where it is not against the case's reference (07m) the function giving their error and where it
+        lies, else None."""
         if self.lengths(impl):
             return self.ragged_fn(impl)
         if paged(impl):
@@ -560,10 +565,10 @@ def main():
                             raise RuntimeError(f"outputs differ from the fp32 reference: max relative error {err:.3g}")
                 else:
                     fn, got, error = case.step_fn(impl)
-                    error = error or (lambda got=got: max_error(got, ref))
-                    err = error()
+                    error = error or (lambda got=got: (max_error(got, ref), ""))
+                    err, where = error()
                     if not err <= tol:  # NaN too
-                        raise RuntimeError(f"outputs differ from PyTorch's: max relative error {err:.3g}")
+                        raise RuntimeError(f"outputs differ from PyTorch's: max relative error {err:.3g}{where}")
                     fns[impl], outs[impl] = fn, (got, error)
             except (RuntimeError, torch.OutOfMemoryError) as e:
                 status[impl] = ("out-of-memory" if "out of memory" in str(e) else "differs" if "differ" in str(e)
@@ -588,10 +593,10 @@ def main():
                     for g in got:
                         g.fill_(float("nan"))
                     fns[impl]()
-                    err = error()
+                    err, where = error()
                     if not err <= tol:
                         print(f"  {impl} {a.dir} {shape_txt}, round {r}: after timing, outputs differ from PyTorch's: "
-                              f"max relative error {err:.3g}", file=sys.stderr)
+                              f"max relative error {err:.3g}{where}", file=sys.stderr)
                         out.write(row + f"0,0,0,0,0,0,0,none,differs,{dev},{window[0]},{window[1]}\n")
                         continue
                 meds.setdefault(impl, []).append(ms)
