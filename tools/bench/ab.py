@@ -10,7 +10,7 @@
       [1, H, B·N, d] with their offsets (07r: the same work), and on those B·N rows cut into
       sequences of N/2 and 3N/2 in turn (07m: mixed lengths, its own FLOPs)
   python3 tools/bench/ab.py --decode --lib ... [--impls 08,06,torch-cudnn,torch-flash,torch-efficient]
-      [--Nq 1,16] [--Nkv 8192,...] [--bh 32,128] [--group 1,8] [--d 128] [--causal 0,1]
+      [--Nq 1,16] [--Nkv 8192,...] [--bh 32,128] [--group 1,8] [--seqs 1] [--d 128] [--causal 0,1]
       08p16, 08p256, …: step 08 on the same cache in shuffled pages of 16, 256, … positions
       through a block table (fa_forward_paged), beside it on the contiguous cache (08)
   … --alt base=OTHER/libfa_capi.so --impls 08,08@base,…: a step of another build (another
@@ -459,9 +459,9 @@ def windows(a):
 
 def shapes(a):
     """(B, H, H_kv, N, N_kv, d, causal, window) of the sweep."""
-    if a.decode:
-        for shape in decode_shapes(a):
-            yield (1,) + shape + ((-1, -1),)
+    if a.decode:  # B·H as --seqs sequences of H heads each (a paged cache: each its own row of the table)
+        for bh, bh_kv, *rest in decode_shapes(a):
+            yield (a.seqs, bh // a.seqs, bh_kv // a.seqs, *rest, (-1, -1))
         return
     B = a.ragged or 1
     for tokens in ints(a.tokens):
@@ -494,6 +494,7 @@ def main():
     ap.add_argument("--Nkv", default="8192,16384,32768,65536,131072")
     ap.add_argument("--bh", default="32,128")
     ap.add_argument("--group", default="1")
+    ap.add_argument("--seqs", type=int, default=1, help="decoding: B·H as this many sequences (B) of B·H/B heads")
     ap.add_argument("--windows", default="-1:-1", help="LEFT:RIGHT,... (training shapes): -1:-1 is none")
     ap.add_argument("--ragged", type=int, default=0, metavar="B",
                     help="B sequences a shape (even), for 07r and 07m: the batch as a ragged one, and mixed lengths")
@@ -513,6 +514,8 @@ def main():
     a.impls = (a.impls or ("08,06,torch-cudnn,torch-flash,torch-efficient" if a.decode else "07,06,torch-cudnn,torch-flash")).split(",")
     a.d = a.d or ("128" if a.decode else "64,128,256")
     a.causal = a.causal or "0"
+    if a.seqs != 1 and not (a.decode and a.seqs > 0 and all(kv % a.seqs == 0 for _, kv, *_ in decode_shapes(a))):
+        sys.exit(f"ab.py: --seqs {a.seqs}: decoding shapes only, and a divisor of every shape's K/V heads")
     for impl in a.impls:
         if impl.startswith("torch-") and impl[6:] not in BACKENDS:
             sys.exit(f"ab.py: unknown implementation {impl} (torch-" + ", torch-".join(BACKENDS) + ", or a step)")
