@@ -163,8 +163,10 @@ def relative_error(got, want):
 
 
 def max_error(got, want):
-    """The largest relative_error of outputs against their references, pair by pair."""
-    return max(relative_error(g, w) for g, w in zip(got, want))
+    """The largest relative_error of outputs against their references, pair by pair; NaN if any is (max() would
+    keep a NaN only in first place)."""
+    errs = [relative_error(g, w) for g, w in zip(got, want)]
+    return float("nan") if any(e != e for e in errs) else max(errs)
 
 
 class Case:
