@@ -87,6 +87,7 @@ def main():
     ap.add_argument("--bh", default="32,128")
     ap.add_argument("--group", default="1")
     a = ap.parse_args()
+    a.ragged, a.windows, a.seqs = 0, "-1:-1", 1  # the rest of ab.py's sweep: dense, no window, one sequence
     if a.decode:
         a.dir = "fwd"  # (decoding shapes have no backward here)
     a.impls = a.impls.split(",")
@@ -94,8 +95,8 @@ def main():
     spin = int(a.hide_host_us * 2000)
     out = open(a.csv, "w")
     out.write("impl,dir,d,N,causal,B,H,H_kv,N_kv,part,name,at_us,us\n")
-    for n_case, (B, H, H_kv, N, N_kv, d, causal) in enumerate(shapes(a)):
-        case = Case(a, {"": steps}, B, H, H_kv, N, N_kv, d, causal, seed=N + d + n_case)
+    for n_case, (B, H, H_kv, N, N_kv, d, causal, window) in enumerate(shapes(a)):
+        case = Case(a, {"": steps}, B, H, H_kv, N, N_kv, d, causal, seed=N + d + n_case, window=window)
         print(f"{a.dir} B={B} H={H} H_kv={H_kv} N={N} N_kv={N_kv} d={d} causal={causal}:")
         for impl in a.impls:
             fn = case.torch_fn(impl[6:]) if impl.startswith("torch-") else case.step_fn(impl)[0]
