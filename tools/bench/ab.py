@@ -162,11 +162,15 @@ def relative_error(got, want):
     return ((got - want).abs().max() / want.abs().max().clamp_min(1e-30)).item()
 
 
+def worst(errs):
+    """The index of the largest error, a NaN before any number (max() alone keeps a NaN only in first place)."""
+    return max(range(len(errs)), key=lambda i: float("inf") if errs[i] != errs[i] else errs[i])
+
+
 def max_error(got, want):
-    """The largest relative_error of outputs against their references, pair by pair; NaN if any is (max() would
-    keep a NaN only in first place)."""
+    """The largest relative_error of outputs against their references, pair by pair (NaN if any is)."""
     errs = [relative_error(g, w) for g, w in zip(got, want)]
-    return float("nan") if any(e != e for e in errs) else max(errs)
+    return errs[worst(errs)]
 
 
 class Case:
@@ -341,7 +345,7 @@ class Case:
             at += n
         def error():  # the largest, and the sequence it is in
             errs = [max_error([g[:, :, s] for g in got], want) for s, want in parts]
-            b = max(range(len(errs)), key=lambda i: float("inf") if errs[i] != errs[i] else errs[i])  # NaN first
+            b = worst(errs)
             return errs[b], f" (sequence {b}, {lengths[b]} rows)"
         return error
 
